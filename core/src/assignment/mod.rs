@@ -1,0 +1,131 @@
+//! Assignment strategies: which member should own which partition.
+//!
+//! Every member computes the assignment on its own from the same snapshot
+//! (members with their subscriptions, partition counts per topic), so a
+//! strategy must be a pure function of that snapshot: no randomness, no
+//! clocks, no iteration order of hash maps.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+
+use crate::types::{MemberId, MemberInfo, TopicPartition};
+
+mod range;
+mod round_robin;
+mod sticky;
+
+pub use range::Range;
+pub use round_robin::RoundRobin;
+pub use sticky::Sticky;
+
+/// Partition counts per topic, as Kafka's metadata gives them.
+pub type PartitionCounts = BTreeMap<String, u32>;
+
+/// Computes an assignment from a membership snapshot.
+///
+/// Implementations must be deterministic: the same members (in any order)
+/// and the same partition counts give the same assignment on every member.
+/// A partition goes only to a member subscribed to its topic; a partition of
+/// a topic nobody subscribes to is left out.
+pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
+    /// The name members advertise; members of one group must agree on it.
+    fn name(&self) -> &str;
+
+    /// Assigns the partitions of `partitions` to `members`.
+    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment;
+}
+
+/// Looks up a built-in strategy by its advertised name: `sticky`, `range` or
+/// `round-robin`.
+pub fn by_name(name: &str) -> Option<Arc<dyn AssignmentStrategy>> {
+    match name {
+        Sticky::NAME => Some(Arc::new(Sticky)),
+        Range::NAME => Some(Arc::new(Range)),
+        RoundRobin::NAME => Some(Arc::new(RoundRobin)),
+        _ => None,
+    }
+}
+
+/// The owner each partition should have.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct Assignment {
+    owners: BTreeMap<TopicPartition, MemberId>,
+}
+
+impl Assignment {
+    /// An assignment with no partitions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Names `member` as the owner of `partition`, replacing any other.
+    pub fn insert(&mut self, partition: TopicPartition, member: MemberId) {
+        self.owners.insert(partition, member);
+    }
+
+    /// The member that should own `partition`.
+    pub fn owner(&self, partition: &TopicPartition) -> Option<&MemberId> {
+        self.owners.get(partition)
+    }
+
+    /// The partitions `member` should own.
+    pub fn partitions_of(&self, member: &MemberId) -> BTreeSet<TopicPartition> {
+        self.owners
+            .iter()
+            .filter(|(_, owner)| *owner == member)
+            .map(|(partition, _)| partition.clone())
+            .collect()
+    }
+
+    /// How many partitions each member should own (members with none are
+    /// absent).
+    pub fn counts(&self) -> BTreeMap<MemberId, usize> {
+        let mut counts = BTreeMap::new();
+        for owner in self.owners.values() {
+            *counts.entry(owner.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Every partition with its owner, in partition order.
+    pub fn iter(&self) -> impl Iterator<Item = (&TopicPartition, &MemberId)> {
+        self.owners.iter()
+    }
+
+    /// How many partitions are assigned.
+    pub fn len(&self) -> usize {
+        self.owners.len()
+    }
+
+    /// Whether no partition is assigned.
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty()
+    }
+
+    /// How many partitions have a different owner in `other` (including
+    /// partitions present in only one of the two).
+    pub fn moves_to(&self, other: &Assignment) -> usize {
+        let mut moved = 0;
+        for (partition, owner) in &other.owners {
+            if self.owners.get(partition) != Some(owner) {
+                moved += 1;
+            }
+        }
+        moved
+            + self
+                .owners
+                .keys()
+                .filter(|p| !other.owners.contains_key(*p))
+                .count()
+    }
+}
+
+/// The members sorted by id with duplicates removed, so strategies never
+/// depend on the order a snapshot listed them in.
+pub(crate) fn sorted_members(members: &[MemberInfo]) -> Vec<&MemberInfo> {
+    let mut sorted: Vec<&MemberInfo> = members.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+    sorted.dedup_by(|a, b| a.id == b.id);
+    sorted
+}

@@ -1,0 +1,1 @@
+//! Capped exponential backoff with jitter.

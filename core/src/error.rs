@@ -1,0 +1,149 @@
+//! Typed errors: bad names and config, store failures, and the problems the
+//! core reports on its error output.
+
+use std::time::Duration;
+
+use crate::types::{MemberId, Offset, SessionId, TopicPartition};
+
+/// A name (group, member id, topic) that the store or Kafka would refuse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} {name:?}: {reason}")]
+pub struct NameError {
+    /// What the name names: "group", "member id", "topic".
+    pub kind: &'static str,
+    /// The name as given.
+    pub name: String,
+    /// Why it was refused.
+    pub reason: &'static str,
+}
+
+/// A configuration that cannot work, found before anything starts.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A duration that must be positive is zero.
+    #[error("{name} must be greater than zero")]
+    Zero {
+        /// The setting's name.
+        name: &'static str,
+    },
+    /// Two settings contradict each other.
+    #[error("{name} ({value:?}) must be less than {bound_name} ({bound:?})")]
+    NotBelow {
+        /// The setting that is too large.
+        name: &'static str,
+        /// Its value.
+        value: Duration,
+        /// The setting it must stay below.
+        bound_name: &'static str,
+        /// That setting's value.
+        bound: Duration,
+    },
+    /// A member that subscribes to nothing has nothing to do.
+    #[error("the member subscribes to no topic")]
+    NoTopics,
+    /// A name is not usable.
+    #[error(transparent)]
+    Name(#[from] NameError),
+}
+
+/// The failure of one store request, as a backend reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The connection was lost with the request in flight: it may or may not
+    /// have been applied.
+    #[error("connection lost; the request's outcome is unknown")]
+    ConnectionLoss,
+    /// The record the request needed does not exist.
+    #[error("no such record")]
+    NoNode,
+    /// A commit or release was refused because this member's claim is no
+    /// longer the partition's owner record.
+    #[error("not the owner: the claim that guards this write is gone")]
+    NotOwner,
+    /// The session is gone; nothing more can be done under it.
+    #[error("session expired")]
+    SessionExpired,
+    /// A record holds data tenure cannot read; it is left as it is.
+    #[error("corrupt data at {path}: {detail}")]
+    Corrupt {
+        /// Where the record is (znode path or etcd key).
+        path: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Any other failure the store reported.
+    #[error("store error: {0}")]
+    Other(String),
+}
+
+/// A problem the core reports on its error output. Reporting never stops the
+/// member: the core keeps working towards its assignment.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A claim has waited longer than the claim-stall threshold. Reported
+    /// once per claim; the claim goes on.
+    #[error("claim of {partition} has waited {waited:?} (held by {holder:?}); still trying")]
+    ClaimStalled {
+        /// The partition being claimed.
+        partition: TopicPartition,
+        /// How long the claim has been going on.
+        waited: Duration,
+        /// The member the store last named as owner, if any.
+        holder: Option<MemberId>,
+    },
+    /// Another member of the group runs a different assignment strategy; this
+    /// member keeps its current partitions and takes no new ones rather than
+    /// fight over partitions.
+    #[error("member {member} uses assignment strategy {theirs:?}, this member uses {ours:?}")]
+    StrategyMismatch {
+        /// This member's strategy.
+        ours: String,
+        /// The member with another strategy.
+        member: MemberId,
+        /// Its strategy.
+        theirs: String,
+    },
+    /// The member id is registered under another session (a previous
+    /// session not yet expired on the server, or another process using the
+    /// same id). Registration is retried until the record is ours.
+    #[error("member id is registered under another session {session:?}; retrying")]
+    RegistrationTaken {
+        /// The session holding the registration.
+        session: SessionId,
+    },
+    /// A store request failed; the core retries where that makes sense.
+    #[error("{operation} failed{}: {source}", partition.as_ref().map(|p| format!(" for {p}")).unwrap_or_default())]
+    Store {
+        /// What the core asked for ("claim", "commit", ...).
+        operation: &'static str,
+        /// The partition concerned, if any.
+        partition: Option<TopicPartition>,
+        /// The store's error.
+        source: StoreError,
+    },
+    /// A commit was refused because this member no longer owns the
+    /// partition; nothing was written.
+    #[error("commit of offset {offset} for {partition} fenced: this member no longer owns it")]
+    CommitFenced {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was not written.
+        offset: Offset,
+    },
+    /// The application did not drain a released partition within the
+    /// processing timeout; its later acknowledgements are ignored.
+    #[error("{partition} did not drain within {timeout:?}; releasing it anyway")]
+    DrainTimeout {
+        /// The partition.
+        partition: TopicPartition,
+        /// The processing timeout.
+        timeout: Duration,
+    },
+    /// The session expired: every partition was dropped at once and the
+    /// member registers again under a new session.
+    #[error("session expired; dropped {partitions} partitions and rejoining")]
+    SessionExpired {
+        /// How many partitions were being consumed or claimed.
+        partitions: usize,
+    },
+}

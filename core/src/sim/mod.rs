@@ -1,0 +1,2 @@
+//! The in-memory store model and the deterministic simulator.
+pub mod store;

@@ -1,0 +1,1 @@
+//! In-memory store with ZooKeeper's semantics (stub).

@@ -1,0 +1,171 @@
+//! The nouns of the protocol: members, partitions, sessions, requests and
+//! fencing tokens. Backends translate these into znodes, keys and leases.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::NameError;
+
+/// A Kafka offset: the position of a message in its partition.
+pub type Offset = i64;
+
+/// The longest name tenure accepts for a member id or a group; a ZooKeeper
+/// path element or an etcd key segment of this size stays far below both
+/// stores' limits.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Kafka's own limit on topic names.
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// Checks a name that becomes one path element in the store (a group name or
+/// a member id): non-empty, at most [`MAX_NAME_LEN`] bytes, not `.` or `..`,
+/// and made of printable characters other than `/`.
+pub fn validate_path_element(kind: &'static str, name: &str) -> Result<(), NameError> {
+    let bad = |reason: &'static str| NameError {
+        kind,
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(bad("it is longer than 255 bytes"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad("`.` and `..` are not path elements"));
+    }
+    if name.contains('/') {
+        return Err(bad("it contains `/`"));
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return Err(bad("it contains a control character"));
+    }
+    Ok(())
+}
+
+/// Checks a topic name by Kafka's rules: 1 to 249 characters of ASCII
+/// letters, digits, `.`, `_` and `-`, and not `.` or `..`.
+pub fn validate_topic(name: &str) -> Result<(), NameError> {
+    let bad = |reason: &'static str| NameError {
+        kind: "topic",
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if name.len() > MAX_TOPIC_LEN {
+        return Err(bad("it is longer than 249 characters"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad("`.` and `..` are not topic names"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(bad("only ASCII letters, digits, `.`, `_` and `-` are allowed"));
+    }
+    Ok(())
+}
+
+/// The id of one member of a group, unique within the group. It is a path
+/// element in the store, so it is validated on construction.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberId(Arc<str>);
+
+impl MemberId {
+    /// Makes a member id, refusing names that cannot be a store path element.
+    pub fn new(id: impl AsRef<str>) -> Result<Self, NameError> {
+        let id = id.as_ref();
+        validate_path_element("member id", id)?;
+        Ok(MemberId(Arc::from(id)))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One partition of one topic.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    /// The topic's name.
+    pub topic: Arc<str>,
+    /// The partition's number within the topic, from 0.
+    pub partition: u32,
+}
+
+impl TopicPartition {
+    /// Names partition `partition` of `topic`.
+    pub fn new(topic: impl AsRef<str>, partition: u32) -> Self {
+        TopicPartition {
+            topic: Arc::from(topic.as_ref()),
+            partition,
+        }
+    }
+}
+
+impl fmt::Debug for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// The store's id of a member's session: a ZooKeeper session id or an etcd
+/// lease id. Records created under a session vanish when it ends.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct SessionId(pub u64);
+
+/// The id the core gives each store request; its result carries the same id,
+/// and a result whose request was superseded is ignored.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct RequestId(pub u64);
+
+/// A number that grows with every new claim of a partition (ZooKeeper: the
+/// owner node's czxid; etcd: the owner key's create_revision). The
+/// application can use it to fence its own side effects, and the store uses
+/// it to fence offset commits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct FencingToken(pub u64);
+
+/// What a member advertises in its registration: who it is, which topics it
+/// subscribes to, and which assignment strategy it runs.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MemberInfo {
+    /// The member's id.
+    pub id: MemberId,
+    /// The topics the member consumes.
+    pub topics: BTreeSet<String>,
+    /// The name of the member's assignment strategy; every member of a group
+    /// must run the same one.
+    pub strategy: String,
+}
+
+impl MemberInfo {
+    /// Whether the member consumes `topic`.
+    pub fn subscribes_to(&self, topic: &str) -> bool {
+        self.topics.contains(topic)
+    }
+}
