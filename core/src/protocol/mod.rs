@@ -1,11 +1,1268 @@
-//! The member state machine (stub).
-/// Stub.
-pub struct Member;
-/// Stub.
-pub enum Event {}
-/// Stub.
-pub enum Command {}
-/// Stub.
-pub enum ClaimOutcome {}
-/// Stub.
-pub enum FetchFrom {}
+//! The member state machine: one member of one group.
+//!
+//! Drive it like this, from any runtime:
+//!
+//! 1. feed what happened with [`Member::handle_event`] (store results,
+//!    watch notifications, session changes, application progress);
+//! 2. when the time from [`Member::poll_timeout`] comes, call
+//!    [`Member::handle_timeout`];
+//! 3. after either, take every [`Command`] from [`Member::poll_command`] and
+//!    carry it out, answering store requests with their result events.
+//!
+//! The member claims the partitions its assignment names, watches the owner
+//! of any partition another member still holds, releases what it no longer
+//! has (stop fetching, drain, commit, delete the claim), commits processed
+//! offsets on an interval, and stops consuming before its session could
+//! expire on the server.
+
+mod io;
+mod partition;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+pub use io::{ClaimOutcome, Command, Event, FetchFrom, RegisterOutcome};
+use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep};
+
+use crate::assignment::PartitionCounts;
+use crate::backoff;
+use crate::config::{Config, InitialOffset};
+use crate::error::{ConfigError, Error, StoreError};
+use crate::rng::SplitMix64;
+use crate::types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+
+/// What a store request was for, so its result finds its way back.
+#[derive(Clone, Debug)]
+enum Purpose {
+    Register,
+    Deregister,
+    Members,
+    Heartbeat,
+    Partition(TopicPartition),
+}
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    /// When the request was issued: a reply proves the server heard from
+    /// this session at or after this moment.
+    sent: Instant,
+    purpose: Purpose,
+}
+
+/// A step of the member's own (not per-partition) requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Idle,
+    Pending(RequestId),
+    Backoff(Instant, u32),
+    Done,
+}
+
+/// One member of one group: a synchronous state machine with no I/O.
+#[derive(Debug)]
+pub struct Member {
+    config: Config,
+    info: MemberInfo,
+    rng: SplitMix64,
+    now: Instant,
+    next_id: u64,
+    commands: VecDeque<Command>,
+    requests: BTreeMap<RequestId, InFlight>,
+
+    session: Option<SessionId>,
+    /// The latest moment the server is known to have heard from us under the
+    /// current session.
+    last_heard: Option<Instant>,
+    suspended: bool,
+    registration: Step,
+    members_watch: Step,
+    heartbeat: Step,
+    deregistration: Step,
+    members: Option<Vec<MemberInfo>>,
+    counts: PartitionCounts,
+    reported_mismatch: Option<(MemberId, String)>,
+    reported_taken: Option<SessionId>,
+
+    assigned: BTreeSet<TopicPartition>,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    next_commit: Instant,
+    shutting_down: bool,
+    closed: bool,
+}
+
+impl Member {
+    /// A member that has not joined yet: it registers once a session is
+    /// established ([`Event::SessionEstablished`]). `seed` drives the retry
+    /// jitter, so a run replays exactly from it.
+    pub fn new(config: Config, seed: u64, now: Instant) -> Result<Member, ConfigError> {
+        config.validate()?;
+        let info = MemberInfo {
+            id: config.member.clone(),
+            topics: config.topics.clone(),
+            strategy: config.strategy.name().to_owned(),
+        };
+        let next_commit = now + config.commit_interval;
+        Ok(Member {
+            config,
+            info,
+            rng: SplitMix64::new(seed),
+            now,
+            next_id: 1,
+            commands: VecDeque::new(),
+            requests: BTreeMap::new(),
+            session: None,
+            last_heard: None,
+            suspended: false,
+            registration: Step::Idle,
+            members_watch: Step::Idle,
+            heartbeat: Step::Idle,
+            deregistration: Step::Idle,
+            members: None,
+            counts: PartitionCounts::new(),
+            reported_mismatch: None,
+            reported_taken: None,
+            assigned: BTreeSet::new(),
+            partitions: BTreeMap::new(),
+            next_commit,
+            shutting_down: false,
+            closed: false,
+        })
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> &MemberId {
+        &self.info.id
+    }
+
+    /// What this member advertises in its registration.
+    pub fn info(&self) -> &MemberInfo {
+        &self.info
+    }
+
+    /// The configuration the member runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The current store session, if one is established.
+    pub fn session(&self) -> Option<SessionId> {
+        self.session
+    }
+
+    /// Whether the member's registration record is known to exist.
+    pub fn is_registered(&self) -> bool {
+        self.registration == Step::Done
+    }
+
+    /// Whether a shutdown has finished: every claim released and the
+    /// registration deleted (or the session gone).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The partitions the current assignment gives this member.
+    pub fn assigned(&self) -> &BTreeSet<TopicPartition> {
+        &self.assigned
+    }
+
+    /// The partitions whose owner record is this member's claim, as far as
+    /// the member knows, with their fencing tokens.
+    pub fn owned(&self) -> impl Iterator<Item = (&TopicPartition, FencingToken)> {
+        self.partitions.iter().filter_map(|(p, s)| match s.phase {
+            Phase::Owned(_) | Phase::Releasing(_) => s.token.map(|t| (p, t)),
+            Phase::Claiming(_) => None,
+        })
+    }
+
+    /// The partitions the application is being fed, with their tokens.
+    pub fn fetching(&self) -> impl Iterator<Item = (&TopicPartition, FencingToken)> {
+        self.partitions.iter().filter_map(|(p, s)| match (s.fetch, s.token) {
+            (Fetch::Fetching, Some(t)) => Some((p, t)),
+            _ => None,
+        })
+    }
+
+    /// The next offset this member last knew committed for `partition`.
+    pub fn committed(&self, partition: &TopicPartition) -> Option<Offset> {
+        self.partitions.get(partition).and_then(|s| s.committed)
+    }
+
+    /// Whether nothing is being claimed or released and every assigned
+    /// partition is owned and fetching.
+    pub fn is_settled(&self) -> bool {
+        self.partitions.len() == self.assigned.len()
+            && self.assigned.iter().all(|p| {
+                self.partitions
+                    .get(p)
+                    .is_some_and(|s| s.fetch == Fetch::Fetching && matches!(s.phase, Phase::Owned(_)))
+            })
+    }
+
+    /// The next command to carry out, if any.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// Feeds one event in, at time `now`.
+    pub fn handle_event(&mut self, now: Instant, event: Event) {
+        self.advance_clock(now);
+        if self.closed {
+            return;
+        }
+        match event {
+            Event::SessionEstablished { session } => self.on_session_established(session),
+            Event::SessionSuspended { last_heard } => {
+                self.suspended = true;
+                self.heard(last_heard);
+            }
+            Event::SessionResumed => {
+                self.suspended = false;
+                // The connection is back: confirm the session at once
+                // rather than after a backoff set while it was down.
+                if matches!(self.heartbeat, Step::Backoff(..)) {
+                    self.heartbeat = Step::Idle;
+                }
+            }
+            Event::SessionExpired => self.on_session_expired(),
+            Event::MembersChanged => {
+                if self.members_watch == Step::Done {
+                    self.members_watch = Step::Idle;
+                }
+            }
+            Event::PartitionCounts(counts) => {
+                self.counts = counts;
+                self.rebalance();
+            }
+            Event::RegisterResult { id, result } => self.on_register_result(id, result),
+            Event::DeregisterResult { id, result } => self.on_deregister_result(id, result),
+            Event::MembersResult { id, result } => self.on_members_result(id, result),
+            Event::HeartbeatResult { id, result } => self.on_heartbeat_result(id, result),
+            Event::ClaimResult { id, result } => self.on_claim_result(id, result),
+            Event::OwnerWatchResult { id, result } => self.on_owner_watch_result(id, result),
+            Event::OwnerDeleted { partition } => self.on_owner_deleted(&partition),
+            Event::OffsetResult { id, result } => self.on_offset_result(id, result),
+            Event::CommitResult { id, result } => self.on_commit_result(id, result),
+            Event::ReleaseResult { id, result } => self.on_release_result(id, result),
+            Event::Processed {
+                partition,
+                token,
+                offset,
+            } => self.on_processed(&partition, token, offset),
+            Event::Drained { partition, token } => self.on_drained(&partition, token),
+            Event::Shutdown => {
+                self.shutting_down = true;
+                self.rebalance();
+            }
+        }
+        self.tick();
+    }
+
+    /// Lets timers that are due at `now` fire.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance_clock(now);
+        if !self.closed {
+            self.tick();
+        }
+    }
+
+    /// When [`Member::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed {
+            return None;
+        }
+        let mut next: Option<Instant> = None;
+        let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+        for step in [self.registration, self.members_watch, self.heartbeat, self.deregistration] {
+            if let Step::Backoff(t, _) = step {
+                at(t);
+            }
+        }
+        if let Some(t) = self.heartbeat_due() {
+            at(t);
+        }
+        let mut fetching = false;
+        let mut owned = false;
+        for state in self.partitions.values() {
+            if let Some(t) = state.retry_at {
+                at(t);
+            }
+            if let Some(t) = state.drain_deadline {
+                if state.phase == Phase::Releasing(ReleaseStep::Draining) {
+                    at(t);
+                }
+            }
+            if let Phase::Claiming(_) = state.phase {
+                if !state.stall_reported {
+                    at(state.since + self.config.claim_stall_threshold);
+                }
+            }
+            fetching |= state.fetch == Fetch::Fetching;
+            owned |= matches!(state.phase, Phase::Owned(OwnedStep::Ready));
+        }
+        if fetching {
+            if let Some(end) = self.lease_end() {
+                at(end);
+            }
+        }
+        if owned {
+            at(self.next_commit);
+        }
+        next
+    }
+
+    fn advance_clock(&mut self, now: Instant) {
+        // Time never runs backwards inside the member, whatever the caller
+        // passes: deadlines computed earlier stay valid.
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    fn request(&mut self, purpose: Purpose) -> RequestId {
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        self.requests.insert(
+            id,
+            InFlight {
+                sent: self.now,
+                purpose,
+            },
+        );
+        id
+    }
+
+    /// Takes the record of request `id`, if it is still awaited, and notes
+    /// when the server last heard from us if the store answered it.
+    fn answered<T>(&mut self, id: RequestId, result: &Result<T, StoreError>) -> Option<Purpose> {
+        let in_flight = self.requests.remove(&id)?;
+        let server_answered = match result {
+            Ok(_) => true,
+            Err(StoreError::NoNode | StoreError::NotOwner | StoreError::Corrupt { .. }) => true,
+            Err(_) => false,
+        };
+        if server_answered {
+            self.heard(in_flight.sent);
+        }
+        Some(in_flight.purpose)
+    }
+
+    fn heard(&mut self, at: Instant) {
+        if self.session.is_some() {
+            self.last_heard = Some(self.last_heard.map_or(at, |t| t.max(at)));
+        }
+    }
+
+    /// The moment consumption must stop unless the server is heard from
+    /// again: the session could expire on the server at `last_heard +
+    /// session_timeout`, and the margin covers clock drift and delays.
+    fn lease_end(&self) -> Option<Instant> {
+        let heard = self.last_heard?;
+        Some(heard + self.config.session_timeout - self.config.suspension_margin)
+    }
+
+    fn may_consume(&self) -> bool {
+        self.session.is_some()
+            && self.registration == Step::Done
+            && self.lease_end().is_some_and(|end| self.now < end)
+    }
+
+    fn backoff(&mut self, attempt: u32) -> Instant {
+        self.now + backoff::delay(&mut self.rng, self.config.backoff_min, self.config.backoff_max, attempt)
+    }
+
+    fn report(&mut self, error: Error) {
+        self.commands.push_back(Command::Report(error));
+    }
+
+    fn report_store(&mut self, operation: &'static str, partition: Option<&TopicPartition>, source: StoreError) {
+        self.report(Error::Store {
+            operation,
+            partition: partition.cloned(),
+            source,
+        });
+    }
+
+    // ----- session, registration, membership -----
+
+    fn on_session_established(&mut self, session: SessionId) {
+        self.session = Some(session);
+        self.last_heard = None;
+        self.suspended = false;
+        self.registration = Step::Idle;
+        self.members_watch = Step::Idle;
+        self.heartbeat = Step::Idle;
+        self.deregistration = Step::Idle;
+        if self.shutting_down {
+            // An expiry already dropped every claim; nothing is left to
+            // release, and registering only to deregister helps no one.
+            self.closed = true;
+        }
+    }
+
+    fn on_session_expired(&mut self) {
+        let dropped = self.partitions.len();
+        let partitions = std::mem::take(&mut self.partitions);
+        for (partition, state) in partitions {
+            if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
+                self.commands.push_back(Command::StopFetching { partition, token });
+            }
+        }
+        self.report(Error::SessionExpired { partitions: dropped });
+        self.requests.clear();
+        self.session = None;
+        self.last_heard = None;
+        self.suspended = false;
+        self.registration = Step::Idle;
+        self.members_watch = Step::Idle;
+        self.heartbeat = Step::Idle;
+        self.deregistration = Step::Idle;
+        self.members = None;
+        self.assigned.clear();
+        if self.shutting_down {
+            self.closed = true;
+        }
+    }
+
+    fn on_register_result(&mut self, id: RequestId, result: Result<RegisterOutcome, StoreError>) {
+        if self.registration != Step::Pending(id) || self.answered(id, &result).is_none() {
+            return;
+        }
+        let attempt = 0;
+        match result {
+            Ok(RegisterOutcome::Registered) => self.registration = Step::Done,
+            Ok(RegisterOutcome::Exists { session }) if Some(session) == self.session => {
+                self.registration = Step::Done;
+            }
+            Ok(RegisterOutcome::Exists { session }) => {
+                if self.reported_taken != Some(session) {
+                    self.reported_taken = Some(session);
+                    self.report(Error::RegistrationTaken { session });
+                }
+                // A previous session's record vanishes when the server
+                // expires it; retrying waits for that without deleting a
+                // record that might belong to another live process.
+                let at = self.backoff(u32::MAX);
+                self.registration = Step::Backoff(at, attempt + 1);
+            }
+            Err(StoreError::SessionExpired) => self.registration = Step::Idle,
+            Err(error) => {
+                if error != StoreError::ConnectionLoss {
+                    self.report_store("register", None, error);
+                }
+                let at = self.backoff(attempt);
+                self.registration = Step::Backoff(at, attempt + 1);
+            }
+        }
+        self.rebalance();
+    }
+
+    fn on_deregister_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
+        if self.deregistration != Step::Pending(id) || self.answered(id, &result).is_none() {
+            return;
+        }
+        match result {
+            Ok(()) | Err(StoreError::NoNode | StoreError::SessionExpired) => {
+                self.deregistration = Step::Done;
+                self.registration = Step::Idle;
+                self.closed = true;
+            }
+            Err(error) => {
+                if error != StoreError::ConnectionLoss {
+                    self.report_store("deregister", None, error);
+                }
+                let at = self.backoff(0);
+                self.deregistration = Step::Backoff(at, 1);
+            }
+        }
+    }
+
+    fn on_members_result(&mut self, id: RequestId, result: Result<Vec<MemberInfo>, StoreError>) {
+        if self.members_watch != Step::Pending(id) || self.answered(id, &result).is_none() {
+            return;
+        }
+        match result {
+            Ok(members) => {
+                self.members_watch = Step::Done;
+                if self.registration == Step::Done && !members.iter().any(|m| m.id == self.info.id) {
+                    // Our record is gone while the session lives (deleted by
+                    // hand, say): the others no longer count us, so register
+                    // again rather than hold partitions they will reassign.
+                    self.registration = Step::Idle;
+                }
+                self.members = Some(members);
+                self.rebalance();
+            }
+            Err(StoreError::SessionExpired) => self.members_watch = Step::Idle,
+            Err(error) => {
+                if error != StoreError::ConnectionLoss {
+                    self.report_store("read members", None, error);
+                }
+                let at = self.backoff(0);
+                self.members_watch = Step::Backoff(at, 1);
+            }
+        }
+    }
+
+    fn on_heartbeat_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
+        if self.heartbeat != Step::Pending(id) || self.answered(id, &result).is_none() {
+            return;
+        }
+        match result {
+            Ok(()) => self.heartbeat = Step::Idle,
+            // The backend announces the expiry itself.
+            Err(StoreError::SessionExpired) => self.heartbeat = Step::Idle,
+            Err(_) => {
+                let at = self.backoff(0);
+                self.heartbeat = Step::Backoff(at, 1);
+            }
+        }
+    }
+
+    /// When the session should next be confirmed: a third of the session
+    /// timeout after the server last heard from us, while we hold claims.
+    fn heartbeat_due(&self) -> Option<Instant> {
+        if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done {
+            return None;
+        }
+        let holds = self.partitions.values().any(|s| !matches!(s.phase, Phase::Claiming(_)));
+        if !holds {
+            return None;
+        }
+        Some(self.last_heard.map_or(self.now, |t| t + self.config.session_timeout / 3))
+    }
+
+    /// Recomputes which partitions are ours and starts the claims and
+    /// releases that follow. Partitions kept are not touched.
+    fn rebalance(&mut self) {
+        let desired = match self.desired_partitions() {
+            Some(desired) => desired,
+            None => return,
+        };
+        self.assigned = desired;
+        let now = self.now;
+        let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
+        for partition in assigned {
+            match self.partitions.get_mut(&partition) {
+                None => {
+                    self.partitions.insert(partition.clone(), PartitionState::claiming(now));
+                    self.send_claim(&partition);
+                }
+                Some(state) => {
+                    if let Phase::Releasing(_) = state.phase {
+                        state.reclaim = true;
+                    }
+                }
+            }
+        }
+        let dropped: Vec<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|p| !self.assigned.contains(*p))
+            .cloned()
+            .collect();
+        for partition in dropped {
+            self.let_go(&partition);
+        }
+    }
+
+    /// The partitions the current snapshot assigns to us, or `None` when
+    /// the assignment must not change (strategies disagree).
+    fn desired_partitions(&mut self) -> Option<BTreeSet<TopicPartition>> {
+        if self.shutting_down || self.session.is_none() || self.registration != Step::Done {
+            return Some(BTreeSet::new());
+        }
+        let members = match &self.members {
+            Some(members) => members,
+            None => return Some(BTreeSet::new()),
+        };
+        if !members.iter().any(|m| m.id == self.info.id) {
+            return Some(BTreeSet::new());
+        }
+        let ours = self.info.strategy.as_str();
+        if let Some(other) = members.iter().find(|m| m.strategy != ours) {
+            let key = (other.id.clone(), other.strategy.clone());
+            if self.reported_mismatch.as_ref() != Some(&key) {
+                self.reported_mismatch = Some(key.clone());
+                self.report(Error::StrategyMismatch {
+                    ours: ours.to_owned(),
+                    member: key.0,
+                    theirs: key.1,
+                });
+            }
+            return None;
+        }
+        self.reported_mismatch = None;
+        let assignment = self.config.strategy.assign(members, &self.counts);
+        Some(assignment.partitions_of(&self.info.id))
+    }
+
+    // ----- claims -----
+
+    fn send_claim(&mut self, partition: &TopicPartition) {
+        let id = self.request(Purpose::Partition(partition.clone()));
+        if let Some(state) = self.partitions.get_mut(partition) {
+            state.phase = Phase::Claiming(ClaimStep::Claiming);
+            state.request = Some(id);
+            state.retry_at = None;
+        }
+        self.commands.push_back(Command::Claim {
+            id,
+            partition: partition.clone(),
+        });
+    }
+
+    fn claim_backoff(&mut self, partition: &TopicPartition) {
+        let attempt = self.partitions.get(partition).map_or(0, |s| s.attempt);
+        let at = self.backoff(attempt);
+        if let Some(state) = self.partitions.get_mut(partition) {
+            state.phase = Phase::Claiming(ClaimStep::Backoff);
+            state.request = None;
+            state.retry_at = Some(at);
+            state.attempt = state.attempt.saturating_add(1);
+        }
+    }
+
+    fn on_claim_result(&mut self, id: RequestId, result: Result<ClaimOutcome, StoreError>) {
+        let partition = match self.partition_request(id, &result) {
+            Some(p) => p,
+            None => return,
+        };
+        let Some(state) = self.partitions.get(&partition) else {
+            return;
+        };
+        let session = self.session;
+        match state.phase {
+            Phase::Claiming(ClaimStep::Claiming) => match result {
+                Ok(ClaimOutcome::Created { token }) => self.become_owner(&partition, token),
+                // A claim whose reply was lost: the record carries our
+                // session, so it is ours.
+                Ok(ClaimOutcome::Held { session: s, token, .. }) if Some(s) == session => {
+                    self.become_owner(&partition, token)
+                }
+                Ok(ClaimOutcome::Held { owner, .. }) => {
+                    let watch = self.request(Purpose::Partition(partition.clone()));
+                    if let Some(state) = self.partitions.get_mut(&partition) {
+                        state.holder = owner;
+                        state.maybe_ours = false;
+                        state.phase = Phase::Claiming(ClaimStep::WatchPending);
+                        state.request = Some(watch);
+                    }
+                    self.commands.push_back(Command::WatchOwner {
+                        id: watch,
+                        partition,
+                    });
+                }
+                Err(error) => {
+                    match error {
+                        // The owner vanished between our create and our read
+                        // of it: the way is clear, try again shortly.
+                        StoreError::NoNode | StoreError::SessionExpired => {}
+                        StoreError::ConnectionLoss => {
+                            if let Some(state) = self.partitions.get_mut(&partition) {
+                                state.maybe_ours = true;
+                            }
+                        }
+                        other => self.report_store("claim", Some(&partition), other),
+                    }
+                    self.claim_backoff(&partition);
+                }
+            },
+            Phase::Releasing(ReleaseStep::AwaitClaim) => {
+                let token = match result {
+                    Ok(ClaimOutcome::Created { token }) => Some(Some(token)),
+                    Ok(ClaimOutcome::Held { session: s, token, .. }) if Some(s) == session => Some(Some(token)),
+                    Ok(ClaimOutcome::Held { .. }) | Err(StoreError::NoNode) => None,
+                    // Unknown outcome: delete the record if it is ours.
+                    Err(_) => Some(None),
+                };
+                match token {
+                    Some(token) => {
+                        if let Some(state) = self.partitions.get_mut(&partition) {
+                            state.token = token;
+                        }
+                        self.send_release(&partition);
+                    }
+                    None => self.finish_release(&partition),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_owner_watch_result(&mut self, id: RequestId, result: Result<bool, StoreError>) {
+        let partition = match self.partition_request(id, &result) {
+            Some(p) => p,
+            None => return,
+        };
+        let recheck = self.now + self.config.session_timeout;
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        if state.phase != Phase::Claiming(ClaimStep::WatchPending) {
+            return;
+        }
+        match result {
+            Ok(true) => {
+                state.phase = Phase::Claiming(ClaimStep::Watching);
+                state.request = None;
+                // A lost notification must not strand the claim: look
+                // again once a session timeout has passed.
+                state.retry_at = Some(recheck);
+                state.attempt = 0;
+            }
+            Ok(false) => self.send_claim(&partition),
+            Err(error) => {
+                if !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                    self.report_store("watch owner", Some(&partition), error);
+                }
+                self.claim_backoff(&partition);
+            }
+        }
+    }
+
+    fn on_owner_deleted(&mut self, partition: &TopicPartition) {
+        let waiting = self.partitions.get(partition).is_some_and(|s| {
+            matches!(
+                s.phase,
+                Phase::Claiming(ClaimStep::WatchPending | ClaimStep::Watching)
+            )
+        });
+        if waiting {
+            if let Some(state) = self.partitions.get_mut(partition) {
+                if let Some(old) = state.request.take() {
+                    self.requests.remove(&old);
+                }
+                state.attempt = 0;
+            }
+            self.send_claim(partition);
+        }
+    }
+
+    fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
+        let id = self.request(Purpose::Partition(partition.clone()));
+        if let Some(state) = self.partitions.get_mut(partition) {
+            state.phase = Phase::Owned(OwnedStep::ReadingOffset);
+            state.token = Some(token);
+            state.request = Some(id);
+            state.retry_at = None;
+            state.attempt = 0;
+            state.maybe_ours = false;
+            state.holder = None;
+        }
+        self.commands.push_back(Command::ReadOffset {
+            id,
+            partition: partition.clone(),
+        });
+    }
+
+    /// The partition request `id` was for, if it is still awaited by that
+    /// partition's current step (or its interval commit).
+    fn partition_request<T>(&mut self, id: RequestId, result: &Result<T, StoreError>) -> Option<TopicPartition> {
+        match self.answered(id, result)? {
+            Purpose::Partition(partition) => {
+                let state = self.partitions.get(&partition)?;
+                let current = state.request == Some(id) || state.commit.is_some_and(|(c, _)| c == id);
+                current.then_some(partition)
+            }
+            _ => None,
+        }
+    }
+
+    // ----- owned partitions and offsets -----
+
+    fn on_offset_result(&mut self, id: RequestId, result: Result<Option<Offset>, StoreError>) {
+        let partition = match self.partition_request(id, &result) {
+            Some(p) => p,
+            None => return,
+        };
+        let initial = match self.config.initial_offset {
+            InitialOffset::Oldest => FetchFrom::Oldest,
+            InitialOffset::Newest => FetchFrom::Newest,
+        };
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        if state.phase != Phase::Owned(OwnedStep::ReadingOffset) {
+            return;
+        }
+        match result {
+            Ok(committed) => {
+                state.committed = committed;
+                state.start = Some(committed.map_or(initial, FetchFrom::Offset));
+                state.phase = Phase::Owned(OwnedStep::Ready);
+                state.request = None;
+                state.attempt = 0;
+            }
+            Err(error) => {
+                let corrupt = matches!(error, StoreError::Corrupt { .. });
+                // Corrupt data is reported once and never overwritten: the
+                // partition waits for an operator rather than guess where
+                // to start.
+                let report = !corrupt || !state.corrupt_reported;
+                state.corrupt_reported |= corrupt;
+                let attempt = state.attempt;
+                state.attempt = state.attempt.saturating_add(1);
+                state.phase = Phase::Owned(OwnedStep::ReadBackoff);
+                state.request = None;
+                if report && !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                    self.report_store("read offset", Some(&partition), error);
+                }
+                let at = self.backoff(attempt);
+                if let Some(state) = self.partitions.get_mut(&partition) {
+                    state.retry_at = Some(at);
+                }
+            }
+        }
+    }
+
+    fn on_processed(&mut self, partition: &TopicPartition, token: FencingToken, offset: Offset) {
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        // Acknowledgements count only under the claim they were fetched
+        // under, and only until the release's final commit is decided:
+        // late ones are ignored so nothing is written for a partition we
+        // are letting go.
+        let open = match state.phase {
+            Phase::Owned(_) => true,
+            Phase::Releasing(ReleaseStep::Draining) => true,
+            _ => false,
+        };
+        if open && state.token == Some(token) && matches!(state.fetch, Fetch::Fetching | Fetch::Stopping) {
+            state.processed = Some(state.processed.map_or(offset, |p| p.max(offset)));
+        }
+    }
+
+    fn on_drained(&mut self, partition: &TopicPartition, token: FencingToken) {
+        if let Some(state) = self.partitions.get_mut(partition) {
+            if state.token == Some(token) && state.fetch == Fetch::Stopping {
+                state.fetch = Fetch::Stopped;
+            }
+        }
+        if self
+            .partitions
+            .get(partition)
+            .is_some_and(|s| s.phase == Phase::Releasing(ReleaseStep::Draining))
+        {
+            self.advance_release(partition);
+        }
+    }
+
+    fn send_commit(&mut self, partition: &TopicPartition, offset: Offset, token: FencingToken, final_commit: bool) {
+        let id = self.request(Purpose::Partition(partition.clone()));
+        if let Some(state) = self.partitions.get_mut(partition) {
+            if final_commit {
+                state.phase = Phase::Releasing(ReleaseStep::Committing);
+                state.request = Some(id);
+                state.retry_at = None;
+            }
+            state.commit = Some((id, offset));
+        }
+        self.commands.push_back(Command::CommitOffset {
+            id,
+            partition: partition.clone(),
+            offset,
+            token,
+        });
+    }
+
+    fn on_commit_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
+        let partition = match self.partition_request(id, &result) {
+            Some(p) => p,
+            None => return,
+        };
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        let Some((_, offset)) = state.commit.take() else {
+            return;
+        };
+        let final_commit = state.request == Some(id);
+        if final_commit {
+            state.request = None;
+        }
+        match result {
+            Ok(()) => {
+                state.committed = Some(state.committed.map_or(offset, |c| c.max(offset)));
+                state.attempt = 0;
+                if final_commit || state.phase == Phase::Releasing(ReleaseStep::AwaitCommit) {
+                    self.advance_release_after_commit(&partition);
+                }
+            }
+            Err(StoreError::NotOwner) => {
+                // The claim is gone: whatever we thought, we do not own the
+                // partition. Stop at once; claim again if it is still ours
+                // by the assignment.
+                self.report(Error::CommitFenced {
+                    partition: partition.clone(),
+                    offset,
+                });
+                self.lose(&partition);
+            }
+            Err(error) => {
+                let releasing = matches!(state.phase, Phase::Releasing(_));
+                if !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                    self.report_store("commit", Some(&partition), error);
+                }
+                if releasing {
+                    // The final commit keeps the duplicates of the next
+                    // owner down; retry it, the owner record still guards.
+                    let attempt = self.partitions.get(&partition).map_or(0, |s| s.attempt);
+                    let at = self.backoff(attempt);
+                    if let Some(state) = self.partitions.get_mut(&partition) {
+                        state.phase = Phase::Releasing(ReleaseStep::CommitBackoff);
+                        state.retry_at = Some(at);
+                        state.attempt = state.attempt.saturating_add(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets a partition whose claim turned out not to be ours any more.
+    fn lose(&mut self, partition: &TopicPartition) {
+        if let Some(state) = self.partitions.remove(partition) {
+            if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
+                self.commands.push_back(Command::StopFetching {
+                    partition: partition.clone(),
+                    token,
+                });
+            }
+            if let Some(id) = state.request {
+                self.requests.remove(&id);
+            }
+        }
+        if self.assigned.contains(partition) {
+            self.partitions
+                .insert(partition.clone(), PartitionState::claiming(self.now));
+            self.send_claim(partition);
+        }
+    }
+
+    // ----- releases -----
+
+    /// Stops claiming or owning a partition the assignment no longer gives
+    /// us.
+    fn let_go(&mut self, partition: &TopicPartition) {
+        let now = self.now;
+        let processing_timeout = self.config.processing_timeout;
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        match state.phase {
+            Phase::Claiming(ClaimStep::Claiming) => {
+                state.phase = Phase::Releasing(ReleaseStep::AwaitClaim);
+                state.reclaim = false;
+            }
+            Phase::Claiming(_) => {
+                if state.maybe_ours {
+                    state.phase = Phase::Releasing(ReleaseStep::Deleting);
+                    state.reclaim = false;
+                    self.send_release(partition);
+                } else {
+                    if let Some(id) = state.request {
+                        self.requests.remove(&id);
+                    }
+                    self.partitions.remove(partition);
+                }
+            }
+            Phase::Owned(_) => {
+                if let Some(id) = state.request.take() {
+                    // An offset read in flight no longer matters.
+                    if state.commit.is_none_or(|(c, _)| c != id) {
+                        self.requests.remove(&id);
+                    }
+                }
+                state.retry_at = None;
+                state.reclaim = false;
+                state.drain_deadline = Some(now + processing_timeout);
+                state.phase = Phase::Releasing(ReleaseStep::Draining);
+                if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
+                    state.fetch = Fetch::Stopping;
+                    self.commands.push_back(Command::StopFetching {
+                        partition: partition.clone(),
+                        token,
+                    });
+                }
+                self.advance_release(partition);
+            }
+            Phase::Releasing(_) => state.reclaim = false,
+        }
+    }
+
+    /// Moves a draining release on once the drain is done or timed out.
+    fn advance_release(&mut self, partition: &TopicPartition) {
+        let now = self.now;
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        if state.phase != Phase::Releasing(ReleaseStep::Draining) {
+            return;
+        }
+        if state.fetch == Fetch::Stopping {
+            match state.drain_deadline {
+                Some(deadline) if now < deadline => return,
+                _ => {
+                    state.fetch = Fetch::Stopped;
+                    let timeout = self.config.processing_timeout;
+                    self.report(Error::DrainTimeout {
+                        partition: partition.clone(),
+                        timeout,
+                    });
+                }
+            }
+        }
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        state.drain_deadline = None;
+        if state.commit.is_some() {
+            state.phase = Phase::Releasing(ReleaseStep::AwaitCommit);
+            return;
+        }
+        self.final_commit(partition);
+    }
+
+    fn final_commit(&mut self, partition: &TopicPartition) {
+        let Some(state) = self.partitions.get(partition) else {
+            return;
+        };
+        match (state.commit_due(), state.token) {
+            (Some(offset), Some(token)) => self.send_commit(partition, offset, token, true),
+            _ => self.send_release(partition),
+        }
+    }
+
+    fn advance_release_after_commit(&mut self, partition: &TopicPartition) {
+        let step = self.partitions.get(partition).map(|s| s.phase);
+        match step {
+            Some(Phase::Releasing(ReleaseStep::AwaitCommit)) => self.final_commit(partition),
+            Some(Phase::Releasing(ReleaseStep::Committing)) => self.send_release(partition),
+            _ => {}
+        }
+    }
+
+    fn send_release(&mut self, partition: &TopicPartition) {
+        let id = self.request(Purpose::Partition(partition.clone()));
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        state.phase = Phase::Releasing(ReleaseStep::Deleting);
+        state.request = Some(id);
+        state.retry_at = None;
+        let token = state.token;
+        self.commands.push_back(Command::Release {
+            id,
+            partition: partition.clone(),
+            token,
+        });
+    }
+
+    fn on_release_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
+        let partition = match self.partition_request(id, &result) {
+            Some(p) => p,
+            None => return,
+        };
+        match result {
+            Ok(()) | Err(StoreError::NoNode | StoreError::NotOwner) => self.finish_release(&partition),
+            // The backend announces the expiry, which drops everything.
+            Err(StoreError::SessionExpired) => {}
+            Err(error) => {
+                if error != StoreError::ConnectionLoss {
+                    self.report_store("release", Some(&partition), error);
+                }
+                let attempt = self.partitions.get(&partition).map_or(0, |s| s.attempt);
+                let at = self.backoff(attempt);
+                if let Some(state) = self.partitions.get_mut(&partition) {
+                    state.phase = Phase::Releasing(ReleaseStep::DeleteBackoff);
+                    state.request = None;
+                    state.retry_at = Some(at);
+                    state.attempt = state.attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    fn finish_release(&mut self, partition: &TopicPartition) {
+        let reclaim = self.partitions.remove(partition).is_some_and(|s| s.reclaim);
+        if reclaim && self.assigned.contains(partition) {
+            self.partitions
+                .insert(partition.clone(), PartitionState::claiming(self.now));
+            self.send_claim(partition);
+        }
+    }
+
+    // ----- timers -----
+
+    /// Everything that depends on time or on the state as a whole, run
+    /// after every input.
+    fn tick(&mut self) {
+        let now = self.now;
+        self.own_requests();
+        self.enforce_lease();
+        self.partition_timers();
+        if now >= self.next_commit {
+            self.next_commit = now + self.config.commit_interval;
+            self.interval_commits();
+        }
+        if self.shutting_down && self.partitions.is_empty() && !self.closed {
+            match (self.registration, self.deregistration) {
+                (Step::Done, Step::Idle) => {
+                    let id = self.request(Purpose::Deregister);
+                    self.deregistration = Step::Pending(id);
+                    self.commands.push_back(Command::Deregister { id });
+                }
+                (Step::Done, Step::Backoff(at, _)) if now >= at => {
+                    let id = self.request(Purpose::Deregister);
+                    self.deregistration = Step::Pending(id);
+                    self.commands.push_back(Command::Deregister { id });
+                }
+                (Step::Done, _) => {}
+                // Never registered (or the record is gone): nothing to undo.
+                _ if !matches!(self.registration, Step::Pending(_)) => self.closed = true,
+                _ => {}
+            }
+        }
+    }
+
+    fn due(step: Step, now: Instant) -> bool {
+        match step {
+            Step::Idle => true,
+            Step::Backoff(at, _) => now >= at,
+            Step::Pending(_) | Step::Done => false,
+        }
+    }
+
+    fn own_requests(&mut self) {
+        let now = self.now;
+        if self.session.is_none() || self.shutting_down && self.registration != Step::Done {
+            return;
+        }
+        if Self::due(self.registration, now) && !self.shutting_down {
+            let id = self.request(Purpose::Register);
+            self.registration = Step::Pending(id);
+            self.commands.push_back(Command::Register {
+                id,
+                member: self.info.clone(),
+            });
+        }
+        if Self::due(self.members_watch, now) && !self.shutting_down {
+            let id = self.request(Purpose::Members);
+            self.members_watch = Step::Pending(id);
+            self.commands.push_back(Command::WatchMembers { id });
+        }
+        let heartbeat_due = match self.heartbeat {
+            Step::Backoff(at, _) => now >= at,
+            _ => self.heartbeat_due().is_some_and(|t| now >= t),
+        };
+        if heartbeat_due && self.registration == Step::Done {
+            let id = self.request(Purpose::Heartbeat);
+            self.heartbeat = Step::Pending(id);
+            self.commands.push_back(Command::Heartbeat { id });
+        }
+    }
+
+    /// Stops every fetch once the session could be close to expiring on
+    /// the server, and restarts fetches once it is confirmed alive.
+    fn enforce_lease(&mut self) {
+        let consume = self.may_consume();
+        let mut commands = Vec::new();
+        for (partition, state) in self.partitions.iter_mut() {
+            let Some(token) = state.token else {
+                continue;
+            };
+            if !consume {
+                if state.fetch == Fetch::Fetching {
+                    state.fetch = Fetch::Stopping;
+                    commands.push(Command::StopFetching {
+                        partition: partition.clone(),
+                        token,
+                    });
+                }
+            } else if state.phase == Phase::Owned(OwnedStep::Ready)
+                && matches!(state.fetch, Fetch::Idle | Fetch::Stopped)
+            {
+                if let Some(from) = state.resume_from() {
+                    state.fetch = Fetch::Fetching;
+                    commands.push(Command::StartFetching {
+                        partition: partition.clone(),
+                        from,
+                        token,
+                    });
+                }
+            }
+        }
+        self.commands.extend(commands);
+    }
+
+    fn partition_timers(&mut self) {
+        let now = self.now;
+        let threshold = self.config.claim_stall_threshold;
+        let due: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| {
+                s.retry_at.is_some_and(|t| now >= t)
+                    || s.drain_deadline.is_some_and(|t| now >= t)
+                    || (matches!(s.phase, Phase::Claiming(_)) && !s.stall_reported && now >= s.since + threshold)
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        for partition in due {
+            let Some(state) = self.partitions.get_mut(&partition) else {
+                continue;
+            };
+            if matches!(state.phase, Phase::Claiming(_)) && !state.stall_reported && now >= state.since + threshold {
+                state.stall_reported = true;
+                let waited = now.saturating_duration_since(state.since);
+                let holder = state.holder.clone();
+                self.report(Error::ClaimStalled {
+                    partition: partition.clone(),
+                    waited,
+                    holder,
+                });
+            }
+            let Some(state) = self.partitions.get_mut(&partition) else {
+                continue;
+            };
+            if state.retry_at.is_some_and(|t| now >= t) {
+                state.retry_at = None;
+                match state.phase {
+                    Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => self.send_claim(&partition),
+                    Phase::Owned(OwnedStep::ReadBackoff) => {
+                        let id = self.request(Purpose::Partition(partition.clone()));
+                        if let Some(state) = self.partitions.get_mut(&partition) {
+                            state.phase = Phase::Owned(OwnedStep::ReadingOffset);
+                            state.request = Some(id);
+                        }
+                        self.commands.push_back(Command::ReadOffset { id, partition });
+                    }
+                    Phase::Releasing(ReleaseStep::CommitBackoff) => self.final_commit(&partition),
+                    Phase::Releasing(ReleaseStep::DeleteBackoff) => self.send_release(&partition),
+                    _ => {}
+                }
+            } else if state.drain_deadline.is_some_and(|t| now >= t) {
+                self.advance_release(&partition);
+            }
+        }
+    }
+
+    fn interval_commits(&mut self) {
+        if !self.may_consume() {
+            // A session that may be gone commits nothing: the commit would
+            // be fenced at best, and a paused member must not write before
+            // it is confirmed alive.
+            return;
+        }
+        let due: Vec<(TopicPartition, Offset, FencingToken)> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| matches!(s.phase, Phase::Owned(_)) && s.commit.is_none())
+            .filter_map(|(p, s)| Some((p.clone(), s.commit_due()?, s.token?)))
+            .collect();
+        for (partition, offset, token) in due {
+            self.send_commit(&partition, offset, token, false);
+        }
+    }
+}
+

@@ -1,0 +1,264 @@
+//! What goes into the member state machine ([`Event`]) and what comes out
+//! ([`Command`]). Both speak of members, claims, owners and offsets, never
+//! of znodes, keys or leases: a backend translates.
+
+use std::time::Instant;
+
+use crate::assignment::PartitionCounts;
+use crate::error::{Error, StoreError};
+use crate::types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+
+/// Something that happened, handed to [`crate::Member::handle_event`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A new store session is open (the first one, or a fresh one after an
+    /// expiry). The member registers under it.
+    SessionEstablished {
+        /// The store's id of the session (ZooKeeper session id, etcd lease).
+        session: SessionId,
+    },
+    /// The connection to the store is lost; the session may still be alive
+    /// on the server.
+    SessionSuspended {
+        /// The latest moment the server is known to have heard from this
+        /// member; consumption stops before that moment plus the session
+        /// timeout, less the suspension margin.
+        last_heard: Instant,
+    },
+    /// The connection is back and the session survived.
+    SessionResumed,
+    /// The session is gone: every record it held is gone or about to be.
+    SessionExpired,
+    /// The member list changed since the last [`Command::WatchMembers`]
+    /// (a one-shot notification; the member reads the list again).
+    MembersChanged,
+    /// The partition counts of the subscribed topics (from Kafka metadata).
+    PartitionCounts(PartitionCounts),
+    /// The result of [`Command::Register`].
+    RegisterResult {
+        /// The request's id.
+        id: RequestId,
+        /// What the store said.
+        result: Result<RegisterOutcome, StoreError>,
+    },
+    /// The result of [`Command::Deregister`].
+    DeregisterResult {
+        /// The request's id.
+        id: RequestId,
+        /// What the store said.
+        result: Result<(), StoreError>,
+    },
+    /// The result of [`Command::WatchMembers`]: the current members.
+    MembersResult {
+        /// The request's id.
+        id: RequestId,
+        /// The registered members, in any order.
+        result: Result<Vec<MemberInfo>, StoreError>,
+    },
+    /// The result of [`Command::Claim`].
+    ClaimResult {
+        /// The request's id.
+        id: RequestId,
+        /// What the store said.
+        result: Result<ClaimOutcome, StoreError>,
+    },
+    /// The result of [`Command::WatchOwner`].
+    OwnerWatchResult {
+        /// The request's id.
+        id: RequestId,
+        /// `true`: the owner record exists and is watched; `false`: it is
+        /// already gone.
+        result: Result<bool, StoreError>,
+    },
+    /// A watched owner record was deleted (or changed hands).
+    OwnerDeleted {
+        /// The partition whose owner record went away.
+        partition: TopicPartition,
+    },
+    /// The result of [`Command::ReadOffset`].
+    OffsetResult {
+        /// The request's id.
+        id: RequestId,
+        /// The committed next offset, or `None` if nothing was committed.
+        result: Result<Option<Offset>, StoreError>,
+    },
+    /// The result of [`Command::CommitOffset`].
+    CommitResult {
+        /// The request's id.
+        id: RequestId,
+        /// [`StoreError::NotOwner`] when the commit was fenced.
+        result: Result<(), StoreError>,
+    },
+    /// The result of [`Command::Release`].
+    ReleaseResult {
+        /// The request's id.
+        id: RequestId,
+        /// `Ok` when the record is gone or was not ours.
+        result: Result<(), StoreError>,
+    },
+    /// The result of [`Command::Heartbeat`].
+    HeartbeatResult {
+        /// The request's id.
+        id: RequestId,
+        /// `Ok` when the session is alive on the server.
+        result: Result<(), StoreError>,
+    },
+    /// The application has processed every message of `partition` up to and
+    /// including `offset`, fetched under the claim `token`.
+    Processed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the messages were fetched under.
+        token: FencingToken,
+        /// The highest offset below which everything is processed.
+        offset: Offset,
+    },
+    /// The application has finished every message it had of `partition`
+    /// after [`Command::StopFetching`].
+    Drained {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the fetching ran under.
+        token: FencingToken,
+    },
+    /// Leave the group: drain, commit, release every claim, deregister.
+    Shutdown,
+}
+
+/// The outcome of a registration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// The registration record now exists under our session.
+    Registered,
+    /// A registration record for this member id exists already, under
+    /// `session` (ours after a lost reply, or a previous session).
+    Exists {
+        /// The session holding the record.
+        session: SessionId,
+    },
+}
+
+/// The outcome of a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The owner record was created by this request.
+    Created {
+        /// The new claim's fencing token.
+        token: FencingToken,
+    },
+    /// An owner record exists already; the core compares its session with
+    /// its own to tell a lost reply of its own claim from another owner.
+    Held {
+        /// The member named in the record (`None` if unreadable).
+        owner: Option<MemberId>,
+        /// The session the record belongs to.
+        session: SessionId,
+        /// The record's fencing token.
+        token: FencingToken,
+    },
+}
+
+/// Where a fetch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchFrom {
+    /// At this offset (a committed offset, or where consumption paused).
+    Offset(Offset),
+    /// At the oldest offset the broker has (nothing committed yet).
+    Oldest,
+    /// At the newest offset (nothing committed yet).
+    Newest,
+}
+
+/// Something the runtime must do, taken from [`crate::Member::poll_command`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Create this member's registration record under the current session.
+    Register {
+        /// The request's id.
+        id: RequestId,
+        /// What to advertise.
+        member: MemberInfo,
+    },
+    /// Delete this member's registration record.
+    Deregister {
+        /// The request's id.
+        id: RequestId,
+    },
+    /// Read the member list and watch it (one-shot: answer with
+    /// [`Event::MembersResult`], later [`Event::MembersChanged`] once).
+    WatchMembers {
+        /// The request's id.
+        id: RequestId,
+    },
+    /// Create the owner record of `partition` under the current session;
+    /// if one exists, read it (answer with [`Event::ClaimResult`]).
+    Claim {
+        /// The request's id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// Watch the owner record of `partition` (one-shot: answer with
+    /// [`Event::OwnerWatchResult`], later [`Event::OwnerDeleted`]).
+    WatchOwner {
+        /// The request's id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// Delete the owner record of `partition` if it is still this member's
+    /// claim: created under the current session and, if `token` is given,
+    /// with that fencing token.
+    Release {
+        /// The request's id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim's token, when known.
+        token: Option<FencingToken>,
+    },
+    /// Read the committed offset of `partition`.
+    ReadOffset {
+        /// The request's id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// Write `offset` (the next offset to consume) as the committed offset
+    /// of `partition`, only while the owner record is the claim `token`.
+    CommitOffset {
+        /// The request's id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+        /// The next offset to consume.
+        offset: Offset,
+        /// The claim that guards the write.
+        token: FencingToken,
+    },
+    /// Confirm the session is alive on the server (a cheap round trip).
+    Heartbeat {
+        /// The request's id.
+        id: RequestId,
+    },
+    /// Start fetching `partition` and handing its messages to the
+    /// application.
+    StartFetching {
+        /// The partition.
+        partition: TopicPartition,
+        /// Where to start.
+        from: FetchFrom,
+        /// The claim's fencing token, carried by every message.
+        token: FencingToken,
+    },
+    /// Stop fetching `partition`; answer with [`Event::Drained`] when the
+    /// application has finished the messages it has.
+    StopFetching {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the fetching ran under.
+        token: FencingToken,
+    },
+    /// A problem worth telling the application about; the member goes on.
+    Report(Error),
+}
