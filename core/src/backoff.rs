@@ -29,7 +29,10 @@ mod tests {
             for _ in 0..50 {
                 let d = delay(&mut rng, min, max, attempt);
                 assert!(d <= ceiling, "attempt {attempt}: {d:?} > {ceiling:?}");
-                assert!(d >= ceiling / 2, "attempt {attempt}: {d:?} < half of {ceiling:?}");
+                assert!(
+                    d >= ceiling / 2,
+                    "attempt {attempt}: {d:?} < half of {ceiling:?}"
+                );
             }
         }
     }

@@ -66,7 +66,9 @@ pub fn validate_topic(name: &str) -> Result<(), NameError> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
     {
-        return Err(bad("only ASCII letters, digits, `.`, `_` and `-` are allowed"));
+        return Err(bad(
+            "only ASCII letters, digits, `.`, `_` and `-` are allowed",
+        ));
     }
     Ok(())
 }

@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use crate::assignment::PartitionCounts;
 use crate::error::{Error, StoreError};
-use crate::types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+use crate::types::{
+    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
+};
 
 /// Something that happened, handed to [`crate::Member::handle_event`].
 #[derive(Clone, Debug, PartialEq)]

@@ -29,7 +29,9 @@ use crate::backoff;
 use crate::config::{Config, InitialOffset};
 use crate::error::{ConfigError, Error, StoreError};
 use crate::rng::SplitMix64;
-use crate::types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+use crate::types::{
+    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
+};
 
 /// What a store request was for, so its result finds its way back.
 #[derive(Clone, Debug)]
@@ -176,10 +178,12 @@ impl Member {
 
     /// The partitions the application is being fed, with their tokens.
     pub fn fetching(&self) -> impl Iterator<Item = (&TopicPartition, FencingToken)> {
-        self.partitions.iter().filter_map(|(p, s)| match (s.fetch, s.token) {
-            (Fetch::Fetching, Some(t)) => Some((p, t)),
-            _ => None,
-        })
+        self.partitions
+            .iter()
+            .filter_map(|(p, s)| match (s.fetch, s.token) {
+                (Fetch::Fetching, Some(t)) => Some((p, t)),
+                _ => None,
+            })
     }
 
     /// The next offset this member last knew committed for `partition`.
@@ -192,9 +196,9 @@ impl Member {
     pub fn is_settled(&self) -> bool {
         self.partitions.len() == self.assigned.len()
             && self.assigned.iter().all(|p| {
-                self.partitions
-                    .get(p)
-                    .is_some_and(|s| s.fetch == Fetch::Fetching && matches!(s.phase, Phase::Owned(_)))
+                self.partitions.get(p).is_some_and(|s| {
+                    s.fetch == Fetch::Fetching && matches!(s.phase, Phase::Owned(_))
+                })
             })
     }
 
@@ -272,7 +276,12 @@ impl Member {
         }
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        for step in [self.registration, self.members_watch, self.heartbeat, self.deregistration] {
+        for step in [
+            self.registration,
+            self.members_watch,
+            self.heartbeat,
+            self.deregistration,
+        ] {
             if let Step::Backoff(t, _) = step {
                 at(t);
             }
@@ -367,14 +376,25 @@ impl Member {
     }
 
     fn backoff(&mut self, attempt: u32) -> Instant {
-        self.now + backoff::delay(&mut self.rng, self.config.backoff_min, self.config.backoff_max, attempt)
+        self.now
+            + backoff::delay(
+                &mut self.rng,
+                self.config.backoff_min,
+                self.config.backoff_max,
+                attempt,
+            )
     }
 
     fn report(&mut self, error: Error) {
         self.commands.push_back(Command::Report(error));
     }
 
-    fn report_store(&mut self, operation: &'static str, partition: Option<&TopicPartition>, source: StoreError) {
+    fn report_store(
+        &mut self,
+        operation: &'static str,
+        partition: Option<&TopicPartition>,
+        source: StoreError,
+    ) {
         self.report(Error::Store {
             operation,
             partition: partition.cloned(),
@@ -404,10 +424,13 @@ impl Member {
         let partitions = std::mem::take(&mut self.partitions);
         for (partition, state) in partitions {
             if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.commands.push_back(Command::StopFetching { partition, token });
+                self.commands
+                    .push_back(Command::StopFetching { partition, token });
             }
         }
-        self.report(Error::SessionExpired { partitions: dropped });
+        self.report(Error::SessionExpired {
+            partitions: dropped,
+        });
         self.requests.clear();
         self.session = None;
         self.last_heard = None;
@@ -483,7 +506,8 @@ impl Member {
         match result {
             Ok(members) => {
                 self.members_watch = Step::Done;
-                if self.registration == Step::Done && !members.iter().any(|m| m.id == self.info.id) {
+                if self.registration == Step::Done && !members.iter().any(|m| m.id == self.info.id)
+                {
                     // Our record is gone while the session lives (deleted by
                     // hand, say): the others no longer count us, so register
                     // again rather than hold partitions they will reassign.
@@ -521,14 +545,21 @@ impl Member {
     /// When the session should next be confirmed: a third of the session
     /// timeout after the server last heard from us, while we hold claims.
     fn heartbeat_due(&self) -> Option<Instant> {
-        if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done {
+        if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done
+        {
             return None;
         }
-        let holds = self.partitions.values().any(|s| !matches!(s.phase, Phase::Claiming(_)));
+        let holds = self
+            .partitions
+            .values()
+            .any(|s| !matches!(s.phase, Phase::Claiming(_)));
         if !holds {
             return None;
         }
-        Some(self.last_heard.map_or(self.now, |t| t + self.config.session_timeout / 3))
+        Some(
+            self.last_heard
+                .map_or(self.now, |t| t + self.config.session_timeout / 3),
+        )
     }
 
     /// Recomputes which partitions are ours and starts the claims and
@@ -544,7 +575,8 @@ impl Member {
         for partition in assigned {
             match self.partitions.get_mut(&partition) {
                 None => {
-                    self.partitions.insert(partition.clone(), PartitionState::claiming(now));
+                    self.partitions
+                        .insert(partition.clone(), PartitionState::claiming(now));
                     self.send_claim(&partition);
                 }
                 Some(state) => {
@@ -636,9 +668,9 @@ impl Member {
                 Ok(ClaimOutcome::Created { token }) => self.become_owner(&partition, token),
                 // A claim whose reply was lost: the record carries our
                 // session, so it is ours.
-                Ok(ClaimOutcome::Held { session: s, token, .. }) if Some(s) == session => {
-                    self.become_owner(&partition, token)
-                }
+                Ok(ClaimOutcome::Held {
+                    session: s, token, ..
+                }) if Some(s) == session => self.become_owner(&partition, token),
                 Ok(ClaimOutcome::Held { owner, .. }) => {
                     let watch = self.request(Purpose::Partition(partition.clone()));
                     if let Some(state) = self.partitions.get_mut(&partition) {
@@ -670,7 +702,9 @@ impl Member {
             Phase::Releasing(ReleaseStep::AwaitClaim) => {
                 let token = match result {
                     Ok(ClaimOutcome::Created { token }) => Some(Some(token)),
-                    Ok(ClaimOutcome::Held { session: s, token, .. }) if Some(s) == session => Some(Some(token)),
+                    Ok(ClaimOutcome::Held {
+                        session: s, token, ..
+                    }) if Some(s) == session => Some(Some(token)),
                     Ok(ClaimOutcome::Held { .. }) | Err(StoreError::NoNode) => None,
                     // Unknown outcome: delete the record if it is ours.
                     Err(_) => Some(None),
@@ -712,7 +746,10 @@ impl Member {
             }
             Ok(false) => self.send_claim(&partition),
             Err(error) => {
-                if !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                if !matches!(
+                    error,
+                    StoreError::ConnectionLoss | StoreError::SessionExpired
+                ) {
                     self.report_store("watch owner", Some(&partition), error);
                 }
                 self.claim_backoff(&partition);
@@ -757,11 +794,16 @@ impl Member {
 
     /// The partition request `id` was for, if it is still awaited by that
     /// partition's current step (or its interval commit).
-    fn partition_request<T>(&mut self, id: RequestId, result: &Result<T, StoreError>) -> Option<TopicPartition> {
+    fn partition_request<T>(
+        &mut self,
+        id: RequestId,
+        result: &Result<T, StoreError>,
+    ) -> Option<TopicPartition> {
         match self.answered(id, result)? {
             Purpose::Partition(partition) => {
                 let state = self.partitions.get(&partition)?;
-                let current = state.request == Some(id) || state.commit.is_some_and(|(c, _)| c == id);
+                let current =
+                    state.request == Some(id) || state.commit.is_some_and(|(c, _)| c == id);
                 current.then_some(partition)
             }
             _ => None,
@@ -804,7 +846,12 @@ impl Member {
                 state.attempt = state.attempt.saturating_add(1);
                 state.phase = Phase::Owned(OwnedStep::ReadBackoff);
                 state.request = None;
-                if report && !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                if report
+                    && !matches!(
+                        error,
+                        StoreError::ConnectionLoss | StoreError::SessionExpired
+                    )
+                {
                     self.report_store("read offset", Some(&partition), error);
                 }
                 let at = self.backoff(attempt);
@@ -828,7 +875,10 @@ impl Member {
             Phase::Releasing(ReleaseStep::Draining) => true,
             _ => false,
         };
-        if open && state.token == Some(token) && matches!(state.fetch, Fetch::Fetching | Fetch::Stopping) {
+        if open
+            && state.token == Some(token)
+            && matches!(state.fetch, Fetch::Fetching | Fetch::Stopping)
+        {
             state.processed = Some(state.processed.map_or(offset, |p| p.max(offset)));
         }
     }
@@ -848,7 +898,13 @@ impl Member {
         }
     }
 
-    fn send_commit(&mut self, partition: &TopicPartition, offset: Offset, token: FencingToken, final_commit: bool) {
+    fn send_commit(
+        &mut self,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+        final_commit: bool,
+    ) {
         let id = self.request(Purpose::Partition(partition.clone()));
         if let Some(state) = self.partitions.get_mut(partition) {
             if final_commit {
@@ -901,7 +957,10 @@ impl Member {
             }
             Err(error) => {
                 let releasing = matches!(state.phase, Phase::Releasing(_));
-                if !matches!(error, StoreError::ConnectionLoss | StoreError::SessionExpired) {
+                if !matches!(
+                    error,
+                    StoreError::ConnectionLoss | StoreError::SessionExpired
+                ) {
                     self.report_store("commit", Some(&partition), error);
                 }
                 if releasing {
@@ -1064,7 +1123,9 @@ impl Member {
             None => return,
         };
         match result {
-            Ok(()) | Err(StoreError::NoNode | StoreError::NotOwner) => self.finish_release(&partition),
+            Ok(()) | Err(StoreError::NoNode | StoreError::NotOwner) => {
+                self.finish_release(&partition)
+            }
             // The backend announces the expiry, which drops everything.
             Err(StoreError::SessionExpired) => {}
             Err(error) => {
@@ -1204,7 +1265,9 @@ impl Member {
             .filter(|(_, s)| {
                 s.retry_at.is_some_and(|t| now >= t)
                     || s.drain_deadline.is_some_and(|t| now >= t)
-                    || (matches!(s.phase, Phase::Claiming(_)) && !s.stall_reported && now >= s.since + threshold)
+                    || (matches!(s.phase, Phase::Claiming(_))
+                        && !s.stall_reported
+                        && now >= s.since + threshold)
             })
             .map(|(p, _)| p.clone())
             .collect();
@@ -1212,7 +1275,10 @@ impl Member {
             let Some(state) = self.partitions.get_mut(&partition) else {
                 continue;
             };
-            if matches!(state.phase, Phase::Claiming(_)) && !state.stall_reported && now >= state.since + threshold {
+            if matches!(state.phase, Phase::Claiming(_))
+                && !state.stall_reported
+                && now >= state.since + threshold
+            {
                 state.stall_reported = true;
                 let waited = now.saturating_duration_since(state.since);
                 let holder = state.holder.clone();
@@ -1228,14 +1294,17 @@ impl Member {
             if state.retry_at.is_some_and(|t| now >= t) {
                 state.retry_at = None;
                 match state.phase {
-                    Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => self.send_claim(&partition),
+                    Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => {
+                        self.send_claim(&partition)
+                    }
                     Phase::Owned(OwnedStep::ReadBackoff) => {
                         let id = self.request(Purpose::Partition(partition.clone()));
                         if let Some(state) = self.partitions.get_mut(&partition) {
                             state.phase = Phase::Owned(OwnedStep::ReadingOffset);
                             state.request = Some(id);
                         }
-                        self.commands.push_back(Command::ReadOffset { id, partition });
+                        self.commands
+                            .push_back(Command::ReadOffset { id, partition });
                     }
                     Phase::Releasing(ReleaseStep::CommitBackoff) => self.final_commit(&partition),
                     Phase::Releasing(ReleaseStep::DeleteBackoff) => self.send_release(&partition),
@@ -1265,4 +1334,3 @@ impl Member {
         }
     }
 }
-

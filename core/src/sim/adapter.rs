@@ -1,0 +1,434 @@
+//! Carries the core's store commands to the in-memory [`Store`], in the
+//! znode layout of Kafka 0.8's ZooKeeper consumer, and turns the store's
+//! answers and watch events back into core events.
+//!
+//! Layout under `<chroot>/consumers/<group>`:
+//! - `ids/<member>`: ephemeral, the member's JSON registration;
+//! - `owners/<topic>/<partition>`: ephemeral, the owner's member id;
+//! - `offsets/<topic>/<partition>`: persistent, the next offset to consume
+//!   as ASCII decimal.
+//!
+//! Every command is carried out as the ZooKeeper backend carries it out, one
+//! store call after another, so the simulator exercises the same races.
+
+use std::collections::BTreeSet;
+
+use super::store::{CreateMode, Op, OpError, Stat, Store, WatchEvent};
+use crate::error::StoreError;
+use crate::protocol::{ClaimOutcome, Command, Event, RegisterOutcome};
+use crate::types::{
+    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
+};
+
+/// The paths of one group's records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    base: String,
+}
+
+/// What a watched path is, for routing its events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// The member list.
+    Members,
+    /// A partition's owner record.
+    Owner(TopicPartition),
+}
+
+impl Layout {
+    /// The layout of `group` under `chroot` (`""` or `"/"` for none).
+    pub fn new(chroot: &str, group: &str) -> Layout {
+        let chroot = chroot.trim_end_matches('/');
+        Layout {
+            base: format!("{chroot}/consumers/{group}"),
+        }
+    }
+
+    /// The parent of the member registrations.
+    pub fn ids(&self) -> String {
+        format!("{}/ids", self.base)
+    }
+
+    /// A member's registration.
+    pub fn member(&self, id: &MemberId) -> String {
+        format!("{}/ids/{}", self.base, id)
+    }
+
+    /// A partition's owner record.
+    pub fn owner(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/owners/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
+    /// A partition's committed offset.
+    pub fn offset(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/offsets/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
+    /// What `path` is, if it is a path this layout watches.
+    pub fn classify(&self, path: &str) -> Option<Watched> {
+        let rest = path.strip_prefix(&self.base)?;
+        if rest == "/ids" {
+            return Some(Watched::Members);
+        }
+        let rest = rest.strip_prefix("/owners/")?;
+        let (topic, partition) = rest.split_once('/')?;
+        let partition = partition.parse().ok()?;
+        Some(Watched::Owner(TopicPartition::new(topic, partition)))
+    }
+}
+
+/// The registration JSON of Kafka 0.8's consumers, with tenure's strategy:
+/// `{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":S,"strategy":"sticky"}`.
+pub fn encode_registration(info: &MemberInfo, timestamp_secs: u64) -> Vec<u8> {
+    let subscription: serde_json::Map<String, serde_json::Value> = info
+        .topics
+        .iter()
+        .map(|t| (t.clone(), serde_json::Value::from(1)))
+        .collect();
+    let value = serde_json::json!({
+        "version": 1,
+        "subscription": subscription,
+        "pattern": "static",
+        "timestamp": timestamp_secs,
+        "strategy": info.strategy,
+    });
+    value.to_string().into_bytes()
+}
+
+/// Reads a registration written by [`encode_registration`] (or by a Kafka
+/// 0.8 consumer, whose strategy is taken to be `range`).
+pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(data).map_err(|e| format!("not JSON: {e}"))?;
+    let subscription = value
+        .get("subscription")
+        .and_then(|s| s.as_object())
+        .ok_or("no \"subscription\" object")?;
+    let topics: BTreeSet<String> = subscription.keys().cloned().collect();
+    let strategy = match value.get("strategy") {
+        None => "range".to_owned(),
+        Some(s) => s.as_str().ok_or("\"strategy\" is not a string")?.to_owned(),
+    };
+    let id = MemberId::new(id).map_err(|e| e.to_string())?;
+    Ok(MemberInfo {
+        id,
+        topics,
+        strategy,
+    })
+}
+
+/// The result of carrying out one command.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Execution {
+    /// The command's result event.
+    Done(Event),
+    /// A claim found the record taken; the backend reads the owner in a
+    /// second round trip ([`claim_read_owner`]) — where the original
+    /// system's NodeExists → NoNode race lives.
+    ReadOwner {
+        /// The claim's request id.
+        id: RequestId,
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// Not a store command (fetching, reports): nothing to do here.
+    NotForStore,
+}
+
+fn store_error(error: OpError) -> StoreError {
+    match error {
+        OpError::NoNode => StoreError::NoNode,
+        OpError::SessionExpired => StoreError::SessionExpired,
+        other => StoreError::Other(other.to_string()),
+    }
+}
+
+fn token_of(stat: &Stat) -> FencingToken {
+    FencingToken(stat.czxid)
+}
+
+/// Carries out `command` for the member `member` under `session`.
+/// `timestamp_secs` is written into registrations.
+pub fn execute(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    member: &MemberInfo,
+    command: Command,
+    timestamp_secs: u64,
+) -> Execution {
+    match command {
+        Command::Register { id, member: info } => {
+            let result = register(store, layout, session, &info, timestamp_secs);
+            Execution::Done(Event::RegisterResult { id, result })
+        }
+        Command::Deregister { id } => {
+            let path = layout.member(&member.id);
+            let result = delete_if_ours(store, session, &path, None);
+            Execution::Done(Event::DeregisterResult { id, result })
+        }
+        Command::WatchMembers { id } => {
+            let result = read_members(store, layout, session);
+            Execution::Done(Event::MembersResult { id, result })
+        }
+        Command::Heartbeat { id } => {
+            let result = if store.session_alive(session) {
+                Ok(())
+            } else {
+                Err(StoreError::SessionExpired)
+            };
+            Execution::Done(Event::HeartbeatResult { id, result })
+        }
+        Command::Claim { id, partition } => {
+            let path = layout.owner(&partition);
+            let created = store.create_parents(session, &path).and_then(|_| {
+                store.create(
+                    session,
+                    &path,
+                    member.id.as_str().as_bytes().to_vec(),
+                    CreateMode::Ephemeral,
+                )
+            });
+            match created {
+                Ok((stat, _)) => Execution::Done(Event::ClaimResult {
+                    id,
+                    result: Ok(ClaimOutcome::Created {
+                        token: token_of(&stat),
+                    }),
+                }),
+                Err(OpError::NodeExists) => Execution::ReadOwner { id, partition },
+                Err(error) => Execution::Done(Event::ClaimResult {
+                    id,
+                    result: Err(store_error(error)),
+                }),
+            }
+        }
+        Command::WatchOwner { id, partition } => {
+            let result = store
+                .exists_watch(session, &layout.owner(&partition))
+                .map(|stat| stat.is_some())
+                .map_err(store_error);
+            Execution::Done(Event::OwnerWatchResult { id, result })
+        }
+        Command::Release {
+            id,
+            partition,
+            token,
+        } => {
+            let result = delete_if_ours(store, session, &layout.owner(&partition), token);
+            Execution::Done(Event::ReleaseResult { id, result })
+        }
+        Command::ReadOffset { id, partition } => {
+            let path = layout.offset(&partition);
+            let result = match store.get(&path) {
+                Ok((data, _)) => parse_offset(&path, &data).map(Some),
+                Err(OpError::NoNode) => Ok(None),
+                Err(error) => Err(store_error(error)),
+            };
+            Execution::Done(Event::OffsetResult { id, result })
+        }
+        Command::CommitOffset {
+            id,
+            partition,
+            offset,
+            token,
+        } => {
+            let result = commit(store, layout, session, &partition, offset, token);
+            Execution::Done(Event::CommitResult { id, result })
+        }
+        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
+            Execution::NotForStore
+        }
+    }
+}
+
+/// The second round trip of a claim that met an existing record: who holds
+/// it. NoNode here is the race where the owner released between our create
+/// and this read.
+pub fn claim_read_owner(
+    store: &Store,
+    layout: &Layout,
+    id: RequestId,
+    partition: &TopicPartition,
+) -> Event {
+    let result = match store.get(&layout.owner(partition)) {
+        Ok((data, stat)) => match stat.ephemeral_owner {
+            Some(session) => Ok(ClaimOutcome::Held {
+                owner: std::str::from_utf8(&data)
+                    .ok()
+                    .and_then(|s| MemberId::new(s).ok()),
+                session,
+                token: token_of(&stat),
+            }),
+            None => Err(StoreError::Corrupt {
+                path: layout.owner(partition),
+                detail: "owner record is not ephemeral".to_owned(),
+            }),
+        },
+        Err(error) => Err(store_error(error)),
+    };
+    Event::ClaimResult { id, result }
+}
+
+/// Turns a store watch event into the core event it means, if any.
+pub fn watch_event(layout: &Layout, event: &WatchEvent) -> Option<Event> {
+    match layout.classify(&event.path)? {
+        Watched::Members => Some(Event::MembersChanged),
+        Watched::Owner(partition) => Some(Event::OwnerDeleted { partition }),
+    }
+}
+
+fn register(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    info: &MemberInfo,
+    timestamp_secs: u64,
+) -> Result<RegisterOutcome, StoreError> {
+    let path = layout.member(&info.id);
+    store.create_parents(session, &path).map_err(store_error)?;
+    match store.create(
+        session,
+        &path,
+        encode_registration(info, timestamp_secs),
+        CreateMode::Ephemeral,
+    ) {
+        Ok(_) => Ok(RegisterOutcome::Registered),
+        Err(OpError::NodeExists) => match store.get(&path) {
+            Ok((_, stat)) => match stat.ephemeral_owner {
+                Some(session) => Ok(RegisterOutcome::Exists { session }),
+                None => Err(StoreError::Corrupt {
+                    path,
+                    detail: "member registration is not ephemeral".to_owned(),
+                }),
+            },
+            // Gone between the create and the read: try again.
+            Err(error) => Err(store_error(error)),
+        },
+        Err(error) => Err(store_error(error)),
+    }
+}
+
+fn read_members(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+) -> Result<Vec<MemberInfo>, StoreError> {
+    let ids = layout.ids();
+    store
+        .create_parents(session, &format!("{ids}/x"))
+        .map_err(store_error)?;
+    let children = store.children_watch(session, &ids).map_err(store_error)?;
+    let mut members = Vec::with_capacity(children.len());
+    for child in children {
+        // A member that left between the listing and the read is simply
+        // not a member any more; an unreadable registration is left out
+        // rather than guessed at (the others leave it out too).
+        if let Ok((data, _)) = store.get(&format!("{ids}/{child}")) {
+            if let Ok(info) = decode_registration(&child, &data) {
+                members.push(info);
+            }
+        }
+    }
+    Ok(members)
+}
+
+fn delete_if_ours(
+    store: &mut Store,
+    session: SessionId,
+    path: &str,
+    token: Option<FencingToken>,
+) -> Result<(), StoreError> {
+    let stat = match store.get(path) {
+        Ok((_, stat)) => stat,
+        Err(OpError::NoNode) => return Ok(()),
+        Err(error) => return Err(store_error(error)),
+    };
+    let ours = stat.ephemeral_owner == Some(session) && token.is_none_or(|t| t.0 == stat.czxid);
+    if !ours {
+        return Ok(());
+    }
+    // The version guards against the record changing between the read and
+    // the delete.
+    match store.delete(session, path, Some(stat.version)) {
+        Ok(_) | Err(OpError::NoNode) => Ok(()),
+        Err(OpError::BadVersion) => Err(StoreError::Other(
+            "owner record changed during release".to_owned(),
+        )),
+        Err(error) => Err(store_error(error)),
+    }
+}
+
+/// Parses a committed offset: ASCII decimal, not negative.
+pub fn parse_offset(path: &str, data: &[u8]) -> Result<Offset, StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_owned(),
+        detail,
+    };
+    let text = std::str::from_utf8(data).map_err(|_| corrupt("offset is not UTF-8".to_owned()))?;
+    let offset: Offset = text
+        .trim()
+        .parse()
+        .map_err(|_| corrupt(format!("offset {text:?} is not a decimal number")))?;
+    if offset < 0 {
+        return Err(corrupt(format!("offset {offset} is negative")));
+    }
+    Ok(offset)
+}
+
+fn commit(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    partition: &TopicPartition,
+    offset: Offset,
+    token: FencingToken,
+) -> Result<(), StoreError> {
+    let owner_path = layout.owner(partition);
+    let owner = match store.get(&owner_path) {
+        Ok((_, stat)) => stat,
+        Err(OpError::NoNode) => return Err(StoreError::NotOwner),
+        Err(error) => return Err(store_error(error)),
+    };
+    if owner.ephemeral_owner != Some(session) || owner.czxid != token.0 {
+        return Err(StoreError::NotOwner);
+    }
+    let path = layout.offset(partition);
+    let data = offset.to_string().into_bytes();
+    let write = match store.exists(&path) {
+        Some(stat) => Op::SetData {
+            path: path.clone(),
+            data,
+            version: Some(stat.version),
+        },
+        None => {
+            store.create_parents(session, &path).map_err(store_error)?;
+            Op::Create {
+                path: path.clone(),
+                data,
+                mode: CreateMode::Persistent,
+            }
+        }
+    };
+    // The check ties the write to the owner record as read above: only our
+    // own release or the end of our session can remove it, and either makes
+    // this multi fail.
+    let ops = vec![
+        Op::Check {
+            path: owner_path,
+            version: owner.version,
+        },
+        write,
+    ];
+    match store.multi(session, ops) {
+        Ok(_) => Ok(()),
+        Err((0, OpError::NoNode | OpError::BadVersion)) => Err(StoreError::NotOwner),
+        Err((_, error)) => Err(store_error(error)),
+    }
+}
