@@ -155,6 +155,8 @@ fn token_of(stat: &Stat) -> FencingToken {
 
 /// Carries out `command` for the member `member` under `session`.
 /// `timestamp_secs` is written into registrations.
+/// Watch events the store fired along the way are appended to `fired`, for
+/// the caller to deliver.
 pub fn execute(
     store: &mut Store,
     layout: &Layout,
@@ -162,19 +164,20 @@ pub fn execute(
     member: &MemberInfo,
     command: Command,
     timestamp_secs: u64,
+    fired: &mut Vec<WatchEvent>,
 ) -> Execution {
     match command {
         Command::Register { id, member: info } => {
-            let result = register(store, layout, session, &info, timestamp_secs);
+            let result = register(store, layout, session, &info, timestamp_secs, fired);
             Execution::Done(Event::RegisterResult { id, result })
         }
         Command::Deregister { id } => {
             let path = layout.member(&member.id);
-            let result = delete_if_ours(store, session, &path, None);
+            let result = delete_if_ours(store, session, &path, None, fired);
             Execution::Done(Event::DeregisterResult { id, result })
         }
         Command::WatchMembers { id } => {
-            let result = read_members(store, layout, session);
+            let result = read_members(store, layout, session, fired);
             Execution::Done(Event::MembersResult { id, result })
         }
         Command::Heartbeat { id } => {
@@ -187,7 +190,8 @@ pub fn execute(
         }
         Command::Claim { id, partition } => {
             let path = layout.owner(&partition);
-            let created = store.create_parents(session, &path).and_then(|_| {
+            let created = store.create_parents(session, &path).and_then(|parents| {
+                fired.extend(parents);
                 store.create(
                     session,
                     &path,
@@ -196,12 +200,15 @@ pub fn execute(
                 )
             });
             match created {
-                Ok((stat, _)) => Execution::Done(Event::ClaimResult {
-                    id,
-                    result: Ok(ClaimOutcome::Created {
-                        token: token_of(&stat),
-                    }),
-                }),
+                Ok((stat, events)) => {
+                    fired.extend(events);
+                    Execution::Done(Event::ClaimResult {
+                        id,
+                        result: Ok(ClaimOutcome::Created {
+                            token: token_of(&stat),
+                        }),
+                    })
+                }
                 Err(OpError::NodeExists) => Execution::ReadOwner { id, partition },
                 Err(error) => Execution::Done(Event::ClaimResult {
                     id,
@@ -221,7 +228,7 @@ pub fn execute(
             partition,
             token,
         } => {
-            let result = delete_if_ours(store, session, &layout.owner(&partition), token);
+            let result = delete_if_ours(store, session, &layout.owner(&partition), token, fired);
             Execution::Done(Event::ReleaseResult { id, result })
         }
         Command::ReadOffset { id, partition } => {
@@ -239,7 +246,7 @@ pub fn execute(
             offset,
             token,
         } => {
-            let result = commit(store, layout, session, &partition, offset, token);
+            let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })
         }
         Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
@@ -290,16 +297,20 @@ fn register(
     session: SessionId,
     info: &MemberInfo,
     timestamp_secs: u64,
+    fired: &mut Vec<WatchEvent>,
 ) -> Result<RegisterOutcome, StoreError> {
     let path = layout.member(&info.id);
-    store.create_parents(session, &path).map_err(store_error)?;
+    fired.extend(store.create_parents(session, &path).map_err(store_error)?);
     match store.create(
         session,
         &path,
         encode_registration(info, timestamp_secs),
         CreateMode::Ephemeral,
     ) {
-        Ok(_) => Ok(RegisterOutcome::Registered),
+        Ok((_, events)) => {
+            fired.extend(events);
+            Ok(RegisterOutcome::Registered)
+        }
         Err(OpError::NodeExists) => match store.get(&path) {
             Ok((_, stat)) => match stat.ephemeral_owner {
                 Some(session) => Ok(RegisterOutcome::Exists { session }),
@@ -319,11 +330,14 @@ fn read_members(
     store: &mut Store,
     layout: &Layout,
     session: SessionId,
+    fired: &mut Vec<WatchEvent>,
 ) -> Result<Vec<MemberInfo>, StoreError> {
     let ids = layout.ids();
-    store
-        .create_parents(session, &format!("{ids}/x"))
-        .map_err(store_error)?;
+    fired.extend(
+        store
+            .create_parents(session, &format!("{ids}/x"))
+            .map_err(store_error)?,
+    );
     let children = store.children_watch(session, &ids).map_err(store_error)?;
     let mut members = Vec::with_capacity(children.len());
     for child in children {
@@ -344,6 +358,7 @@ fn delete_if_ours(
     session: SessionId,
     path: &str,
     token: Option<FencingToken>,
+    fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
     let stat = match store.get(path) {
         Ok((_, stat)) => stat,
@@ -357,7 +372,11 @@ fn delete_if_ours(
     // The version guards against the record changing between the read and
     // the delete.
     match store.delete(session, path, Some(stat.version)) {
-        Ok(_) | Err(OpError::NoNode) => Ok(()),
+        Ok(events) => {
+            fired.extend(events);
+            Ok(())
+        }
+        Err(OpError::NoNode) => Ok(()),
         Err(OpError::BadVersion) => Err(StoreError::Other(
             "owner record changed during release".to_owned(),
         )),
@@ -389,6 +408,7 @@ fn commit(
     partition: &TopicPartition,
     offset: Offset,
     token: FencingToken,
+    fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
     let owner_path = layout.owner(partition);
     let owner = match store.get(&owner_path) {
@@ -408,7 +428,7 @@ fn commit(
             version: Some(stat.version),
         },
         None => {
-            store.create_parents(session, &path).map_err(store_error)?;
+            fired.extend(store.create_parents(session, &path).map_err(store_error)?);
             Op::Create {
                 path: path.clone(),
                 data,
@@ -427,7 +447,10 @@ fn commit(
         write,
     ];
     match store.multi(session, ops) {
-        Ok(_) => Ok(()),
+        Ok((_, events)) => {
+            fired.extend(events);
+            Ok(())
+        }
         Err((0, OpError::NoNode | OpError::BadVersion)) => Err(StoreError::NotOwner),
         Err((_, error)) => Err(store_error(error)),
     }
