@@ -1,0 +1,1589 @@
+//! Scenario tests of the member state machine: each test drives one
+//! `Member` through a script of events on a virtual clock and checks the
+//! commands it emits.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
+use tenure_core::protocol::RegisterOutcome;
+use tenure_core::{
+    ClaimOutcome, Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member,
+    MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, TopicPartition,
+};
+
+const STRATEGY: &str = "fixed";
+const OURS: &str = "m1";
+
+/// A test strategy: a partition goes to the first member of its preference
+/// list that is present, else to this test's member if present, else to the
+/// smallest member id.
+#[derive(Debug, Default)]
+struct Fixed {
+    prefer: BTreeMap<TopicPartition, Vec<MemberId>>,
+}
+
+impl AssignmentStrategy for Fixed {
+    fn name(&self) -> &str {
+        STRATEGY
+    }
+
+    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
+        let ids: BTreeSet<&MemberId> = members.iter().map(|m| &m.id).collect();
+        let mut assignment = Assignment::new();
+        for (topic, count) in partitions {
+            for n in 0..*count {
+                let partition = TopicPartition::new(topic, n);
+                let preferred = self
+                    .prefer
+                    .get(&partition)
+                    .and_then(|list| list.iter().find(|m| ids.contains(m)));
+                let fallback = || {
+                    let ours = mid(OURS);
+                    ids.get(&ours).or_else(|| ids.iter().next()).copied()
+                };
+                if let Some(owner) = preferred.or_else(fallback) {
+                    assignment.insert(partition, owner.clone());
+                }
+            }
+        }
+        assignment
+    }
+}
+
+fn tp(n: u32) -> TopicPartition {
+    TopicPartition::new("t", n)
+}
+
+fn mid(id: &str) -> MemberId {
+    MemberId::new(id).unwrap()
+}
+
+fn info(id: &str) -> MemberInfo {
+    info_with(id, STRATEGY)
+}
+
+fn info_with(id: &str, strategy: &str) -> MemberInfo {
+    MemberInfo {
+        id: mid(id),
+        topics: ["t".to_owned()].into_iter().collect(),
+        strategy: strategy.to_owned(),
+    }
+}
+
+fn counts(n: u32) -> PartitionCounts {
+    [("t".to_owned(), n)].into_iter().collect()
+}
+
+fn config_with(prefer: &[(u32, &str)]) -> Config {
+    let mut config = Config::new("g", OURS, ["t"]).unwrap();
+    config.strategy = Arc::new(Fixed {
+        prefer: prefer.iter().map(|(p, m)| (tp(*p), vec![mid(m)])).collect(),
+    });
+    config
+}
+
+fn base_config() -> Config {
+    config_with(&[])
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// The member under test, a virtual clock and helpers to feed it.
+struct Harness {
+    member: Member,
+    t0: Instant,
+    now: Instant,
+    /// Answer `Heartbeat` commands met while advancing with this result
+    /// (and leave them out of what `advance` returns).
+    auto_heartbeat: Option<Result<(), StoreError>>,
+}
+
+impl Harness {
+    fn new(config: Config) -> Self {
+        Self::with_seed(config, 7)
+    }
+
+    fn with_seed(config: Config, seed: u64) -> Self {
+        let t0 = Instant::now();
+        let member = Member::new(config, seed, t0).expect("valid config");
+        Harness {
+            member,
+            t0,
+            now: t0,
+            auto_heartbeat: None,
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+
+    fn drain(&mut self) -> Vec<Command> {
+        std::iter::from_fn(|| self.member.poll_command()).collect()
+    }
+
+    fn event(&mut self, event: Event) -> Vec<Command> {
+        self.member.handle_event(self.now, event);
+        self.drain()
+    }
+
+    /// Moves the clock forward by `by`, calling `handle_timeout` at every
+    /// moment `poll_timeout` names on the way.
+    fn advance(&mut self, by: Duration) -> Vec<Command> {
+        let target = self.now + by;
+        let mut out = Vec::new();
+        for _ in 0..100_000 {
+            match self.member.poll_timeout() {
+                Some(at) if at <= target => {
+                    let at = at.max(self.now);
+                    self.now = at;
+                    self.member.handle_timeout(at);
+                    let commands = self.drain();
+                    out.extend(self.answer_heartbeats(commands));
+                    if let Some(next) = self.member.poll_timeout() {
+                        if next <= at {
+                            // A timer the member does not act on; move on
+                            // rather than spin (checked in its own test).
+                            break;
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = target;
+        self.member.handle_timeout(target);
+        let commands = self.drain();
+        out.extend(self.answer_heartbeats(commands));
+        out
+    }
+
+    fn answer_heartbeats(&mut self, commands: Vec<Command>) -> Vec<Command> {
+        let Some(result) = self.auto_heartbeat.clone() else {
+            return commands;
+        };
+        let mut out = Vec::new();
+        for command in commands {
+            if let Command::Heartbeat { id } = command {
+                self.member.handle_event(
+                    self.now,
+                    Event::HeartbeatResult {
+                        id,
+                        result: result.clone(),
+                    },
+                );
+                let more = self.drain();
+                out.extend(self.answer_heartbeats(more));
+            } else {
+                out.push(command);
+            }
+        }
+        out
+    }
+
+    /// Session 1, registration and a member list of `members`; returns
+    /// whatever the member emitted last.
+    fn join(&mut self, members: &[MemberInfo]) -> Vec<Command> {
+        let commands = self.event(Event::SessionEstablished {
+            session: SessionId(1),
+        });
+        self.join_under(commands, members)
+    }
+
+    fn join_under(&mut self, commands: Vec<Command>, members: &[MemberInfo]) -> Vec<Command> {
+        assert_eq!(commands.len(), 2, "{commands:?}");
+        let register = match &commands[0] {
+            Command::Register { id, member } => {
+                assert_eq!(member.id, mid(OURS));
+                assert_eq!(member.strategy, STRATEGY);
+                *id
+            }
+            other => panic!("expected Register, got {other:?}"),
+        };
+        let watch = match &commands[1] {
+            Command::WatchMembers { id } => *id,
+            other => panic!("expected WatchMembers, got {other:?}"),
+        };
+        let after = self.event(Event::RegisterResult {
+            id: register,
+            result: Ok(RegisterOutcome::Registered),
+        });
+        assert!(after.is_empty(), "{after:?}");
+        self.event(Event::MembersResult {
+            id: watch,
+            result: Ok(members.to_vec()),
+        })
+    }
+
+    /// Answers a claim with `Created{token}`, the offset read with
+    /// `committed`, and returns the `StartFetching` position.
+    fn own(
+        &mut self,
+        claim: RequestId,
+        partition: &TopicPartition,
+        token: u64,
+        committed: Option<Offset>,
+    ) -> FetchFrom {
+        let commands = self.event(Event::ClaimResult {
+            id: claim,
+            result: Ok(ClaimOutcome::Created {
+                token: FencingToken(token),
+            }),
+        });
+        let read = read_offsets(&commands);
+        assert_eq!(read.len(), 1, "{commands:?}");
+        assert_eq!(&read[0].1, partition);
+        let commands = self.event(Event::OffsetResult {
+            id: read[0].0,
+            result: Ok(committed),
+        });
+        let starts = starts(&commands);
+        assert_eq!(starts.len(), 1, "{commands:?}");
+        assert_eq!(&starts[0].0, partition);
+        assert_eq!(starts[0].2, FencingToken(token));
+        starts[0].1
+    }
+
+    /// Joins alone with `n` partitions and owns them all (tokens 100 + p,
+    /// committed offsets 0), every one fetching.
+    fn owning(&mut self, n: u32) {
+        self.join(&[info(OURS)]);
+        let commands = self.event(Event::PartitionCounts(counts(n)));
+        let claims = claims(&commands);
+        assert_eq!(claims.len(), n as usize, "{commands:?}");
+        for (id, partition) in claims {
+            let token = 100 + u64::from(partition.partition);
+            assert_eq!(
+                self.own(id, &partition, token, Some(0)),
+                FetchFrom::Offset(0)
+            );
+        }
+        assert_eq!(self.member.fetching().count(), n as usize);
+    }
+
+    fn processed(&mut self, partition: u32, offset: Offset) -> Vec<Command> {
+        self.event(Event::Processed {
+            partition: tp(partition),
+            token: FencingToken(100 + u64::from(partition)),
+            offset,
+        })
+    }
+
+    fn drained(&mut self, partition: u32) -> Vec<Command> {
+        self.event(Event::Drained {
+            partition: tp(partition),
+            token: FencingToken(100 + u64::from(partition)),
+        })
+    }
+
+    /// A membership change to `members`; returns the commands it caused.
+    fn members(&mut self, members: &[MemberInfo]) -> Vec<Command> {
+        let commands = self.event(Event::MembersChanged);
+        let watch = match commands.as_slice() {
+            [Command::WatchMembers { id }] => *id,
+            other => panic!("expected WatchMembers, got {other:?}"),
+        };
+        self.event(Event::MembersResult {
+            id: watch,
+            result: Ok(members.to_vec()),
+        })
+    }
+}
+
+fn claims(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Claim { id, partition } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn read_offsets(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::ReadOffset { id, partition } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn watches(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::WatchOwner { id, partition } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn starts(commands: &[Command]) -> Vec<(TopicPartition, FetchFrom, FencingToken)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::StartFetching {
+                partition,
+                from,
+                token,
+            } => Some((partition.clone(), *from, *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stops(commands: &[Command]) -> Vec<(TopicPartition, FencingToken)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::StopFetching { partition, token } => Some((partition.clone(), *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn commits(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Offset, FencingToken)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::CommitOffset {
+                id,
+                partition,
+                offset,
+                token,
+            } => Some((*id, partition.clone(), *offset, *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn releases(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Option<FencingToken>)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Release {
+                id,
+                partition,
+                token,
+            } => Some((*id, partition.clone(), *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn heartbeats(commands: &[Command]) -> Vec<RequestId> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Heartbeat { id } => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reports(commands: &[Command]) -> Vec<Error> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Report(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+// ----- happy path and offsets -----
+
+#[test]
+fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
+    let mut h = Harness::new(base_config());
+    let commands = h.join(&[info(OURS)]);
+    assert!(commands.is_empty(), "no partitions known yet: {commands:?}");
+    assert!(h.member.is_registered());
+
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claims = claims(&commands);
+    assert_eq!(claims.len(), 1, "{commands:?}");
+    assert_eq!(claims[0].1, tp(0));
+    assert_eq!(h.member.assigned(), &BTreeSet::from([tp(0)]));
+
+    let commands = h.event(Event::ClaimResult {
+        id: claims[0].0,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(9),
+        }),
+    });
+    let reads = read_offsets(&commands);
+    assert_eq!(reads.len(), 1, "{commands:?}");
+    assert!(
+        starts(&commands).is_empty(),
+        "no fetch before the offset read"
+    );
+    assert_eq!(
+        h.member.owned().collect::<Vec<_>>(),
+        vec![(&tp(0), FencingToken(9))]
+    );
+
+    let commands = h.event(Event::OffsetResult {
+        id: reads[0].0,
+        result: Ok(Some(42)),
+    });
+    assert_eq!(
+        starts(&commands),
+        vec![(tp(0), FetchFrom::Offset(42), FencingToken(9))]
+    );
+    assert_eq!(h.member.committed(&tp(0)), Some(42));
+    assert!(h.member.is_settled());
+}
+
+#[test]
+fn no_committed_offset_starts_at_the_configured_initial_offset() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    assert_eq!(h.own(claim, &tp(0), 5, None), FetchFrom::Oldest);
+
+    let mut newest = base_config();
+    newest.initial_offset = tenure_core::InitialOffset::Newest;
+    let mut h = Harness::new(newest);
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    assert_eq!(h.own(claim, &tp(0), 5, None), FetchFrom::Newest);
+}
+
+#[test]
+fn processed_offsets_are_committed_on_the_interval_and_never_go_backwards() {
+    let mut h = Harness::new(base_config());
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(2);
+    assert!(h.processed(0, 50).is_empty());
+
+    // Just before the interval: nothing.
+    let commands = h.advance(secs(5) - ms(1));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    let commands = h.advance(ms(1));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "only the processed partition: {commands:?}");
+    assert_eq!(
+        (&sent[0].1, sent[0].2, sent[0].3),
+        (&tp(0), 51, FencingToken(100))
+    );
+    assert!(h
+        .event(Event::CommitResult {
+            id: sent[0].0,
+            result: Ok(())
+        })
+        .is_empty());
+    assert_eq!(h.member.committed(&tp(0)), Some(51));
+
+    // Nothing new processed: no commit.
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+
+    // A lower acknowledgement after a higher one does not lower the commit.
+    h.processed(0, 60);
+    h.processed(0, 55);
+    let commands = h.advance(secs(5));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert_eq!(sent[0].2, 61);
+    h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Ok(()),
+    });
+
+    // Only a lower acknowledgement: nothing to commit.
+    h.processed(0, 58);
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert_eq!(h.member.committed(&tp(0)), Some(61));
+}
+
+#[test]
+fn acknowledgements_under_another_token_are_not_committed() {
+    let mut h = Harness::new(base_config());
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.event(Event::Processed {
+        partition: tp(0),
+        token: FencingToken(99),
+        offset: 10,
+    });
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+}
+
+// ----- claims -----
+
+#[test]
+fn node_exists_watches_the_owner_and_claims_when_it_is_deleted() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+
+    let commands = h.event(Event::ClaimResult {
+        id: claim,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid("m2")),
+            session: SessionId(77),
+            token: FencingToken(3),
+        }),
+    });
+    let watch = watches(&commands);
+    assert_eq!(watch.len(), 1, "{commands:?}");
+    assert_eq!(watch[0].1, tp(0));
+    assert!(h.member.owned().next().is_none());
+
+    let commands = h.event(Event::OwnerWatchResult {
+        id: watch[0].0,
+        result: Ok(true),
+    });
+    assert!(commands.is_empty(), "{commands:?}");
+    // Watching: no polling claims while the owner holds on.
+    let commands = h.advance(secs(5));
+    assert!(claims(&commands).is_empty(), "{commands:?}");
+
+    let commands = h.event(Event::OwnerDeleted { partition: tp(0) });
+    let again = claims(&commands);
+    assert_eq!(again.len(), 1, "claim at once: {commands:?}");
+    assert_eq!(again[0].1, tp(0));
+
+    // The owner is there again; this time it is gone before the watch.
+    let commands = h.event(Event::ClaimResult {
+        id: again[0].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid("m2")),
+            session: SessionId(77),
+            token: FencingToken(4),
+        }),
+    });
+    let watch = watches(&commands);
+    assert_eq!(watch.len(), 1, "{commands:?}");
+    let commands = h.event(Event::OwnerWatchResult {
+        id: watch[0].0,
+        result: Ok(false),
+    });
+    let third = claims(&commands);
+    assert_eq!(third.len(), 1, "claim at once: {commands:?}");
+    assert_eq!(h.own(third[0].0, &tp(0), 5, Some(3)), FetchFrom::Offset(3));
+}
+
+#[test]
+fn a_watched_owner_is_looked_at_again_if_the_notification_is_lost() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    let commands = h.event(Event::ClaimResult {
+        id: claim,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid("m2")),
+            session: SessionId(77),
+            token: FencingToken(3),
+        }),
+    });
+    h.event(Event::OwnerWatchResult {
+        id: watches(&commands)[0].0,
+        result: Ok(true),
+    });
+    let commands = h.advance(secs(10));
+    assert_eq!(claims(&commands).len(), 1, "{commands:?}");
+}
+
+#[test]
+fn no_node_on_the_follow_up_read_retries_after_a_bounded_backoff_forever() {
+    let config = base_config();
+    let (min, max) = (config.backoff_min, config.backoff_max);
+    let mut h = Harness::new(config);
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let mut claim = claims(&commands)[0].0;
+    let mut stalled = 0;
+    for round in 0..50 {
+        let commands = h.event(Event::ClaimResult {
+            id: claim,
+            result: Err(StoreError::NoNode),
+        });
+        assert!(claims(&commands).is_empty(), "round {round}: {commands:?}");
+        assert!(reports(&commands).is_empty(), "round {round}: {commands:?}");
+        let at = h.member.poll_timeout().expect("a retry is scheduled");
+        let delay = at - h.now;
+        assert!(delay >= min / 2 && delay <= max, "round {round}: {delay:?}");
+        let commands = h.advance(delay);
+        stalled += reports(&commands)
+            .iter()
+            .filter(|e| matches!(e, Error::ClaimStalled { .. }))
+            .count();
+        let again = claims(&commands);
+        assert_eq!(again.len(), 1, "round {round}: {commands:?}");
+        assert_eq!(again[0].1, tp(0));
+        claim = again[0].0;
+    }
+    assert!(
+        h.elapsed() > secs(60),
+        "the backoff grew: {:?}",
+        h.elapsed()
+    );
+    assert!(stalled <= 1);
+    assert_eq!(h.member.assigned(), &BTreeSet::from([tp(0)]));
+    assert_eq!(h.own(claim, &tp(0), 8, Some(1)), FetchFrom::Offset(1));
+}
+
+#[test]
+fn unknown_claim_outcome_is_retried_and_our_own_record_is_recognised() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    let commands = h.event(Event::ClaimResult {
+        id: claim,
+        result: Err(StoreError::ConnectionLoss),
+    });
+    assert!(claims(&commands).is_empty());
+    let commands = h.advance(secs(2));
+    let retry = claims(&commands);
+    assert_eq!(retry.len(), 1, "{commands:?}");
+
+    // The first create went through: the record carries our session.
+    let commands = h.event(Event::ClaimResult {
+        id: retry[0].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid(OURS)),
+            session: SessionId(1),
+            token: FencingToken(12),
+        }),
+    });
+    assert!(watches(&commands).is_empty(), "{commands:?}");
+    let reads = read_offsets(&commands);
+    assert_eq!(reads.len(), 1, "{commands:?}");
+    let commands = h.event(Event::OffsetResult {
+        id: reads[0].0,
+        result: Ok(Some(4)),
+    });
+    assert_eq!(
+        starts(&commands),
+        vec![(tp(0), FetchFrom::Offset(4), FencingToken(12))]
+    );
+}
+
+#[test]
+fn an_unknown_claim_outcome_is_cleaned_up_when_the_partition_moves_away() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    h.event(Event::ClaimResult {
+        id: claim,
+        result: Err(StoreError::ConnectionLoss),
+    });
+    // During the backoff the partition goes to m0: our create may have
+    // landed, so the record is deleted if it is ours.
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    let released = releases(&commands);
+    assert_eq!(released.len(), 1, "{commands:?}");
+    assert_eq!((&released[0].1, released[0].2), (&tp(0), None));
+    assert!(claims(&commands).is_empty());
+}
+
+#[test]
+fn a_claim_in_flight_when_the_partition_moves_away_is_released_if_it_landed() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    assert!(releases(&commands).is_empty(), "{commands:?}");
+    let commands = h.event(Event::ClaimResult {
+        id: claim,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(6),
+        }),
+    });
+    assert!(starts(&commands).is_empty(), "{commands:?}");
+    let released = releases(&commands);
+    assert_eq!(released.len(), 1, "{commands:?}");
+    assert_eq!(
+        (&released[0].1, released[0].2),
+        (&tp(0), Some(FencingToken(6)))
+    );
+}
+
+#[test]
+fn stale_and_repeated_results_change_nothing() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    h.own(claim, &tp(0), 10, Some(0));
+
+    let unknown = RequestId(9_999);
+    for event in [
+        Event::ClaimResult {
+            id: unknown,
+            result: Ok(ClaimOutcome::Created {
+                token: FencingToken(11),
+            }),
+        },
+        Event::OffsetResult {
+            id: unknown,
+            result: Ok(Some(3)),
+        },
+        Event::CommitResult {
+            id: unknown,
+            result: Err(StoreError::NotOwner),
+        },
+        Event::MembersResult {
+            id: unknown,
+            result: Ok(vec![info("m0")]),
+        },
+        Event::RegisterResult {
+            id: unknown,
+            result: Err(StoreError::Other("boom".into())),
+        },
+        Event::ReleaseResult {
+            id: unknown,
+            result: Ok(()),
+        },
+        // A second answer to the claim already answered.
+        Event::ClaimResult {
+            id: claim,
+            result: Ok(ClaimOutcome::Held {
+                owner: Some(mid("m2")),
+                session: SessionId(5),
+                token: FencingToken(11),
+            }),
+        },
+        Event::ClaimResult {
+            id: claim,
+            result: Err(StoreError::NoNode),
+        },
+        // A stray notification for a partition we own.
+        Event::OwnerDeleted { partition: tp(0) },
+    ] {
+        let commands = h.event(event.clone());
+        assert!(commands.is_empty(), "{event:?} -> {commands:?}");
+    }
+    assert_eq!(
+        h.member.fetching().collect::<Vec<_>>(),
+        vec![(&tp(0), FencingToken(10))]
+    );
+    assert_eq!(h.member.assigned(), &BTreeSet::from([tp(0)]));
+    assert!(h.member.is_settled());
+}
+
+#[test]
+fn a_stale_offset_read_result_does_not_restart_fetching() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let claim = claims(&commands)[0].0;
+    let commands = h.event(Event::ClaimResult {
+        id: claim,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(10),
+        }),
+    });
+    let read = read_offsets(&commands)[0].0;
+    let first = h.event(Event::OffsetResult {
+        id: read,
+        result: Ok(Some(5)),
+    });
+    assert_eq!(starts(&first).len(), 1);
+    let second = h.event(Event::OffsetResult {
+        id: read,
+        result: Ok(Some(1)),
+    });
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(h.member.committed(&tp(0)), Some(5));
+}
+
+// ----- releases -----
+
+#[test]
+fn a_moved_partition_stops_drains_commits_then_releases() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(2);
+    h.processed(0, 10);
+
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    assert_eq!(
+        commands,
+        vec![Command::StopFetching {
+            partition: tp(0),
+            token: FencingToken(100)
+        }],
+        "stop first, and only the moved partition"
+    );
+    assert_eq!(h.member.assigned(), &BTreeSet::from([tp(1)]));
+
+    // In-flight messages are still acknowledged while draining.
+    assert!(h.processed(0, 12).is_empty());
+    let commands = h.advance(secs(30));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert!(releases(&commands).is_empty(), "{commands:?}");
+
+    let commands = h.drained(0);
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert_eq!(
+        (&sent[0].1, sent[0].2, sent[0].3),
+        (&tp(0), 13, FencingToken(100))
+    );
+    assert!(
+        releases(&commands).is_empty(),
+        "release waits for the commit"
+    );
+
+    // An acknowledgement after the final commit was sent is ignored.
+    assert!(h.processed(0, 20).is_empty());
+    let commands = h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Ok(()),
+    });
+    let released = releases(&commands);
+    assert_eq!(
+        released.iter().map(|r| (&r.1, r.2)).collect::<Vec<_>>(),
+        vec![(&tp(0), Some(FencingToken(100)))],
+        "{commands:?}"
+    );
+    assert!(commits(&commands).is_empty());
+    assert!(h
+        .event(Event::ReleaseResult {
+            id: released[0].0,
+            result: Ok(())
+        })
+        .is_empty());
+    assert_eq!(
+        h.member.owned().collect::<Vec<_>>(),
+        vec![(&tp(1), FencingToken(101))]
+    );
+    let commands = h.advance(secs(20));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+}
+
+#[test]
+fn a_release_that_never_drains_times_out_then_commits_and_releases() {
+    let mut config = config_with(&[(0, "m0")]);
+    config.processing_timeout = secs(30);
+    let mut h = Harness::new(config);
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.processed(0, 4);
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
+
+    let commands = h.advance(secs(30) - ms(1));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert!(reports(&commands).is_empty(), "{commands:?}");
+
+    let commands = h.advance(ms(1));
+    assert_eq!(
+        reports(&commands),
+        vec![Error::DrainTimeout {
+            partition: tp(0),
+            timeout: secs(30)
+        }]
+    );
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert_eq!(sent[0].2, 5);
+    assert!(releases(&commands).is_empty());
+
+    // Late acknowledgements and a late drain are ignored.
+    assert!(h.processed(0, 9).is_empty());
+    assert!(h.drained(0).is_empty());
+    let commands = h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Ok(()),
+    });
+    assert_eq!(releases(&commands).len(), 1, "{commands:?}");
+    assert!(commits(&commands).is_empty());
+}
+
+#[test]
+fn a_release_with_nothing_processed_deletes_the_claim_without_committing() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.owning(1);
+    h.members(&[info("m0"), info(OURS)]);
+    let commands = h.drained(0);
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert_eq!(
+        releases(&commands)
+            .iter()
+            .map(|r| (&r.1, r.2))
+            .collect::<Vec<_>>(),
+        vec![(&tp(0), Some(FencingToken(100)))]
+    );
+}
+
+#[test]
+fn a_rebalance_that_adds_partitions_does_not_touch_the_kept_ones() {
+    let mut h = Harness::new(base_config());
+    h.owning(2);
+    let commands = h.event(Event::PartitionCounts(counts(3)));
+    assert!(stops(&commands).is_empty(), "{commands:?}");
+    assert!(releases(&commands).is_empty(), "{commands:?}");
+    assert_eq!(
+        claims(&commands)
+            .into_iter()
+            .map(|c| c.1)
+            .collect::<Vec<_>>(),
+        vec![tp(2)]
+    );
+    assert_eq!(h.member.fetching().count(), 2);
+}
+
+#[test]
+fn a_rebalance_that_moves_one_partition_pauses_only_that_one() {
+    let mut h = Harness::new(config_with(&[(1, "m0")]));
+    h.owning(3);
+    let commands = h.members(&[info(OURS), info("m0")]);
+    assert_eq!(stops(&commands), vec![(tp(1), FencingToken(101))]);
+    assert!(claims(&commands).is_empty(), "{commands:?}");
+    assert_eq!(
+        h.member.fetching().map(|f| f.0.clone()).collect::<Vec<_>>(),
+        vec![tp(0), tp(2)]
+    );
+}
+
+#[test]
+fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
+    let mut h = Harness::new(base_config());
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.processed(0, 5);
+    let commands = h.advance(secs(5));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+
+    let commands = h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Err(StoreError::NotOwner),
+    });
+    assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
+    assert_eq!(
+        reports(&commands),
+        vec![Error::CommitFenced {
+            partition: tp(0),
+            offset: 6
+        }]
+    );
+    let again = claims(&commands);
+    assert_eq!(again.len(), 1, "still assigned: {commands:?}");
+    let stop_at = commands
+        .iter()
+        .position(|c| matches!(c, Command::StopFetching { .. }));
+    let claim_at = commands
+        .iter()
+        .position(|c| matches!(c, Command::Claim { .. }));
+    assert!(stop_at < claim_at, "{commands:?}");
+    assert!(h.member.fetching().next().is_none());
+    assert!(h.member.owned().next().is_none());
+    // Acknowledgements under the fenced claim are not committed.
+    h.processed(0, 9);
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+}
+
+#[test]
+fn a_stalled_claim_is_reported_once_and_goes_on() {
+    let config = base_config();
+    let threshold = config.claim_stall_threshold;
+    let mut h = Harness::new(config);
+    h.join(&[info(OURS)]);
+    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let mut pending = commands;
+    let mut stalls = Vec::new();
+    let mut claims_after_report = 0;
+    while h.elapsed() < threshold * 3 {
+        for command in std::mem::take(&mut pending) {
+            let event = match command {
+                Command::Claim { id, .. } => {
+                    if !stalls.is_empty() {
+                        claims_after_report += 1;
+                    }
+                    Event::ClaimResult {
+                        id,
+                        result: Ok(ClaimOutcome::Held {
+                            owner: Some(mid("m2")),
+                            session: SessionId(50),
+                            token: FencingToken(2),
+                        }),
+                    }
+                }
+                Command::WatchOwner { id, .. } => Event::OwnerWatchResult {
+                    id,
+                    result: Ok(true),
+                },
+                Command::Report(error) => {
+                    stalls.push((h.elapsed(), error));
+                    continue;
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            pending.extend(h.event(event));
+        }
+        pending.extend(h.advance(secs(1)));
+    }
+    assert_eq!(stalls.len(), 1, "{stalls:?}");
+    let (when, error) = &stalls[0];
+    assert!(
+        *when >= threshold && *when <= threshold + secs(1),
+        "{when:?}"
+    );
+    match error {
+        Error::ClaimStalled {
+            partition,
+            waited,
+            holder,
+        } => {
+            assert_eq!(partition, &tp(0));
+            assert!(*waited >= threshold);
+            assert_eq!(holder.as_ref(), Some(&mid("m2")));
+        }
+        other => panic!("expected ClaimStalled, got {other:?}"),
+    }
+    assert!(claims_after_report > 0, "the claim goes on");
+}
+
+// ----- sessions -----
+
+#[test]
+fn a_suspended_session_stops_fetching_before_it_could_expire() {
+    let config = base_config();
+    let (timeout, margin) = (config.session_timeout, config.suspension_margin);
+    let mut h = Harness::new(config);
+    h.owning(1);
+    h.advance(secs(1));
+    h.processed(0, 3);
+    let last_heard = h.now;
+    h.auto_heartbeat = Some(Err(StoreError::ConnectionLoss));
+    let commands = h.event(Event::SessionSuspended { last_heard });
+    assert!(stops(&commands).is_empty(), "{commands:?}");
+
+    let deadline = last_heard + timeout - margin;
+    assert!(h.member.poll_timeout().is_some_and(|t| t <= deadline));
+    let mut before = h.advance(deadline - h.now - ms(1));
+    assert!(stops(&before).is_empty(), "{before:?}");
+    h.processed(0, 7);
+    // Answer the commit due on the way with a lost connection.
+    for (id, ..) in commits(&before) {
+        before.extend(h.event(Event::CommitResult {
+            id,
+            result: Err(StoreError::ConnectionLoss),
+        }));
+    }
+    let commands = h.advance(ms(1));
+    assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
+    assert!(h.member.fetching().next().is_none());
+
+    // Past that point nothing is committed while suspended.
+    let commands = h.advance(secs(20));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert!(starts(&commands).is_empty(), "{commands:?}");
+    h.drained(0);
+
+    h.auto_heartbeat = None;
+    let commands = h.event(Event::SessionResumed);
+    assert!(
+        starts(&commands).is_empty(),
+        "not before the server answers"
+    );
+    let beats = heartbeats(&commands);
+    assert_eq!(beats.len(), 1, "confirm at once: {commands:?}");
+    let commands = h.event(Event::HeartbeatResult {
+        id: beats[0],
+        result: Ok(()),
+    });
+    assert_eq!(
+        starts(&commands),
+        vec![(tp(0), FetchFrom::Offset(8), FencingToken(100))]
+    );
+}
+
+#[test]
+fn a_paused_process_stops_at_once_and_commits_only_after_confirmation() {
+    let mut h = Harness::new(base_config());
+    h.owning(1);
+    h.processed(0, 5);
+    // No event for three session timeouts.
+    h.now = h.t0 + secs(30);
+    h.member.handle_timeout(h.now);
+    let commands = h.drain();
+    assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    let beats = heartbeats(&commands);
+    assert_eq!(beats.len(), 1, "{commands:?}");
+
+    // Unconfirmed, the next interval commits nothing either.
+    let commands = h.advance(secs(6));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+
+    h.drained(0);
+    let commands = h.event(Event::HeartbeatResult {
+        id: beats[0],
+        result: Ok(()),
+    });
+    // The server heard the heartbeat at the 30 s mark: the lease runs again
+    // from there.
+    assert_eq!(
+        starts(&commands),
+        vec![(tp(0), FetchFrom::Offset(6), FencingToken(100))]
+    );
+    h.auto_heartbeat = Some(Ok(()));
+    h.answer_heartbeats(commands);
+    let commands = h.advance(secs(5));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert_eq!(sent[0].2, 6);
+}
+
+#[test]
+#[ignore = "bug: a release's final commit is sent by a paused member before its session is confirmed"]
+fn a_paused_process_does_not_commit_a_release_before_confirmation() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.owning(1);
+    h.processed(0, 5);
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    assert_eq!(stops(&commands).len(), 1);
+    // Paused past the drain timeout and the session timeout.
+    h.now = h.t0 + secs(70);
+    h.member.handle_timeout(h.now);
+    let commands = h.drain();
+    assert!(
+        commits(&commands).is_empty(),
+        "commit before the session is confirmed: {commands:?}"
+    );
+}
+
+#[test]
+fn expiry_drops_everything_without_touching_the_store_and_rejoins() {
+    let mut h = Harness::new(config_with(&[(2, "m2")]));
+    h.join(&[info(OURS), info("m2")]);
+    let commands = h.event(Event::PartitionCounts(counts(3)));
+    let claims0 = claims(&commands);
+    assert_eq!(claims0.len(), 2, "{commands:?}");
+    for (id, partition) in claims0 {
+        let token = 100 + u64::from(partition.partition);
+        h.own(id, &partition, token, Some(0));
+    }
+    // m2 leaves: p2 is ours to claim, held by m2 for now.
+    let commands = h.members(&[info(OURS)]);
+    let claim = claims(&commands);
+    assert_eq!(claim.len(), 1);
+    let commands = h.event(Event::ClaimResult {
+        id: claim[0].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid("m2")),
+            session: SessionId(9),
+            token: FencingToken(1),
+        }),
+    });
+    let watch = watches(&commands)[0].0;
+    h.processed(0, 4);
+
+    let commands = h.event(Event::SessionExpired);
+    let stopped: BTreeSet<_> = stops(&commands).into_iter().collect();
+    assert_eq!(
+        stopped,
+        BTreeSet::from([(tp(0), FencingToken(100)), (tp(1), FencingToken(101))])
+    );
+    assert_eq!(
+        reports(&commands),
+        vec![Error::SessionExpired { partitions: 3 }]
+    );
+    assert_eq!(commands.len(), 3, "nothing else: {commands:?}");
+    assert!(h.member.fetching().next().is_none());
+    assert!(h.member.owned().next().is_none());
+    assert!(h.member.assigned().is_empty());
+
+    // Old results and acknowledgements are ignored; nothing happens until a
+    // new session.
+    assert!(h
+        .event(Event::OwnerWatchResult {
+            id: watch,
+            result: Ok(false)
+        })
+        .is_empty());
+    assert!(h.processed(0, 9).is_empty());
+    assert!(h.drained(0).is_empty());
+    let commands = h.advance(secs(30));
+    assert!(commands.is_empty(), "{commands:?}");
+
+    let commands = h.event(Event::SessionEstablished {
+        session: SessionId(2),
+    });
+    let commands = h.join_under(commands, &[info(OURS)]);
+    let claims1 = claims(&commands);
+    assert_eq!(claims1.len(), 3, "{commands:?}");
+    // p0's record from the old session has not been deleted yet: not ours.
+    let commands = h.event(Event::ClaimResult {
+        id: claims1[0].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid(OURS)),
+            session: SessionId(1),
+            token: FencingToken(100),
+        }),
+    });
+    assert_eq!(watches(&commands).len(), 1, "{commands:?}");
+    assert!(read_offsets(&commands).is_empty(), "{commands:?}");
+    let from = h.own(claims1[1].0, &tp(1), 201, Some(0));
+    assert_eq!(from, FetchFrom::Offset(0));
+}
+
+#[test]
+fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.owning(2);
+    let before = h.member.assigned().clone();
+    let commands = h.members(&[info(OURS), info_with("m0", "range")]);
+    assert_eq!(
+        commands,
+        vec![Command::Report(Error::StrategyMismatch {
+            ours: STRATEGY.to_owned(),
+            member: mid("m0"),
+            theirs: "range".to_owned(),
+        })]
+    );
+    let commands = h.members(&[info(OURS), info_with("m0", "range")]);
+    assert!(commands.is_empty(), "reported once: {commands:?}");
+    let commands = h.event(Event::PartitionCounts(counts(4)));
+    assert!(commands.is_empty(), "no new claims: {commands:?}");
+    assert_eq!(h.member.assigned(), &before);
+    assert_eq!(h.member.fetching().count(), 2);
+
+    // Once the other member agrees, the assignment moves again.
+    let commands = h.members(&[info(OURS), info("m0")]);
+    assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
+    assert_eq!(claims(&commands).len(), 2, "{commands:?}");
+}
+
+#[test]
+fn shutdown_releases_everything_then_deregisters_and_closes() {
+    let mut h = Harness::new(base_config());
+    h.owning(2);
+    h.processed(0, 9);
+    let commands = h.event(Event::Shutdown);
+    let stopped: BTreeSet<_> = stops(&commands).into_iter().collect();
+    assert_eq!(
+        stopped,
+        BTreeSet::from([(tp(0), FencingToken(100)), (tp(1), FencingToken(101))])
+    );
+    assert_eq!(commands.len(), 2, "{commands:?}");
+
+    let commands = h.drained(0);
+    let sent = commits(&commands);
+    assert_eq!(
+        sent.iter().map(|c| (&c.1, c.2)).collect::<Vec<_>>(),
+        vec![(&tp(0), 10)]
+    );
+    let commands = h.drained(1);
+    let release1 = releases(&commands);
+    assert_eq!(release1.len(), 1, "{commands:?}");
+    assert!(commits(&commands).is_empty());
+    let commands = h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Ok(()),
+    });
+    let release0 = releases(&commands);
+    assert_eq!(release0.len(), 1, "{commands:?}");
+
+    let commands = h.event(Event::ReleaseResult {
+        id: release0[0].0,
+        result: Ok(()),
+    });
+    assert!(
+        commands.is_empty(),
+        "one release still pending: {commands:?}"
+    );
+    let commands = h.event(Event::ReleaseResult {
+        id: release1[0].0,
+        result: Err(StoreError::NoNode),
+    });
+    let deregister = match commands.as_slice() {
+        [Command::Deregister { id }] => *id,
+        other => panic!("expected Deregister, got {other:?}"),
+    };
+    assert!(!h.member.is_closed());
+    let commands = h.event(Event::DeregisterResult {
+        id: deregister,
+        result: Ok(()),
+    });
+    assert!(commands.is_empty());
+    assert!(h.member.is_closed());
+    assert_eq!(h.member.poll_timeout(), None);
+    assert!(h.event(Event::MembersChanged).is_empty());
+}
+
+#[test]
+fn shutdown_before_any_session_closes_at_once() {
+    let mut h = Harness::new(base_config());
+    let commands = h.event(Event::Shutdown);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert!(h.member.is_closed());
+}
+
+// ----- timers -----
+
+#[test]
+#[ignore = "bug: poll_timeout keeps naming a backoff the member will not act on while shutting down"]
+fn poll_timeout_is_in_the_future_after_handle_timeout_during_a_shutdown() {
+    let mut h = Harness::new(base_config());
+    h.owning(1);
+    let commands = h.event(Event::MembersChanged);
+    let watch = match commands.as_slice() {
+        [Command::WatchMembers { id }] => *id,
+        other => panic!("{other:?}"),
+    };
+    h.event(Event::MembersResult {
+        id: watch,
+        result: Err(StoreError::ConnectionLoss),
+    });
+    // The partition drains slowly during the shutdown.
+    let commands = h.event(Event::Shutdown);
+    assert_eq!(stops(&commands).len(), 1);
+    let at = h.member.poll_timeout().unwrap();
+    h.now = at;
+    h.member.handle_timeout(at);
+    h.drain();
+    let next = h.member.poll_timeout();
+    assert!(next.is_none_or(|n| n > at), "{next:?} <= {at:?}");
+}
+
+#[test]
+#[ignore = "bug: poll_timeout keeps naming a heartbeat backoff while the member registers again"]
+fn poll_timeout_is_in_the_future_after_handle_timeout_while_registering_again() {
+    let mut h = Harness::new(base_config());
+    h.owning(1);
+    let commands = h.advance(secs(4));
+    let beats = heartbeats(&commands);
+    assert_eq!(beats.len(), 1, "{commands:?}");
+    h.event(Event::HeartbeatResult {
+        id: beats[0],
+        result: Err(StoreError::ConnectionLoss),
+    });
+    // Our registration record vanished: the member registers again.
+    let commands = h.members(&[info("m0")]);
+    assert!(
+        commands
+            .iter()
+            .any(|c| matches!(c, Command::Register { .. })),
+        "{commands:?}"
+    );
+    let at = h.member.poll_timeout().unwrap();
+    h.now = at.max(h.now);
+    h.member.handle_timeout(h.now);
+    h.drain();
+    let next = h.member.poll_timeout();
+    assert!(next.is_none_or(|n| n > h.now), "{next:?} <= {:?}", h.now);
+}
+
+#[test]
+#[ignore = "bug: a failed interval commit during a release skips the drain and deletes the claim early"]
+fn a_failed_interval_commit_does_not_cut_a_drain_short() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.processed(0, 5);
+    let commands = h.advance(secs(5));
+    let interval = commits(&commands);
+    assert_eq!(interval.len(), 1, "{commands:?}");
+    // The partition moves while the interval commit is in flight.
+    let commands = h.members(&[info("m0"), info(OURS)]);
+    assert_eq!(stops(&commands).len(), 1);
+    let commands = h.event(Event::CommitResult {
+        id: interval[0].0,
+        result: Err(StoreError::ConnectionLoss),
+    });
+    assert!(commands.is_empty(), "{commands:?}");
+    // The application is still draining.
+    let commands = h.advance(secs(10));
+    assert!(
+        commits(&commands).is_empty(),
+        "commit before Drained: {commands:?}"
+    );
+    assert!(
+        releases(&commands).is_empty(),
+        "release before Drained: {commands:?}"
+    );
+}
+
+// ----- configuration -----
+
+#[test]
+fn invalid_configurations_are_refused_with_the_setting_named() {
+    let t0 = Instant::now();
+    let refused = |config: Config| Member::new(config, 1, t0).err();
+    for name in [
+        "session_timeout",
+        "processing_timeout",
+        "commit_interval",
+        "backoff_min",
+        "backoff_max",
+        "claim_stall_threshold",
+    ] {
+        let mut config = base_config();
+        match name {
+            "session_timeout" => config.session_timeout = Duration::ZERO,
+            "processing_timeout" => config.processing_timeout = Duration::ZERO,
+            "commit_interval" => config.commit_interval = Duration::ZERO,
+            "backoff_min" => config.backoff_min = Duration::ZERO,
+            "backoff_max" => config.backoff_max = Duration::ZERO,
+            _ => config.claim_stall_threshold = Duration::ZERO,
+        }
+        assert_eq!(refused(config), Some(ConfigError::Zero { name }), "{name}");
+    }
+
+    let mut config = base_config();
+    config.backoff_min = secs(3);
+    config.backoff_max = secs(2);
+    assert_eq!(
+        refused(config),
+        Some(ConfigError::NotBelow {
+            name: "backoff_min",
+            value: secs(3),
+            bound_name: "backoff_max",
+            bound: secs(2),
+        })
+    );
+    let mut config = Config::new("g", OURS, ["t"]).unwrap();
+    config.backoff_min = secs(2);
+    config.backoff_max = secs(2);
+    assert!(Member::new(config, 1, t0).is_ok(), "equal bounds are fine");
+
+    for margin in [secs(10), secs(11)] {
+        let mut config = config_with(&[]);
+        config.suspension_margin = margin;
+        assert_eq!(
+            refused(config),
+            Some(ConfigError::NotBelow {
+                name: "suspension_margin",
+                value: margin,
+                bound_name: "session_timeout",
+                bound: secs(10),
+            })
+        );
+    }
+
+    for group in ["a/b", "", "..", "."] {
+        match Config::new(group, OURS, ["t"]) {
+            Err(ConfigError::Name(e)) => assert_eq!((e.kind, e.name.as_str()), ("group", group)),
+            other => panic!("group {group:?}: {other:?}"),
+        }
+        let mut config = base_config();
+        config.group = group.to_owned();
+        assert!(
+            matches!(refused(config), Some(ConfigError::Name(_))),
+            "{group:?}"
+        );
+    }
+    match Config::new("g", OURS, ["bad topic!"]) {
+        Err(ConfigError::Name(e)) => assert_eq!((e.kind, e.name.as_str()), ("topic", "bad topic!")),
+        other => panic!("{other:?}"),
+    }
+    let mut config = base_config();
+    config.topics.insert("bad topic!".to_owned());
+    assert!(matches!(refused(config), Some(ConfigError::Name(_))));
+    assert!(matches!(
+        Config::new("g", "a/b", ["t"]),
+        Err(ConfigError::Name(e)) if e.kind == "member id"
+    ));
+    assert_eq!(
+        Config::new("g", OURS, Vec::<String>::new()).err(),
+        Some(ConfigError::NoTopics)
+    );
+    let mut config = base_config();
+    config.topics.clear();
+    assert_eq!(refused(config), Some(ConfigError::NoTopics));
+}
+
+#[test]
+fn with_session_timeout_keeps_the_derived_settings_consistent() {
+    let config = Config::new("g", OURS, ["t"])
+        .unwrap()
+        .with_session_timeout(secs(30));
+    assert_eq!(config.session_timeout, secs(30));
+    assert_eq!(config.suspension_margin, secs(6));
+    assert_eq!(
+        config.claim_stall_threshold,
+        config.processing_timeout + secs(30)
+    );
+    assert!(config.validate().is_ok());
+    // A short session timeout leaves a margin below it.
+    let config = Config::new("g", OURS, ["t"])
+        .unwrap()
+        .with_session_timeout(ms(1));
+    assert!(config.validate().is_ok(), "{config:?}");
+}
+
+// ----- determinism -----
+
+fn scripted_run(seed: u64) -> (Vec<Command>, Vec<Option<Duration>>) {
+    let mut h = Harness::with_seed(config_with(&[(1, "m0")]), seed);
+    let mut log = Vec::new();
+    let mut timeouts = Vec::new();
+    log.extend(h.join(&[info(OURS)]));
+    log.extend(h.event(Event::PartitionCounts(counts(3))));
+    let mut pending = log.clone();
+    for round in 0..40u64 {
+        let mut next = Vec::new();
+        for command in std::mem::take(&mut pending) {
+            let event = match command {
+                Command::Claim { id, .. } => Event::ClaimResult {
+                    id,
+                    result: match round % 3 {
+                        0 => Err(StoreError::NoNode),
+                        1 => Err(StoreError::ConnectionLoss),
+                        _ => Ok(ClaimOutcome::Created {
+                            token: FencingToken(round),
+                        }),
+                    },
+                },
+                Command::ReadOffset { id, .. } => Event::OffsetResult {
+                    id,
+                    result: Ok(Some(0)),
+                },
+                Command::Heartbeat { id } => Event::HeartbeatResult { id, result: Ok(()) },
+                Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Ok(()) },
+                Command::StartFetching {
+                    partition, token, ..
+                } => Event::Processed {
+                    partition,
+                    token,
+                    offset: round as i64,
+                },
+                _ => continue,
+            };
+            next.extend(h.event(event));
+        }
+        if round == 20 {
+            next.extend(h.members(&[info(OURS), info("m0")]));
+        }
+        next.extend(h.advance(ms(300)));
+        timeouts.push(h.member.poll_timeout().map(|t| t - h.t0));
+        log.extend(next.iter().cloned());
+        pending = next;
+    }
+    (log, timeouts)
+}
+
+#[test]
+fn the_same_seed_and_events_give_the_same_commands() {
+    let a = scripted_run(42);
+    let b = scripted_run(42);
+    assert!(a.0.len() > 20, "the script does something: {:?}", a.0);
+    assert_eq!(a, b);
+}
