@@ -8,7 +8,8 @@
 //!
 //! Flags: `--seeds N` (runs seeds 0..N), `--seed S` (replays one seed),
 //! `--members M`, `--partitions P` (split over two topics), `--strategy
-//! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only).
+//! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only), `--trace TEXT` (print
+//! every event, command and fault mentioning TEXT, e.g. `a/1`).
 //! Last line: `seeds=N violations=V sim_seconds_per_wall_second=X`.
 
 use std::process::ExitCode;
@@ -27,6 +28,7 @@ struct Args {
     threads: usize,
     faults: bool,
     verbose: bool,
+    trace: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -39,6 +41,7 @@ fn parse() -> Result<Args, String> {
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         faults: true,
         verbose: false,
+        trace: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,8 +66,9 @@ fn parse() -> Result<Args, String> {
             "--threads" => args.threads = number(value("--threads")?, "--threads")?.max(1) as usize,
             "--quiet-faults" => args.faults = false,
             "--verbose" => args.verbose = true,
+            "--trace" => args.trace = Some(value("--trace")?),
             "--help" | "-h" => {
-                return Err("usage: simulate [--seeds N | --seed S] [--members M] [--partitions P] [--strategy sticky|range|round-robin] [--chaos-secs S] [--threads T] [--quiet-faults] [--verbose]".to_owned())
+                return Err("usage: simulate [--seeds N | --seed S] [--members M] [--partitions P] [--strategy sticky|range|round-robin] [--chaos-secs S] [--threads T] [--quiet-faults] [--verbose] [--trace TEXT]".to_owned())
             }
             other => return Err(format!("unknown flag {other:?} (try --help)")),
         }
@@ -91,6 +95,7 @@ fn config(args: &Args, seed: u64) -> SimConfig {
         config.chaos = chaos;
     }
     config.faults = args.faults;
+    config.trace = args.trace.clone();
     config
 }
 

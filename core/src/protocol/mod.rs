@@ -78,6 +78,8 @@ pub struct Member {
     suspended: bool,
     registration: Step,
     members_watch: Step,
+    /// The member list changed while a read of it was in flight.
+    members_stale: bool,
     heartbeat: Step,
     deregistration: Step,
     members: Option<Vec<MemberInfo>>,
@@ -117,6 +119,7 @@ impl Member {
             suspended: false,
             registration: Step::Idle,
             members_watch: Step::Idle,
+            members_stale: false,
             heartbeat: Step::Idle,
             deregistration: Step::Idle,
             members: None,
@@ -228,11 +231,13 @@ impl Member {
                 }
             }
             Event::SessionExpired => self.on_session_expired(),
-            Event::MembersChanged => {
-                if self.members_watch == Step::Done {
-                    self.members_watch = Step::Idle;
-                }
-            }
+            Event::MembersChanged => match self.members_watch {
+                Step::Done => self.members_watch = Step::Idle,
+                // The notification overtook the read that set the watch:
+                // that read may predate the change, so read again after it.
+                Step::Pending(_) => self.members_stale = true,
+                Step::Idle | Step::Backoff(..) => {}
+            },
             Event::PartitionCounts(counts) => {
                 self.counts = counts;
                 self.rebalance();
@@ -276,13 +281,16 @@ impl Member {
         }
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        for step in [
-            self.registration,
-            self.members_watch,
-            self.heartbeat,
-            self.deregistration,
+        // Only the retries that `own_requests` and `tick` would act on.
+        let joining = self.session.is_some() && !self.shutting_down;
+        let registered = self.session.is_some() && self.registration == Step::Done;
+        for (step, live) in [
+            (self.registration, joining),
+            (self.members_watch, joining),
+            (self.heartbeat, registered),
+            (self.deregistration, registered && self.shutting_down),
         ] {
-            if let Step::Backoff(t, _) = step {
+            if let (Step::Backoff(t, _), true) = (step, live) {
                 at(t);
             }
         }
@@ -410,6 +418,7 @@ impl Member {
         self.suspended = false;
         self.registration = Step::Idle;
         self.members_watch = Step::Idle;
+        self.members_stale = false;
         self.heartbeat = Step::Idle;
         self.deregistration = Step::Idle;
         if self.shutting_down {
@@ -437,6 +446,7 @@ impl Member {
         self.suspended = false;
         self.registration = Step::Idle;
         self.members_watch = Step::Idle;
+        self.members_stale = false;
         self.heartbeat = Step::Idle;
         self.deregistration = Step::Idle;
         self.members = None;
@@ -505,7 +515,11 @@ impl Member {
         }
         match result {
             Ok(members) => {
-                self.members_watch = Step::Done;
+                self.members_watch = if std::mem::take(&mut self.members_stale) {
+                    Step::Idle
+                } else {
+                    Step::Done
+                };
                 if self.registration == Step::Done && !members.iter().any(|m| m.id == self.info.id)
                 {
                     // Our record is gone while the session lives (deleted by
@@ -956,7 +970,16 @@ impl Member {
                 self.lose(&partition);
             }
             Err(error) => {
-                let releasing = matches!(state.phase, Phase::Releasing(_));
+                // Only a release past its drain retries here; a draining
+                // one sends its final commit once the drain is over.
+                let releasing = matches!(
+                    state.phase,
+                    Phase::Releasing(
+                        ReleaseStep::AwaitCommit
+                            | ReleaseStep::Committing
+                            | ReleaseStep::CommitBackoff
+                    )
+                );
                 if !matches!(
                     error,
                     StoreError::ConnectionLoss | StoreError::SessionExpired
@@ -1087,6 +1110,18 @@ impl Member {
             return;
         };
         match (state.commit_due(), state.token) {
+            (Some(_), Some(_)) if !self.may_consume() => {
+                // A member that may have lost its session writes nothing
+                // until it is confirmed alive; look again after a backoff.
+                let attempt = state.attempt;
+                let at = self.backoff(attempt);
+                if let Some(state) = self.partitions.get_mut(partition) {
+                    state.phase = Phase::Releasing(ReleaseStep::CommitBackoff);
+                    state.request = None;
+                    state.retry_at = Some(at);
+                    state.attempt = state.attempt.saturating_add(1);
+                }
+            }
             (Some(offset), Some(token)) => self.send_commit(partition, offset, token, true),
             _ => self.send_release(partition),
         }

@@ -60,6 +60,9 @@ pub struct SimConfig {
     pub backoff_max: Duration,
     /// The longest one-way network delay.
     pub max_delay: Duration,
+    /// Print every event, command and fault whose text contains this
+    /// (for example `"a/1"`; `""` prints everything) to stderr.
+    pub trace: Option<String>,
 }
 
 impl SimConfig {
@@ -79,6 +82,7 @@ impl SimConfig {
             commit_interval: Duration::from_millis(500),
             backoff_max: Duration::from_millis(400),
             max_delay: Duration::from_millis(20),
+            trace: None,
         }
     }
 
@@ -576,6 +580,7 @@ impl World {
 
     fn apply_fault(&mut self, fault: Fault) {
         let now = self.now;
+        self.trace(None, &("fault", &fault));
         match fault {
             Fault::Disconnect { node, length } => {
                 let Some(n) = self.nodes.get(node) else {
@@ -869,7 +874,7 @@ impl World {
             let node = &self.nodes[index];
             if node.connected && node.running(now) {
                 if let Some(session) = node.session {
-                    if self.store.touch(session, now).is_ok() {
+                    if self.server_touch(session) {
                         self.nodes[index].last_contact = now;
                     }
                 }
@@ -899,6 +904,13 @@ impl World {
             if let Some(member) = self.nodes[index].member.as_mut() {
                 if member.poll_timeout().is_some_and(|t| t <= now) {
                     member.handle_timeout(now);
+                    if let Some(t) = member.poll_timeout().filter(|t| *t < now) {
+                        let detail = format!(
+                            "{} asks to be woken at {t:?}, before now {now:?}",
+                            member.id()
+                        );
+                        self.violation("timers make progress", detail);
+                    }
                 }
             }
             self.drain_commands(index);
@@ -1035,8 +1047,19 @@ impl World {
         }
     }
 
+    fn trace(&self, index: Option<usize>, what: &dyn fmt::Debug) {
+        if let Some(filter) = &self.config.trace {
+            let text = format!("{what:?}");
+            if text.contains(filter.as_str()) {
+                let who = index.map_or("world".to_owned(), |i| self.nodes[i].id.to_string());
+                eprintln!("{:>10.3?} {who}: {text}", self.elapsed());
+            }
+        }
+    }
+
     fn feed(&mut self, index: usize, event: Event) {
         let now = self.now;
+        self.trace(Some(index), &("<-", &event));
         if let Some(member) = self.nodes[index].member.as_mut() {
             member.handle_event(now, event);
         }
@@ -1090,9 +1113,23 @@ impl World {
     }
 
     /// Carries out a store command at the server.
+    /// Contact from a session's client: renews it, or, once its deadline
+    /// has passed, finds it dead and expires it on the spot (the server
+    /// never lets a session that timed out come back).
+    fn server_touch(&mut self, session: SessionId) -> bool {
+        if self.store.touch(session, self.now).is_ok() {
+            return true;
+        }
+        if self.store.session_alive(session) {
+            let fired = self.store.expire_session(session);
+            self.deliver_watches(fired);
+        }
+        false
+    }
+
     fn serve(&mut self, index: usize, session: SessionId, command: Command) {
         let now = self.now;
-        let _ = self.store.touch(session, now);
+        self.server_touch(session);
         let commit = match &command {
             Command::CommitOffset {
                 partition,
@@ -1233,6 +1270,7 @@ impl World {
 
     fn dispatch(&mut self, index: usize, command: Command) {
         let now = self.now;
+        self.trace(Some(index), &("->", &command));
         match command {
             Command::StartFetching {
                 partition,
