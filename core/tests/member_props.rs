@@ -372,7 +372,7 @@ impl Sim {
                     _ => Err(StoreError::SessionExpired),
                 },
             },
-            Command::Deregister { id } => Event::DeregisterResult {
+            Command::Deregister { id, .. } => Event::DeregisterResult {
                 id: *id,
                 result: match outcome % 3 {
                     0 => Ok(()),
@@ -380,7 +380,7 @@ impl Sim {
                     _ => Err(StoreError::NoNode),
                 },
             },
-            Command::WatchMembers { id } => Event::MembersResult {
+            Command::WatchMembers { id, .. } => Event::MembersResult {
                 id: *id,
                 result: if outcome.is_multiple_of(5) {
                     Err(StoreError::ConnectionLoss)
@@ -390,7 +390,7 @@ impl Sim {
                     Ok(members)
                 },
             },
-            Command::Claim { id, partition } => {
+            Command::Claim { id, partition, .. } => {
                 let result = match outcome % 10 {
                     0..=2 => Ok(ClaimOutcome::Created {
                         token: self.token(),
@@ -450,6 +450,7 @@ impl Sim {
                 partition,
                 offset,
                 token,
+                ..
             } => {
                 let result = match outcome % 6 {
                     0..=2 => Ok(()),
@@ -475,7 +476,7 @@ impl Sim {
                     _ => Err(StoreError::ConnectionLoss),
                 },
             },
-            Command::Heartbeat { id } => Event::HeartbeatResult {
+            Command::Heartbeat { id, .. } => Event::HeartbeatResult {
                 id: *id,
                 result: match outcome % 4 {
                     0 | 1 => Ok(()),
@@ -654,11 +655,11 @@ proptest! {
 }
 
 proptest! {
-    // The known bugs need rarer interleavings: more cases, run on demand.
-    #![proptest_config(ProptestConfig::with_cases(5000))]
+    // Stricter rules that once caught real bugs: timers that never fire,
+    // and releases that cut a drain short.
+    #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    #[ignore = "bug: poll_timeout can name a moment the member does not act on"]
     fn poll_timeout_is_never_in_the_past_after_handle_timeout(
         seed in any::<u64>(),
         ops in proptest::collection::vec(op(), 0..200),
@@ -667,7 +668,6 @@ proptest! {
     }
 
     #[test]
-    #[ignore = "bug: a failed interval commit during a release skips the drain"]
     fn a_stopped_claim_is_released_only_after_it_drained(
         seed in any::<u64>(),
         ops in proptest::collection::vec(op(), 0..200),

@@ -34,7 +34,10 @@ pub enum Event {
     /// The member list changed since the last [`Command::WatchMembers`]
     /// (a one-shot notification; the member reads the list again).
     MembersChanged,
-    /// The partition counts of the subscribed topics (from Kafka metadata).
+    /// Partition counts from Kafka metadata. They should cover every topic
+    /// any member of the group subscribes to, so that all members compute
+    /// the same assignment. Counts only grow: a smaller count than one seen
+    /// before is taken as stale metadata and ignored.
     PartitionCounts(PartitionCounts),
     /// The result of [`Command::Register`].
     RegisterResult {
@@ -178,6 +181,9 @@ pub enum Command {
     Register {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// What to advertise.
         member: MemberInfo,
     },
@@ -185,18 +191,27 @@ pub enum Command {
     Deregister {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
     },
     /// Read the member list and watch it (one-shot: answer with
     /// [`Event::MembersResult`], later [`Event::MembersChanged`] once).
     WatchMembers {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
     },
     /// Create the owner record of `partition` under the current session;
     /// if one exists, read it (answer with [`Event::ClaimResult`]).
     Claim {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
@@ -205,6 +220,9 @@ pub enum Command {
     WatchOwner {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
@@ -214,6 +232,9 @@ pub enum Command {
     Release {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// The partition.
         partition: TopicPartition,
         /// The claim's token, when known.
@@ -223,6 +244,9 @@ pub enum Command {
     ReadOffset {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
@@ -231,6 +255,9 @@ pub enum Command {
     CommitOffset {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
         /// The partition.
         partition: TopicPartition,
         /// The next offset to consume.
@@ -242,6 +269,9 @@ pub enum Command {
     Heartbeat {
         /// The request's id.
         id: RequestId,
+        /// The session the request belongs to; a backend whose session
+        /// is another fails it with [`StoreError::SessionExpired`].
+        session: SessionId,
     },
     /// Start fetching `partition` and handing its messages to the
     /// application.
@@ -263,4 +293,45 @@ pub enum Command {
     },
     /// A problem worth telling the application about; the member goes on.
     Report(Error),
+}
+
+impl Command {
+    /// The request id and session of a store command (`None` for fetching
+    /// commands and reports).
+    pub fn request(&self) -> Option<(RequestId, SessionId)> {
+        match self {
+            Command::Register { id, session, .. }
+            | Command::Deregister { id, session }
+            | Command::WatchMembers { id, session }
+            | Command::Claim { id, session, .. }
+            | Command::WatchOwner { id, session, .. }
+            | Command::Release { id, session, .. }
+            | Command::ReadOffset { id, session, .. }
+            | Command::CommitOffset { id, session, .. }
+            | Command::Heartbeat { id, session } => Some((*id, *session)),
+            Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
+                None
+            }
+        }
+    }
+
+    /// The result event of this store command failing with `error`, for a
+    /// backend that could not carry it out (`None` for other commands).
+    pub fn failed(self, error: StoreError) -> Option<Event> {
+        let e = error;
+        Some(match self {
+            Command::Register { id, .. } => Event::RegisterResult { id, result: Err(e) },
+            Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Err(e) },
+            Command::WatchMembers { id, .. } => Event::MembersResult { id, result: Err(e) },
+            Command::Claim { id, .. } => Event::ClaimResult { id, result: Err(e) },
+            Command::WatchOwner { id, .. } => Event::OwnerWatchResult { id, result: Err(e) },
+            Command::Release { id, .. } => Event::ReleaseResult { id, result: Err(e) },
+            Command::ReadOffset { id, .. } => Event::OffsetResult { id, result: Err(e) },
+            Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Err(e) },
+            Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Err(e) },
+            Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
+                return None
+            }
+        })
+    }
 }

@@ -81,6 +81,10 @@ pub struct Member {
     /// The member list changed while a read of it was in flight.
     members_stale: bool,
     heartbeat: Step,
+    /// Requests of each kind failed in a row, for their backoff.
+    heartbeat_failures: u32,
+    registration_failures: u32,
+    members_failures: u32,
     deregistration: Step,
     members: Option<Vec<MemberInfo>>,
     counts: PartitionCounts,
@@ -121,6 +125,9 @@ impl Member {
             members_watch: Step::Idle,
             members_stale: false,
             heartbeat: Step::Idle,
+            heartbeat_failures: 0,
+            registration_failures: 0,
+            members_failures: 0,
             deregistration: Step::Idle,
             members: None,
             counts: PartitionCounts::new(),
@@ -228,6 +235,7 @@ impl Member {
                 // rather than after a backoff set while it was down.
                 if matches!(self.heartbeat, Step::Backoff(..)) {
                     self.heartbeat = Step::Idle;
+                    self.heartbeat_failures = 0;
                 }
             }
             Event::SessionExpired => self.on_session_expired(),
@@ -239,7 +247,14 @@ impl Member {
                 Step::Idle | Step::Backoff(..) => {}
             },
             Event::PartitionCounts(counts) => {
-                self.counts = counts;
+                // Kafka never removes partitions from a topic, and metadata
+                // from a lagging broker can be older than what we know: a
+                // count only ever grows, so a stale answer cannot make every
+                // member drop partitions the others still count.
+                for (topic, count) in counts {
+                    let known = self.counts.entry(topic).or_insert(0);
+                    *known = (*known).max(count);
+                }
                 self.rebalance();
             }
             Event::RegisterResult { id, result } => self.on_register_result(id, result),
@@ -393,6 +408,13 @@ impl Member {
             )
     }
 
+    /// The session store commands are issued under. Commands are only
+    /// issued while a session is established; the placeholder never
+    /// matches a real session, so a backend would refuse the command.
+    fn session_tag(&self) -> SessionId {
+        self.session.unwrap_or(SessionId(0))
+    }
+
     fn report(&mut self, error: Error) {
         self.commands.push_back(Command::Report(error));
     }
@@ -420,6 +442,7 @@ impl Member {
         self.members_watch = Step::Idle;
         self.members_stale = false;
         self.heartbeat = Step::Idle;
+        self.heartbeat_failures = 0;
         self.deregistration = Step::Idle;
         if self.shutting_down {
             // An expiry already dropped every claim; nothing is left to
@@ -448,6 +471,7 @@ impl Member {
         self.members_watch = Step::Idle;
         self.members_stale = false;
         self.heartbeat = Step::Idle;
+        self.heartbeat_failures = 0;
         self.deregistration = Step::Idle;
         self.members = None;
         self.assigned.clear();
@@ -460,11 +484,16 @@ impl Member {
         if self.registration != Step::Pending(id) || self.answered(id, &result).is_none() {
             return;
         }
-        let attempt = 0;
+        let attempt = self.registration_failures;
+        self.registration_failures = self.registration_failures.saturating_add(1);
         match result {
-            Ok(RegisterOutcome::Registered) => self.registration = Step::Done,
+            Ok(RegisterOutcome::Registered) => {
+                self.registration = Step::Done;
+                self.registration_failures = 0;
+            }
             Ok(RegisterOutcome::Exists { session }) if Some(session) == self.session => {
                 self.registration = Step::Done;
+                self.registration_failures = 0;
             }
             Ok(RegisterOutcome::Exists { session }) => {
                 if self.reported_taken != Some(session) {
@@ -515,6 +544,7 @@ impl Member {
         }
         match result {
             Ok(members) => {
+                self.members_failures = 0;
                 self.members_watch = if std::mem::take(&mut self.members_stale) {
                     Step::Idle
                 } else {
@@ -535,8 +565,9 @@ impl Member {
                 if error != StoreError::ConnectionLoss {
                     self.report_store("read members", None, error);
                 }
-                let at = self.backoff(0);
-                self.members_watch = Step::Backoff(at, 1);
+                let at = self.backoff(self.members_failures);
+                self.members_failures = self.members_failures.saturating_add(1);
+                self.members_watch = Step::Backoff(at, self.members_failures);
             }
         }
     }
@@ -546,12 +577,16 @@ impl Member {
             return;
         }
         match result {
-            Ok(()) => self.heartbeat = Step::Idle,
-            // The backend announces the expiry itself.
-            Err(StoreError::SessionExpired) => self.heartbeat = Step::Idle,
+            Ok(()) => {
+                self.heartbeat = Step::Idle;
+                self.heartbeat_failures = 0;
+            }
+            // A dead session is announced by the backend; until then keep
+            // asking, without hammering a store that keeps saying no.
             Err(_) => {
-                let at = self.backoff(0);
-                self.heartbeat = Step::Backoff(at, 1);
+                let at = self.backoff(self.heartbeat_failures);
+                self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
+                self.heartbeat = Step::Backoff(at, self.heartbeat_failures);
             }
         }
     }
@@ -653,6 +688,7 @@ impl Member {
         }
         self.commands.push_back(Command::Claim {
             id,
+            session: self.session_tag(),
             partition: partition.clone(),
         });
     }
@@ -695,6 +731,7 @@ impl Member {
                     }
                     self.commands.push_back(Command::WatchOwner {
                         id: watch,
+                        session: self.session_tag(),
                         partition,
                     });
                 }
@@ -802,6 +839,7 @@ impl Member {
         }
         self.commands.push_back(Command::ReadOffset {
             id,
+            session: self.session_tag(),
             partition: partition.clone(),
         });
     }
@@ -930,6 +968,7 @@ impl Member {
         }
         self.commands.push_back(Command::CommitOffset {
             id,
+            session: self.session_tag(),
             partition: partition.clone(),
             offset,
             token,
@@ -1147,6 +1186,7 @@ impl Member {
         let token = state.token;
         self.commands.push_back(Command::Release {
             id,
+            session: self.session_tag(),
             partition: partition.clone(),
             token,
         });
@@ -1206,12 +1246,18 @@ impl Member {
                 (Step::Done, Step::Idle) => {
                     let id = self.request(Purpose::Deregister);
                     self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister { id });
+                    self.commands.push_back(Command::Deregister {
+                        id,
+                        session: self.session_tag(),
+                    });
                 }
                 (Step::Done, Step::Backoff(at, _)) if now >= at => {
                     let id = self.request(Purpose::Deregister);
                     self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister { id });
+                    self.commands.push_back(Command::Deregister {
+                        id,
+                        session: self.session_tag(),
+                    });
                 }
                 (Step::Done, _) => {}
                 // Never registered (or the record is gone): nothing to undo.
@@ -1239,13 +1285,17 @@ impl Member {
             self.registration = Step::Pending(id);
             self.commands.push_back(Command::Register {
                 id,
+                session: self.session_tag(),
                 member: self.info.clone(),
             });
         }
         if Self::due(self.members_watch, now) && !self.shutting_down {
             let id = self.request(Purpose::Members);
             self.members_watch = Step::Pending(id);
-            self.commands.push_back(Command::WatchMembers { id });
+            self.commands.push_back(Command::WatchMembers {
+                id,
+                session: self.session_tag(),
+            });
         }
         let heartbeat_due = match self.heartbeat {
             Step::Backoff(at, _) => now >= at,
@@ -1254,7 +1304,10 @@ impl Member {
         if heartbeat_due && self.registration == Step::Done {
             let id = self.request(Purpose::Heartbeat);
             self.heartbeat = Step::Pending(id);
-            self.commands.push_back(Command::Heartbeat { id });
+            self.commands.push_back(Command::Heartbeat {
+                id,
+                session: self.session_tag(),
+            });
         }
     }
 
@@ -1262,6 +1315,9 @@ impl Member {
     /// the server, and restarts fetches once it is confirmed alive.
     fn enforce_lease(&mut self) {
         let consume = self.may_consume();
+        // A suspended session keeps what it fetches until the lease runs
+        // out, but starts nothing new until the store answers again.
+        let start = consume && !self.suspended;
         let mut commands = Vec::new();
         for (partition, state) in self.partitions.iter_mut() {
             let Some(token) = state.token else {
@@ -1275,7 +1331,8 @@ impl Member {
                         token,
                     });
                 }
-            } else if state.phase == Phase::Owned(OwnedStep::Ready)
+            } else if start
+                && state.phase == Phase::Owned(OwnedStep::Ready)
                 && matches!(state.fetch, Fetch::Idle | Fetch::Stopped)
             {
                 if let Some(from) = state.resume_from() {
@@ -1338,8 +1395,11 @@ impl Member {
                             state.phase = Phase::Owned(OwnedStep::ReadingOffset);
                             state.request = Some(id);
                         }
-                        self.commands
-                            .push_back(Command::ReadOffset { id, partition });
+                        self.commands.push_back(Command::ReadOffset {
+                            id,
+                            session: self.session_tag(),
+                            partition,
+                        });
                     }
                     Phase::Releasing(ReleaseStep::CommitBackoff) => self.final_commit(&partition),
                     Phase::Releasing(ReleaseStep::DeleteBackoff) => self.send_release(&partition),

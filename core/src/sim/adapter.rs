@@ -166,21 +166,34 @@ pub fn execute(
     timestamp_secs: u64,
     fired: &mut Vec<WatchEvent>,
 ) -> Execution {
+    // A command issued under another session (one that ended while the
+    // command waited) must not act under this one: a claim would leave a
+    // record that no member tracks.
+    if let Some((_, issued)) = command.request() {
+        if issued != session {
+            return match command.failed(StoreError::SessionExpired) {
+                Some(event) => Execution::Done(event),
+                None => Execution::NotForStore,
+            };
+        }
+    }
     match command {
-        Command::Register { id, member: info } => {
+        Command::Register {
+            id, member: info, ..
+        } => {
             let result = register(store, layout, session, &info, timestamp_secs, fired);
             Execution::Done(Event::RegisterResult { id, result })
         }
-        Command::Deregister { id } => {
+        Command::Deregister { id, .. } => {
             let path = layout.member(&member.id);
             let result = delete_if_ours(store, session, &path, None, fired);
             Execution::Done(Event::DeregisterResult { id, result })
         }
-        Command::WatchMembers { id } => {
+        Command::WatchMembers { id, .. } => {
             let result = read_members(store, layout, session, fired);
             Execution::Done(Event::MembersResult { id, result })
         }
-        Command::Heartbeat { id } => {
+        Command::Heartbeat { id, .. } => {
             let result = if store.session_alive(session) {
                 Ok(())
             } else {
@@ -188,7 +201,7 @@ pub fn execute(
             };
             Execution::Done(Event::HeartbeatResult { id, result })
         }
-        Command::Claim { id, partition } => {
+        Command::Claim { id, partition, .. } => {
             let path = layout.owner(&partition);
             let created = store.create_parents(session, &path).and_then(|parents| {
                 fired.extend(parents);
@@ -216,7 +229,7 @@ pub fn execute(
                 }),
             }
         }
-        Command::WatchOwner { id, partition } => {
+        Command::WatchOwner { id, partition, .. } => {
             let result = store
                 .exists_watch(session, &layout.owner(&partition))
                 .map(|stat| stat.is_some())
@@ -227,11 +240,12 @@ pub fn execute(
             id,
             partition,
             token,
+            ..
         } => {
             let result = delete_if_ours(store, session, &layout.owner(&partition), token, fired);
             Execution::Done(Event::ReleaseResult { id, result })
         }
-        Command::ReadOffset { id, partition } => {
+        Command::ReadOffset { id, partition, .. } => {
             let path = layout.offset(&partition);
             let result = match store.get(&path) {
                 Ok((data, _)) => parse_offset(&path, &data).map(Some),
@@ -245,6 +259,7 @@ pub fn execute(
             partition,
             offset,
             token,
+            ..
         } => {
             let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })

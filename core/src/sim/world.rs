@@ -732,6 +732,7 @@ impl World {
 
     fn disconnect(&mut self, index: usize) {
         let now = self.now;
+        self.trace(Some(index), &("disconnected", self.nodes[index].session));
         let node = &mut self.nodes[index];
         node.connected = false;
         node.epoch += 1;
@@ -742,7 +743,7 @@ impl World {
             .map(|p| p.command)
             .collect();
         for command in failed {
-            if let Some(event) = failure(command, StoreError::ConnectionLoss) {
+            if let Some(event) = command.failed(StoreError::ConnectionLoss) {
                 self.at(
                     now,
                     Action::Local {
@@ -765,6 +766,7 @@ impl World {
 
     fn reconnect(&mut self, index: usize) {
         let now = self.now;
+        self.trace(Some(index), &("reconnecting", self.nodes[index].session));
         let incarnation = self.nodes[index].incarnation;
         match self.nodes[index].session {
             Some(session) if self.store.session_alive(session) => {
@@ -878,6 +880,16 @@ impl World {
                         self.nodes[index].last_contact = now;
                     }
                 }
+            }
+        }
+        // A server that expires a session closes its connection: the client
+        // finds out at once (it reconnects and is told the session expired).
+        for index in 0..self.nodes.len() {
+            let node = &self.nodes[index];
+            let dead = node.session.is_some_and(|s| !self.store.session_alive(s));
+            if dead && node.connected && node.running(now) {
+                self.disconnect(index);
+                self.reconnect(index);
             }
         }
         if now >= self.next_produce {
@@ -1313,7 +1325,7 @@ impl World {
                         let arrival = (now + delay).max(node.last_request_arrival);
                         node.last_request_arrival = arrival;
                         let epoch = node.epoch;
-                        if let Some(id) = command_id(&store_command) {
+                        if let Some((id, _)) = store_command.request() {
                             node.in_flight.insert(
                                 id,
                                 Pending {
@@ -1338,7 +1350,7 @@ impl World {
                         } else {
                             StoreError::ConnectionLoss
                         };
-                        if let Some(event) = failure(store_command, error) {
+                        if let Some(event) = store_command.failed(error) {
                             self.at(
                                 now,
                                 Action::Local {
@@ -1607,21 +1619,6 @@ fn assignment_topic_check(topic: &str) -> Result<(), String> {
     crate::types::validate_topic(topic).map_err(|e| e.to_string())
 }
 
-fn command_id(command: &Command) -> Option<RequestId> {
-    match command {
-        Command::Register { id, .. }
-        | Command::Deregister { id }
-        | Command::WatchMembers { id }
-        | Command::Claim { id, .. }
-        | Command::WatchOwner { id, .. }
-        | Command::Release { id, .. }
-        | Command::ReadOffset { id, .. }
-        | Command::CommitOffset { id, .. }
-        | Command::Heartbeat { id } => Some(*id),
-        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => None,
-    }
-}
-
 fn request_id(event: &Event) -> Option<RequestId> {
     match event {
         Event::RegisterResult { id, .. }
@@ -1635,25 +1632,6 @@ fn request_id(event: &Event) -> Option<RequestId> {
         | Event::HeartbeatResult { id, .. } => Some(*id),
         _ => None,
     }
-}
-
-/// The result event of a store command that failed with `error`.
-pub fn failure(command: Command, error: StoreError) -> Option<Event> {
-    let e = error;
-    Some(match command {
-        Command::Register { id, .. } => Event::RegisterResult { id, result: Err(e) },
-        Command::Deregister { id } => Event::DeregisterResult { id, result: Err(e) },
-        Command::WatchMembers { id } => Event::MembersResult { id, result: Err(e) },
-        Command::Claim { id, .. } => Event::ClaimResult { id, result: Err(e) },
-        Command::WatchOwner { id, .. } => Event::OwnerWatchResult { id, result: Err(e) },
-        Command::Release { id, .. } => Event::ReleaseResult { id, result: Err(e) },
-        Command::ReadOffset { id, .. } => Event::OffsetResult { id, result: Err(e) },
-        Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Err(e) },
-        Command::Heartbeat { id } => Event::HeartbeatResult { id, result: Err(e) },
-        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
-            return None
-        }
-    })
 }
 
 fn error_kind(error: &Error) -> &'static str {
