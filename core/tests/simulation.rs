@@ -1,0 +1,95 @@
+//! Whole groups under faults and churn in the deterministic simulator. The
+//! runner (`cargo run --release -p tenure-core --features sim --example
+//! simulate -- --seeds 10000`) covers many more seeds; these keep a sample
+//! in every test run, and check that a seed replays exactly.
+
+#![cfg(feature = "sim")]
+
+use tenure_core::sim::{run, SimConfig};
+
+fn assert_clean(config: &SimConfig) {
+    let report = run(config);
+    let listed: Vec<String> = report.violations.iter().map(|v| v.to_string()).collect();
+    assert!(listed.is_empty(), "violations:\n{}", listed.join("\n"));
+    assert!(
+        report.converged_after.is_some(),
+        "seed {} never converged",
+        config.seed
+    );
+    assert!(
+        report.messages > 0,
+        "seed {}: the logs stayed empty",
+        config.seed
+    );
+}
+
+#[test]
+fn sticky_groups_keep_every_property_under_faults_and_churn() {
+    for seed in 0..24 {
+        assert_clean(&SimConfig::new(seed));
+    }
+}
+
+#[test]
+fn range_and_round_robin_groups_keep_every_property() {
+    for seed in 100..106 {
+        for strategy in ["range", "round-robin"] {
+            let mut config = SimConfig::new(seed);
+            config.strategy = strategy.to_owned();
+            assert_clean(&config);
+        }
+    }
+}
+
+#[test]
+fn a_larger_group_converges() {
+    let mut config = SimConfig::new(7);
+    config.members = 8;
+    config.topics = vec![("a".to_owned(), 24), ("b".to_owned(), 16)];
+    assert_clean(&config);
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    let config = SimConfig::new(4242);
+    let first = run(&config);
+    let second = run(&config);
+    assert_eq!(first.steps, second.steps);
+    assert_eq!(first.claims, second.claims);
+    assert_eq!(first.faults, second.faults);
+    assert_eq!(first.duplicates, second.duplicates);
+    assert_eq!(first.converged_after, second.converged_after);
+    assert_eq!(first.reported, second.reported);
+    let other = run(&SimConfig::new(4243));
+    assert_ne!(
+        (first.steps, first.claims, first.faults),
+        (other.steps, other.claims, other.faults),
+        "different seeds should give different runs"
+    );
+}
+
+#[test]
+fn faults_are_injected_and_partitions_move() {
+    let report = run(&SimConfig::new(11));
+    assert!(report.faults > 5, "only {} faults injected", report.faults);
+    assert!(
+        report.claims > 10,
+        "only {} claims: nothing moved",
+        report.claims
+    );
+    assert!(
+        report.reported.contains_key("session expired"),
+        "{:?}",
+        report.reported
+    );
+}
+
+#[test]
+fn an_unknown_strategy_is_reported_with_its_seed() {
+    let mut config = SimConfig::new(5);
+    config.strategy = "nope".to_owned();
+    let report = run(&config);
+    assert_eq!(report.violations.len(), 1);
+    let text = report.violations[0].to_string();
+    assert!(text.contains("seed=5") && text.contains("nope"), "{text}");
+}
