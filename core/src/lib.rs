@@ -16,6 +16,8 @@
 //! - `sim` (feature `sim`): an in-memory store with ZooKeeper's semantics
 //!   and a deterministic simulator of whole groups.
 
+#![deny(missing_docs)]
+
 pub mod assignment;
 mod backoff;
 pub mod config;
@@ -28,6 +30,5 @@ pub mod types;
 
 pub use config::{Config, InitialOffset};
 pub use error::{ConfigError, Error, NameError, StoreError};
-pub use protocol::{ClaimOutcome, Command, Event, FetchFrom, Member};
-pub use rng::SplitMix64;
+pub use protocol::{ClaimOutcome, Command, Event, FetchFrom, Member, RegisterOutcome};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

@@ -922,11 +922,10 @@ impl Member {
         // under, and only until the release's final commit is decided:
         // late ones are ignored so nothing is written for a partition we
         // are letting go.
-        let open = match state.phase {
-            Phase::Owned(_) => true,
-            Phase::Releasing(ReleaseStep::Draining) => true,
-            _ => false,
-        };
+        let open = matches!(
+            state.phase,
+            Phase::Owned(_) | Phase::Releasing(ReleaseStep::Draining)
+        );
         if open
             && state.token == Some(token)
             && matches!(state.fetch, Fetch::Fetching | Fetch::Stopping)
