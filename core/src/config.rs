@@ -50,7 +50,8 @@ pub struct Config {
     /// timeout, the longest a healthy handoff can take.
     pub claim_stall_threshold: Duration,
     /// How long before the session could expire on the server a member that
-    /// lost contact stops consuming. Default: a fifth of the session timeout.
+    /// lost contact stops consuming; it covers clock drift and delays, so it
+    /// must be more than zero. Default: a fifth of the session timeout.
     pub suspension_margin: Duration,
     /// Where to start a partition with no committed offset. Default: oldest.
     pub initial_offset: InitialOffset,
@@ -126,6 +127,7 @@ impl Config {
             ("backoff_min", self.backoff_min),
             ("backoff_max", self.backoff_max),
             ("claim_stall_threshold", self.claim_stall_threshold),
+            ("suspension_margin", self.suspension_margin),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::Zero { name });

@@ -1246,6 +1246,30 @@ fn expiry_drops_everything_without_touching_the_store_and_rejoins() {
 }
 
 #[test]
+fn a_new_session_without_an_expiry_still_drops_the_old_claims() {
+    let mut h = Harness::new(base_config());
+    h.owning(2);
+    // The backend opened a new session without saying the old one ended:
+    // claims made under the old one are not ours any more.
+    let commands = h.event(Event::SessionEstablished {
+        session: SessionId(2),
+    });
+    let stopped: BTreeSet<_> = stops(&commands).into_iter().collect();
+    assert_eq!(
+        stopped,
+        BTreeSet::from([(tp(0), FencingToken(100)), (tp(1), FencingToken(101))])
+    );
+    assert!(reports(&commands).contains(&Error::SessionExpired { partitions: 2 }));
+    assert!(h.member.owned().next().is_none());
+    // It registers again under the new session, and its commands say so.
+    let register = commands.iter().find_map(|c| match c {
+        Command::Register { session, .. } => Some(*session),
+        _ => None,
+    });
+    assert_eq!(register, Some(SessionId(2)), "{commands:?}");
+}
+
+#[test]
 fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
     let mut h = Harness::new(config_with(&[(0, "m0")]));
     h.owning(2);
@@ -1432,6 +1456,7 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
         "backoff_min",
         "backoff_max",
         "claim_stall_threshold",
+        "suspension_margin",
     ] {
         let mut config = base_config();
         match name {
@@ -1440,6 +1465,7 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
             "commit_interval" => config.commit_interval = Duration::ZERO,
             "backoff_min" => config.backoff_min = Duration::ZERO,
             "backoff_max" => config.backoff_max = Duration::ZERO,
+            "suspension_margin" => config.suspension_margin = Duration::ZERO,
             _ => config.claim_stall_threshold = Duration::ZERO,
         }
         assert_eq!(refused(config), Some(ConfigError::Zero { name }), "{name}");

@@ -435,6 +435,14 @@ impl Member {
     // ----- session, registration, membership -----
 
     fn on_session_established(&mut self, session: SessionId) {
+        if self.session.is_some_and(|old| old != session) {
+            // A new session without word of the old one's end: the old one
+            // is over all the same, and so is every claim made under it.
+            self.on_session_expired();
+            if self.closed {
+                return;
+            }
+        }
         self.session = Some(session);
         self.last_heard = None;
         self.suspended = false;
