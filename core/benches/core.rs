@@ -1,1 +1,468 @@
-fn main() {}
+//! Criterion benchmarks of `tenure-core`.
+//!
+//! Run them with
+//!
+//! ```text
+//! cargo bench -p tenure-core --features sim --bench core
+//! ```
+//!
+//! (a filter after `--` runs a subset, e.g. `-- assignment`). Every figure
+//! depends on the machine: compare ratios within one run (sticky against
+//! range, one benchmark against another), not absolute numbers across
+//! machines. Nothing here sleeps: members run on a virtual clock (`t0` plus
+//! an offset), so wall time is CPU time spent in the library and the
+//! benchmark's own bookkeeping.
+//!
+//! Groups (their names are quoted in the docs, keep them):
+//!
+//! - `member_events`: the steady state of ONE member (`m042`) of a
+//!   100-member group sharing 1,000 partitions of topic `t` with the default
+//!   sticky strategy, so it fetches ~10 of them. Each measured element is one
+//!   `Processed` acknowledgement (round-robin over its fetching partitions,
+//!   offsets growing, virtual time advancing 1 ms per acknowledgement),
+//!   followed by what a runtime does after every event: drain
+//!   `poll_command`, ask `poll_timeout`, and call `handle_timeout` when it is
+//!   due. The commits the 5 s commit interval triggers and the heartbeats are
+//!   answered `Ok` inside the measured time but not counted as elements
+//!   (about one per 300 acknowledgements), so the `thrpt` line reads as
+//!   acknowledgements per second.
+//! - `member_rebalance/{sticky,range}`: the time that member takes to handle
+//!   one `MembersResult` in which a member (`m100`) joins the 100, computing
+//!   the assignment over 101 members × 1,000 partitions, and to hand out the
+//!   commands it emits (`poll_command` until empty, unanswered). Between
+//!   measurements the member is settled back to 100 members, untimed.
+//! - `assignment/{sticky,range,round-robin}`: `AssignmentStrategy::assign`
+//!   for 100 members × 1,000 partitions (one topic, every member subscribed).
+//! - `simulation/members=10,partitions=100`: `sim::run` of 10 members over
+//!   topics `a` and `b` (50 partitions each) with 10 s of chaos, faults and
+//!   churn, one fixed seed. Its throughput is simulated milliseconds, so the
+//!   `thrpt` line reads "simulated ms per wall second". After the criterion
+//!   groups a plain line `sim_seconds_per_wall_second=X members=10
+//!   partitions=100` gives the same rate from a few timed runs over several
+//!   seeds (skipped in `--test`/`--list` mode and when a filter excludes
+//!   `simulation`). Every simulated run must be free of violations, or the
+//!   benchmark panics naming the seed: a broken run's speed means nothing.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundRobin, Sticky};
+use tenure_core::protocol::RegisterOutcome;
+use tenure_core::sim::{self, SimConfig, SimReport};
+use tenure_core::{
+    ClaimOutcome, Command, Config, Event, FencingToken, Member, MemberId, MemberInfo, Offset,
+    RequestId, SessionId, TopicPartition,
+};
+
+/// The group's size and partition count in the member benchmarks.
+const MEMBERS: usize = 100;
+const PARTITIONS: u32 = 1_000;
+/// The member under test: somewhere in the middle of the sorted ids.
+const OURS: &str = "m042";
+/// The member that joins in `member_rebalance`.
+const JOINER: &str = "m100";
+/// Acknowledgements per measured iteration of `member_events`.
+const EVENTS_PER_ITER: u64 = 1_000;
+/// Virtual time between two acknowledgements.
+const EVENT_STEP: Duration = Duration::from_millis(1);
+
+/// The seed of the benchmarked simulation, and those of the timed runs
+/// behind the `sim_seconds_per_wall_second` line.
+const SIM_SEED: u64 = 1;
+const SIM_RATE_SEEDS: [u64; 3] = [1, 2, 3];
+
+fn member_info(id: &str, strategy: &str) -> MemberInfo {
+    MemberInfo {
+        id: MemberId::new(id).expect("bench member ids are valid names"),
+        topics: ["t".to_owned()].into_iter().collect(),
+        strategy: strategy.to_owned(),
+    }
+}
+
+/// Members `m000`..`m{n-1}`, all subscribed to `t`.
+fn members_list(n: usize, strategy: &str) -> Vec<MemberInfo> {
+    (0..n)
+        .map(|i| member_info(&format!("m{i:03}"), strategy))
+        .collect()
+}
+
+fn counts() -> PartitionCounts {
+    [("t".to_owned(), PARTITIONS)].into_iter().collect()
+}
+
+/// One member on a virtual clock, with a store and an application that say
+/// yes to everything.
+struct Harness {
+    member: Member,
+    t0: Instant,
+    /// Virtual time since `t0`.
+    elapsed: Duration,
+    /// The member list `WatchMembers` is answered with.
+    members: Vec<MemberInfo>,
+    next_token: u64,
+    /// What the application is fetching: partition, claim, next offset to
+    /// acknowledge.
+    fetching: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    /// A `WatchMembers` left unanswered, for the caller to answer.
+    members_request: Option<RequestId>,
+    /// Answer `WatchMembers` at once (`false`: leave it in
+    /// `members_request`).
+    answer_members: bool,
+}
+
+impl Harness {
+    /// `m042` of a 100-member group, joined, owning and fetching its share
+    /// of the 1,000 partitions.
+    fn settled(strategy: Arc<dyn AssignmentStrategy>) -> Harness {
+        let name = strategy.name().to_owned();
+        let mut config = Config::new("bench", OURS, ["t"]).expect("valid bench config");
+        config.strategy = strategy;
+        let t0 = Instant::now();
+        let member = Member::new(config, 42, t0).expect("valid bench config");
+        let mut h = Harness {
+            member,
+            t0,
+            elapsed: Duration::ZERO,
+            members: members_list(MEMBERS, &name),
+            next_token: 1,
+            fetching: BTreeMap::new(),
+            members_request: None,
+            answer_members: true,
+        };
+        h.event(Event::SessionEstablished {
+            session: SessionId(1),
+        });
+        h.event(Event::PartitionCounts(counts()));
+        assert!(h.member.is_settled(), "the bench member did not settle");
+        let owned = h.fetching.len();
+        assert!(
+            (5..=20).contains(&owned),
+            "{OURS} fetches {owned} partitions, expected about 10"
+        );
+        h
+    }
+
+    fn now(&self) -> Instant {
+        self.t0 + self.elapsed
+    }
+
+    /// Feeds one event, then carries out every command it leads to.
+    fn event(&mut self, event: Event) {
+        let now = self.now();
+        self.member.handle_event(now, event);
+        self.drain();
+    }
+
+    /// Lets due timers fire, as a runtime does when `poll_timeout` comes.
+    fn timers(&mut self) {
+        let now = self.now();
+        if self.member.poll_timeout().is_some_and(|at| at <= now) {
+            self.member.handle_timeout(now);
+            self.drain();
+        }
+    }
+
+    /// Carries out commands until there are none, answering store requests
+    /// with success at once.
+    fn drain(&mut self) {
+        while let Some(command) = self.member.poll_command() {
+            if let Some(answer) = self.answer(command) {
+                let now = self.now();
+                self.member.handle_event(now, answer);
+            }
+        }
+    }
+
+    fn answer(&mut self, command: Command) -> Option<Event> {
+        Some(match command {
+            Command::Register { id, .. } => Event::RegisterResult {
+                id,
+                result: Ok(RegisterOutcome::Registered),
+            },
+            Command::WatchMembers { id, .. } => {
+                if !self.answer_members {
+                    self.members_request = Some(id);
+                    return None;
+                }
+                Event::MembersResult {
+                    id,
+                    result: Ok(self.members.clone()),
+                }
+            }
+            Command::Claim { id, .. } => {
+                let token = FencingToken(self.next_token);
+                self.next_token += 1;
+                Event::ClaimResult {
+                    id,
+                    result: Ok(ClaimOutcome::Created { token }),
+                }
+            }
+            Command::WatchOwner { id, .. } => Event::OwnerWatchResult {
+                id,
+                result: Ok(false),
+            },
+            Command::ReadOffset { id, .. } => Event::OffsetResult {
+                id,
+                result: Ok(Some(0)),
+            },
+            Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Ok(()) },
+            Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Ok(()) },
+            Command::Release { id, .. } => Event::ReleaseResult { id, result: Ok(()) },
+            Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Ok(()) },
+            Command::StartFetching {
+                partition, token, ..
+            } => {
+                let next = self
+                    .fetching
+                    .get(&partition)
+                    .map_or(0, |(_, offset)| *offset);
+                self.fetching.insert(partition, (token, next));
+                return None;
+            }
+            Command::StopFetching { partition, token } => {
+                // An application with nothing in hand drains at once.
+                self.fetching.remove(&partition);
+                Event::Drained { partition, token }
+            }
+            Command::Report(error) => panic!("the bench member reported: {error}"),
+        })
+    }
+
+    /// `n` acknowledgements, round-robin over the fetching partitions, each
+    /// `EVENT_STEP` after the last, with the timers a runtime would fire.
+    fn acknowledge(&mut self, n: u64, cursor: &mut usize) {
+        for _ in 0..n {
+            self.elapsed += EVENT_STEP;
+            let (partition, token, offset) = {
+                let index = *cursor % self.fetching.len();
+                let (partition, (token, offset)) = self
+                    .fetching
+                    .iter_mut()
+                    .nth(index)
+                    .expect("index below the number of fetching partitions");
+                let acked = *offset;
+                *offset += 1;
+                (partition.clone(), *token, acked)
+            };
+            *cursor = cursor.wrapping_add(1);
+            self.event(Event::Processed {
+                partition,
+                token,
+                offset,
+            });
+            self.timers();
+        }
+    }
+
+    /// Has the member read the member list again and answers that read with
+    /// `members`, then settles everything that follows (untimed helper).
+    fn change_members(&mut self, members: Vec<MemberInfo>) {
+        self.members = members;
+        self.event(Event::MembersChanged);
+        assert!(self.member.is_settled(), "the bench member did not settle");
+    }
+}
+
+fn member_events(c: &mut Criterion) {
+    let mut group = c.benchmark_group("member_events");
+    group.throughput(Throughput::Elements(EVENTS_PER_ITER));
+    let mut h = Harness::settled(Arc::new(Sticky));
+    let mut cursor = 0;
+    // Warm the state past the first commit interval and heartbeat.
+    h.acknowledge(10_000, &mut cursor);
+    group.bench_function("sticky/members=100,partitions=1000", |b| {
+        b.iter(|| h.acknowledge(EVENTS_PER_ITER, &mut cursor))
+    });
+    group.finish();
+    assert!(h.member.is_settled(), "the bench member lost partitions");
+    let committed = h
+        .fetching
+        .keys()
+        .filter_map(|p| h.member.committed(p))
+        .min()
+        .expect("the bench member fetches partitions");
+    assert!(
+        committed >= 100,
+        "commits did not keep up: lowest committed offset {committed}"
+    );
+}
+
+fn member_rebalance(c: &mut Criterion) {
+    let mut group = c.benchmark_group("member_rebalance");
+    let strategies: [Arc<dyn AssignmentStrategy>; 2] = [Arc::new(Sticky), Arc::new(Range)];
+    for strategy in strategies {
+        let name = strategy.name().to_owned();
+        let mut h = Harness::settled(strategy);
+        let before = group_of(&name, false);
+        let after = group_of(&name, true);
+        group.bench_function(
+            BenchmarkId::new(&name, "members=100+1,partitions=1000"),
+            |b| {
+                b.iter_custom(|iters| {
+                    let mut measured = Duration::ZERO;
+                    for _ in 0..iters {
+                        // Untimed: the member asks for the list and waits.
+                        h.answer_members = false;
+                        h.event(Event::MembersChanged);
+                        let id = h
+                            .members_request
+                            .take()
+                            .expect("MembersChanged leads to a WatchMembers");
+                        h.answer_members = true;
+
+                        let now = h.now();
+                        let start = Instant::now();
+                        h.member.handle_event(
+                            now,
+                            Event::MembersResult {
+                                id,
+                                result: Ok(after.clone()),
+                            },
+                        );
+                        let mut commands = Vec::new();
+                        while let Some(command) = h.member.poll_command() {
+                            commands.push(command);
+                        }
+                        measured += start.elapsed();
+                        black_box(&commands);
+
+                        // Untimed: carry the commands out, settle, and go back
+                        // to 100 members for the next iteration.
+                        h.members = after.clone();
+                        for command in commands {
+                            if let Some(answer) = h.answer(command) {
+                                h.event(answer);
+                            }
+                        }
+                        assert!(h.member.is_settled(), "the bench member did not settle");
+                        h.change_members(before.clone());
+                        h.elapsed += Duration::from_millis(10);
+                        h.timers();
+                    }
+                    measured
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+/// The 100 members, plus the joiner if `joined`.
+fn group_of(strategy: &str, joined: bool) -> Vec<MemberInfo> {
+    let mut members = members_list(MEMBERS, strategy);
+    if joined {
+        members.push(member_info(JOINER, strategy));
+    }
+    members
+}
+
+fn assignment(c: &mut Criterion) {
+    let mut group = c.benchmark_group("assignment");
+    let counts = counts();
+    let strategies: [Arc<dyn AssignmentStrategy>; 3] =
+        [Arc::new(Sticky), Arc::new(Range), Arc::new(RoundRobin)];
+    for strategy in strategies {
+        let members = members_list(MEMBERS, strategy.name());
+        let assigned = strategy.assign(&members, &counts);
+        assert_eq!(
+            assigned.len(),
+            PARTITIONS as usize,
+            "{} left partitions out",
+            strategy.name()
+        );
+        group.bench_function(
+            BenchmarkId::new(strategy.name(), "members=100,partitions=1000"),
+            |b| b.iter(|| strategy.assign(black_box(&members), black_box(&counts))),
+        );
+    }
+    group.finish();
+}
+
+fn sim_config(seed: u64) -> SimConfig {
+    let mut config = SimConfig::new(seed);
+    config.members = 10;
+    config.topics = vec![("a".to_owned(), 50), ("b".to_owned(), 50)];
+    config.chaos = Duration::from_secs(10);
+    config.faults = true;
+    config.churn = true;
+    config
+}
+
+/// Runs one simulation and insists it broke nothing.
+fn sim_run(config: &SimConfig) -> SimReport {
+    let report = sim::run(config);
+    if let Some(violation) = report.violations.first() {
+        panic!(
+            "simulation seed {} broke {} properties, first: {violation}",
+            config.seed,
+            report.violations.len()
+        );
+    }
+    report
+}
+
+fn simulation(c: &mut Criterion) {
+    let config = sim_config(SIM_SEED);
+    let simulated = sim_run(&config).simulated;
+    let millis = u64::try_from(simulated.as_millis()).expect("simulated ms fit in u64");
+    let mut group = c.benchmark_group("simulation");
+    group.throughput(Throughput::Elements(millis));
+    group.bench_function("members=10,partitions=100", |b| {
+        b.iter(|| sim_run(black_box(&config)))
+    });
+    group.finish();
+}
+
+/// Whether the `sim_seconds_per_wall_second` line belongs in this run: not
+/// in `--test` or `--list` mode, and not when every filter given misses
+/// `simulation`.
+fn wants_sim_rate() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--test" || a == "--list") {
+        return false;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| "simulation".contains(f.as_str()) || f.contains("simulation"))
+}
+
+/// Simulated seconds per wall second over a few timed runs, one per seed.
+fn print_sim_rate() {
+    let mut simulated = Duration::ZERO;
+    let mut wall = Duration::ZERO;
+    for seed in SIM_RATE_SEEDS {
+        let config = sim_config(seed);
+        let start = Instant::now();
+        let report = sim_run(&config);
+        wall += start.elapsed();
+        simulated += report.simulated;
+    }
+    let rate = simulated.as_secs_f64() / wall.as_secs_f64();
+    println!("sim_seconds_per_wall_second={rate:.1} (members=10 partitions=100)");
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = member_events, member_rebalance, assignment, simulation
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if wants_sim_rate() {
+        print_sim_rate();
+    }
+}
