@@ -1,4 +1,12 @@
-//! tokio runtime for tenure: drives the core, owns timers, fetches from Kafka.
+//! tenure-tokio: drives one tenure member per group on tokio.
 //!
-//! This crate is a placeholder in the workspace until its issue lands; it
-//! builds so that the layout shows the architecture.
+//! The runtime owns the member's state machine (from `tenure-core`), its
+//! timer and a [`Backend`] that talks to the coordination store; it feeds
+//! events in, carries commands out, and gives the application a stream of
+//! assignment changes and errors.
+
+#![deny(missing_docs)]
+
+mod backend;
+
+pub use backend::{Backend, BackendError, EventSender};

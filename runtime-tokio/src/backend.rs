@@ -1,0 +1,60 @@
+//! The seam between the runtime and a coordination store.
+
+use async_trait::async_trait;
+use tenure_core::{Command, Event, MemberInfo};
+use tokio::sync::mpsc;
+
+/// Where a backend sends everything the store tells a member: session
+/// changes, request results and watch notifications, in the order it
+/// learned them.
+pub type EventSender = mpsc::UnboundedSender<Event>;
+
+/// Why a backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The store could not be reached or refused the session.
+    #[error("cannot connect to {store}: {detail}")]
+    Connect {
+        /// Which store ("ZooKeeper at 127.0.0.1:2181", ...).
+        store: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The backend's own configuration is unusable (bad address, chroot...).
+    #[error("invalid backend configuration: {0}")]
+    Config(String),
+}
+
+/// A coordination store seen from one member: it carries the core's store
+/// commands out and brings results, watch notifications and session changes
+/// back as events. The runtime does not know which store it talks to.
+///
+/// Contract:
+/// - after [`Backend::start`] returns, the backend has sent
+///   [`Event::SessionEstablished`] for its first session;
+/// - a command whose `session` is not the backend's current session fails
+///   with `StoreError::SessionExpired` (it was issued under a session that
+///   ended);
+/// - a request in flight when the connection drops fails with
+///   `StoreError::ConnectionLoss` (unknown outcome);
+/// - after a session expires the backend sends [`Event::SessionExpired`],
+///   opens a new session and sends [`Event::SessionEstablished`] again.
+#[async_trait]
+pub trait Backend: Send + 'static {
+    /// Opens the first session of member `member` of `group`. From then on
+    /// every event goes to `events`.
+    async fn start(
+        &mut self,
+        group: &str,
+        member: &MemberInfo,
+        events: EventSender,
+    ) -> Result<(), BackendError>;
+
+    /// Starts carrying out a store command; its result arrives on the event
+    /// channel. Must not block.
+    fn submit(&mut self, command: Command);
+
+    /// Ends the session at once: its ephemeral records disappear now rather
+    /// than after the session timeout.
+    async fn shutdown(&mut self);
+}
