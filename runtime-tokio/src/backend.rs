@@ -58,3 +58,23 @@ pub trait Backend: Send + 'static {
     /// than after the session timeout.
     async fn shutdown(&mut self);
 }
+
+#[async_trait]
+impl Backend for Box<dyn Backend> {
+    async fn start(
+        &mut self,
+        group: &str,
+        member: &MemberInfo,
+        events: EventSender,
+    ) -> Result<(), BackendError> {
+        (**self).start(group, member, events).await
+    }
+
+    fn submit(&mut self, command: Command) {
+        (**self).submit(command)
+    }
+
+    async fn shutdown(&mut self) {
+        (**self).shutdown().await
+    }
+}

@@ -3,10 +3,18 @@
 //! The runtime owns the member's state machine (from `tenure-core`), its
 //! timer and a [`Backend`] that talks to the coordination store; it feeds
 //! events in, carries commands out, and gives the application a stream of
-//! assignment changes and errors.
+//! assignment changes ([`AssignmentEvent`]) and errors.
+//!
+//! With no server at all, [`MemoryStore`] is an embedded in-memory store
+//! with ZooKeeper's semantics, shared by the members of one process.
 
 #![deny(missing_docs)]
 
 mod backend;
+mod member;
+mod memory;
 
 pub use backend::{Backend, BackendError, EventSender};
+pub use member::{AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, View};
+pub use memory::{MemoryBackend, MemoryStore};
+pub use tenure_core as core;

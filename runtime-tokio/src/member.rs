@@ -1,0 +1,438 @@
+//! One group member on tokio: the task that drives the core's state
+//! machine, and the handle the application holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use tenure_core::assignment::PartitionCounts;
+use tenure_core::{
+    Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member, MemberId, Offset,
+    SessionId, TopicPartition,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::backend::{Backend, BackendError};
+
+/// A change in what this member consumes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AssignmentEvent {
+    /// Start consuming `partition` at `from`; every side effect may be
+    /// fenced with `token`.
+    Assigned {
+        /// The partition.
+        partition: TopicPartition,
+        /// Where consumption starts.
+        from: FetchFrom,
+        /// The claim's fencing token.
+        token: FencingToken,
+    },
+    /// Stop consuming `partition`: finish the messages in hand, then call
+    /// [`GroupMember::drained`]. Its final offset is committed after that
+    /// (or after the processing timeout). The partition may be assigned
+    /// again under the same token (a pause while the store was unreachable)
+    /// or be revoked.
+    Revoking {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the consumption ran under.
+        token: FencingToken,
+    },
+    /// This member's claim on `partition` is gone: released to another
+    /// member, or lost with the session.
+    Revoked {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that ended.
+        token: FencingToken,
+    },
+}
+
+/// A snapshot of the member's own view, for tools and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    /// The current store session.
+    pub session: Option<SessionId>,
+    /// Whether the registration record is known to exist.
+    pub registered: bool,
+    /// What the current assignment gives this member.
+    pub assigned: BTreeSet<TopicPartition>,
+    /// The partitions whose owner record is this member's claim.
+    pub owned: BTreeMap<TopicPartition, FencingToken>,
+    /// The partitions the application is being fed.
+    pub fetching: BTreeSet<TopicPartition>,
+    /// Every assigned partition owned and fetched, nothing in motion.
+    pub settled: bool,
+    /// The member has left the group.
+    pub closed: bool,
+}
+
+/// Why a member could not join.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not be reached.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Why leaving the group did not finish cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum CloseError {
+    /// The member's task ended before the release finished (it panicked or
+    /// the store's event stream ended).
+    #[error("the member's task ended before it could close")]
+    TaskGone,
+}
+
+enum Input {
+    Processed(TopicPartition, FencingToken, Offset),
+    Drained(TopicPartition, FencingToken),
+    Counts(PartitionCounts),
+    Close(oneshot::Sender<()>),
+}
+
+/// Builds a [`GroupMember`].
+pub struct GroupMemberBuilder {
+    config: Config,
+    seed: Option<u64>,
+    counts: PartitionCounts,
+    auto_drain: bool,
+}
+
+impl GroupMemberBuilder {
+    /// The seed of the member's retry jitter (default: from the clock and
+    /// the member id). Fix it to replay a run.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The partition counts of the subscribed topics, until the Kafka data
+    /// plane reads them from metadata. Every member must be given the same.
+    pub fn partitions(mut self, counts: PartitionCounts) -> Self {
+        self.counts = counts;
+        self
+    }
+
+    /// Whether the runtime reports a stopped partition drained at once,
+    /// for applications that finish each message before taking the next
+    /// event (default: no, the application calls [`GroupMember::drained`]).
+    pub fn auto_drain(mut self, auto_drain: bool) -> Self {
+        self.auto_drain = auto_drain;
+        self
+    }
+
+    /// Validates the config, starts the backend's session and the member's
+    /// task. The member registers and starts claiming in the background;
+    /// watch [`GroupMember::next_event`] for its assignment.
+    pub async fn join(self, mut backend: impl Backend) -> Result<GroupMember, JoinError> {
+        let seed = self.seed.unwrap_or_else(|| default_seed(self.config.member.as_str()));
+        let member = Member::new(self.config, seed, now())?;
+        let id = member.id().clone();
+        let group = member.config().group.clone();
+        let (store_tx, store_rx) = mpsc::unbounded_channel();
+        backend.start(&group, member.info(), store_tx).await?;
+        let (input_tx, input_rx) = mpsc::unbounded_channel();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (errors_tx, errors_rx) = mpsc::unbounded_channel();
+        let (view_tx, view_rx) = watch::channel(View::default());
+        if !self.counts.is_empty() {
+            let _ = input_tx.send(Input::Counts(self.counts));
+        }
+        let driver = Driver {
+            member,
+            backend: Box::new(backend),
+            store: store_rx,
+            inputs: input_rx,
+            events: events_tx,
+            errors: errors_tx,
+            view: view_tx,
+            owned: BTreeMap::new(),
+            closing: Vec::new(),
+            auto_drain: self.auto_drain,
+        };
+        let task = tokio::spawn(driver.run());
+        Ok(GroupMember {
+            id,
+            inputs: input_tx,
+            events: events_rx,
+            errors: errors_rx,
+            view: view_rx,
+            task: Some(task),
+        })
+    }
+}
+
+fn default_seed(member: &str) -> u64 {
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    member
+        .bytes()
+        .fold(clock, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// A member of a group, running on tokio. Dropping it without
+/// [`GroupMember::close`] stops it like a crash: its claims stay until its
+/// session expires.
+pub struct GroupMember {
+    id: MemberId,
+    inputs: mpsc::UnboundedSender<Input>,
+    events: mpsc::UnboundedReceiver<AssignmentEvent>,
+    errors: mpsc::UnboundedReceiver<Error>,
+    view: watch::Receiver<View>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl GroupMember {
+    /// Starts building a member with `config`.
+    pub fn builder(config: Config) -> GroupMemberBuilder {
+        GroupMemberBuilder {
+            config,
+            seed: None,
+            counts: PartitionCounts::new(),
+            auto_drain: false,
+        }
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> &MemberId {
+        &self.id
+    }
+
+    /// The next change in what this member consumes (`None` once the
+    /// member has closed).
+    pub async fn next_event(&mut self) -> Option<AssignmentEvent> {
+        self.events.recv().await
+    }
+
+    /// The next assignment change already waiting, without waiting.
+    pub fn try_next_event(&mut self) -> Option<AssignmentEvent> {
+        self.events.try_recv().ok()
+    }
+
+    /// The next problem the member reported (it keeps working after each).
+    pub async fn next_error(&mut self) -> Option<Error> {
+        self.errors.recv().await
+    }
+
+    /// The next reported problem already waiting, without waiting.
+    pub fn try_next_error(&mut self) -> Option<Error> {
+        self.errors.try_recv().ok()
+    }
+
+    /// The member's current view of itself.
+    pub fn view(&self) -> View {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the view.
+    pub fn watch_view(&self) -> watch::Receiver<View> {
+        self.view.clone()
+    }
+
+    /// Reports that every message of `partition` up to and including
+    /// `offset`, fetched under `token`, is processed; it is committed on the
+    /// next interval.
+    pub fn processed(&self, partition: TopicPartition, token: FencingToken, offset: Offset) {
+        let _ = self
+            .inputs
+            .send(Input::Processed(partition, token, offset));
+    }
+
+    /// Reports that the application finished the messages it had of a
+    /// partition it was told to stop ([`AssignmentEvent::Revoking`]).
+    pub fn drained(&self, partition: TopicPartition, token: FencingToken) {
+        let _ = self.inputs.send(Input::Drained(partition, token));
+    }
+
+    /// New partition counts (counts only ever grow).
+    pub fn set_partition_counts(&self, counts: PartitionCounts) {
+        let _ = self.inputs.send(Input::Counts(counts));
+    }
+
+    /// Leaves the group: stops every partition, waits for the drains (call
+    /// [`GroupMember::drained`] as [`AssignmentEvent::Revoking`] events
+    /// come, from another task, or keep polling [`GroupMember::next_event`]
+    /// and answer them), commits, releases every claim, deregisters and
+    /// ends the session.
+    pub async fn close(mut self) -> Result<(), CloseError> {
+        let (done_tx, done_rx) = oneshot::channel();
+        self.inputs
+            .send(Input::Close(done_tx))
+            .map_err(|_| CloseError::TaskGone)?;
+        // Answer drains ourselves while waiting, so a caller that stopped
+        // reading events cannot hold the close up for the processing
+        // timeout.
+        let mut done = std::pin::pin!(done_rx);
+        loop {
+            tokio::select! {
+                result = &mut done => return result.map_err(|_| CloseError::TaskGone),
+                event = self.events.recv() => match event {
+                    Some(AssignmentEvent::Revoking { partition, token }) => {
+                        self.drained(partition, token);
+                    }
+                    Some(_) => {}
+                    None => {
+                        return match self.task.take() {
+                            Some(task) => task.await.map_err(|_| CloseError::TaskGone),
+                            None => Err(CloseError::TaskGone),
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Stops the member at once without releasing anything, like a process
+    /// that died: its claims stay until its session expires.
+    pub fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+struct Driver {
+    member: Member,
+    backend: Box<dyn Backend>,
+    store: mpsc::UnboundedReceiver<Event>,
+    inputs: mpsc::UnboundedReceiver<Input>,
+    events: mpsc::UnboundedSender<AssignmentEvent>,
+    errors: mpsc::UnboundedSender<Error>,
+    view: watch::Sender<View>,
+    /// The claims the application was last told about.
+    owned: BTreeMap<TopicPartition, FencingToken>,
+    closing: Vec<oneshot::Sender<()>>,
+    auto_drain: bool,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            self.carry_out();
+            if self.member.is_closed() {
+                self.backend.shutdown().await;
+                for done in self.closing.drain(..) {
+                    let _ = done.send(());
+                }
+                return;
+            }
+            let deadline = self.member.poll_timeout();
+            tokio::select! {
+                event = self.store.recv() => match event {
+                    Some(event) => self.member.handle_event(now(), event),
+                    None => {
+                        tracing::error!(member = %self.member.id(), "the backend's event stream ended");
+                        return;
+                    }
+                },
+                input = self.inputs.recv() => match input {
+                    Some(Input::Processed(partition, token, offset)) => {
+                        self.member.handle_event(now(), Event::Processed { partition, token, offset });
+                    }
+                    Some(Input::Drained(partition, token)) => {
+                        self.member.handle_event(now(), Event::Drained { partition, token });
+                    }
+                    Some(Input::Counts(counts)) => {
+                        self.member.handle_event(now(), Event::PartitionCounts(counts));
+                    }
+                    Some(Input::Close(done)) => {
+                        self.closing.push(done);
+                        self.member.handle_event(now(), Event::Shutdown);
+                    }
+                    // The handle is gone without closing: stop like a crash.
+                    None => return,
+                },
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    self.member.handle_timeout(now());
+                }
+            }
+        }
+    }
+
+    fn carry_out(&mut self) {
+        while let Some(command) = self.member.poll_command() {
+            match command {
+                Command::StartFetching { partition, from, token } => {
+                    tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
+                    let _ = self.events.send(AssignmentEvent::Assigned { partition, from, token });
+                }
+                Command::StopFetching { partition, token } => {
+                    tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
+                    let _ = self.events.send(AssignmentEvent::Revoking {
+                        partition: partition.clone(),
+                        token,
+                    });
+                    if self.auto_drain {
+                        self.member.handle_event(now(), Event::Drained { partition, token });
+                    }
+                }
+                Command::Report(error) => {
+                    tracing::warn!(member = %self.member.id(), %error, "reported");
+                    let _ = self.errors.send(error);
+                }
+                store => self.backend.submit(store),
+            }
+        }
+        self.publish();
+    }
+
+    /// Tells the application which claims ended, and refreshes the view.
+    fn publish(&mut self) {
+        let owned: BTreeMap<TopicPartition, FencingToken> = self
+            .member
+            .owned()
+            .map(|(p, t)| (p.clone(), t))
+            .collect();
+        for (partition, token) in &self.owned {
+            if owned.get(partition) != Some(token) {
+                tracing::info!(member = %self.member.id(), %partition, ?token, "revoked");
+                let _ = self.events.send(AssignmentEvent::Revoked {
+                    partition: partition.clone(),
+                    token: *token,
+                });
+            }
+        }
+        self.owned = owned;
+        let view = View {
+            session: self.member.session(),
+            registered: self.member.is_registered(),
+            assigned: self.member.assigned().clone(),
+            owned: self.owned.clone(),
+            fetching: self.member.fetching().map(|(p, _)| p.clone()).collect(),
+            settled: self.member.is_settled(),
+            closed: self.member.is_closed(),
+        };
+        self.view.send_if_modified(|current| {
+            if *current == view {
+                false
+            } else {
+                *current = view;
+                true
+            }
+        });
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

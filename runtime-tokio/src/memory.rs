@@ -1,0 +1,215 @@
+//! The embedded default: an in-memory store shared by every member of the
+//! process, with ZooKeeper's semantics (the same model the simulator checks),
+//! so tenure runs with no server at all.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::sim::adapter::{self, Execution, Layout};
+use tenure_core::sim::store::{Store, WatchEvent};
+use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
+use tokio::task::JoinHandle;
+
+use crate::backend::{Backend, BackendError, EventSender};
+
+/// An in-memory coordination store. Clone it to share it between the
+/// members of one process; each member gets its own [`MemoryBackend`].
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    shared: Arc<Mutex<Shared>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    store: Store,
+    /// Where each live session's events go, and in which group's layout.
+    sinks: BTreeMap<SessionId, (EventSender, Layout)>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    /// A backend for one member, with sessions of `session_timeout`.
+    pub fn backend(&self, session_timeout: Duration) -> MemoryBackend {
+        MemoryBackend {
+            store: self.clone(),
+            session_timeout,
+            session: None,
+            member: None,
+            layout: None,
+            keepalive: None,
+        }
+    }
+
+    /// The member id the store records as owner of `partition` in `group`,
+    /// if any (for tests and tools).
+    pub fn owner(&self, group: &str, partition: &tenure_core::TopicPartition) -> Option<String> {
+        let shared = self.lock();
+        let path = Layout::new("", group).owner(partition);
+        let (data, _) = shared.store.get(&path).ok()?;
+        String::from_utf8(data).ok()
+    }
+
+    /// The committed offset of `partition` in `group`, if any.
+    pub fn committed(&self, group: &str, partition: &tenure_core::TopicPartition) -> Option<i64> {
+        let shared = self.lock();
+        let path = Layout::new("", group).offset(partition);
+        let (data, _) = shared.store.get(&path).ok()?;
+        adapter::parse_offset(&path, &data).ok()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panic while holding the lock leaves the store as consistent as
+        // any single operation left it: keep serving rather than poison
+        // every member.
+        match self.shared.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+impl Shared {
+    fn route(&self, fired: Vec<WatchEvent>) {
+        for watch in fired {
+            if let Some((events, layout)) = self.sinks.get(&watch.session) {
+                if let Some(event) = adapter::watch_event(layout, &watch) {
+                    let _ = events.send(event);
+                }
+            }
+        }
+    }
+
+    /// Expires the sessions whose members stopped keeping them alive.
+    fn reap(&mut self) {
+        let fired = self.store.expire_due(now());
+        let live: Vec<SessionId> = self.store.sessions();
+        self.sinks.retain(|session, _| live.contains(session));
+        self.route(fired);
+    }
+}
+
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// One member's connection to a [`MemoryStore`]. Its session lives while
+/// the backend does: dropping it without [`Backend::shutdown`] (a crashed
+/// member) lets the session expire after its timeout, like a real store.
+pub struct MemoryBackend {
+    store: MemoryStore,
+    session_timeout: Duration,
+    session: Option<SessionId>,
+    member: Option<MemberInfo>,
+    layout: Option<Layout>,
+    keepalive: Option<JoinHandle<()>>,
+}
+
+impl Drop for MemoryBackend {
+    fn drop(&mut self) {
+        if let Some(task) = self.keepalive.take() {
+            task.abort();
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn start(
+        &mut self,
+        group: &str,
+        member: &MemberInfo,
+        events: EventSender,
+    ) -> Result<(), BackendError> {
+        tenure_core::types::validate_path_element("group", group)
+            .map_err(|e| BackendError::Config(e.to_string()))?;
+        let layout = Layout::new("", group);
+        let session = {
+            let mut shared = self.store.lock();
+            let session = shared.store.open_session(now(), self.session_timeout);
+            shared.sinks.insert(session, (events.clone(), layout.clone()));
+            session
+        };
+        self.session = Some(session);
+        self.member = Some(member.clone());
+        self.layout = Some(layout);
+        let _ = events.send(Event::SessionEstablished { session });
+        // The client side of a session: ping well within the timeout, and
+        // reap sessions of members that are gone.
+        let store = self.store.clone();
+        let every = (self.session_timeout / 3).max(Duration::from_millis(10));
+        self.keepalive = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let mut shared = store.lock();
+                if shared.store.touch(session, now()).is_err() {
+                    drop(shared);
+                    let _ = events.send(Event::SessionExpired);
+                    return;
+                }
+                shared.reap();
+            }
+        }));
+        Ok(())
+    }
+
+    fn submit(&mut self, command: Command) {
+        let (Some(session), Some(member), Some(layout)) =
+            (self.session, self.member.as_ref(), self.layout.as_ref())
+        else {
+            if let Some(event) = command.failed(StoreError::SessionExpired) {
+                tracing::warn!(?event, "command before the backend started");
+            }
+            return;
+        };
+        let mut shared = self.store.lock();
+        let Some((events, _)) = shared.sinks.get(&session).cloned() else {
+            return;
+        };
+        let _ = shared.store.touch(session, now());
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut fired = Vec::new();
+        let execution = adapter::execute(
+            &mut shared.store,
+            layout,
+            session,
+            member,
+            command,
+            timestamp,
+            &mut fired,
+        );
+        let reply = match execution {
+            Execution::Done(event) => Some(event),
+            Execution::ReadOwner { id, partition } => {
+                Some(adapter::claim_read_owner(&shared.store, layout, id, &partition))
+            }
+            Execution::NotForStore => None,
+        };
+        // The reply goes out before the watch notifications its own write
+        // fired, as ZooKeeper orders them.
+        if let Some(reply) = reply {
+            let _ = events.send(reply);
+        }
+        shared.route(fired);
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(task) = self.keepalive.take() {
+            task.abort();
+        }
+        if let Some(session) = self.session.take() {
+            let mut shared = self.store.lock();
+            shared.sinks.remove(&session);
+            let fired = shared.store.close_session(session);
+            shared.route(fired);
+        }
+    }
+}
