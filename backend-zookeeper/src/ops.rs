@@ -1,0 +1,437 @@
+//! The store commands, carried out as ZooKeeper requests with the semantics
+//! of the reference adapter (`tenure_core::sim::adapter`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tenure_core::sim::adapter::{decode_registration, encode_registration, parse_offset};
+use tenure_core::{
+    ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
+    SessionId, StoreError, TopicPartition,
+};
+use zookeeper_client as zk;
+
+use crate::Shared;
+
+/// One command's view of the store: the client of the session the command
+/// was issued under.
+struct Ctx {
+    shared: Arc<Shared>,
+    client: zk::Client,
+    session: SessionId,
+}
+
+/// Maps a client error to the core's terms.
+fn store_error(error: zk::Error) -> StoreError {
+    match error {
+        zk::Error::ConnectionLoss | zk::Error::Timeout => StoreError::ConnectionLoss,
+        zk::Error::SessionExpired => StoreError::SessionExpired,
+        zk::Error::NoNode => StoreError::NoNode,
+        other => StoreError::Other(other.to_string()),
+    }
+}
+
+/// Whether `result` is an answer from the server (rather than a failure of
+/// the connection or of the client).
+fn answered<T>(result: &Result<T, zk::Error>) -> bool {
+    match result {
+        Ok(_) => true,
+        Err(e) => matches!(
+            e,
+            zk::Error::NoNode
+                | zk::Error::NodeExists
+                | zk::Error::BadVersion
+                | zk::Error::NotEmpty
+                | zk::Error::NoChildrenForEphemerals
+                | zk::Error::NoAuth
+                | zk::Error::InvalidAcl
+                | zk::Error::RuntimeInconsistent
+                | zk::Error::QuotaExceeded
+                | zk::Error::Unimplemented
+        ),
+    }
+}
+
+fn multi_answered<T>(result: &Result<T, zk::MultiWriteError>) -> bool {
+    match result {
+        Ok(_) | Err(zk::MultiWriteError::OperationFailed { .. }) => true,
+        Err(zk::MultiWriteError::RequestFailed { source }) => answered::<()>(&Err(source.clone())),
+    }
+}
+
+fn token_of(stat: &zk::Stat) -> FencingToken {
+    FencingToken(stat.czxid as u64)
+}
+
+fn owner_session(stat: &zk::Stat) -> Option<SessionId> {
+    (stat.ephemeral_owner != 0).then_some(SessionId(stat.ephemeral_owner as u64))
+}
+
+fn parent(path: &str) -> Option<&str> {
+    match path.rfind('/') {
+        Some(0) | None => None,
+        Some(i) => Some(&path[..i]),
+    }
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Ctx {
+    /// Runs one request. The client sends a request when its future is
+    /// made, so the time is taken before `request` is called: it is then a
+    /// moment at or before the server heard the request.
+    async fn call<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
+    where
+        F: Future<Output = Result<T, zk::Error>>,
+    {
+        let sent = Instant::now();
+        let result = request().await;
+        if answered(&result) {
+            self.shared.heard(sent);
+        }
+        result
+    }
+
+    /// Creates the persistent ancestors of `path` (NodeExists is success).
+    async fn create_parents(&self, path: &str) -> Result<(), zk::Error> {
+        let Some(parent) = parent(path) else {
+            return Ok(());
+        };
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        self.call(|| self.client.mkdir(parent, &options)).await
+    }
+
+    /// Creates `path`, creating its parents first if they are missing.
+    async fn create(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: zk::CreateMode,
+    ) -> Result<zk::Stat, zk::Error> {
+        let options = mode.with_acls(zk::Acls::anyone_all());
+        match self.call(|| self.client.create(path, data, &options)).await {
+            Err(zk::Error::NoNode) => {}
+            other => return other.map(|(stat, _)| stat),
+        }
+        self.create_parents(path).await?;
+        self.call(|| self.client.create(path, data, &options))
+            .await
+            .map(|(stat, _)| stat)
+    }
+}
+
+/// Carries out `command` (issued under `session`, the session of `client`)
+/// and sends its result; for watches, goes on to wait for the notification.
+pub(crate) async fn execute(
+    shared: Arc<Shared>,
+    client: zk::Client,
+    session: SessionId,
+    command: Command,
+) {
+    let ctx = Ctx {
+        shared,
+        client,
+        session,
+    };
+    let event = match command {
+        Command::Register { id, member, .. } => Event::RegisterResult {
+            id,
+            result: register(&ctx, &member).await,
+        },
+        Command::Deregister { id, .. } => {
+            let path = ctx.shared.layout.member(&ctx.shared.member.id);
+            Event::DeregisterResult {
+                id,
+                result: delete_if_ours(&ctx, &path, None, false).await,
+            }
+        }
+        Command::WatchMembers { id, .. } => {
+            let (result, watcher) = match read_members(&ctx).await {
+                Ok((members, watcher)) => (Ok(members), Some(watcher)),
+                Err(e) => (Err(e), None),
+            };
+            let Ctx { shared, client, .. } = ctx;
+            shared.send(Event::MembersResult { id, result });
+            if let Some(watcher) = watcher {
+                // The watch must not keep the session open at shutdown.
+                drop(client);
+                let event = watcher.changed().await;
+                if event.event_type != zk::EventType::Session {
+                    shared.send(Event::MembersChanged);
+                }
+            }
+            return;
+        }
+        Command::Heartbeat { id, .. } => {
+            // Any answer proves the session alive on the server.
+            let path = ctx.shared.layout.member(&ctx.shared.member.id);
+            let result = ctx
+                .call(|| ctx.client.check_stat(&path))
+                .await
+                .map(|_| ())
+                .map_err(store_error);
+            Event::HeartbeatResult { id, result }
+        }
+        Command::Claim { id, partition, .. } => Event::ClaimResult {
+            id,
+            result: claim(&ctx, &partition).await,
+        },
+        Command::WatchOwner { id, partition, .. } => {
+            let path = ctx.shared.layout.owner(&partition);
+            let watched = ctx.call(|| ctx.client.check_and_watch_stat(&path)).await;
+            let Ctx { shared, client, .. } = ctx;
+            match watched {
+                Ok((stat, watcher)) => {
+                    shared.send(Event::OwnerWatchResult {
+                        id,
+                        result: Ok(stat.is_some()),
+                    });
+                    drop(client);
+                    let event = watcher.changed().await;
+                    if event.event_type != zk::EventType::Session {
+                        shared.send(Event::OwnerDeleted { partition });
+                    }
+                }
+                Err(e) => shared.send(Event::OwnerWatchResult {
+                    id,
+                    result: Err(store_error(e)),
+                }),
+            }
+            return;
+        }
+        Command::Release {
+            id,
+            partition,
+            token,
+            ..
+        } => {
+            let path = ctx.shared.layout.owner(&partition);
+            Event::ReleaseResult {
+                id,
+                result: delete_if_ours(&ctx, &path, token, true).await,
+            }
+        }
+        Command::ReadOffset { id, partition, .. } => {
+            let path = ctx.shared.layout.offset(&partition);
+            let result = match ctx.call(|| ctx.client.get_data(&path)).await {
+                Ok((data, _)) => parse_offset(&path, &data).map(Some),
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(e) => Err(store_error(e)),
+            };
+            Event::OffsetResult { id, result }
+        }
+        Command::CommitOffset {
+            id,
+            partition,
+            offset,
+            token,
+            ..
+        } => Event::CommitResult {
+            id,
+            result: commit(&ctx, &partition, offset, token).await,
+        },
+        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
+            return
+        }
+    };
+    ctx.shared.send(event);
+}
+
+async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
+    let path = ctx.shared.layout.member(&info.id);
+    let data = encode_registration(info, unix_secs());
+    match ctx.create(&path, &data, zk::CreateMode::Ephemeral).await {
+        Ok(_) => Ok(RegisterOutcome::Registered),
+        Err(zk::Error::NodeExists) => {
+            let (_, stat) = ctx
+                .call(|| ctx.client.get_data(&path))
+                .await
+                .map_err(store_error)?;
+            match owner_session(&stat) {
+                Some(session) => Ok(RegisterOutcome::Exists { session }),
+                None => Err(StoreError::Corrupt {
+                    path,
+                    detail: "member registration is not ephemeral".to_owned(),
+                }),
+            }
+        }
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher), StoreError> {
+    let ids = ctx.shared.layout.ids();
+    let listed = match ctx.call(|| ctx.client.list_and_watch_children(&ids)).await {
+        Err(zk::Error::NoNode) => {
+            // No member has registered yet: make the parent so that it can
+            // be watched.
+            ctx.create_parents(&format!("{ids}/x"))
+                .await
+                .map_err(store_error)?;
+            ctx.call(|| ctx.client.list_and_watch_children(&ids)).await
+        }
+        other => other,
+    };
+    let (mut children, watcher) = listed.map_err(store_error)?;
+    children.sort();
+    // Requests go out when their futures are made: ask for every
+    // registration at once, then collect the answers.
+    let paths: Vec<String> = children.iter().map(|c| format!("{ids}/{c}")).collect();
+    let sent = Instant::now();
+    let reads: Vec<_> = paths.iter().map(|p| ctx.client.get_data(p)).collect();
+    let mut members = Vec::with_capacity(children.len());
+    for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
+        let read = read.await;
+        if answered(&read) {
+            ctx.shared.heard(sent);
+        }
+        match read {
+            Ok((data, _)) => match decode_registration(child, &data) {
+                Ok(info) => members.push(info),
+                // Left out rather than guessed at (the others leave it out
+                // too), but worth an operator's look.
+                Err(detail) => {
+                    tracing::warn!(%path, %detail, "ignoring corrupt member registration")
+                }
+            },
+            // A member that left between the listing and the read is simply
+            // not a member any more.
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+    }
+    Ok((members, watcher))
+}
+
+async fn claim(ctx: &Ctx, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+    let path = ctx.shared.layout.owner(partition);
+    let data = ctx.shared.member.id.as_str().as_bytes();
+    match ctx.create(&path, data, zk::CreateMode::Ephemeral).await {
+        Ok(stat) => Ok(ClaimOutcome::Created {
+            token: token_of(&stat),
+        }),
+        Err(zk::Error::NodeExists) => {
+            let delay = ctx.shared.config.hooks.delay_owner_read;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            // NoNode here is the race where the owner released between our
+            // create and this read: reported as such, the core claims again.
+            let (data, stat) = ctx
+                .call(|| ctx.client.get_data(&path))
+                .await
+                .map_err(store_error)?;
+            match owner_session(&stat) {
+                Some(session) => Ok(ClaimOutcome::Held {
+                    owner: std::str::from_utf8(&data)
+                        .ok()
+                        .and_then(|s| MemberId::new(s).ok()),
+                    session,
+                    token: token_of(&stat),
+                }),
+                None => Err(StoreError::Corrupt {
+                    path,
+                    detail: "owner record is not ephemeral".to_owned(),
+                }),
+            }
+        }
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// Deletes `path` if it belongs to our session and, if `token` is given,
+/// carries that token. Gone or not ours: nothing to do.
+async fn delete_if_ours(
+    ctx: &Ctx,
+    path: &str,
+    token: Option<FencingToken>,
+    release: bool,
+) -> Result<(), StoreError> {
+    let stat = match ctx.call(|| ctx.client.check_stat(path)).await {
+        Ok(Some(stat)) => stat,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(store_error(e)),
+    };
+    let ours = owner_session(&stat) == Some(ctx.session)
+        && token.is_none_or(|t| t == token_of(&stat));
+    if !ours {
+        return Ok(());
+    }
+    let delay = ctx.shared.config.hooks.delay_release;
+    if release && !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    // The version guards against the record changing between the read and
+    // the delete.
+    match ctx
+        .call(|| ctx.client.delete(path, Some(stat.version)))
+        .await
+    {
+        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+        Err(zk::Error::BadVersion) => Err(StoreError::Other(
+            "owner record changed during release".to_owned(),
+        )),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+async fn commit(
+    ctx: &Ctx,
+    partition: &TopicPartition,
+    offset: Offset,
+    token: FencingToken,
+) -> Result<(), StoreError> {
+    let owner_path = ctx.shared.layout.owner(partition);
+    let owner = match ctx.call(|| ctx.client.check_stat(&owner_path)).await {
+        Ok(Some(stat)) => stat,
+        Ok(None) => return Err(StoreError::NotOwner),
+        Err(e) => return Err(store_error(e)),
+    };
+    if owner_session(&owner) != Some(ctx.session) || token_of(&owner) != token {
+        return Err(StoreError::NotOwner);
+    }
+    let path = ctx.shared.layout.offset(partition);
+    let data = offset.to_string().into_bytes();
+    let existing = ctx
+        .call(|| ctx.client.check_stat(&path))
+        .await
+        .map_err(store_error)?;
+    if existing.is_none() {
+        ctx.create_parents(&path).await.map_err(store_error)?;
+    }
+    // The check ties the write to the owner record as read above: only our
+    // own release or the end of our session can remove it, and either makes
+    // this multi fail as a whole.
+    let mut writer = ctx.client.new_multi_writer();
+    let built = writer
+        .add_check_version(&owner_path, owner.version)
+        .and_then(|()| match &existing {
+            Some(stat) => writer.add_set_data(&path, &data, Some(stat.version)),
+            None => writer.add_create(
+                &path,
+                &data,
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            ),
+        });
+    built.map_err(store_error)?;
+    let sent = Instant::now();
+    let result = writer.commit().await;
+    if multi_answered(&result) {
+        ctx.shared.heard(sent);
+    }
+    match result {
+        Ok(_) => Ok(()),
+        Err(zk::MultiWriteError::OperationFailed {
+            index: 0,
+            source: zk::Error::NoNode | zk::Error::BadVersion,
+        }) => Err(StoreError::NotOwner),
+        Err(zk::MultiWriteError::OperationFailed { source, .. })
+        | Err(zk::MultiWriteError::RequestFailed { source }) => Err(store_error(source)),
+    }
+}

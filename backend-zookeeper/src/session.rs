@@ -1,0 +1,164 @@
+//! Opening sessions and following their state: suspension, resumption,
+//! expiry (after which a new client is built: an expired ZooKeeper session is
+//! terminal for its client).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_core::Event;
+use tenure_tokio::BackendError;
+use zookeeper_client as zk;
+
+use crate::{session_id, Config, Current, Shared};
+
+/// The pause between two attempts to open a new session after an expiry.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest such pause.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Why a connection attempt failed, in the backend's terms.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("no server answered within {0:?}")]
+    Timeout(Duration),
+    #[error("invalid connect string {connect_string:?}: {source}")]
+    BadConnectString {
+        connect_string: String,
+        source: zk::Error,
+    },
+    #[error("chroot {0:?} does not exist; create it first")]
+    NoChroot(String),
+    #[error("{0}")]
+    Client(zk::Error),
+}
+
+impl ConnectError {
+    fn into_backend_error(self, config: &Config) -> BackendError {
+        match self {
+            ConnectError::BadConnectString { .. } | ConnectError::NoChroot(_) => {
+                BackendError::Config(format!("{}: {self}", config.store()))
+            }
+            ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
+                store: config.store(),
+                detail: self.to_string(),
+            },
+        }
+    }
+}
+
+/// Opens a session with the configured timeout, within the connect timeout.
+pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError> {
+    try_connect(config)
+        .await
+        .map_err(|e| e.into_backend_error(config))
+}
+
+async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
+    let connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    let attempt = connector.connect(&config.connect_string);
+    let client = match tokio::time::timeout(config.connect_timeout, attempt).await {
+        Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
+        Ok(Err(source @ zk::Error::BadArguments(_))) => {
+            return Err(ConnectError::BadConnectString {
+                connect_string: config.connect_string.clone(),
+                source,
+            })
+        }
+        Ok(Err(e)) => return Err(ConnectError::Client(e)),
+        Ok(Ok(client)) => client,
+    };
+    // Every path is under the chroot; a missing chroot would fail every
+    // request with NoNode, so say so now.
+    let root = tokio::time::timeout(config.connect_timeout, client.check_stat("/")).await;
+    match root {
+        Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
+        Ok(Err(e)) => return Err(ConnectError::Client(e)),
+        Ok(Ok(None)) => return Err(ConnectError::NoChroot(client.path().to_owned())),
+        Ok(Ok(Some(_))) => {}
+    }
+    if client.session_timeout() != config.session_timeout {
+        tracing::warn!(
+            asked = ?config.session_timeout,
+            negotiated = ?client.session_timeout(),
+            "ZooKeeper negotiated another session timeout than the member's; \
+             the member's suspension arithmetic assumes the one it was configured with"
+        );
+    }
+    Ok(client)
+}
+
+/// Follows the state of the current session and of every session opened
+/// after it, until shutdown.
+pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
+    let mut suspended = false;
+    loop {
+        // Anything that reconnects after this moment was heard by the
+        // server after it.
+        let waiting_since = Instant::now();
+        let state = watcher.changed().await;
+        if shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        match state {
+            zk::SessionState::Disconnected => {
+                if !suspended {
+                    suspended = true;
+                    let last_heard = shared.last_heard();
+                    tracing::warn!("connection to ZooKeeper lost; session suspended");
+                    shared.send(Event::SessionSuspended { last_heard });
+                }
+            }
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                shared.heard(waiting_since);
+                if suspended {
+                    suspended = false;
+                    tracing::info!("connection to ZooKeeper back; session resumed");
+                    shared.send(Event::SessionResumed);
+                }
+            }
+            zk::SessionState::Expired | zk::SessionState::AuthFailed => {
+                suspended = false;
+                tracing::warn!(%state, "ZooKeeper session ended; opening a new one");
+                shared.set_current(None);
+                shared.send(Event::SessionExpired);
+                let Some(next) = reopen(&shared).await else {
+                    return;
+                };
+                watcher = next;
+            }
+            zk::SessionState::Closed => return,
+        }
+    }
+}
+
+/// Opens a new session after an expiry, retrying until it works or the
+/// backend shuts down; sends `SessionEstablished`.
+async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
+    let mut backoff = RECONNECT_BACKOFF;
+    loop {
+        if shared.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        let before = Instant::now();
+        match connect(&shared.config).await {
+            Ok(client) => {
+                if shared.closing.load(Ordering::SeqCst) {
+                    return None;
+                }
+                let session = session_id(&client);
+                let watcher = client.state_watcher();
+                tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
+                shared.heard(before);
+                shared.set_current(Some(Current { client, session }));
+                shared.send(Event::SessionEstablished { session });
+                return Some(watcher);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+            }
+        }
+    }
+}
