@@ -1,11 +1,15 @@
 //! tenure: Kafka consumer groups whose members coordinate partition ownership
 //! through ZooKeeper or etcd.
 //!
-//! This facade re-exports the crates of the workspace. Today it carries the
-//! sans-IO core ([`core`]); the backends and the tokio runtime arrive behind
-//! Cargo features. The README follows; its examples are compiled and run as
-//! tests of this crate.
+//! This facade re-exports the crates of the workspace: the sans-IO core
+//! ([`core`]), the tokio runtime ([`tokio`], with the embedded in-memory
+//! store), and the backends picked by Cargo features (`zookeeper`, on by
+//! default). The README follows; its examples are compiled and run as tests
+//! of this crate.
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub use tenure_core as core;
+pub use tenure_tokio as tokio;
+#[cfg(feature = "zookeeper")]
+pub use tenure_zookeeper as zookeeper;

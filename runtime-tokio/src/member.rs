@@ -65,6 +65,9 @@ pub struct View {
     pub settled: bool,
     /// The member has left the group.
     pub closed: bool,
+    /// When the member published this view (for ordering the views of
+    /// several members).
+    pub at: Option<Instant>,
 }
 
 /// Why a member could not join.
@@ -100,9 +103,18 @@ pub struct GroupMemberBuilder {
     seed: Option<u64>,
     counts: PartitionCounts,
     auto_drain: bool,
+    view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
 }
 
 impl GroupMemberBuilder {
+    /// Also sends every view the member publishes, in order and none
+    /// skipped, to `log` (for monitors and tests; [`GroupMember::watch_view`]
+    /// only ever shows the latest).
+    pub fn view_log(mut self, log: mpsc::UnboundedSender<(MemberId, View)>) -> Self {
+        self.view_log = Some(log);
+        self
+    }
+
     /// The seed of the member's retry jitter (default: from the clock and
     /// the member id). Fix it to replay a run.
     pub fn seed(mut self, seed: u64) -> Self {
@@ -153,6 +165,7 @@ impl GroupMemberBuilder {
             owned: BTreeMap::new(),
             closing: Vec::new(),
             auto_drain: self.auto_drain,
+            view_log: self.view_log,
         };
         let task = tokio::spawn(driver.run());
         Ok(GroupMember {
@@ -199,6 +212,7 @@ impl GroupMember {
             seed: None,
             counts: PartitionCounts::new(),
             auto_drain: false,
+            view_log: None,
         }
     }
 
@@ -320,6 +334,7 @@ struct Driver {
     owned: BTreeMap<TopicPartition, FencingToken>,
     closing: Vec<oneshot::Sender<()>>,
     auto_drain: bool,
+    view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
 }
 
 impl Driver {
@@ -379,6 +394,9 @@ impl Driver {
                         partition: partition.clone(),
                         token,
                     });
+                    // The view says it stopped before anything that
+                    // follows (the release) can reach the store.
+                    self.publish();
                     if self.auto_drain {
                         self.member.handle_event(now(), Event::Drained { partition, token });
                     }
@@ -418,14 +436,19 @@ impl Driver {
             fetching: self.member.fetching().map(|(p, _)| p.clone()).collect(),
             settled: self.member.is_settled(),
             closed: self.member.is_closed(),
+            at: Some(now()),
         };
+        let log = self.view_log.as_ref();
+        let id = self.member.id();
         self.view.send_if_modified(|current| {
-            if *current == view {
-                false
-            } else {
+            let same = View { at: current.at, ..view.clone() } == *current;
+            if !same {
+                if let Some(log) = log {
+                    let _ = log.send((id.clone(), view.clone()));
+                }
                 *current = view;
-                true
             }
+            !same
         });
     }
 }
