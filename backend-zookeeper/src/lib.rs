@@ -273,9 +273,12 @@ impl Backend for ZooKeeperBackend {
         let shared = running.shared.clone();
         match shared.current() {
             Some(current) if current.session == issued => {
-                running
-                    .tasks
-                    .spawn(ops::execute(shared, current.client, current.session, command));
+                running.tasks.spawn(ops::execute(
+                    shared,
+                    current.client,
+                    current.session,
+                    command,
+                ));
             }
             // Issued under a session that ended: it must not act under the
             // next one (a claim would leave a record no member tracks).

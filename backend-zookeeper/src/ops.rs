@@ -236,9 +236,7 @@ pub(crate) async fn execute(
             id,
             result: commit(&ctx, &partition, offset, token).await,
         },
-        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
-            return
-        }
+        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => return,
     };
     ctx.shared.send(event);
 }
@@ -358,8 +356,8 @@ async fn delete_if_ours(
         Ok(None) => return Ok(()),
         Err(e) => return Err(store_error(e)),
     };
-    let ours = owner_session(&stat) == Some(ctx.session)
-        && token.is_none_or(|t| t == token_of(&stat));
+    let ours =
+        owner_session(&stat) == Some(ctx.session) && token.is_none_or(|t| t == token_of(&stat));
     if !ours {
         return Ok(());
     }

@@ -1,0 +1,561 @@
+//! The backend against a real ZooKeeper (`TENURE_ZOOKEEPER`, started by
+//! `scripts/services start zookeeper`). Each test works in its own chroot.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{partition, Sandbox, GROUP};
+use tenure_core::{
+    ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
+};
+use tenure_tokio::{Backend, BackendError};
+use tenure_zookeeper::{Hooks, ZooKeeperBackend};
+use zookeeper_client as zk;
+
+fn created(event: Event) -> FencingToken {
+    match event {
+        Event::ClaimResult {
+            result: Ok(ClaimOutcome::Created { token }),
+            ..
+        } => token,
+        other => panic!("expected a created claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn registration_members_and_membership_watch() {
+    let sandbox = Sandbox::new("members").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+
+    assert!(matches!(
+        a.register().await,
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Registered),
+            ..
+        }
+    ));
+    let (data, stat) = sandbox
+        .raw
+        .get_data(&sandbox.member_path("a"))
+        .await
+        .expect("registration written");
+    assert_eq!(
+        stat.ephemeral_owner as u64, a.session.0,
+        "registration is ephemeral, ours"
+    );
+    let json = String::from_utf8(data).expect("utf-8");
+    assert!(
+        json.contains("\"subscription\":{\"t\":1}"),
+        "Kafka 0.8 registration JSON: {json}"
+    );
+
+    // Registering again meets our own record.
+    match a.register().await {
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Exists { session }),
+            ..
+        } => {
+            assert_eq!(session, a.session)
+        }
+        other => panic!("second registration answered {other:?}"),
+    }
+
+    assert_eq!(a.watch_members().await, vec!["a"]);
+    assert!(!a.has(|e| matches!(e, Event::MembersChanged)));
+
+    // A corrupt registration is left out (and logged), not guessed at.
+    sandbox
+        .raw
+        .create(
+            &sandbox.member_path("garbage"),
+            b"not json",
+            &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("write a corrupt registration");
+    a.wait_for("MembersChanged after a corrupt registration", |e| {
+        matches!(e, Event::MembersChanged).then_some(())
+    })
+    .await;
+    assert_eq!(a.watch_members().await, vec!["a"]);
+
+    assert!(matches!(
+        b.register().await,
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Registered),
+            ..
+        }
+    ));
+    a.wait_for("MembersChanged after b registered", |e| {
+        matches!(e, Event::MembersChanged).then_some(())
+    })
+    .await;
+    assert_eq!(a.watch_members().await, vec!["a", "b"]);
+
+    // Deregistering removes the record and wakes the watch again.
+    let id = b.submit(|id, session| Command::Deregister { id, session });
+    assert!(matches!(
+        b.result(id).await,
+        Event::DeregisterResult { result: Ok(()), .. }
+    ));
+    a.wait_for("MembersChanged after b left", |e| {
+        matches!(e, Event::MembersChanged).then_some(())
+    })
+    .await;
+    assert_eq!(a.watch_members().await, vec!["a"]);
+
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn claim_hold_watch_and_handoff() {
+    let sandbox = Sandbox::new("claim").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+
+    let token = created(a.claim(0).await);
+    let (data, stat) = sandbox
+        .raw
+        .get_data(&sandbox.owner_path(0))
+        .await
+        .expect("owner node written");
+    assert_eq!(data, b"a", "owner node holds the member id");
+    assert_eq!(token, FencingToken(stat.czxid as u64), "token is the czxid");
+    assert_eq!(stat.ephemeral_owner as u64, a.session.0);
+
+    match b.claim(0).await {
+        Event::ClaimResult {
+            result:
+                Ok(ClaimOutcome::Held {
+                    owner,
+                    session,
+                    token: held,
+                }),
+            ..
+        } => {
+            assert_eq!(owner.as_ref().map(|m| m.as_str()), Some("a"));
+            assert_eq!(session, a.session);
+            assert_eq!(held, token);
+        }
+        other => panic!("second claim answered {other:?}"),
+    }
+    assert!(matches!(
+        b.watch_owner(0).await,
+        Event::OwnerWatchResult {
+            result: Ok(true),
+            ..
+        }
+    ));
+
+    // A release with another claim's token leaves the record alone.
+    assert!(matches!(
+        a.release(0, Some(FencingToken(token.0 + 1))).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+    // ... and so does a release by another session.
+    assert!(matches!(
+        b.release(0, None).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+    assert!(
+        sandbox
+            .raw
+            .check_stat(&sandbox.owner_path(0))
+            .await
+            .expect("stat")
+            .is_some(),
+        "wrong-token and foreign releases must not delete the owner node"
+    );
+    assert!(!b.has(|e| matches!(e, Event::OwnerDeleted { .. })));
+
+    assert!(matches!(
+        a.release(0, Some(token)).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+    let deleted = b
+        .wait_for("OwnerDeleted", |e| match e {
+            Event::OwnerDeleted { partition } => Some(partition.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(deleted, partition(0));
+    // Releasing what is gone is fine.
+    assert!(matches!(
+        a.release(0, Some(token)).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+
+    let next = created(b.claim(0).await);
+    assert!(
+        next > token,
+        "a new claim's token grows: {next:?} after {token:?}"
+    );
+    // Watching a record that is gone answers false.
+    assert!(matches!(
+        a.watch_owner(1).await,
+        Event::OwnerWatchResult {
+            result: Ok(false),
+            ..
+        }
+    ));
+
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn commits_are_fenced_by_the_claim() {
+    let sandbox = Sandbox::new("commit").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+
+    assert!(matches!(
+        a.read_offset(0).await,
+        Event::OffsetResult {
+            result: Ok(None),
+            ..
+        }
+    ));
+    let token = created(a.claim(0).await);
+    assert!(matches!(
+        a.commit(0, 42, token).await,
+        Event::CommitResult { result: Ok(()), .. }
+    ));
+    assert!(matches!(
+        a.read_offset(0).await,
+        Event::OffsetResult {
+            result: Ok(Some(42)),
+            ..
+        }
+    ));
+    assert!(matches!(
+        a.commit(0, 43, token).await,
+        Event::CommitResult { result: Ok(()), .. }
+    ));
+    let (data, stat) = sandbox
+        .raw
+        .get_data(&sandbox.offset_path(0))
+        .await
+        .expect("offset");
+    assert_eq!(data, b"43", "ASCII decimal next offset");
+    assert_eq!(stat.ephemeral_owner, 0, "offsets are persistent");
+
+    // Not the owner: another session, even with the right token...
+    assert!(matches!(
+        b.commit(0, 99, token).await,
+        Event::CommitResult {
+            result: Err(StoreError::NotOwner),
+            ..
+        }
+    ));
+    // ... or the owner's session with another claim's token.
+    assert!(matches!(
+        a.commit(0, 99, FencingToken(token.0 + 1)).await,
+        Event::CommitResult {
+            result: Err(StoreError::NotOwner),
+            ..
+        }
+    ));
+    // After the release the claim no longer guards anything.
+    assert!(matches!(
+        a.release(0, Some(token)).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+    assert!(matches!(
+        a.commit(0, 99, token).await,
+        Event::CommitResult {
+            result: Err(StoreError::NotOwner),
+            ..
+        }
+    ));
+    // A partition nobody ever claimed.
+    assert!(matches!(
+        a.commit(5, 1, token).await,
+        Event::CommitResult {
+            result: Err(StoreError::NotOwner),
+            ..
+        }
+    ));
+    assert!(matches!(
+        b.read_offset(0).await,
+        Event::OffsetResult {
+            result: Ok(Some(43)),
+            ..
+        }
+    ));
+
+    // The next owner commits over it.
+    let next = created(b.claim(0).await);
+    assert!(matches!(
+        b.commit(0, 50, next).await,
+        Event::CommitResult { result: Ok(()), .. }
+    ));
+    assert!(matches!(
+        a.read_offset(0).await,
+        Event::OffsetResult {
+            result: Ok(Some(50)),
+            ..
+        }
+    ));
+
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn corrupt_offsets_are_reported_and_left_alone() {
+    let sandbox = Sandbox::new("corrupt").await;
+    let path = sandbox.offset_path(0);
+    sandbox
+        .raw
+        .mkdir(
+            &format!("/consumers/{GROUP}/offsets/{}", common::TOPIC),
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("offset parents");
+    sandbox
+        .raw
+        .create(
+            &path,
+            b"garbage",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("write a corrupt offset");
+    let mut a = sandbox.member("a").await;
+
+    match a.read_offset(0).await {
+        Event::OffsetResult {
+            result:
+                Err(StoreError::Corrupt {
+                    path: reported,
+                    detail,
+                }),
+            ..
+        } => {
+            assert_eq!(reported, path, "the error names the znode");
+            assert!(
+                detail.contains("garbage"),
+                "detail shows the data: {detail}"
+            );
+        }
+        other => panic!("reading a corrupt offset answered {other:?}"),
+    }
+    let (data, stat) = sandbox.raw.get_data(&path).await.expect("still there");
+    assert_eq!(data, b"garbage", "nothing overwritten");
+    assert_eq!(stat.version, 0, "nothing written at all");
+
+    a.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn commands_of_another_session_fail_as_expired() {
+    let sandbox = Sandbox::new("stale").await;
+    let mut a = sandbox.member("a").await;
+    let stale = SessionId(a.session.0 ^ 1);
+    let id = a.id();
+    a.backend.submit(Command::Claim {
+        id,
+        session: stale,
+        partition: partition(0),
+    });
+    assert!(matches!(
+        a.result(id).await,
+        Event::ClaimResult {
+            result: Err(StoreError::SessionExpired),
+            ..
+        }
+    ));
+    let id = a.id();
+    a.backend.submit(Command::Register {
+        id,
+        session: stale,
+        member: a.info.clone(),
+    });
+    assert!(matches!(
+        a.result(id).await,
+        Event::RegisterResult {
+            result: Err(StoreError::SessionExpired),
+            ..
+        }
+    ));
+    assert!(
+        sandbox
+            .raw
+            .check_stat(&sandbox.owner_path(0))
+            .await
+            .expect("stat")
+            .is_none(),
+        "a stale claim must not create anything"
+    );
+    assert!(sandbox
+        .raw
+        .check_stat(&sandbox.member_path("a"))
+        .await
+        .expect("stat")
+        .is_none());
+    // Fetching commands are not for the backend: nothing comes back.
+    a.backend.submit(Command::StopFetching {
+        partition: partition(0),
+        token: FencingToken(1),
+    });
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+    assert!(!a.has(|_| true), "no event other than the results");
+
+    a.backend.shutdown().await;
+}
+
+/// The original system's NodeExists → NoNode race: the claimant's create
+/// fails because the record exists, the owner releases, the claimant's
+/// follow-up read finds nothing. Reported as NoNode (the core claims again).
+#[tokio::test]
+async fn owner_read_hook_reproduces_node_exists_then_no_node() {
+    let sandbox = Sandbox::new("race").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox
+        .member_with(
+            "b",
+            Hooks {
+                delay_owner_read: Duration::from_secs(3),
+                ..Hooks::default()
+            },
+        )
+        .await;
+    let token = created(a.claim(0).await);
+
+    let claim = b.submit(|id, session| Command::Claim {
+        id,
+        session,
+        partition: partition(0),
+    });
+    // A session's requests are answered in order: once this heartbeat
+    // (submitted after the claim, on a current-thread runtime that runs
+    // tasks in spawn order) is answered, the claim's create has failed.
+    let beat = b.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        b.result(beat).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+    assert!(
+        !b.has(|e| common::result_id(e) == Some(claim)),
+        "claim answered too early"
+    );
+
+    assert!(matches!(
+        a.release(0, Some(token)).await,
+        Event::ReleaseResult { result: Ok(()), .. }
+    ));
+    assert!(matches!(
+        b.result(claim).await,
+        Event::ClaimResult {
+            result: Err(StoreError::NoNode),
+            ..
+        }
+    ));
+    // Claiming again works.
+    created(b.claim(0).await);
+
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_removes_ephemerals_at_once() {
+    let sandbox = Sandbox::new("shutdown").await;
+    let mut a = sandbox.member("a").await;
+    assert!(matches!(
+        a.register().await,
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Registered),
+            ..
+        }
+    ));
+    created(a.claim(0).await);
+    let (_, watcher) = sandbox
+        .raw
+        .check_and_watch_stat(&sandbox.owner_path(0))
+        .await
+        .expect("watch the owner node");
+
+    a.backend.shutdown().await;
+    // No waiting: the records are gone when shutdown returns.
+    assert!(sandbox
+        .raw
+        .check_stat(&sandbox.member_path("a"))
+        .await
+        .expect("stat")
+        .is_none());
+    assert!(sandbox
+        .raw
+        .check_stat(&sandbox.owner_path(0))
+        .await
+        .expect("stat")
+        .is_none());
+    let event = watcher.changed().await;
+    assert_eq!(event.event_type, zk::EventType::NodeDeleted);
+
+    // After shutdown, commands go nowhere and nothing panics.
+    let id = a.id();
+    a.backend.submit(Command::Heartbeat {
+        id,
+        session: a.session,
+    });
+    a.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_errors_name_the_address_and_are_bounded() {
+    let member = common::info("a");
+
+    // Nothing listens on port 1.
+    let started = Instant::now();
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut backend = ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2));
+    match backend.start(GROUP, &member, tx).await {
+        Err(BackendError::Connect { store, .. }) => {
+            assert!(store.contains("127.0.0.1:1"), "{store}")
+        }
+        other => panic!("unreachable server: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut backend = ZooKeeperBackend::new("127.0.0.1:notaport");
+    match backend.start(GROUP, &member, tx).await {
+        Err(BackendError::Config(message)) => {
+            assert!(message.contains("127.0.0.1:notaport"), "{message}")
+        }
+        other => panic!("bad connect string: {other:?}"),
+    }
+
+    // A chroot that does not exist.
+    let connect = format!("{}/tenure-test-no-such-chroot", common::address());
+    let _server = common::raw_client(&common::address()).await;
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut backend = ZooKeeperBackend::new(connect.clone());
+    match backend.start(GROUP, &member, tx).await {
+        Err(BackendError::Config(message)) => {
+            assert!(message.contains(&connect), "{message}");
+            assert!(message.contains("chroot"), "{message}");
+        }
+        other => panic!("missing chroot: {other:?}"),
+    }
+}
