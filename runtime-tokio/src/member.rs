@@ -141,7 +141,9 @@ impl GroupMemberBuilder {
     /// task. The member registers and starts claiming in the background;
     /// watch [`GroupMember::next_event`] for its assignment.
     pub async fn join(self, mut backend: impl Backend) -> Result<GroupMember, JoinError> {
-        let seed = self.seed.unwrap_or_else(|| default_seed(self.config.member.as_str()));
+        let seed = self
+            .seed
+            .unwrap_or_else(|| default_seed(self.config.member.as_str()));
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
         let group = member.config().group.clone();
@@ -183,9 +185,9 @@ fn default_seed(member: &str) -> u64 {
     let clock = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    member
-        .bytes()
-        .fold(clock, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    member.bytes().fold(clock, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn now() -> Instant {
@@ -256,9 +258,7 @@ impl GroupMember {
     /// `offset`, fetched under `token`, is processed; it is committed on the
     /// next interval.
     pub fn processed(&self, partition: TopicPartition, token: FencingToken, offset: Offset) {
-        let _ = self
-            .inputs
-            .send(Input::Processed(partition, token, offset));
+        let _ = self.inputs.send(Input::Processed(partition, token, offset));
     }
 
     /// Reports that the application finished the messages it had of a
@@ -384,9 +384,17 @@ impl Driver {
     fn carry_out(&mut self) {
         while let Some(command) = self.member.poll_command() {
             match command {
-                Command::StartFetching { partition, from, token } => {
+                Command::StartFetching {
+                    partition,
+                    from,
+                    token,
+                } => {
                     tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
-                    let _ = self.events.send(AssignmentEvent::Assigned { partition, from, token });
+                    let _ = self.events.send(AssignmentEvent::Assigned {
+                        partition,
+                        from,
+                        token,
+                    });
                 }
                 Command::StopFetching { partition, token } => {
                     tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
@@ -398,7 +406,8 @@ impl Driver {
                     // follows (the release) can reach the store.
                     self.publish();
                     if self.auto_drain {
-                        self.member.handle_event(now(), Event::Drained { partition, token });
+                        self.member
+                            .handle_event(now(), Event::Drained { partition, token });
                     }
                 }
                 Command::Report(error) => {
@@ -413,11 +422,8 @@ impl Driver {
 
     /// Tells the application which claims ended, and refreshes the view.
     fn publish(&mut self) {
-        let owned: BTreeMap<TopicPartition, FencingToken> = self
-            .member
-            .owned()
-            .map(|(p, t)| (p.clone(), t))
-            .collect();
+        let owned: BTreeMap<TopicPartition, FencingToken> =
+            self.member.owned().map(|(p, t)| (p.clone(), t)).collect();
         for (partition, token) in &self.owned {
             if owned.get(partition) != Some(token) {
                 tracing::info!(member = %self.member.id(), %partition, ?token, "revoked");
@@ -441,7 +447,10 @@ impl Driver {
         let log = self.view_log.as_ref();
         let id = self.member.id();
         self.view.send_if_modified(|current| {
-            let same = View { at: current.at, ..view.clone() } == *current;
+            let same = View {
+                at: current.at,
+                ..view.clone()
+            } == *current;
             if !same {
                 if let Some(log) = log {
                     let _ = log.send((id.clone(), view.clone()));

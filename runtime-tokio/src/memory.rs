@@ -132,7 +132,9 @@ impl Backend for MemoryBackend {
         let session = {
             let mut shared = self.store.lock();
             let session = shared.store.open_session(now(), self.session_timeout);
-            shared.sinks.insert(session, (events.clone(), layout.clone()));
+            shared
+                .sinks
+                .insert(session, (events.clone(), layout.clone()));
             session
         };
         self.session = Some(session);
@@ -188,9 +190,12 @@ impl Backend for MemoryBackend {
         );
         let reply = match execution {
             Execution::Done(event) => Some(event),
-            Execution::ReadOwner { id, partition } => {
-                Some(adapter::claim_read_owner(&shared.store, layout, id, &partition))
-            }
+            Execution::ReadOwner { id, partition } => Some(adapter::claim_read_owner(
+                &shared.store,
+                layout,
+                id,
+                &partition,
+            )),
             Execution::NotForStore => None,
         };
         // The reply goes out before the watch notifications its own write

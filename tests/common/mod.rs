@@ -86,18 +86,20 @@ impl Monitor {
     }
 
     fn apply(&mut self, name: String, view: View) {
-        let at = view.at.unwrap_or_else(|| tokio::time::Instant::now().into_std());
+        let at = view
+            .at
+            .unwrap_or_else(|| tokio::time::Instant::now().into_std());
         let before: BTreeSet<TopicPartition> = self
             .views
             .get(&name)
             .map(|v| v.fetching.clone())
             .unwrap_or_default();
         for partition in before.difference(&view.fetching) {
-            if let Some(open) = self
-                .intervals
-                .get_mut(partition)
-                .and_then(|list| list.iter_mut().rev().find(|(m, _, end)| *m == name && end.is_none()))
-            {
+            if let Some(open) = self.intervals.get_mut(partition).and_then(|list| {
+                list.iter_mut()
+                    .rev()
+                    .find(|(m, _, end)| *m == name && end.is_none())
+            }) {
                 open.2 = Some(at);
             }
         }
@@ -112,14 +114,22 @@ impl Monitor {
     /// Views from different members arrive in any order; an interval that
     /// seems to overlap because the end of the previous one has not arrived
     /// yet is waited for, not judged.
-    pub async fn until(&mut self, limit: Duration, what: &str, done: impl Fn(&BTreeMap<String, View>) -> bool) {
+    pub async fn until(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        done: impl Fn(&BTreeMap<String, View>) -> bool,
+    ) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             while let Ok((name, view)) = self.updates.try_recv() {
                 self.apply(name.to_string(), view);
             }
             let (overlaps, pending) = self.overlaps();
-            assert!(overlaps.is_empty(), "exclusive ownership broken: {overlaps:?}");
+            assert!(
+                overlaps.is_empty(),
+                "exclusive ownership broken: {overlaps:?}"
+            );
             if done(&self.views) && pending.is_empty() {
                 return;
             }
@@ -149,9 +159,9 @@ impl Monitor {
                     continue;
                 }
                 match a_end {
-                    Some(end) if end > b_start => {
-                        overlaps.push(format!("{partition} fed to {a} until {end:?} and to {b} from {b_start:?}"))
-                    }
+                    Some(end) if end > b_start => overlaps.push(format!(
+                        "{partition} fed to {a} until {end:?} and to {b} from {b_start:?}"
+                    )),
                     Some(_) => {}
                     None => pending.push(format!("{partition}: {a} still, {b} since {b_start:?}")),
                 }
@@ -162,14 +172,22 @@ impl Monitor {
 
     pub fn assert_no_overlap(&self) {
         let (overlaps, _) = self.overlaps();
-        assert!(overlaps.is_empty(), "exclusive ownership broken: {overlaps:?}");
+        assert!(
+            overlaps.is_empty(),
+            "exclusive ownership broken: {overlaps:?}"
+        );
     }
 
     /// Who is fed what, per member.
     pub fn summary(&self) -> BTreeMap<String, Vec<String>> {
         self.views
             .iter()
-            .map(|(m, v)| (m.clone(), v.fetching.iter().map(|p| p.to_string()).collect()))
+            .map(|(m, v)| {
+                (
+                    m.clone(),
+                    v.fetching.iter().map(|p| p.to_string()).collect(),
+                )
+            })
             .collect()
     }
 
@@ -205,7 +223,11 @@ pub fn settled(views: &BTreeMap<String, View>, members: &[&str], partitions: u32
     let mut fetched = BTreeSet::new();
     for name in members {
         match views.get(*name) {
-            Some(view) if view.settled && view.registered && (low..=high).contains(&view.fetching.len()) => {
+            Some(view)
+                if view.settled
+                    && view.registered
+                    && (low..=high).contains(&view.fetching.len()) =>
+            {
                 fetched.extend(view.fetching.iter().cloned())
             }
             _ => return false,
@@ -218,7 +240,13 @@ pub fn settled(views: &BTreeMap<String, View>, members: &[&str], partitions: u32
     others_idle && fetched.len() == partitions as usize
 }
 
-pub async fn join(stores: &dyn Stores, monitor: &Monitor, group: &str, name: &str, partitions: u32) -> GroupMember {
+pub async fn join(
+    stores: &dyn Stores,
+    monitor: &Monitor,
+    group: &str,
+    name: &str,
+    partitions: u32,
+) -> GroupMember {
     GroupMember::builder(config(group, name))
         .partitions([(TOPIC.to_owned(), partitions)].into())
         .auto_drain(true)
@@ -253,7 +281,9 @@ pub async fn three_members_share_twelve_partitions(stores: &dyn Stores) {
         members.push(member);
     }
     monitor
-        .until(SETTLE, "3 members owning 12 partitions", |v| settled(v, &["m1", "m2", "m3"], 12))
+        .until(SETTLE, "3 members owning 12 partitions", |v| {
+            settled(v, &["m1", "m2", "m3"], 12)
+        })
         .await;
     for (name, view) in &monitor.views {
         assert_eq!(view.fetching.len(), 4, "{name} fetches {:?}", view.fetching);
@@ -275,7 +305,9 @@ pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
         members.push(member);
     }
     monitor
-        .until(SETTLE, "3 members settled", |v| settled(v, &["m1", "m2", "m3"], 12))
+        .until(SETTLE, "3 members settled", |v| {
+            settled(v, &["m1", "m2", "m3"], 12)
+        })
         .await;
     let before = monitor.tokens();
     // Drop the events so far: what follows is the join's doing.
@@ -285,7 +317,9 @@ pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
     let fourth = join(stores, &monitor, &group, "m4", 12).await;
     members.push(fourth);
     monitor
-        .until(SETTLE, "4 members settled", |v| settled(v, &["m1", "m2", "m3", "m4"], 12))
+        .until(SETTLE, "4 members settled", |v| {
+            settled(v, &["m1", "m2", "m3", "m4"], 12)
+        })
         .await;
     let after = monitor.tokens();
     let moved: BTreeSet<&TopicPartition> = after
@@ -301,7 +335,11 @@ pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
     for member in &mut members {
         while let Some(event) = member.try_next_event() {
             if let tenure::tokio::AssignmentEvent::Revoking { partition, .. } = &event {
-                assert!(moved.contains(partition), "{} paused {partition}, which did not move", member.id());
+                assert!(
+                    moved.contains(partition),
+                    "{} paused {partition}, which did not move",
+                    member.id()
+                );
             }
         }
     }
@@ -323,14 +361,20 @@ pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Sto
         members.push(member);
     }
     monitor
-        .until(SETTLE, "3 members settled", |v| settled(v, &["m1", "m2", "m3"], 12))
+        .until(SETTLE, "3 members settled", |v| {
+            settled(v, &["m1", "m2", "m3"], 12)
+        })
         .await;
     let leaving = members.pop().expect("three members");
     let theirs: BTreeMap<TopicPartition, FencingToken> = monitor.views["m3"].owned.clone();
     assert_eq!(theirs.len(), 4);
     // Processed up to 40 + partition number; committed on the way out.
     for (partition, token) in &theirs {
-        leaving.processed(partition.clone(), *token, 40 + Offset::from(partition.partition));
+        leaving.processed(
+            partition.clone(),
+            *token,
+            40 + Offset::from(partition.partition),
+        );
     }
     for member in &mut members {
         while member.try_next_event().is_some() {}
@@ -344,13 +388,18 @@ pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Sto
         );
     }
     monitor
-        .until(SETTLE, "2 members own all 12", |v| settled(v, &["m1", "m2"], 12))
+        .until(SETTLE, "2 members own all 12", |v| {
+            settled(v, &["m1", "m2"], 12)
+        })
         .await;
     // The new owners start where the leaver stopped.
     let mut starts = BTreeMap::new();
     for member in &mut members {
         while let Some(event) = member.try_next_event() {
-            if let tenure::tokio::AssignmentEvent::Assigned { partition, from, .. } = event {
+            if let tenure::tokio::AssignmentEvent::Assigned {
+                partition, from, ..
+            } = event
+            {
                 starts.insert(partition, from);
             }
         }
@@ -358,7 +407,9 @@ pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Sto
     for partition in theirs.keys() {
         assert_eq!(
             starts.get(partition),
-            Some(&tenure::core::FetchFrom::Offset(41 + Offset::from(partition.partition))),
+            Some(&tenure::core::FetchFrom::Offset(
+                41 + Offset::from(partition.partition)
+            )),
             "{partition} resumes after the committed offset"
         );
     }
@@ -379,19 +430,26 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
         members.push(member);
     }
     monitor
-        .until(SETTLE, "3 members settled", |v| settled(v, &["m1", "m2", "m3"], 12))
+        .until(SETTLE, "3 members settled", |v| {
+            settled(v, &["m1", "m2", "m3"], 12)
+        })
         .await;
     let dead = members.pop().expect("three members");
     let killed_at = tokio::time::Instant::now();
     dead.kill();
     monitor.gone("m3", killed_at.into_std());
     monitor
-        .until(SESSION + Duration::from_secs(3), "the survivors own all 12", |v| {
-            settled(v, &["m1", "m2"], 12)
-        })
+        .until(
+            SESSION + Duration::from_secs(3),
+            "the survivors own all 12",
+            |v| settled(v, &["m1", "m2"], 12),
+        )
         .await;
     let took = killed_at.elapsed();
-    assert!(took >= SESSION / 2, "taken over after {took:?}: the dead member's session cannot have expired yet");
+    assert!(
+        took >= SESSION / 2,
+        "taken over after {took:?}: the dead member's session cannot have expired yet"
+    );
     store_agrees(stores, &group, &monitor).await;
     for member in members {
         member.close().await.expect("close");
