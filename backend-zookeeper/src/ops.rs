@@ -23,9 +23,16 @@ struct Ctx {
 }
 
 /// Maps a client error to the core's terms.
+///
+/// When a connection breaks, the client fails the requests written to it
+/// with the connection's own error: `ConnectionLoss`, but also I/O errors
+/// and its idle timeout ("no response from connection in ...") as `Custom`.
+/// All of those leave the request's outcome unknown.
 fn store_error(error: zk::Error) -> StoreError {
     match error {
-        zk::Error::ConnectionLoss | zk::Error::Timeout => StoreError::ConnectionLoss,
+        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_) => {
+            StoreError::ConnectionLoss
+        }
         zk::Error::SessionExpired => StoreError::SessionExpired,
         zk::Error::NoNode => StoreError::NoNode,
         other => StoreError::Other(other.to_string()),
