@@ -559,3 +559,123 @@ async fn start_errors_name_the_address_and_are_bounded() {
         other => panic!("missing chroot: {other:?}"),
     }
 }
+
+/// Suspension, resumption and expiry, with the connection cut by a proxy:
+/// a request in flight fails with ConnectionLoss, `last_heard` is tracked,
+/// the same session resumes, and after an expiry a new session opens while
+/// commands of the old one fail as expired.
+#[tokio::test]
+async fn session_suspends_resumes_and_expires() {
+    let sandbox = Sandbox::new("session").await;
+    let proxy = common::proxy::Proxy::start(&common::address()).await;
+    let session_timeout = Duration::from_secs(3);
+    let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, sandbox.chroot))
+        .session_timeout(session_timeout);
+    let mut a = common::Driver::start(backend, common::info("a")).await;
+    let first = a.session;
+    assert!(matches!(
+        a.register().await,
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Registered),
+            ..
+        }
+    ));
+
+    let before_beat = Instant::now();
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+
+    // Stalled: the request goes out and never comes back; the client gives
+    // up on the connection.
+    proxy.stall();
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    match a.result(id).await {
+        Event::HeartbeatResult {
+            result: Err(StoreError::ConnectionLoss),
+            ..
+        } => {}
+        other => panic!("a heartbeat in flight at the disconnect answered {other:?}"),
+    }
+    let last_heard = a
+        .wait_for("SessionSuspended", |e| match e {
+            Event::SessionSuspended { last_heard } => Some(*last_heard),
+            _ => None,
+        })
+        .await;
+    assert!(
+        last_heard >= before_beat,
+        "the answered heartbeat counts as heard"
+    );
+    assert!(last_heard <= Instant::now());
+
+    proxy.up();
+    a.wait_for("SessionResumed", |e| {
+        matches!(e, Event::SessionResumed).then_some(())
+    })
+    .await;
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+    assert_eq!(a.session, first);
+
+    // Down for longer than the session timeout: the session expires and a
+    // new one opens once the server is reachable again.
+    proxy.down();
+    a.wait_for("SessionSuspended", |e| {
+        matches!(e, Event::SessionSuspended { .. }).then_some(())
+    })
+    .await;
+    a.wait_for("SessionExpired", |e| {
+        matches!(e, Event::SessionExpired).then_some(())
+    })
+    .await;
+    proxy.up();
+    let second = a
+        .wait_for("SessionEstablished", |e| match e {
+            Event::SessionEstablished { session } => Some(*session),
+            _ => None,
+        })
+        .await;
+    assert_ne!(second, first);
+    assert!(
+        !a.has(|e| matches!(e, Event::SessionResumed)),
+        "an expired session does not resume"
+    );
+
+    // Commands of the old session fail as expired; the new one works.
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult {
+            result: Err(StoreError::SessionExpired),
+            ..
+        }
+    ));
+    a.session = second;
+    match a.register().await {
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Registered),
+            ..
+        } => {}
+        // The server may not have deleted the old session's record yet.
+        Event::RegisterResult {
+            result: Ok(RegisterOutcome::Exists { session }),
+            ..
+        } => {
+            assert_eq!(session, first)
+        }
+        other => panic!("registration under the new session answered {other:?}"),
+    }
+    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    assert!(matches!(
+        a.result(id).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+
+    a.backend.shutdown().await;
+}

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +50,8 @@ pub async fn raw_client(connect: &str) -> zk::Client {
 pub struct Sandbox {
     /// The connect string with the test's chroot.
     pub connect: String,
+    /// The test's chroot.
+    pub chroot: String,
     /// A client inside the chroot, for looking at and tampering with znodes.
     pub raw: zk::Client,
 }
@@ -72,7 +76,11 @@ impl Sandbox {
         drop(root);
         let connect = format!("{address}{chroot}");
         let raw = raw_client(&connect).await;
-        Sandbox { connect, raw }
+        Sandbox {
+            connect,
+            chroot,
+            raw,
+        }
     }
 
     pub fn owner_path(&self, partition: u32) -> String {
