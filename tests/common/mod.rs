@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -168,6 +171,11 @@ impl Monitor {
             }
         }
         (overlaps, pending)
+    }
+
+    /// How many times `partition` started being fed to some member.
+    pub fn starts(&self, partition: &TopicPartition) -> usize {
+        self.intervals.get(partition).map_or(0, Vec::len)
     }
 
     pub fn assert_no_overlap(&self) {

@@ -1,0 +1,82 @@
+//! The real ZooKeeper of `scripts/services` as a store under test, one
+//! chroot per test.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tenure::core::sim::adapter::{parse_offset, Layout};
+use tenure::core::{Offset, TopicPartition};
+use tenure::tokio::Backend;
+use tenure::zookeeper::ZooKeeperBackend;
+use zookeeper_client as zk;
+
+use super::Stores;
+
+const HOW_TO_START: &str =
+    "start one with `eval \"$(scripts/services start)\"` (it sets TENURE_ZOOKEEPER), or run scripts/test";
+
+fn address() -> String {
+    match std::env::var("TENURE_ZOOKEEPER") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => {
+            panic!("TENURE_ZOOKEEPER is not set: these tests need a real ZooKeeper; {HOW_TO_START}")
+        }
+    }
+}
+
+async fn client(connect: &str) -> zk::Client {
+    let connecting = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect);
+    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
+        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
+    }
+}
+
+/// One test's chroot on the real server.
+pub struct ZooKeeper {
+    connect: String,
+    raw: zk::Client,
+}
+
+impl ZooKeeper {
+    pub async fn new(test: &str) -> ZooKeeper {
+        let address = address();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let chroot = format!("/tenure-group-{test}-{nanos}");
+        let root = client(&address).await;
+        root.create(
+            &chroot,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("create the test's chroot");
+        let connect = format!("{address}{chroot}");
+        let raw = client(&connect).await;
+        ZooKeeper { connect, raw }
+    }
+}
+
+#[async_trait]
+impl Stores for ZooKeeper {
+    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
+        Box::new(ZooKeeperBackend::new(self.connect.clone()).session_timeout(session_timeout))
+    }
+
+    async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
+        let path = Layout::new("", group).owner(partition);
+        let (data, _) = self.raw.get_data(&path).await.ok()?;
+        String::from_utf8(data).ok()
+    }
+
+    async fn committed(&self, group: &str, partition: &TopicPartition) -> Option<Offset> {
+        let path = Layout::new("", group).offset(partition);
+        let (data, _) = self.raw.get_data(&path).await.ok()?;
+        parse_offset(&path, &data).ok()
+    }
+}

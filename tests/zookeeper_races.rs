@@ -1,0 +1,170 @@
+//! The two races of the original system, reproduced against a real
+//! ZooKeeper (the core's simulation replays them step by step; here the
+//! real server decides the interleaving, widened by the backend's test
+//! hooks). Each test runs in its own chroot.
+
+#![cfg(feature = "zookeeper")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Monitor, SESSION, TOPIC};
+use tenure::core::assignment::Range;
+use tenure::core::{Config, Error};
+use tenure::tokio::GroupMember;
+use tenure::zookeeper::{Hooks, ZooKeeperBackend};
+use zookeeper_client as zk;
+
+async fn chroot(test: &str) -> String {
+    let address = std::env::var("TENURE_ZOOKEEPER").unwrap_or_else(|_| {
+        panic!("TENURE_ZOOKEEPER is not set: start ZooKeeper with `eval \"$(scripts/services start)\"`, or run scripts/test")
+    });
+    let root = tokio::time::timeout(Duration::from_secs(5), zk::Client::connect(&address))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("ZooKeeper at {address} does not answer; run scripts/services start")
+        })
+        .unwrap_or_else(|e| panic!("ZooKeeper at {address}: {e}; run scripts/services start"));
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let chroot = format!("/tenure-race-{test}-{nanos}");
+    root.create(
+        &chroot,
+        b"",
+        &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+    )
+    .await
+    .expect("create the test's chroot");
+    format!("{address}{chroot}")
+}
+
+fn config(member: &str, processing: Duration) -> Config {
+    let mut config = Config::new("race", member, [TOPIC])
+        .expect("valid config")
+        .with_session_timeout(SESSION)
+        .with_processing_timeout(processing);
+    // The legacy strategy: 2 partitions over [a, b] move partition 1 to b.
+    config.strategy = Arc::new(Range);
+    config.commit_interval = Duration::from_millis(200);
+    config
+}
+
+async fn join(
+    connect: &str,
+    monitor: &Monitor,
+    member: &str,
+    processing: Duration,
+    hooks: Hooks,
+    auto_drain: bool,
+) -> GroupMember {
+    GroupMember::builder(config(member, processing))
+        .partitions([(TOPIC.to_owned(), 2)].into())
+        .auto_drain(auto_drain)
+        .view_log(monitor.log())
+        .join(
+            ZooKeeperBackend::new(connect)
+                .session_timeout(SESSION)
+                .hooks(hooks),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{member} cannot join: {e}"))
+}
+
+fn owns(
+    views: &std::collections::BTreeMap<String, tenure::tokio::View>,
+    member: &str,
+    partitions: &[u32],
+) -> bool {
+    views.get(member).is_some_and(|v| {
+        v.settled
+            && v.fetching.len() == partitions.len()
+            && partitions
+                .iter()
+                .all(|p| v.fetching.contains(&common::tp(*p)))
+    })
+}
+
+/// NodeExists, then the owner releases, then the claimant's read of the
+/// owner finds nothing (NoNode): the claim goes on and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_vanishing_between_create_and_read_still_converges() {
+    let connect = chroot("vanishes").await;
+    let mut monitor = Monitor::new();
+    let a = join(
+        &connect,
+        &monitor,
+        "a",
+        Duration::from_secs(2),
+        Hooks::default(),
+        true,
+    )
+    .await;
+    monitor
+        .until(Duration::from_secs(10), "a owns both", |v| {
+            owns(v, "a", &[0, 1])
+        })
+        .await;
+    // b's follow-up read waits long enough for a to release in between.
+    let slow_read = Hooks {
+        delay_owner_read: Duration::from_millis(400),
+        ..Hooks::default()
+    };
+    let b = join(
+        &connect,
+        &monitor,
+        "b",
+        Duration::from_secs(2),
+        slow_read,
+        true,
+    )
+    .await;
+    monitor
+        .until(Duration::from_secs(10), "b owns partition 1", |v| {
+            owns(v, "a", &[0]) && owns(v, "b", &[1])
+        })
+        .await;
+    monitor.assert_no_overlap();
+    a.close().await.expect("close a");
+    b.close().await.expect("close b");
+}
+
+/// The old owner's application never drains: the release waits out the
+/// whole processing timeout, and the claimant — which never gives up —
+/// takes the partition right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_full_processing_timeout_still_hands_over() {
+    let connect = chroot("timeout").await;
+    let processing = Duration::from_secs(3);
+    let mut monitor = Monitor::new();
+    let mut a = join(&connect, &monitor, "a", processing, Hooks::default(), false).await;
+    monitor
+        .until(Duration::from_secs(10), "a owns both", |v| {
+            owns(v, "a", &[0, 1])
+        })
+        .await;
+    let joined = tokio::time::Instant::now();
+    let b = join(&connect, &monitor, "b", processing, Hooks::default(), true).await;
+    monitor
+        .until(
+            processing + Duration::from_secs(5),
+            "b owns partition 1",
+            |v| owns(v, "b", &[1]),
+        )
+        .await;
+    let took = joined.elapsed();
+    assert!(
+        took >= processing,
+        "b took partition 1 after {took:?}, before a's drain could time out"
+    );
+    let mut timed_out = false;
+    while let Some(error) = a.try_next_error() {
+        timed_out |= matches!(error, Error::DrainTimeout { .. });
+    }
+    assert!(timed_out, "a reports the drain that timed out");
+    monitor.assert_no_overlap();
+    b.close().await.expect("close b");
+    a.kill();
+}

@@ -1,0 +1,60 @@
+//! ZooKeeper restarted under a running group: the members see the
+//! connection drop, stop consuming in time, then resume or register again,
+//! and converge with every partition owned. In a test binary of its own,
+//! since it restarts the server the other tests use.
+
+#![cfg(feature = "zookeeper")]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::zookeeper::ZooKeeper;
+use common::Monitor;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_converge_after_zookeeper_restarts() {
+    let stores = ZooKeeper::new("restart").await;
+    let group = common::group("restart");
+    let mut monitor = Monitor::new();
+    let mut members = Vec::new();
+    for name in ["m1", "m2", "m3"] {
+        members.push(common::join(&stores, &monitor, &group, name, 12).await);
+    }
+    monitor
+        .until(Duration::from_secs(20), "3 members settled", |v| {
+            common::settled(v, &["m1", "m2", "m3"], 12)
+        })
+        .await;
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services");
+    let status = Command::new(script)
+        .args(["restart", "zookeeper"])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        status.success(),
+        "scripts/services restart zookeeper failed"
+    );
+
+    let before: Vec<usize> = (0..12).map(|p| monitor.starts(&common::tp(p))).collect();
+    monitor
+        .until(Duration::from_secs(30), "all members converge again", |v| {
+            common::settled(v, &["m1", "m2", "m3"], 12)
+        })
+        .await;
+    // The server was away longer than a session's lease: every partition
+    // was stopped and started again (resumed or claimed anew).
+    for p in 0..12 {
+        assert!(
+            monitor.starts(&common::tp(p)) > before[p as usize],
+            "partition {p} was never stopped while the server was down"
+        );
+    }
+    monitor.assert_no_overlap();
+    common::store_agrees(&stores, &group, &monitor).await;
+    for member in members {
+        member.close().await.expect("close");
+    }
+}
