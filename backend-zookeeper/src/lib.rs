@@ -31,13 +31,14 @@
 mod ops;
 mod session;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::sim::adapter::Layout;
-use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
+use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError, TopicPartition};
 use tenure_tokio::{Backend, BackendError, EventSender};
 use tokio::task::{JoinHandle, JoinSet};
 use zookeeper_client as zk;
@@ -126,6 +127,15 @@ pub(crate) struct Shared {
     last_heard: Mutex<Instant>,
     /// Set by shutdown: the follower must not reconnect any more.
     pub(crate) closing: AtomicBool,
+    /// One lock per partition, held by claims, releases and commits.
+    ///
+    /// A commit reads the owner node, then writes in a multi guarded by the
+    /// node's version. An owner node's version is 0 whoever created it, so
+    /// the guard cannot tell our node from one re-created after our own
+    /// release (by another member, or by our own next claim). Other
+    /// members' deletions need our session to end, which fails the multi;
+    /// our own release or claim in between is what this lock excludes.
+    partition_locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Shared {
@@ -149,6 +159,23 @@ impl Shared {
         if at > *last {
             *last = at;
         }
+    }
+
+    /// Takes the lock of `partition` (see `partition_locks`).
+    pub(crate) async fn lock_partition(
+        &self,
+        partition: &TopicPartition,
+    ) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self
+                .partition_locks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // Forget locks nobody holds or waits for.
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            locks.entry(partition.clone()).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 
     pub(crate) fn last_heard(&self) -> Instant {
@@ -236,6 +263,7 @@ impl Backend for ZooKeeperBackend {
             current: Mutex::new(Some(current.clone())),
             last_heard: Mutex::new(before),
             closing: AtomicBool::new(false),
+            partition_locks: Mutex::new(HashMap::new()),
         });
         let watcher = current.client.state_watcher();
         tracing::info!(

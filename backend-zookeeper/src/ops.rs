@@ -146,6 +146,15 @@ pub(crate) async fn execute(
         client,
         session,
     };
+    // Claims, releases and commits of one partition run one at a time.
+    let _partition = match &command {
+        Command::Claim { partition, .. }
+        | Command::Release { partition, .. }
+        | Command::CommitOffset { partition, .. } => {
+            Some(ctx.shared.lock_partition(partition).await)
+        }
+        _ => None,
+    };
     let event = match command {
         Command::Register { id, member, .. } => Event::RegisterResult {
             id,
