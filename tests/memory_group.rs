@@ -17,6 +17,15 @@ impl Stores for Memory {
         Box::new(self.0.backend(session_timeout))
     }
 
+    async fn doomed(
+        &self,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+        // A dropped in-memory backend stops keeping its session alive: it
+        // expires after its timeout, as a crashed process's would.
+        (self.backend(session_timeout), Box::new(|| {}))
+    }
+
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
         self.0.owner(group, partition)
     }

@@ -19,6 +19,12 @@ use tokio::sync::mpsc;
 pub trait Stores: Send + Sync {
     /// A backend for one more member.
     fn backend(&self, session_timeout: Duration) -> Box<dyn Backend>;
+    /// A backend for a member that will die, and what makes its death look
+    /// like a crash to the store (no goodbye: its session must expire).
+    async fn doomed(
+        &self,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>);
     /// The member id the store names as owner of `partition` in `group`.
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String>;
     /// The committed offset of `partition` in `group`.
@@ -433,17 +439,26 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
     let group = group("kill");
     let mut monitor = Monitor::new();
     let mut members = Vec::new();
-    for name in ["m1", "m2", "m3"] {
+    for name in ["m1", "m2"] {
         let member = join(stores, &monitor, &group, name, 12).await;
         members.push(member);
     }
+    let (backend, crash) = stores.doomed(SESSION).await;
+    let dead = GroupMember::builder(config(&group, "m3"))
+        .partitions([(TOPIC.to_owned(), 12)].into())
+        .auto_drain(true)
+        .seed(7)
+        .view_log(monitor.log())
+        .join(backend)
+        .await
+        .expect("m3 joins");
     monitor
         .until(SETTLE, "3 members settled", |v| {
             settled(v, &["m1", "m2", "m3"], 12)
         })
         .await;
-    let dead = members.pop().expect("three members");
     let killed_at = tokio::time::Instant::now();
+    crash();
     dead.kill();
     monitor.gone("m3", killed_at.into_std());
     monitor

@@ -12,6 +12,9 @@ use zookeeper_client as zk;
 
 use super::Stores;
 
+#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
+mod proxy;
+
 const HOW_TO_START: &str =
     "start one with `eval \"$(scripts/services start)\"` (it sets TENURE_ZOOKEEPER), or run scripts/test";
 
@@ -37,6 +40,8 @@ async fn client(connect: &str) -> zk::Client {
 
 /// One test's chroot on the real server.
 pub struct ZooKeeper {
+    address: String,
+    chroot: String,
     connect: String,
     raw: zk::Client,
 }
@@ -58,7 +63,12 @@ impl ZooKeeper {
         .expect("create the test's chroot");
         let connect = format!("{address}{chroot}");
         let raw = client(&connect).await;
-        ZooKeeper { connect, raw }
+        ZooKeeper {
+            address,
+            chroot,
+            connect,
+            raw,
+        }
     }
 }
 
@@ -66,6 +76,18 @@ impl ZooKeeper {
 impl Stores for ZooKeeper {
     fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
         Box::new(ZooKeeperBackend::new(self.connect.clone()).session_timeout(session_timeout))
+    }
+
+    async fn doomed(
+        &self,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+        // Through a proxy that can be cut: the dying member's goodbye
+        // (closing its session) never reaches the server, as with a crash.
+        let proxy = proxy::Proxy::start(&self.address).await;
+        let connect = format!("{}{}", proxy.address, self.chroot);
+        let backend = Box::new(ZooKeeperBackend::new(connect).session_timeout(session_timeout));
+        (backend, Box::new(move || proxy.down()))
     }
 
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
