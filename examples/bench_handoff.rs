@@ -319,17 +319,22 @@ fn balanced(views: &BTreeMap<MemberId, View>, members: usize, partitions: usize)
 
 /// 10 members own 1,000 partitions; an 11th joins. Returns the time to
 /// settle and the store commands the rebalance took.
-async fn join_settle(address: &str) -> Result<(Duration, u64), String> {
+async fn join_settle(address: &str) -> Result<(Duration, (u64, u64)), String> {
     let connect = sandbox(address, "join").await?;
     let group = "join";
     let partitions = 1000u32;
     let commands = Arc::new(AtomicU64::new(0));
+    let requests = Arc::new(std::sync::Mutex::new(Vec::<Arc<AtomicU64>>::new()));
     let (log, mut changes) = mpsc::unbounded_channel();
     let mut views: BTreeMap<MemberId, View> = BTreeMap::new();
     let mut members = Vec::new();
     let join = |name: String| {
+        let zookeeper = ZooKeeperBackend::new(connect.clone()).session_timeout(SESSION);
+        if let Ok(mut counters) = requests.lock() {
+            counters.push(zookeeper.request_counter());
+        }
         let backend = Counting {
-            inner: Box::new(ZooKeeperBackend::new(connect.clone()).session_timeout(SESSION)),
+            inner: Box::new(zookeeper),
             commands: commands.clone(),
         };
         let log = log.clone();
@@ -355,7 +360,13 @@ async fn join_settle(address: &str) -> Result<(Duration, u64), String> {
         Duration::from_secs(120),
     )
     .await?;
-    let before = commands.load(Ordering::Relaxed);
+    let sent = || -> u64 {
+        requests
+            .lock()
+            .map(|counters| counters.iter().map(|c| c.load(Ordering::Relaxed)).sum())
+            .unwrap_or(0)
+    };
+    let before = (commands.load(Ordering::Relaxed), sent());
     let started = Instant::now();
     members.push(join("m10".to_owned()).await?);
     settle(
@@ -367,7 +378,10 @@ async fn join_settle(address: &str) -> Result<(Duration, u64), String> {
     )
     .await?;
     let took = started.elapsed();
-    let used = commands.load(Ordering::Relaxed) - before;
+    let used = (
+        commands.load(Ordering::Relaxed) - before.0,
+        sent() - before.1,
+    );
     for member in members {
         member.close().await.map_err(|e| e.to_string())?;
     }
@@ -416,9 +430,9 @@ async fn run(handoffs: u32) -> Result<(), String> {
         "handoff speed-up over the baseline: {:.0}x (median)",
         ms(baseline_median) / ms(median).max(0.001)
     );
-    let (settle, commands) = join_settle(&address).await?;
+    let (settle, (commands, requests)) = join_settle(&address).await?;
     println!(
-        "join: 10 members x 1,000 partitions, an 11th joins: settled in {:.0} ms, {commands} store commands",
+        "join: 10 members x 1,000 partitions, an 11th joins: settled in {:.0} ms, {commands} store commands, {requests} ZooKeeper requests",
         ms(settle)
     );
     println!(

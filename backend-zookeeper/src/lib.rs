@@ -32,7 +32,7 @@ mod ops;
 mod session;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,8 @@ pub(crate) struct Config {
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) hooks: Hooks,
+    /// Requests sent to ZooKeeper so far, across sessions.
+    pub(crate) requests: Arc<AtomicU64>,
 }
 
 impl Config {
@@ -201,6 +203,7 @@ impl ZooKeeperBackend {
                 session_timeout: DEFAULT_SESSION_TIMEOUT,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 hooks: Hooks::default(),
+                requests: Arc::new(AtomicU64::new(0)),
             },
             running: None,
         }
@@ -227,6 +230,13 @@ impl ZooKeeperBackend {
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.config.hooks = hooks;
         self
+    }
+
+    /// A counter of the requests this backend sends to ZooKeeper (for
+    /// benchmarks and metrics); it keeps counting after the backend moves
+    /// into a runtime.
+    pub fn request_counter(&self) -> Arc<AtomicU64> {
+        self.config.requests.clone()
     }
 }
 

@@ -97,12 +97,20 @@ impl Ctx {
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
+        self.count(1);
         let sent = Instant::now();
         let result = request().await;
         if answered(&result) {
             self.shared.heard(sent);
         }
         result
+    }
+
+    fn count(&self, requests: u64) {
+        self.shared
+            .config
+            .requests
+            .fetch_add(requests, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Creates the persistent ancestors of `path` (NodeExists is success).
@@ -298,6 +306,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     // registration at once, then collect the answers.
     let paths: Vec<String> = children.iter().map(|c| format!("{ids}/{c}")).collect();
     let sent = Instant::now();
+    ctx.count(paths.len() as u64);
     let reads: Vec<_> = paths.iter().map(|p| ctx.client.get_data(p)).collect();
     let mut members = Vec::with_capacity(children.len());
     for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
@@ -311,7 +320,14 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
                 // Left out rather than guessed at (the others leave it out
                 // too), but worth an operator's look.
                 Err(detail) => {
-                    tracing::warn!(%path, %detail, "ignoring corrupt member registration")
+                    tracing::warn!(%path, %detail, "ignoring corrupt member registration");
+                    let _ = ctx.shared.events.send(Event::StoreProblem {
+                        operation: "read member registration",
+                        error: StoreError::Corrupt {
+                            path: path.clone(),
+                            detail,
+                        },
+                    });
                 }
             },
             // A member that left between the listing and the read is simply
@@ -435,6 +451,7 @@ async fn commit(
         });
     built.map_err(store_error)?;
     let sent = Instant::now();
+    ctx.count(1);
     let result = writer.commit().await;
     if multi_answered(&result) {
         ctx.shared.heard(sent);

@@ -80,6 +80,16 @@ async fn registration_members_and_membership_watch() {
     })
     .await;
     assert_eq!(a.watch_members().await, vec!["a"]);
+    // ... and reported with its path, for the error stream.
+    let garbage = sandbox.member_path("garbage");
+    a.wait_for("the corrupt registration reported", |e| match e {
+        Event::StoreProblem {
+            error: StoreError::Corrupt { path, .. },
+            ..
+        } if *path == garbage => Some(()),
+        _ => None,
+    })
+    .await;
 
     assert!(matches!(
         b.register().await,

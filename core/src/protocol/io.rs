@@ -126,6 +126,15 @@ pub enum Event {
         /// The claim the fetching ran under.
         token: FencingToken,
     },
+    /// Something wrong the backend found in the store outside a request's
+    /// result (a member registration it could not read, say): reported on
+    /// the error output, nothing else changes.
+    StoreProblem {
+        /// What the backend was doing.
+        operation: &'static str,
+        /// What it found.
+        error: StoreError,
+    },
     /// Leave the group: drain, commit, release every claim, deregister.
     Shutdown,
 }

@@ -273,6 +273,9 @@ impl Member {
                 offset,
             } => self.on_processed(&partition, token, offset),
             Event::Drained { partition, token } => self.on_drained(&partition, token),
+            Event::StoreProblem { operation, error } => {
+                self.report_store(operation, None, error);
+            }
             Event::Shutdown => {
                 self.shutting_down = true;
                 self.rebalance();
