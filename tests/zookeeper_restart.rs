@@ -11,22 +11,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::zookeeper::ZooKeeper;
-use common::Monitor;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_converge_after_zookeeper_restarts() {
     let stores = ZooKeeper::new("restart").await;
-    let group = common::group("restart");
-    let mut monitor = Monitor::new();
-    let mut members = Vec::new();
-    for name in ["m1", "m2", "m3"] {
-        members.push(common::join(&stores, &monitor, &group, name, 12).await);
-    }
-    monitor
-        .until(Duration::from_secs(20), "3 members settled", |v| {
-            common::settled(v, &["m1", "m2", "m3"], 12)
-        })
-        .await;
+    let (group, mut monitor, members) = common::three_settled(&stores, "restart").await;
 
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services");
     let status = Command::new(script)

@@ -285,20 +285,25 @@ pub async fn store_agrees(stores: &dyn Stores, group: &str, monitor: &Monitor) {
 
 const SETTLE: Duration = Duration::from_secs(20);
 
-/// 3 members, 12 partitions: balanced, every partition owned.
-pub async fn three_members_share_twelve_partitions(stores: &dyn Stores) {
-    let group = group("balanced");
+/// A fresh group of 3 members (m1, m2, m3) sharing 12 partitions, settled.
+pub async fn three_settled(stores: &dyn Stores, name: &str) -> (String, Monitor, Vec<GroupMember>) {
+    let group = group(name);
     let mut monitor = Monitor::new();
     let mut members = Vec::new();
-    for name in ["m1", "m2", "m3"] {
-        let member = join(stores, &monitor, &group, name, 12).await;
-        members.push(member);
+    for member in ["m1", "m2", "m3"] {
+        members.push(join(stores, &monitor, &group, member, 12).await);
     }
     monitor
         .until(SETTLE, "3 members owning 12 partitions", |v| {
             settled(v, &["m1", "m2", "m3"], 12)
         })
         .await;
+    (group, monitor, members)
+}
+
+/// 3 members, 12 partitions: balanced, every partition owned.
+pub async fn three_members_share_twelve_partitions(stores: &dyn Stores) {
+    let (group, monitor, members) = three_settled(stores, "balanced").await;
     for (name, view) in &monitor.views {
         assert_eq!(view.fetching.len(), 4, "{name} fetches {:?}", view.fetching);
     }
@@ -311,18 +316,7 @@ pub async fn three_members_share_twelve_partitions(stores: &dyn Stores) {
 /// A 4th member joins: only the partitions that move change hands, never
 /// two members at once, all owned at the end.
 pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
-    let group = group("join");
-    let mut monitor = Monitor::new();
-    let mut members = Vec::new();
-    for name in ["m1", "m2", "m3"] {
-        let member = join(stores, &monitor, &group, name, 12).await;
-        members.push(member);
-    }
-    monitor
-        .until(SETTLE, "3 members settled", |v| {
-            settled(v, &["m1", "m2", "m3"], 12)
-        })
-        .await;
+    let (group, mut monitor, mut members) = three_settled(stores, "join").await;
     let before = monitor.tokens();
     // Drop the events so far: what follows is the join's doing.
     for member in &mut members {
@@ -367,18 +361,7 @@ pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
 /// A member closes: its partitions are taken over, starting from the
 /// offsets it committed on the way out.
 pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Stores) {
-    let group = group("close");
-    let mut monitor = Monitor::new();
-    let mut members = Vec::new();
-    for name in ["m1", "m2", "m3"] {
-        let member = join(stores, &monitor, &group, name, 12).await;
-        members.push(member);
-    }
-    monitor
-        .until(SETTLE, "3 members settled", |v| {
-            settled(v, &["m1", "m2", "m3"], 12)
-        })
-        .await;
+    let (group, mut monitor, mut members) = three_settled(stores, "close").await;
     let leaving = members.pop().expect("three members");
     let theirs: BTreeMap<TopicPartition, FencingToken> = monitor.views["m3"].owned.clone();
     assert_eq!(theirs.len(), 4);

@@ -446,15 +446,7 @@ impl Member {
                 return;
             }
         }
-        self.session = Some(session);
-        self.last_heard = None;
-        self.suspended = false;
-        self.registration = Step::Idle;
-        self.members_watch = Step::Idle;
-        self.members_stale = false;
-        self.heartbeat = Step::Idle;
-        self.heartbeat_failures = 0;
-        self.deregistration = Step::Idle;
+        self.reset_session(Some(session));
         if self.shutting_down {
             // An expiry already dropped every claim; nothing is left to
             // release, and registering only to deregister helps no one.
@@ -475,20 +467,28 @@ impl Member {
             partitions: dropped,
         });
         self.requests.clear();
-        self.session = None;
-        self.last_heard = None;
-        self.suspended = false;
-        self.registration = Step::Idle;
-        self.members_watch = Step::Idle;
-        self.members_stale = false;
-        self.heartbeat = Step::Idle;
-        self.heartbeat_failures = 0;
-        self.deregistration = Step::Idle;
+        self.reset_session(None);
         self.members = None;
         self.assigned.clear();
         if self.shutting_down {
             self.closed = true;
         }
+    }
+
+    /// Starts over with `session`: nothing is known to the server about it
+    /// yet, and no request of the member's own is under way.
+    fn reset_session(&mut self, session: Option<SessionId>) {
+        self.session = session;
+        self.last_heard = None;
+        self.suspended = false;
+        self.registration = Step::Idle;
+        self.registration_failures = 0;
+        self.members_watch = Step::Idle;
+        self.members_stale = false;
+        self.members_failures = 0;
+        self.heartbeat = Step::Idle;
+        self.heartbeat_failures = 0;
+        self.deregistration = Step::Idle;
     }
 
     fn on_register_result(&mut self, id: RequestId, result: Result<RegisterOutcome, StoreError>) {
