@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{Monitor, SESSION, TOPIC};
 use tenure::core::assignment::Range;
 use tenure::core::{Config, Error};
-use tenure::tokio::GroupMember;
+use tenure::tokio::{GroupMember, Problem};
 use tenure::zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
 
@@ -161,7 +161,7 @@ async fn a_release_after_the_full_processing_timeout_still_hands_over() {
     );
     let mut timed_out = false;
     while let Some(error) = a.try_next_error() {
-        timed_out |= matches!(error, Error::DrainTimeout { .. });
+        timed_out |= matches!(error, Problem::Coordination(Error::DrainTimeout { .. }));
     }
     assert!(timed_out, "a reports the drain that timed out");
     monitor.assert_no_overlap();

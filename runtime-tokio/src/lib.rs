@@ -11,10 +11,14 @@
 #![deny(missing_docs)]
 
 mod backend;
+pub mod kafka;
 mod member;
 mod memory;
 
 pub use backend::{Backend, BackendError, EventSender};
-pub use member::{AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, View};
+pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream};
+pub use member::{
+    AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, Problem, View,
+};
 pub use memory::{MemoryBackend, MemoryStore};
 pub use tenure_core as core;

@@ -13,6 +13,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, BackendError};
+use crate::kafka::{
+    self, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Ledgers, Message,
+    PartitionStream,
+};
 
 /// A change in what this member consumes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +83,21 @@ pub enum JoinError {
     /// The store could not be reached.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// Kafka could not be reached, or a topic does not exist.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
+
+/// A problem a member reports while it runs; it keeps working after each.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Problem {
+    /// From the coordination: a stalled claim, a fenced commit, an expired
+    /// session, corrupt data in the store...
+    #[error(transparent)]
+    Coordination(#[from] Error),
+    /// From fetching: an unreachable broker, an offset out of range...
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
 }
 
 /// Why leaving the group did not finish cleanly.
@@ -103,6 +122,8 @@ pub struct GroupMemberBuilder {
     seed: Option<u64>,
     counts: PartitionCounts,
     auto_drain: bool,
+    kafka: Option<KafkaConfig>,
+    per_partition: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
 }
 
@@ -129,6 +150,23 @@ impl GroupMemberBuilder {
         self
     }
 
+    /// Fetches the owned partitions from Kafka and hands their messages to
+    /// the application ([`GroupMember::next_message`]). Partition counts
+    /// then come from Kafka's metadata, refreshed so that added partitions
+    /// get assigned; a subscribed topic that does not exist fails the join.
+    pub fn kafka(mut self, kafka: KafkaConfig) -> Self {
+        self.kafka = Some(kafka);
+        self
+    }
+
+    /// With Kafka: hand each owned partition's messages out as a stream of
+    /// its own ([`GroupMember::next_partition_stream`]) rather than all in
+    /// one stream.
+    pub fn per_partition_streams(mut self, per_partition: bool) -> Self {
+        self.per_partition = per_partition;
+        self
+    }
+
     /// Whether the runtime reports a stopped partition drained at once,
     /// for applications that finish each message before taking the next
     /// event (default: no, the application calls [`GroupMember::drained`]).
@@ -144,6 +182,36 @@ impl GroupMemberBuilder {
         let seed = self
             .seed
             .unwrap_or_else(|| default_seed(self.config.member.as_str()));
+        self.config.validate()?;
+        // Kafka first: an unknown topic or a dead broker is reported before
+        // the member takes any partition.
+        let mut counts = self.counts;
+        let mut messages = None;
+        let mut streams = None;
+        let mut data = None;
+        if let Some(kafka_config) = self.kafka {
+            let client = kafka::connect(&kafka_config).await?;
+            counts = kafka::partition_counts(&client, &kafka_config, &self.config.topics).await?;
+            let delivery = if self.per_partition {
+                let (tx, rx) = mpsc::unbounded_channel();
+                streams = Some(rx);
+                Delivery::PerPartition(tx)
+            } else {
+                let (tx, rx) = mpsc::channel(kafka_config.partition_buffer.max(1));
+                messages = Some(rx);
+                Delivery::Group(tx)
+            };
+            data = Some(DataPlane::new(
+                client,
+                kafka_config,
+                self.config.initial_offset,
+                self.config.topics.clone(),
+                delivery,
+            ));
+        }
+        let ledgers = data
+            .as_ref()
+            .map_or_else(Ledgers::default, |d: &DataPlane| d.ledgers.clone());
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
         let group = member.config().group.clone();
@@ -153,8 +221,8 @@ impl GroupMemberBuilder {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (errors_tx, errors_rx) = mpsc::unbounded_channel();
         let (view_tx, view_rx) = watch::channel(View::default());
-        if !self.counts.is_empty() {
-            let _ = input_tx.send(Input::Counts(self.counts));
+        if !counts.is_empty() {
+            let _ = input_tx.send(Input::Counts(counts));
         }
         let driver = Driver {
             member,
@@ -168,6 +236,7 @@ impl GroupMemberBuilder {
             closing: Vec::new(),
             auto_drain: self.auto_drain,
             view_log: self.view_log,
+            data,
         };
         let task = tokio::spawn(driver.run());
         Ok(GroupMember {
@@ -177,6 +246,9 @@ impl GroupMemberBuilder {
             errors: errors_rx,
             view: view_rx,
             task: Some(task),
+            messages,
+            streams,
+            ledgers,
         })
     }
 }
@@ -201,9 +273,12 @@ pub struct GroupMember {
     id: MemberId,
     inputs: mpsc::UnboundedSender<Input>,
     events: mpsc::UnboundedReceiver<AssignmentEvent>,
-    errors: mpsc::UnboundedReceiver<Error>,
+    errors: mpsc::UnboundedReceiver<Problem>,
     view: watch::Receiver<View>,
     task: Option<JoinHandle<()>>,
+    messages: Option<mpsc::Receiver<Message>>,
+    streams: Option<mpsc::UnboundedReceiver<PartitionStream>>,
+    ledgers: Ledgers,
 }
 
 impl GroupMember {
@@ -215,6 +290,8 @@ impl GroupMember {
             counts: PartitionCounts::new(),
             auto_drain: false,
             view_log: None,
+            kafka: None,
+            per_partition: false,
         }
     }
 
@@ -235,13 +312,35 @@ impl GroupMember {
     }
 
     /// The next problem the member reported (it keeps working after each).
-    pub async fn next_error(&mut self) -> Option<Error> {
+    pub async fn next_error(&mut self) -> Option<Problem> {
         self.errors.recv().await
     }
 
     /// The next reported problem already waiting, without waiting.
-    pub fn try_next_error(&mut self) -> Option<Error> {
+    pub fn try_next_error(&mut self) -> Option<Problem> {
         self.errors.try_recv().ok()
+    }
+
+    /// With Kafka ([`GroupMemberBuilder::kafka`]): the next message of any
+    /// owned partition. Acknowledge each with [`Message::ack`]. `None` once
+    /// the member has closed, or without Kafka.
+    pub async fn next_message(&mut self) -> Option<Message> {
+        let messages = self.messages.as_mut()?;
+        loop {
+            let message = messages.recv().await?;
+            // A message fetched before its partition was told to stop is
+            // not handed out: the partition may be on its way to another
+            // member.
+            if self.ledgers.deliver(&message) {
+                return Some(message);
+            }
+        }
+    }
+
+    /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
+    /// stream of the next partition this member starts consuming.
+    pub async fn next_partition_stream(&mut self) -> Option<PartitionStream> {
+        self.streams.as_mut()?.recv().await
     }
 
     /// The member's current view of itself.
@@ -328,13 +427,14 @@ struct Driver {
     store: mpsc::UnboundedReceiver<Event>,
     inputs: mpsc::UnboundedReceiver<Input>,
     events: mpsc::UnboundedSender<AssignmentEvent>,
-    errors: mpsc::UnboundedSender<Error>,
+    errors: mpsc::UnboundedSender<Problem>,
     view: watch::Sender<View>,
     /// The claims the application was last told about.
     owned: BTreeMap<TopicPartition, FencingToken>,
     closing: Vec<oneshot::Sender<()>>,
     auto_drain: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
+    data: Option<DataPlane>,
 }
 
 impl Driver {
@@ -342,6 +442,9 @@ impl Driver {
         loop {
             self.carry_out();
             if self.member.is_closed() {
+                if let Some(data) = self.data.as_mut() {
+                    data.shutdown();
+                }
                 self.backend.shutdown().await;
                 for done in self.closing.drain(..) {
                     let _ = done.send(());
@@ -377,6 +480,22 @@ impl Driver {
                 _ = sleep_until(deadline), if deadline.is_some() => {
                     self.member.handle_timeout(now());
                 }
+                event = next_data(&mut self.data), if self.data.is_some() => match event {
+                    Some(DataEvent::Processed(partition, token, offset)) => {
+                        self.member.handle_event(now(), Event::Processed { partition, token, offset });
+                    }
+                    Some(DataEvent::Drained(partition, token)) => {
+                        self.member.handle_event(now(), Event::Drained { partition, token });
+                    }
+                    Some(DataEvent::Counts(counts)) => {
+                        self.member.handle_event(now(), Event::PartitionCounts(counts));
+                    }
+                    Some(DataEvent::Problem(problem)) => {
+                        tracing::warn!(member = %self.member.id(), %problem, "kafka");
+                        let _ = self.errors.send(Problem::Kafka(problem));
+                    }
+                    None => self.data = None,
+                },
             }
         }
     }
@@ -390,6 +509,9 @@ impl Driver {
                     token,
                 } => {
                     tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
+                    if let Some(data) = self.data.as_mut() {
+                        data.start(partition.clone(), from, token);
+                    }
                     let _ = self.events.send(AssignmentEvent::Assigned {
                         partition,
                         from,
@@ -405,14 +527,19 @@ impl Driver {
                     // The view says it stopped before anything that
                     // follows (the release) can reach the store.
                     self.publish();
-                    if self.auto_drain {
+                    let drained = match self.data.as_mut() {
+                        // What the application still holds decides.
+                        Some(data) => data.stop(&partition, token),
+                        None => self.auto_drain,
+                    };
+                    if drained {
                         self.member
                             .handle_event(now(), Event::Drained { partition, token });
                     }
                 }
                 Command::Report(error) => {
                     tracing::warn!(member = %self.member.id(), %error, "reported");
-                    let _ = self.errors.send(error);
+                    let _ = self.errors.send(Problem::Coordination(error));
                 }
                 store => self.backend.submit(store),
             }
@@ -459,6 +586,13 @@ impl Driver {
             }
             !same
         });
+    }
+}
+
+async fn next_data(data: &mut Option<DataPlane>) -> Option<DataEvent> {
+    match data {
+        Some(data) => data.next().await,
+        None => std::future::pending().await,
     }
 }
 
