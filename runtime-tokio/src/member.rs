@@ -114,6 +114,7 @@ enum Input {
     Drained(TopicPartition, FencingToken),
     Counts(PartitionCounts),
     Close(oneshot::Sender<()>),
+    Freeze(std::time::Duration),
 }
 
 /// Builds a [`GroupMember`].
@@ -389,7 +390,11 @@ impl GroupMember {
             tokio::select! {
                 result = &mut done => return result.map_err(|_| CloseError::TaskGone),
                 event = self.events.recv() => match event {
-                    Some(AssignmentEvent::Revoking { partition, token }) => {
+                    // With Kafka the runtime knows what the application
+                    // holds; without, a closing application holds nothing.
+                    Some(AssignmentEvent::Revoking { partition, token })
+                        if self.messages.is_none() && self.streams.is_none() =>
+                    {
                         self.drained(partition, token);
                     }
                     Some(_) => {}
@@ -402,6 +407,15 @@ impl GroupMember {
                 },
             }
         }
+    }
+
+    /// Test hook: the member's task stops for `length`, handling nothing —
+    /// no event, no timer, no commit — like a process stopped with SIGSTOP
+    /// (its fetchers and the store client's own tasks are not stopped; a
+    /// test that wants the store to lose it too cuts its connection).
+    #[doc(hidden)]
+    pub fn freeze_for_test(&self, length: std::time::Duration) {
+        let _ = self.inputs.send(Input::Freeze(length));
     }
 
     /// Stops the member at once without releasing anything, like a process
@@ -470,6 +484,7 @@ impl Driver {
                     Some(Input::Counts(counts)) => {
                         self.member.handle_event(now(), Event::PartitionCounts(counts));
                     }
+                    Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
                         self.member.handle_event(now(), Event::Shutdown);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

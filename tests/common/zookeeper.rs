@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 use super::Stores;
 
 #[path = "../../backend-zookeeper/tests/common/proxy.rs"]
-mod proxy;
+pub mod proxy;
 
 const HOW_TO_START: &str =
     "start one with `eval \"$(scripts/services start)\"` (it sets TENURE_ZOOKEEPER), or run scripts/test";
@@ -47,6 +47,25 @@ pub struct ZooKeeper {
 }
 
 impl ZooKeeper {
+    /// A backend that reaches the server through a proxy the test can
+    /// stall or cut.
+    pub async fn through_proxy(
+        &self,
+        session_timeout: Duration,
+    ) -> (ZooKeeperBackend, proxy::Proxy) {
+        let proxy = proxy::Proxy::start(&self.address).await;
+        let connect = format!("{}{}", proxy.address, self.chroot);
+        (
+            ZooKeeperBackend::new(connect).session_timeout(session_timeout),
+            proxy,
+        )
+    }
+
+    /// A client of the test's chroot, for looking at znodes directly.
+    pub fn raw(&self) -> &zk::Client {
+        &self.raw
+    }
+
     pub async fn new(test: &str) -> ZooKeeper {
         let address = address();
         let nanos = SystemTime::now()

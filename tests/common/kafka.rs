@@ -1,0 +1,111 @@
+//! The real Kafka of `scripts/services`: topics made for one test, data
+//! produced into them, end offsets read back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use rskafka::record::Record;
+
+const HOW_TO_START: &str =
+    "start it with `eval \"$(scripts/services start)\"` (it sets TENURE_KAFKA), or run scripts/test";
+
+/// The broker's address; fails the test if it is not set.
+pub fn bootstrap() -> String {
+    match std::env::var("TENURE_KAFKA") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => panic!("TENURE_KAFKA is not set: these tests need a real Kafka; {HOW_TO_START}"),
+    }
+}
+
+/// A client of the broker; fails the test if it does not answer.
+pub async fn client() -> Arc<Client> {
+    let bootstrap = bootstrap();
+    let building = ClientBuilder::new(vec![bootstrap.clone()]).build();
+    let client = tokio::time::timeout(Duration::from_secs(10), building)
+        .await
+        .unwrap_or_else(|_| panic!("Kafka at {bootstrap} does not answer; {HOW_TO_START}"))
+        .unwrap_or_else(|e| panic!("Kafka at {bootstrap}: {e}; {HOW_TO_START}"));
+    Arc::new(client)
+}
+
+/// A topic name no other test uses.
+pub fn topic(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{nanos}")
+}
+
+/// Creates `topic` with `partitions` partitions and waits until every
+/// partition has a leader.
+pub async fn create_topic(client: &Client, topic: &str, partitions: u32) {
+    client
+        .controller_client()
+        .expect("controller client")
+        .create_topic(topic, partitions as i32, 1, 10_000)
+        .await
+        .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+    for p in 0..partitions {
+        let partition = client
+            .partition_client(topic, p as i32, UnknownTopicHandling::Retry)
+            .await
+            .expect("partition client");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            partition.get_offset(OffsetAt::Latest),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{topic}/{p} has no leader after 30 s"))
+        .unwrap_or_else(|e| panic!("{topic}/{p}: {e}"));
+    }
+}
+
+/// Produces `count` messages to `partition` of `topic`, in batches, the
+/// value of each naming its position.
+pub async fn produce(client: &Client, topic: &str, partition: u32, count: usize) {
+    let target = client
+        .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let timestamp = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).expect("a valid time");
+    let mut sent = 0;
+    while sent < count {
+        let batch: Vec<Record> = (sent..(sent + 500).min(count))
+            .map(|i| Record {
+                key: Some(format!("k{i}").into_bytes()),
+                value: Some(format!("{topic}/{partition}#{i}").into_bytes()),
+                headers: [("source".to_owned(), b"test".to_vec())].into(),
+                timestamp,
+            })
+            .collect();
+        let n = batch.len();
+        target
+            .produce(batch, Compression::NoCompression)
+            .await
+            .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
+        sent += n;
+    }
+}
+
+/// The end offset (high watermark) of every partition of `topic`.
+pub async fn end_offsets(client: &Client, topic: &str, partitions: u32) -> Vec<i64> {
+    let mut ends = Vec::new();
+    for p in 0..partitions {
+        let partition = client
+            .partition_client(topic, p as i32, UnknownTopicHandling::Retry)
+            .await
+            .expect("partition client");
+        ends.push(
+            partition
+                .get_offset(OffsetAt::Latest)
+                .await
+                .expect("end offset"),
+        );
+    }
+    ends
+}

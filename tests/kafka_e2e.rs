@@ -1,0 +1,409 @@
+//! End to end on a real Kafka 4.x and a real ZooKeeper (both started by
+//! `scripts/services start`): members consume a topic while others join,
+//! leave and die; nothing is lost, offsets end where the log ends, claims
+//! never overlap, and duplicates stay within the partitions that moved.
+
+#![cfg(feature = "zookeeper")]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::kafka;
+use common::zookeeper::ZooKeeper;
+use common::{Monitor, Stores};
+use tenure::core::{Config, TopicPartition};
+use tenure::tokio::{Backend, GroupMember, JoinError, KafkaConfig, KafkaError};
+use tokio::sync::mpsc;
+
+const SESSION: Duration = Duration::from_secs(2);
+
+/// What every member processed: (partition, offset) → (member, token) for
+/// every time it was processed.
+type Processed = Arc<Mutex<BTreeMap<(u32, i64), Vec<(String, u64)>>>>;
+
+enum Control {
+    Close,
+    Kill(Box<dyn FnOnce() + Send>),
+}
+
+fn config(group: &str, member: &str, topic: &str) -> Config {
+    let mut config = Config::new(group, member, [topic])
+        .expect("valid config")
+        .with_session_timeout(SESSION)
+        .with_processing_timeout(Duration::from_secs(2));
+    config.commit_interval = Duration::from_millis(200);
+    config.backoff_max = Duration::from_millis(500);
+    config
+}
+
+async fn join(
+    backend: Box<dyn Backend>,
+    monitor: &Monitor,
+    group: &str,
+    name: &str,
+    topic: &str,
+) -> GroupMember {
+    GroupMember::builder(config(group, name, topic))
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .view_log(monitor.log())
+        .seed(11)
+        .join(backend)
+        .await
+        .unwrap_or_else(|e| panic!("{name} cannot join: {e}"))
+}
+
+/// The application: processes and acknowledges every message, until told
+/// to close or to die.
+fn consume(
+    mut member: GroupMember,
+    processed: Processed,
+    mut control: mpsc::UnboundedReceiver<Control>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let name = member.id().to_string();
+        loop {
+            tokio::select! {
+                message = member.next_message() => match message {
+                    Some(message) => {
+                        if let Ok(mut seen) = processed.lock() {
+                            seen.entry((message.partition, message.offset))
+                                .or_default()
+                                .push((name.clone(), message.token.0));
+                        }
+                        message.ack();
+                    }
+                    None => return,
+                },
+                order = control.recv() => match order {
+                    Some(Control::Close) => {
+                        member.close().await.expect("close");
+                        return;
+                    }
+                    Some(Control::Kill(crash)) => {
+                        crash();
+                        member.kill();
+                        return;
+                    }
+                    None => return,
+                },
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths() {
+    const PARTITIONS: u32 = 16;
+    const PER_PARTITION: usize = 6250;
+    let client = kafka::client().await;
+    let topic = kafka::topic("e2e");
+    kafka::create_topic(&client, &topic, PARTITIONS).await;
+    let stores = ZooKeeper::new("e2e").await;
+    let group = common::group("e2e");
+    let monitor = Monitor::new();
+    let processed: Processed = Arc::default();
+
+    // The producer writes 100,000 messages over about 8 seconds.
+    let producing = {
+        let client = client.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            let rounds = 25;
+            for _ in 0..rounds {
+                for p in 0..PARTITIONS {
+                    kafka::produce(&client, &topic, p, PER_PARTITION / rounds).await;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+
+    let mut controls = BTreeMap::new();
+    let mut tasks = Vec::new();
+    for name in ["m1", "m2", "m3"] {
+        let backend = if name == "m2" {
+            let (backend, crash) = stores.doomed(SESSION).await;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let member = join(backend, &monitor, &group, name, &topic).await;
+            tasks.push(consume(member, processed.clone(), rx));
+            controls.insert(name, (tx, Some(crash)));
+            continue;
+        } else {
+            stores.backend(SESSION)
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let member = join(backend, &monitor, &group, name, &topic).await;
+        tasks.push(consume(member, processed.clone(), rx));
+        controls.insert(name, (tx, None));
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let fourth = join(stores.backend(SESSION), &monitor, &group, "m4", &topic).await;
+    tasks.push(consume(fourth, processed.clone(), rx));
+    controls.insert("m4", (tx, None));
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    controls["m1"].0.send(Control::Close).expect("m1 listens");
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (tx, crash) = controls.get_mut("m2").expect("m2");
+    tx.send(Control::Kill(crash.take().expect("m2's plug")))
+        .expect("m2 listens");
+
+    producing.await.expect("producer");
+    let ends = kafka::end_offsets(&client, &topic, PARTITIONS).await;
+    assert_eq!(ends.iter().sum::<i64>(), 100_000);
+
+    // Everything committed up to the end of every partition.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut behind = Vec::new();
+        for p in 0..PARTITIONS {
+            let committed = stores
+                .committed(&group, &TopicPartition::new(&topic, p))
+                .await;
+            if committed != Some(ends[p as usize]) {
+                behind.push((p, committed, ends[p as usize]));
+            }
+        }
+        if behind.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "committed offsets short of the end offsets after 60 s: {behind:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let seen = processed.lock().expect("processed").clone();
+    for p in 0..PARTITIONS {
+        for offset in 0..ends[p as usize] {
+            assert!(
+                seen.contains_key(&(p, offset)),
+                "{topic}/{p} offset {offset} was never processed"
+            );
+        }
+    }
+    // Duplicates: processed again under another claim, only where the
+    // partition moved; never twice under the same claim.
+    let mut duplicates = 0;
+    let mut moved_with_duplicates = BTreeSet::new();
+    for ((p, offset), times) in &seen {
+        let tokens: BTreeSet<u64> = times.iter().map(|(_, t)| *t).collect();
+        assert_eq!(
+            tokens.len(),
+            times.len(),
+            "{p}/{offset} processed twice under one claim: {times:?}"
+        );
+        if times.len() > 1 {
+            duplicates += times.len() - 1;
+            moved_with_duplicates.insert(*p);
+        }
+    }
+    monitor.assert_no_overlap();
+    let moved: BTreeSet<u32> = (0..PARTITIONS)
+        .filter(|p| monitor.starts(&TopicPartition::new(&topic, *p)) > 1)
+        .collect();
+    assert!(
+        moved_with_duplicates.is_subset(&moved),
+        "duplicates in partitions that never moved: {:?}",
+        moved_with_duplicates.difference(&moved).collect::<Vec<_>>()
+    );
+    println!(
+        "e2e: 100000 messages, {} processed, {duplicates} duplicates, in {} of the {} partitions that moved",
+        seen.values().map(Vec::len).sum::<usize>(),
+        moved_with_duplicates.len(),
+        moved.len()
+    );
+
+    for name in ["m3", "m4"] {
+        controls[name].0.send(Control::Close).expect("listens");
+    }
+    for task in tasks {
+        task.await.expect("consumer task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_typed_errors() {
+    let stores = ZooKeeper::new("bad-input").await;
+    // A topic that does not exist.
+    let missing = kafka::topic("missing");
+    let joined = GroupMember::builder(config("bad", "m1", &missing))
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(stores.backend(SESSION))
+        .await;
+    match joined {
+        Err(JoinError::Kafka(KafkaError::UnknownTopic { topic, .. })) => assert_eq!(topic, missing),
+        Err(other) => panic!("expected UnknownTopic, got {other}"),
+        Ok(_) => panic!("joined with a topic that does not exist"),
+    }
+    // A group name that is not a path element.
+    let refused = Config::new("a/b", "m1", ["t"]);
+    assert!(
+        matches!(refused, Err(tenure::core::ConfigError::Name(ref e)) if e.kind == "group"),
+        "{refused:?}"
+    );
+    // A broker that does not answer.
+    let mut silent = KafkaConfig::new("127.0.0.1:1");
+    silent.connect_timeout = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let joined = GroupMember::builder(config("bad", "m2", "t"))
+        .kafka(silent)
+        .join(stores.backend(SESSION))
+        .await;
+    assert!(
+        matches!(
+            joined,
+            Err(JoinError::Kafka(KafkaError::Unreachable { .. }))
+        ),
+        "expected Unreachable"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the error took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A member frozen longer than its session timeout (its task and its
+/// connection stopped, as under SIGSTOP) must, when it wakes, stop at once,
+/// hand out nothing more under its old claims, and commit nothing before it
+/// has registered and claimed again under a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
+    const PARTITIONS: u32 = 4;
+    let client = kafka::client().await;
+    let topic = kafka::topic("paused");
+    kafka::create_topic(&client, &topic, PARTITIONS).await;
+    for p in 0..PARTITIONS {
+        kafka::produce(&client, &topic, p, 500).await;
+    }
+    let stores = ZooKeeper::new("paused").await;
+    let group = common::group("paused");
+    let monitor = Monitor::new();
+    let (backend, proxy) = stores.through_proxy(SESSION).await;
+    let mut member = join(Box::new(backend), &monitor, &group, "m1", &topic).await;
+
+    let offset_path = |p: u32| format!("/consumers/{group}/offsets/{topic}/{p}");
+    let owner_path = |p: u32| format!("/consumers/{group}/owners/{topic}/{p}");
+    let mut old_tokens = BTreeSet::new();
+    // Consume the first 500 of each partition, all committed.
+    let mut count = 0;
+    while count < 500 * PARTITIONS {
+        let message = tokio::time::timeout(Duration::from_secs(20), member.next_message())
+            .await
+            .expect("messages flow")
+            .expect("a message");
+        old_tokens.insert(message.token.0);
+        message.ack();
+        count += 1;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for p in 0..PARTITIONS {
+        while stores
+            .committed(&group, &TopicPartition::new(&topic, p))
+            .await
+            != Some(500)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "first 500 of {p} never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for p in 0..PARTITIONS {
+        kafka::produce(&client, &topic, p, 500).await;
+    }
+
+    // Freeze: the member's task, its connection to ZooKeeper, and the
+    // application (which stops reading).
+    proxy.stall();
+    member.freeze_for_test(SESSION * 3);
+    tokio::time::sleep(SESSION * 3 + Duration::from_millis(500)).await;
+    // The server expired the session meanwhile: its claims are gone.
+    for p in 0..PARTITIONS {
+        assert!(
+            stores
+                .raw()
+                .check_stat(&owner_path(p))
+                .await
+                .expect("stat")
+                .is_none(),
+            "the frozen member's claim of {p} outlived its session"
+        );
+    }
+    let (before_wake, _) = stores
+        .raw()
+        .create(
+            "/wake-marker",
+            b"",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .expect("marker");
+    let wake_zxid = before_wake;
+    proxy.up();
+
+    // Awake: consume the rest. Nothing under an old claim is handed out.
+    let mut rest = 0;
+    while rest < 500 * PARTITIONS {
+        let message = tokio::time::timeout(Duration::from_secs(30), member.next_message())
+            .await
+            .expect("messages flow again")
+            .expect("a message");
+        assert!(
+            !old_tokens.contains(&message.token.0),
+            "message {}/{} handed out under the old claim {} after waking",
+            message.partition,
+            message.offset,
+            message.token.0
+        );
+        message.ack();
+        rest += 1;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for p in 0..PARTITIONS {
+        while stores
+            .committed(&group, &TopicPartition::new(&topic, p))
+            .await
+            != Some(1000)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "offsets of {p} never reached 1000"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Every commit since waking came after the new claim: the offset
+        // node's last write is newer than the owner node's creation, which
+        // is newer than the moment the member woke.
+        let (_, owner) = stores.raw().get_data(&owner_path(p)).await.expect("owner");
+        let (_, offset) = stores
+            .raw()
+            .get_data(&offset_path(p))
+            .await
+            .expect("offset");
+        assert!(owner.czxid > wake_zxid.czxid, "{p} re-claimed after waking");
+        assert!(
+            offset.mzxid > owner.czxid,
+            "the offset of {p} was last written before the re-claim"
+        );
+    }
+    let mut expired = false;
+    while let Some(problem) = member.try_next_error() {
+        expired |= matches!(
+            problem,
+            tenure::tokio::Problem::Coordination(tenure::core::Error::SessionExpired { .. })
+        );
+    }
+    assert!(expired, "the member reports its expired session");
+    member.close().await.expect("close");
+}
