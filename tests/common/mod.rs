@@ -180,6 +180,21 @@ impl Monitor {
         (overlaps, pending)
     }
 
+    /// Applies every view published so far.
+    pub fn catch_up(&mut self) {
+        while let Ok((name, view)) = self.updates.try_recv() {
+            self.apply(name.to_string(), view);
+        }
+    }
+
+    /// Who was fed `partition`, from when, until when.
+    pub fn intervals_of(
+        &self,
+        partition: &TopicPartition,
+    ) -> Vec<(String, Instant, Option<Instant>)> {
+        self.intervals.get(partition).cloned().unwrap_or_default()
+    }
+
     /// How many times `partition` started being fed to some member.
     pub fn starts(&self, partition: &TopicPartition) -> usize {
         self.intervals.get(partition).map_or(0, Vec::len)
