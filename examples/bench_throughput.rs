@@ -160,19 +160,46 @@ async fn through_tenure(
     .map_err(|e| format!("create {chroot}: {e}"))?;
     let connect = format!("{zookeeper}{chroot}");
     let consumed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
+    let (log, mut views) = tokio::sync::mpsc::unbounded_channel();
+    let mut joined = Vec::new();
     for n in 0..members {
         let mut config =
             Config::new("bench", &format!("m{n}"), [topic]).map_err(|e| e.to_string())?;
         config.commit_interval = Duration::from_secs(1);
         let backend =
             ZooKeeperBackend::new(connect.clone()).session_timeout(config.session_timeout);
-        let mut member = GroupMember::builder(config)
+        let member = GroupMember::builder(config)
             .kafka(KafkaConfig::new(bootstrap))
+            .view_log(log.clone())
             .join(backend)
             .await
             .map_err(|e| e.to_string())?;
+        joined.push(member);
+    }
+    // Steady state only: the clock starts once the group has settled (the
+    // fetchers have filled their buffers meanwhile, a small head start
+    // against the total).
+    let mut latest = std::collections::BTreeMap::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let fetching: usize = latest
+            .values()
+            .map(|v: &tenure::tokio::View| v.fetching.len())
+            .sum();
+        let settled = latest.len() == members && latest.values().all(|v| v.settled);
+        if settled && fetching == PARTITIONS as usize {
+            break;
+        }
+        match tokio::time::timeout_at(until, views.recv()).await {
+            Ok(Some((member, view))) => {
+                latest.insert(member, view);
+            }
+            _ => return Err(format!("{members} members did not settle within 60 s")),
+        }
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for mut member in joined {
         let consumed = consumed.clone();
         tasks.push(tokio::spawn(async move {
             while consumed.load(Ordering::Relaxed) < total {

@@ -6,7 +6,7 @@
 //! speaks. Offsets are committed by the core to the coordination store, not
 //! to Kafka.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -27,10 +27,11 @@ pub struct KafkaConfig {
     /// How long a fetch may wait on the broker for new messages. Default:
     /// 250 ms.
     pub fetch_max_wait: Duration,
-    /// Messages buffered per partition before its fetcher waits for the
-    /// application: a slow application holds memory at this bound. Default:
-    /// 1,000.
-    pub partition_buffer: usize,
+    /// Fetched batches (each at most `fetch_max_bytes`) buffered for the
+    /// application before the fetchers wait: a slow application holds
+    /// memory at this bound. Per partition with per-partition streams, for
+    /// the whole member otherwise. Default: 8.
+    pub buffered_batches: usize,
     /// How often partition counts are read from metadata, so that added
     /// partitions get assigned. Default: 10 s.
     pub metadata_refresh: Duration,
@@ -49,7 +50,7 @@ impl KafkaConfig {
                 .collect(),
             fetch_max_bytes: 1 << 20,
             fetch_max_wait: Duration::from_millis(250),
-            partition_buffer: 1000,
+            buffered_batches: 8,
             metadata_refresh: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
         }
@@ -182,7 +183,7 @@ pub struct Message {
     /// The fencing token of the claim this message was fetched under: every
     /// side effect of processing it may be fenced with it.
     pub token: FencingToken,
-    acks: mpsc::UnboundedSender<Ack>,
+    ledger: Arc<LedgerCell>,
 }
 
 impl Message {
@@ -198,11 +199,7 @@ impl Message {
     /// moved to another member does nothing: nothing is committed for a
     /// partition this member no longer owns.
     pub fn ack(&self) {
-        let _ = self.acks.send(Ack {
-            partition: self.topic_partition(),
-            token: self.token,
-            offset: self.offset,
-        });
+        self.ledger.ack(self.offset);
     }
 }
 
@@ -214,123 +211,191 @@ pub struct PartitionStream {
     pub partition: TopicPartition,
     /// The claim's fencing token.
     pub token: FencingToken,
-    messages: mpsc::Receiver<Message>,
-    ledgers: Ledgers,
+    batches: Batches,
 }
 
 impl PartitionStream {
     /// The next message, or `None` once the partition is revoked.
     pub async fn next(&mut self) -> Option<Message> {
+        self.batches.next().await
+    }
+}
+
+/// Batches of fetched messages, handed out one message at a time.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    receiver: mpsc::Receiver<Vec<Message>>,
+    current: std::vec::IntoIter<Message>,
+}
+
+impl Batches {
+    pub(crate) fn new(receiver: mpsc::Receiver<Vec<Message>>) -> Batches {
+        Batches {
+            receiver,
+            current: Vec::new().into_iter(),
+        }
+    }
+
+    /// The next message that may still be handed out: one fetched before
+    /// its partition was told to stop is dropped, since the partition may
+    /// be on its way to another member.
+    pub(crate) async fn next(&mut self) -> Option<Message> {
         loop {
-            let message = self.messages.recv().await?;
-            if self.ledgers.deliver(&message) {
-                return Some(message);
+            match self.current.next() {
+                Some(message) => {
+                    if message.ledger.deliver(message.offset, message.token) {
+                        return Some(message);
+                    }
+                }
+                None => self.current = self.receiver.recv().await?.into_iter(),
             }
         }
     }
 }
 
-/// An acknowledgement on its way to the member's task.
-#[derive(Debug)]
-pub(crate) struct Ack {
-    pub partition: TopicPartition,
-    pub token: FencingToken,
-    pub offset: Offset,
-}
-
 /// Which messages of a partition the application holds.
 #[derive(Debug)]
 struct Ledger {
-    token: FencingToken,
-    /// Handed out and not yet acknowledged.
-    outstanding: BTreeSet<Offset>,
+    /// Handed out, in the order handed out (offsets grow), each with
+    /// whether it is acknowledged; acknowledged ones leave from the front.
+    outstanding: VecDeque<(Offset, bool)>,
     /// The last offset handed out.
     last_delivered: Option<Offset>,
-    /// The highest offset below which everything handed out is acknowledged
-    /// (what was last reported processed).
+    /// The highest offset below which everything handed out is acknowledged.
     watermark: Option<Offset>,
+    /// The watermark last reported to the member.
+    reported: Option<Offset>,
     /// Told to stop: nothing more is handed out.
     stopping: bool,
+    /// Drained and not yet reported.
+    drained: bool,
 }
 
-/// The ledgers of every partition, shared by the member's task and the
-/// application's receiving side.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Ledgers {
-    inner: Arc<Mutex<BTreeMap<TopicPartition, Ledger>>>,
+/// One claim's ledger, shared by its messages (no lookup on the hot path).
+#[derive(Debug)]
+pub(crate) struct LedgerCell {
+    token: FencingToken,
+    ledger: Mutex<Ledger>,
+    /// Wakes the member's task when a watermark moved or a drain ended;
+    /// many acknowledgements make one wake-up.
+    changed: Arc<tokio::sync::Notify>,
 }
 
-impl Ledgers {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Ledger>> {
-        match self.inner.lock() {
+impl LedgerCell {
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
+        match self.ledger.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         }
     }
 
     /// Records a message handed to the application; `false` if its claim
-    /// is over or stopping, in which case it must not be handed out.
-    pub(crate) fn deliver(&self, message: &Message) -> bool {
-        let mut ledgers = self.lock();
-        match ledgers.get_mut(&message.topic_partition()) {
-            Some(ledger) if ledger.token == message.token && !ledger.stopping => {
-                ledger.outstanding.insert(message.offset);
-                ledger.last_delivered = Some(message.offset);
-                true
-            }
-            _ => false,
+    /// is stopping, in which case it must not be handed out.
+    fn deliver(&self, offset: Offset, token: FencingToken) -> bool {
+        let mut ledger = self.lock();
+        if token != self.token || ledger.stopping {
+            return false;
         }
+        ledger.outstanding.push_back((offset, false));
+        ledger.last_delivered = Some(offset);
+        true
     }
 
-    /// Applies an acknowledgement. Returns the new processed watermark if
-    /// it moved, and whether a stopping partition is now drained.
-    fn ack(&self, ack: &Ack) -> (Option<Offset>, bool) {
-        let mut ledgers = self.lock();
-        let Some(ledger) = ledgers.get_mut(&ack.partition) else {
-            return (None, false);
+    fn ack(&self, offset: Offset) {
+        let mut ledger = self.lock();
+        // Acknowledgements mostly come in order: the front is found first.
+        let Ok(at) = ledger
+            .outstanding
+            .binary_search_by_key(&offset, |(o, _)| *o)
+        else {
+            return;
         };
-        if ledger.token != ack.token || !ledger.outstanding.remove(&ack.offset) {
-            return (None, false);
+        ledger.outstanding[at].1 = true;
+        while ledger.outstanding.front().is_some_and(|(_, acked)| *acked) {
+            ledger.outstanding.pop_front();
         }
-        let watermark = match ledger.outstanding.first() {
-            Some(first) => first.checked_sub(1),
+        let watermark = match ledger.outstanding.front() {
+            Some((first, _)) => first.checked_sub(1),
             None => ledger.last_delivered,
         };
-        let moved = match (watermark, ledger.watermark) {
-            (Some(new), Some(old)) => new > old,
-            (Some(_), None) => true,
-            _ => false,
-        };
-        if moved {
+        let mut wake = false;
+        if watermark > ledger.watermark {
             ledger.watermark = watermark;
+            wake = true;
         }
-        let drained = ledger.stopping && ledger.outstanding.is_empty();
-        (watermark.filter(|_| moved), drained)
+        if ledger.stopping && ledger.outstanding.is_empty() && !ledger.drained {
+            ledger.drained = true;
+            wake = true;
+        }
+        drop(ledger);
+        if wake {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// The ledgers of the current claims, for the member's task.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Ledgers {
+    cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Ledgers {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Arc<LedgerCell>>> {
+        match self.cells.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 
-    fn open(&self, partition: &TopicPartition, token: FencingToken) {
-        self.lock().insert(
-            partition.clone(),
-            Ledger {
-                token,
-                outstanding: BTreeSet::new(),
+    fn open(&self, partition: &TopicPartition, token: FencingToken) -> Arc<LedgerCell> {
+        let cell = Arc::new(LedgerCell {
+            token,
+            ledger: Mutex::new(Ledger {
+                outstanding: VecDeque::new(),
                 last_delivered: None,
                 watermark: None,
+                reported: None,
                 stopping: false,
-            },
-        );
+                drained: false,
+            }),
+            changed: self.changed.clone(),
+        });
+        self.lock().insert(partition.clone(), cell.clone());
+        cell
     }
 
-    /// Marks a partition stopping; `true` if nothing is outstanding (it is
-    /// drained at once).
-    fn stop(&self, partition: &TopicPartition, token: FencingToken) -> bool {
-        let mut ledgers = self.lock();
-        match ledgers.get_mut(partition) {
-            Some(ledger) if ledger.token == token => {
-                ledger.stopping = true;
-                ledger.outstanding.is_empty()
+    /// Marks a partition stopping: nothing more of it is handed out.
+    fn stop(&self, partition: &TopicPartition, token: FencingToken) {
+        let cells = self.lock();
+        if let Some(cell) = cells.get(partition).filter(|c| c.token == token) {
+            let mut ledger = cell.lock();
+            ledger.stopping = true;
+            ledger.drained = ledger.outstanding.is_empty();
+        }
+    }
+
+    /// What changed since the last call: watermarks to report, then drains
+    /// that ended (a drained partition's ledger goes).
+    fn changes(&self, out: &mut VecDeque<DataEvent>) {
+        let mut cells = self.lock();
+        let mut drained = Vec::new();
+        for (partition, cell) in cells.iter() {
+            let mut ledger = cell.lock();
+            if ledger.watermark > ledger.reported {
+                ledger.reported = ledger.watermark;
+                if let Some(offset) = ledger.watermark {
+                    out.push_back(DataEvent::Processed(partition.clone(), cell.token, offset));
+                }
             }
-            _ => true,
+            if ledger.drained {
+                drained.push((partition.clone(), cell.token));
+            }
+        }
+        for (partition, token) in drained {
+            cells.remove(&partition);
+            out.push_back(DataEvent::Drained(partition, token));
         }
     }
 }
@@ -352,7 +417,7 @@ pub(crate) enum DataEvent {
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// One bounded stream for every partition.
-    Group(mpsc::Sender<Message>),
+    Group(mpsc::Sender<Vec<Message>>),
     /// A stream per partition, handed out as partitions are assigned.
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
@@ -365,10 +430,10 @@ pub(crate) struct DataPlane {
     pub(crate) ledgers: Ledgers,
     fetchers: BTreeMap<TopicPartition, JoinHandle<()>>,
     delivery: Delivery,
-    acks_tx: mpsc::UnboundedSender<Ack>,
-    acks: mpsc::UnboundedReceiver<Ack>,
     events_tx: mpsc::UnboundedSender<DataEvent>,
     events: mpsc::UnboundedReceiver<DataEvent>,
+    /// Events worked out of a batch of acknowledgements, not yet returned.
+    pending: std::collections::VecDeque<DataEvent>,
     metadata: Option<JoinHandle<()>>,
 }
 
@@ -380,7 +445,6 @@ impl DataPlane {
         topics: BTreeSet<String>,
         delivery: Delivery,
     ) -> DataPlane {
-        let (acks_tx, acks) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::unbounded_channel();
         let metadata = {
             let client = client.clone();
@@ -413,10 +477,9 @@ impl DataPlane {
             ledgers: Ledgers::default(),
             fetchers: BTreeMap::new(),
             delivery,
-            acks_tx,
-            acks,
             events_tx,
             events,
+            pending: std::collections::VecDeque::new(),
             metadata: Some(metadata),
         }
     }
@@ -431,71 +494,59 @@ impl DataPlane {
         if let Some(old) = self.fetchers.remove(&partition) {
             old.abort();
         }
-        self.ledgers.open(&partition, token);
-        let (sender, receiver) = mpsc::channel(self.config.partition_buffer.max(1));
-        match &self.delivery {
+        let ledger = self.ledgers.open(&partition, token);
+        let sender = match &self.delivery {
             Delivery::PerPartition(streams) => {
+                let (sender, receiver) = mpsc::channel(self.config.buffered_batches.max(1));
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    messages: receiver,
-                    ledgers: self.ledgers.clone(),
+                    batches: Batches::new(receiver),
                 });
+                sender
             }
-            Delivery::Group(group) => {
-                // Merge into the group stream; the bounded channels on both
-                // sides hold a slow application's memory down.
-                let group = group.clone();
-                let mut receiver = receiver;
-                let forwarder = tokio::spawn(async move {
-                    while let Some(message) = receiver.recv().await {
-                        if group.send(message).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                // The forwarder ends with the fetcher's sender.
-                drop(forwarder);
-            }
-        }
+            // Straight into the group stream: its bound holds a slow
+            // application's memory down, and no task sits in between.
+            Delivery::Group(group) => group.clone(),
+        };
         let fetcher = Fetcher {
             client: self.client.clone(),
             config: self.config.clone(),
             initial: self.initial,
             partition: partition.clone(),
             token,
-            acks: self.acks_tx.clone(),
+            ledger,
             events: self.events_tx.clone(),
         };
         self.fetchers
             .insert(partition, tokio::spawn(fetcher.run(from, sender)));
     }
 
-    /// Stops fetching `partition`; `true` if it is drained already.
-    pub(crate) fn stop(&mut self, partition: &TopicPartition, token: FencingToken) -> bool {
+    /// Stops fetching `partition`. What the application acknowledged so far
+    /// (and the drain, if it holds nothing) comes out of [`DataPlane::flush`].
+    pub(crate) fn stop(&mut self, partition: &TopicPartition, token: FencingToken) {
         if let Some(fetcher) = self.fetchers.remove(partition) {
             fetcher.abort();
         }
-        self.ledgers.stop(partition, token)
+        self.ledgers.stop(partition, token);
+    }
+
+    /// Every change the ledgers hold now, in order: processed watermarks
+    /// before the drains they complete.
+    pub(crate) fn flush(&mut self) -> Vec<DataEvent> {
+        self.ledgers.changes(&mut self.pending);
+        self.pending.drain(..).collect()
     }
 
     /// The next thing the data plane has to say.
     pub(crate) async fn next(&mut self) -> Option<DataEvent> {
         loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            let changed = self.ledgers.changed.clone();
             tokio::select! {
-                ack = self.acks.recv() => {
-                    let ack = ack?;
-                    let (watermark, drained) = self.ledgers.ack(&ack);
-                    if let Some(offset) = watermark {
-                        if drained {
-                            let _ = self.events_tx.send(DataEvent::Drained(ack.partition.clone(), ack.token));
-                        }
-                        return Some(DataEvent::Processed(ack.partition, ack.token, offset));
-                    }
-                    if drained {
-                        return Some(DataEvent::Drained(ack.partition, ack.token));
-                    }
-                }
+                _ = changed.notified() => self.ledgers.changes(&mut self.pending),
                 event = self.events.recv() => return event,
             }
         }
@@ -524,7 +575,7 @@ struct Fetcher {
     initial: InitialOffset,
     partition: TopicPartition,
     token: FencingToken,
-    acks: mpsc::UnboundedSender<Ack>,
+    ledger: Arc<LedgerCell>,
     events: mpsc::UnboundedSender<DataEvent>,
 }
 
@@ -567,7 +618,7 @@ impl Fetcher {
         self.offset_at(client, at).await
     }
 
-    async fn run(self, from: FetchFrom, sender: mpsc::Sender<Message>) {
+    async fn run(self, from: FetchFrom, sender: mpsc::Sender<Vec<Message>>) {
         let client = self.partition_client().await;
         let mut next = match from {
             FetchFrom::Offset(offset) => offset,
@@ -583,6 +634,7 @@ impl Fetcher {
             {
                 Ok((records, _high_watermark)) => {
                     pause = Duration::from_millis(50);
+                    let mut batch = Vec::with_capacity(records.len());
                     for record in records {
                         if record.offset < next {
                             // A compressed batch can start before the offset
@@ -590,7 +642,7 @@ impl Fetcher {
                             continue;
                         }
                         next = record.offset + 1;
-                        let message = Message {
+                        batch.push(Message {
                             topic: self.partition.topic.clone(),
                             partition: self.partition.partition,
                             offset: record.offset,
@@ -599,11 +651,11 @@ impl Fetcher {
                             headers: record.record.headers,
                             timestamp_ms: record.record.timestamp.timestamp_millis(),
                             token: self.token,
-                            acks: self.acks.clone(),
-                        };
-                        if sender.send(message).await.is_err() {
-                            return;
-                        }
+                            ledger: self.ledger.clone(),
+                        });
+                    }
+                    if !batch.is_empty() && sender.send(batch).await.is_err() {
+                        return;
                     }
                 }
                 Err(rskafka::client::error::Error::ServerError {

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, BackendError};
 use crate::kafka::{
-    self, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Ledgers, Message,
+    self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
     PartitionStream,
 };
 
@@ -198,8 +198,8 @@ impl GroupMemberBuilder {
                 streams = Some(rx);
                 Delivery::PerPartition(tx)
             } else {
-                let (tx, rx) = mpsc::channel(kafka_config.partition_buffer.max(1));
-                messages = Some(rx);
+                let (tx, rx) = mpsc::channel(kafka_config.buffered_batches.max(1));
+                messages = Some(Batches::new(rx));
                 Delivery::Group(tx)
             };
             data = Some(DataPlane::new(
@@ -210,9 +210,6 @@ impl GroupMemberBuilder {
                 delivery,
             ));
         }
-        let ledgers = data
-            .as_ref()
-            .map_or_else(Ledgers::default, |d: &DataPlane| d.ledgers.clone());
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
         let group = member.config().group.clone();
@@ -249,7 +246,6 @@ impl GroupMemberBuilder {
             task: Some(task),
             messages,
             streams,
-            ledgers,
         })
     }
 }
@@ -277,9 +273,8 @@ pub struct GroupMember {
     errors: mpsc::UnboundedReceiver<Problem>,
     view: watch::Receiver<View>,
     task: Option<JoinHandle<()>>,
-    messages: Option<mpsc::Receiver<Message>>,
+    messages: Option<Batches>,
     streams: Option<mpsc::UnboundedReceiver<PartitionStream>>,
-    ledgers: Ledgers,
 }
 
 impl GroupMember {
@@ -326,16 +321,7 @@ impl GroupMember {
     /// owned partition. Acknowledge each with [`Message::ack`]. `None` once
     /// the member has closed, or without Kafka.
     pub async fn next_message(&mut self) -> Option<Message> {
-        let messages = self.messages.as_mut()?;
-        loop {
-            let message = messages.recv().await?;
-            // A message fetched before its partition was told to stop is
-            // not handed out: the partition may be on its way to another
-            // member.
-            if self.ledgers.deliver(&message) {
-                return Some(message);
-            }
-        }
+        self.messages.as_mut()?.next().await
     }
 
     /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
@@ -496,21 +482,36 @@ impl Driver {
                     self.member.handle_timeout(now());
                 }
                 event = next_data(&mut self.data), if self.data.is_some() => match event {
-                    Some(DataEvent::Processed(partition, token, offset)) => {
-                        self.member.handle_event(now(), Event::Processed { partition, token, offset });
-                    }
-                    Some(DataEvent::Drained(partition, token)) => {
-                        self.member.handle_event(now(), Event::Drained { partition, token });
-                    }
-                    Some(DataEvent::Counts(counts)) => {
-                        self.member.handle_event(now(), Event::PartitionCounts(counts));
-                    }
-                    Some(DataEvent::Problem(problem)) => {
-                        tracing::warn!(member = %self.member.id(), %problem, "kafka");
-                        let _ = self.errors.send(Problem::Kafka(problem));
-                    }
+                    Some(event) => self.on_data(event),
                     None => self.data = None,
                 },
+            }
+        }
+    }
+
+    fn on_data(&mut self, event: DataEvent) {
+        match event {
+            DataEvent::Processed(partition, token, offset) => {
+                self.member.handle_event(
+                    now(),
+                    Event::Processed {
+                        partition,
+                        token,
+                        offset,
+                    },
+                );
+            }
+            DataEvent::Drained(partition, token) => {
+                self.member
+                    .handle_event(now(), Event::Drained { partition, token });
+            }
+            DataEvent::Counts(counts) => {
+                self.member
+                    .handle_event(now(), Event::PartitionCounts(counts));
+            }
+            DataEvent::Problem(problem) => {
+                tracing::warn!(member = %self.member.id(), %problem, "kafka");
+                let _ = self.errors.send(Problem::Kafka(problem));
             }
         }
     }
@@ -542,14 +543,19 @@ impl Driver {
                     // The view says it stopped before anything that
                     // follows (the release) can reach the store.
                     self.publish();
-                    let drained = match self.data.as_mut() {
+                    match self.data.as_mut() {
                         // What the application still holds decides.
-                        Some(data) => data.stop(&partition, token),
-                        None => self.auto_drain,
-                    };
-                    if drained {
-                        self.member
-                            .handle_event(now(), Event::Drained { partition, token });
+                        Some(data) => {
+                            data.stop(&partition, token);
+                            for event in data.flush() {
+                                self.on_data(event);
+                            }
+                        }
+                        None if self.auto_drain => {
+                            self.member
+                                .handle_event(now(), Event::Drained { partition, token });
+                        }
+                        None => {}
                     }
                 }
                 Command::Report(error) => {
