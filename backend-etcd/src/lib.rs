@@ -1,4 +1,525 @@
-//! etcd backend for tenure: carries the core's store commands to etcd.
+//! etcd backend for tenure: carries the core's store commands to etcd and
+//! brings results, watch notifications and session changes back as core
+//! events.
 //!
-//! This crate is a placeholder in the workspace until its issue lands; it
-//! builds so that the layout shows the architecture.
+//! A member's session is an etcd lease whose TTL is the session timeout
+//! (whole seconds, rounded up); the backend keeps it alive itself, about
+//! every TTL/3. Its keys live under `<prefix>/<group>` (prefix `/tenure`
+//! unless set with [`EtcdBackend::prefix`]):
+//! - `members/<member>`: the member's JSON registration (the same JSON as
+//!   Kafka 0.8's ZooKeeper consumer), attached to the lease;
+//! - `owners/<topic>/<partition>`: the owner's member id, attached to the
+//!   lease;
+//! - `offsets/<topic>/<partition>`: the next offset to consume as ASCII
+//!   decimal, with no lease.
+//!
+//! Every command is one etcd request (a transaction where it must look
+//! before it writes), carried out with the semantics of the simulator's
+//! reference adapter (`tenure_core::sim::adapter`) and of the ZooKeeper
+//! backend, each command in its own task so that commands pipeline.
+//!
+//! The fencing token of a claim is the owner key's `create_revision`. An
+//! offset commit is a transaction that writes only if the owner key still has
+//! that create_revision *and* our lease: a member whose lease expired (or
+//! whose claim was released and re-made by anyone) can never commit.
+//!
+//! Building needs `protoc` and the protobuf well-known types (Debian:
+//! `protobuf-compiler` and `libprotobuf-dev`). etcd 3.4 or later.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tenure_etcd::EtcdBackend;
+//!
+//! let backend = EtcdBackend::new("http://etcd1:2379,http://etcd2:2379")
+//!     .session_timeout(Duration::from_secs(10));
+//! # drop(backend);
+//! ```
+
+#![deny(missing_docs)]
+
+mod ops;
+mod session;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, StoreError, TopicPartition};
+use tenure_tokio::{Backend, BackendError, EventSender};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// The lease TTL asked of the server when no session timeout is set (the
+/// core's default session timeout).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Backend::start`] waits for a server to grant the first lease
+/// when no other bound is set.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The key prefix when none is set.
+pub const DEFAULT_PREFIX: &str = "/tenure";
+
+/// How long [`Backend::shutdown`] waits for the server to revoke the lease.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shortest request timeout derived from the session timeout.
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Delays injected into command execution, for reproducing races in tests.
+///
+/// Both default to zero (no delay); production code has no reason to set
+/// them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Sleep before a claim's transaction starts.
+    ///
+    /// On ZooKeeper this delay sits between a failed create and the separate
+    /// read of the owner, where the original system's NodeExists → NoNode
+    /// race lives. On etcd a claim is a single transaction ("create the key
+    /// if its create_revision is 0, else read it"), evaluated atomically by
+    /// the server: the owner cannot vanish between the failed compare and
+    /// the read, so that race cannot happen at all. The delay only widens
+    /// the window between the claim's submission and its evaluation.
+    pub delay_owner_read: Duration,
+    /// Sleep before a release's transaction starts.
+    pub delay_release: Duration,
+}
+
+/// A [`Backend`] that keeps a group member's records in etcd.
+///
+/// Built with [`EtcdBackend::new`] and the builder methods; the first lease
+/// is granted in [`Backend::start`]. After a lease expires the backend grants
+/// a new one by itself.
+#[derive(Debug)]
+pub struct EtcdBackend {
+    config: Config,
+    running: Option<Running>,
+}
+
+/// What a (re)connection needs.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// The endpoints as given (comma-separated), for errors and logs.
+    pub(crate) endpoints: String,
+    pub(crate) prefix: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// `None`: derived from the session timeout.
+    pub(crate) request_timeout: Option<Duration>,
+    pub(crate) hooks: Hooks,
+    /// Requests sent to etcd so far, across leases.
+    pub(crate) requests: Arc<AtomicU64>,
+}
+
+impl Config {
+    /// How the store is named in errors and logs.
+    pub(crate) fn store(&self) -> String {
+        format!("etcd at {}", self.endpoints)
+    }
+
+    /// The lease TTL to ask for: the session timeout in whole seconds,
+    /// rounded up, at least 1.
+    pub(crate) fn ttl_secs(&self) -> i64 {
+        let t = self.session_timeout;
+        let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
+        i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+    }
+
+    /// How long one request may go unanswered before it fails with
+    /// `ConnectionLoss`.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .unwrap_or_else(|| (self.session_timeout / 2).max(MIN_REQUEST_TIMEOUT))
+    }
+
+    fn endpoint_list(&self) -> Vec<String> {
+        self.endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Running {
+    shared: Arc<Shared>,
+    /// Command tasks (and the watches they leave behind).
+    tasks: JoinSet<()>,
+    /// The task keeping the lease alive.
+    follower: JoinHandle<()>,
+}
+
+/// The live lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Current {
+    /// The lease id.
+    pub(crate) lease: i64,
+    /// The lease id as the core's session id.
+    pub(crate) session: SessionId,
+    /// The TTL the server granted.
+    pub(crate) ttl: Duration,
+}
+
+impl Current {
+    pub(crate) fn new(lease: i64, granted_secs: i64) -> Current {
+        Current {
+            lease,
+            session: SessionId(lease as u64),
+            ttl: Duration::from_secs(u64::try_from(granted_secs).unwrap_or(0)),
+        }
+    }
+}
+
+/// The keys of one group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Keys {
+    base: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str, group: &str) -> Keys {
+        Keys {
+            base: format!("{}/{group}", prefix.trim_end_matches('/')),
+        }
+    }
+
+    /// The prefix of every member registration (with its trailing `/`).
+    pub(crate) fn members(&self) -> String {
+        format!("{}/members/", self.base)
+    }
+
+    /// A member's registration.
+    pub(crate) fn member(&self, id: &MemberId) -> String {
+        format!("{}/members/{id}", self.base)
+    }
+
+    /// A partition's owner record.
+    pub(crate) fn owner(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/owners/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
+    /// A partition's committed offset.
+    pub(crate) fn offset(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/offsets/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+}
+
+/// State shared by the backend, its command tasks and the lease follower.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) keys: Keys,
+    pub(crate) member: MemberInfo,
+    pub(crate) events: EventSender,
+    /// The client; it reconnects by itself and outlives leases.
+    pub(crate) client: etcd_client::Client,
+    /// `None` while a new lease is being granted after an expiry, and after
+    /// shutdown.
+    current: Mutex<Option<Current>>,
+    /// The current session, for watches that must end with theirs.
+    session_changes: watch::Sender<Option<SessionId>>,
+    /// A moment at or before the latest moment the server renewed our lease
+    /// (a lease lives TTL after its last renewal; other requests do not
+    /// renew it).
+    last_heard: Mutex<Instant>,
+    /// Set by shutdown: the follower must not grant new leases any more.
+    pub(crate) closing: AtomicBool,
+    /// One lock per partition, held by claims, releases and commits.
+    ///
+    /// Each of those is a single transaction, so no interleaving can break
+    /// one; the lock keeps them in submission order (a commit submitted
+    /// before a release reaches the server before it), as on ZooKeeper.
+    partition_locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .field("keys", &self.keys)
+            .field("member", &self.member.id)
+            .field("current", &self.current())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn lock_current(&self) -> MutexGuard<'_, Option<Current>> {
+        // A panic while holding the lock leaves a value that is still
+        // consistent (it is only ever replaced whole).
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn current(&self) -> Option<Current> {
+        *self.lock_current()
+    }
+
+    pub(crate) fn set_current(&self, current: Option<Current>) {
+        *self.lock_current() = current;
+        self.session_changes
+            .send_replace(current.map(|c| c.session));
+    }
+
+    /// Resolves once `session` is no longer the current session.
+    pub(crate) async fn session_ended(&self, session: SessionId) {
+        let mut changes = self.session_changes.subscribe();
+        // The sender lives as long as `self`: an error cannot happen while
+        // we borrow it.
+        let _ = changes.wait_for(|s| *s != Some(session)).await;
+    }
+
+    /// Notes that the server renewed our lease at or after `at`.
+    pub(crate) fn heard(&self, at: Instant) {
+        let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
+        if at > *last {
+            *last = at;
+        }
+    }
+
+    pub(crate) fn last_heard(&self) -> Instant {
+        *self.last_heard.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the lock of `partition` (see `partition_locks`).
+    pub(crate) async fn lock_partition(
+        &self,
+        partition: &TopicPartition,
+    ) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut locks = self
+                .partition_locks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            // Forget locks nobody holds or waits for.
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            locks.entry(partition.clone()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+
+    /// Counts requests sent to etcd.
+    pub(crate) fn count(&self, requests: u64) {
+        self.config.requests.fetch_add(requests, Ordering::Relaxed);
+    }
+
+    /// Sends an event to the member; a closed channel means the runtime is
+    /// gone and there is no one left to tell.
+    pub(crate) fn send(&self, event: Event) {
+        if self.events.send(event).is_err() {
+            tracing::debug!("event channel closed; event dropped");
+        }
+    }
+}
+
+impl EtcdBackend {
+    /// A backend for the etcd cluster at `endpoints`: one or more URLs,
+    /// comma-separated (`http://host:2379,http://host2:2379`; a bare
+    /// `host:port` means `http://`).
+    pub fn new(endpoints: impl Into<String>) -> Self {
+        EtcdBackend {
+            config: Config {
+                endpoints: endpoints.into(),
+                prefix: DEFAULT_PREFIX.to_owned(),
+                session_timeout: DEFAULT_SESSION_TIMEOUT,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                request_timeout: None,
+                hooks: Hooks::default(),
+                requests: Arc::new(AtomicU64::new(0)),
+            },
+            running: None,
+        }
+    }
+
+    /// The key prefix under which groups live (default [`DEFAULT_PREFIX`]);
+    /// the group's keys are under `<prefix>/<group>/`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// The lease TTL to ask of the server; use the member's configured
+    /// session timeout (default [`DEFAULT_SESSION_TIMEOUT`]). It is rounded
+    /// up to whole seconds; the server may grant more (etcd has a minimum
+    /// TTL of about 1.5 election timeouts), which is logged as a warning.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.config.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`Backend::start`] (and each new lease after an expiry)
+    /// waits for a server (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a request may go unanswered before it fails with
+    /// `StoreError::ConnectionLoss` (default: half the session timeout, at
+    /// least one second).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.request_timeout = Some(timeout);
+        self
+    }
+
+    /// Delays for reproducing races in tests; see [`Hooks`].
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.config.hooks = hooks;
+        self
+    }
+
+    /// A counter of the requests this backend's commands send to etcd (for
+    /// benchmarks and metrics; lease keep-alives are not counted); it keeps
+    /// counting after the backend moves into a runtime.
+    pub fn request_counter(&self) -> Arc<AtomicU64> {
+        self.config.requests.clone()
+    }
+}
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    async fn start(
+        &mut self,
+        group: &str,
+        member: &MemberInfo,
+        events: EventSender,
+    ) -> Result<(), BackendError> {
+        if self.running.is_some() {
+            return Err(BackendError::Config(
+                "the backend has been started already".to_owned(),
+            ));
+        }
+        if self.config.session_timeout.is_zero() {
+            return Err(BackendError::Config(
+                "session timeout must be greater than zero".to_owned(),
+            ));
+        }
+        let endpoints = self.config.endpoint_list();
+        if endpoints.is_empty() {
+            return Err(BackendError::Config(format!(
+                "{}: no endpoint given",
+                self.config.store()
+            )));
+        }
+        let before = Instant::now();
+        let (client, current) = session::connect(&self.config, &endpoints).await?;
+        let shared = Arc::new(Shared {
+            config: self.config.clone(),
+            keys: Keys::new(&self.config.prefix, group),
+            member: member.clone(),
+            events,
+            client,
+            current: Mutex::new(Some(current)),
+            session_changes: watch::Sender::new(Some(current.session)),
+            last_heard: Mutex::new(before),
+            closing: AtomicBool::new(false),
+            partition_locks: Mutex::new(HashMap::new()),
+        });
+        tracing::info!(
+            store = %self.config.store(),
+            lease = %format_args!("{:x}", current.lease),
+            ttl = ?current.ttl,
+            "etcd lease granted"
+        );
+        shared.send(Event::SessionEstablished {
+            session: current.session,
+        });
+        let follower = tokio::spawn(session::follow(shared.clone()));
+        self.running = Some(Running {
+            shared,
+            tasks: JoinSet::new(),
+            follower,
+        });
+        Ok(())
+    }
+
+    fn submit(&mut self, command: Command) {
+        let Some((_, issued)) = command.request() else {
+            // Fetching and reports are not for the store.
+            return;
+        };
+        let Some(running) = self.running.as_mut() else {
+            // No lease yet (or any more): nothing can run under `issued`.
+            if let Some(event) = command.failed(StoreError::SessionExpired) {
+                tracing::warn!(?event, "command submitted to a backend that is not running");
+            }
+            return;
+        };
+        // Forget finished tasks so the set does not grow.
+        while running.tasks.try_join_next().is_some() {}
+        let shared = running.shared.clone();
+        match shared.current() {
+            Some(current) if current.session == issued => {
+                running.tasks.spawn(ops::execute(shared, current, command));
+            }
+            // Issued under a lease that ended: it must not act under the
+            // next one (a claim would leave a record no member tracks).
+            _ => {
+                if let Some(event) = command.failed(StoreError::SessionExpired) {
+                    shared.send(event);
+                }
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let Some(mut running) = self.running.take() else {
+            return;
+        };
+        running.shared.closing.store(true, Ordering::SeqCst);
+        running.follower.abort();
+        let _ = (&mut running.follower).await;
+        running.tasks.abort_all();
+        while running.tasks.join_next().await.is_some() {}
+        let Some(current) = running.shared.current() else {
+            return;
+        };
+        running.shared.set_current(None);
+        // Revoking the lease deletes its keys now, not a TTL from now.
+        let mut client = running.shared.client.clone();
+        match tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(lease = %format_args!("{:x}", current.lease), "etcd lease revoked")
+            }
+            Ok(Err(error)) => tracing::warn!(
+                %error,
+                "etcd did not revoke the lease; its keys vanish when it expires"
+            ),
+            Err(_) => tracing::warn!(
+                "etcd did not revoke the lease within {CLOSE_TIMEOUT:?}; \
+                 its keys vanish when it expires"
+            ),
+        }
+    }
+}
+
+impl Drop for EtcdBackend {
+    fn drop(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        running.shared.closing.store(true, Ordering::SeqCst);
+        running.follower.abort();
+        // Dropping the set aborts the command tasks.
+        let current = running.shared.current();
+        running.shared.set_current(None);
+        // Without shutdown, revoke in the background if a runtime is still
+        // there; otherwise the lease simply expires.
+        if let (Some(current), Ok(handle)) = (current, tokio::runtime::Handle::try_current()) {
+            let mut client = running.shared.client.clone();
+            handle.spawn(async move {
+                let _ =
+                    tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! Granting leases and keeping them alive: suspension when keep-alives go
+//! unanswered, resumption when they are answered again, expiry when the
+//! server says the lease is gone (or it must be by now), after which a new
+//! lease is granted.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
+use tenure_core::Event;
+use tenure_tokio::BackendError;
+
+use crate::ops::lease_not_found;
+use crate::{Config, Current, Shared};
+
+/// The pause between two attempts to grant a new lease after an expiry.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest such pause.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// The pause between two attempts to reach the server while suspended.
+const RETRY_WHILE_SUSPENDED: Duration = Duration::from_millis(500);
+/// HTTP/2 pings on an idle connection: etcd refuses them more often than
+/// every 5 s by default (`--grpc-keepalive-min-time`).
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why a connection attempt failed, in the backend's terms.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("no server granted a lease within {0:?}")]
+    Timeout(Duration),
+    #[error("invalid endpoint {endpoints:?}: {source}")]
+    BadEndpoint {
+        endpoints: String,
+        source: etcd_client::Error,
+    },
+    #[error("{0}")]
+    Client(etcd_client::Error),
+}
+
+impl ConnectError {
+    fn into_backend_error(self, config: &Config) -> BackendError {
+        match self {
+            ConnectError::BadEndpoint { .. } => {
+                BackendError::Config(format!("{}: {self}", config.store()))
+            }
+            ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
+                store: config.store(),
+                detail: self.to_string(),
+            },
+        }
+    }
+}
+
+/// Builds a client for `endpoints` and grants the first lease, within the
+/// connect timeout.
+pub(crate) async fn connect(
+    config: &Config,
+    endpoints: &[String],
+) -> Result<(Client, Current), BackendError> {
+    let request_timeout = config.request_timeout();
+    let options = ConnectOptions::new()
+        .with_connect_timeout(config.connect_timeout)
+        // Lets the channel notice a dead connection (and fail the requests
+        // on it) rather than wait for TCP to give up.
+        .with_keep_alive(HTTP2_PING_INTERVAL, request_timeout);
+    // The client connects lazily; building it only checks the URLs.
+    let client = match tokio::time::timeout(
+        config.connect_timeout,
+        Client::connect(endpoints, Some(options)),
+    )
+    .await
+    {
+        Err(_) => {
+            return Err(ConnectError::Timeout(config.connect_timeout).into_backend_error(config))
+        }
+        Ok(Err(
+            source @ (etcd_client::Error::InvalidUri(_)
+            | etcd_client::Error::InvalidArgs(_)
+            | etcd_client::Error::EndpointError(_)),
+        )) => {
+            return Err(ConnectError::BadEndpoint {
+                endpoints: config.endpoints.clone(),
+                source,
+            }
+            .into_backend_error(config))
+        }
+        Ok(Err(e)) => return Err(ConnectError::Client(e).into_backend_error(config)),
+        Ok(Ok(client)) => client,
+    };
+    let current = grant(config, &client)
+        .await
+        .map_err(|e| e.into_backend_error(config))?;
+    Ok((client, current))
+}
+
+/// Grants a lease of the configured TTL, within the connect timeout.
+async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError> {
+    let ttl = config.ttl_secs();
+    let mut client = client.clone();
+    let granted =
+        match tokio::time::timeout(config.connect_timeout, client.lease_grant(ttl, None)).await {
+            Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
+            Ok(Err(e)) => return Err(ConnectError::Client(e)),
+            Ok(Ok(granted)) => granted,
+        };
+    if granted.ttl() != ttl {
+        tracing::warn!(
+            asked = ttl,
+            granted = granted.ttl(),
+            "etcd granted another lease TTL (seconds) than the member's session timeout; \
+             the member's suspension arithmetic assumes the one it was configured with"
+        );
+    }
+    Ok(Current::new(granted.id(), granted.ttl()))
+}
+
+/// How keeping one lease alive ended.
+enum Ended {
+    /// The lease is gone (the server said so, or it must be by now).
+    Expired,
+    /// The backend shuts down.
+    Closing,
+}
+
+/// Keeps the current lease, and every lease granted after it, alive until
+/// shutdown.
+pub(crate) async fn follow(shared: Arc<Shared>) {
+    loop {
+        let Some(current) = shared.current() else {
+            return;
+        };
+        match keep_alive(&shared, current).await {
+            Ended::Closing => return,
+            Ended::Expired => {
+                tracing::warn!(
+                    lease = %format_args!("{:x}", current.lease),
+                    "etcd lease expired; granting a new one"
+                );
+                shared.set_current(None);
+                shared.send(Event::SessionExpired);
+                if !reopen(&shared, current).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// An open keep-alive stream of one lease.
+struct Stream {
+    keeper: LeaseKeeper,
+    answers: LeaseKeepAliveStream,
+}
+
+/// What one keep-alive round trip said.
+enum Renewal {
+    /// The lease lives on.
+    Alive,
+    /// The server says the lease does not exist.
+    Gone,
+    /// No answer (timeout, broken stream, no connection).
+    Unanswered(String),
+}
+
+/// One keep-alive: on the open stream, or on a new one.
+async fn renew(client: &Client, lease: i64, stream: &mut Option<Stream>) -> Renewal {
+    match stream {
+        None => {
+            let mut client = client.clone();
+            match client.lease_keep_alive(lease).await {
+                // Opening the stream sends a keep-alive and waits for its
+                // answer; a TTL of 0 fails with "lease not found".
+                Ok((keeper, answers)) => {
+                    *stream = Some(Stream { keeper, answers });
+                    Renewal::Alive
+                }
+                Err(e) if lease_not_found(&e) => Renewal::Gone,
+                Err(e) => Renewal::Unanswered(e.to_string()),
+            }
+        }
+        Some(open) => {
+            if let Err(e) = open.keeper.keep_alive().await {
+                return Renewal::Unanswered(e.to_string());
+            }
+            match open.answers.message().await {
+                Ok(Some(answer)) if answer.ttl() > 0 => Renewal::Alive,
+                Ok(Some(_)) => Renewal::Gone,
+                Ok(None) => Renewal::Unanswered("keep-alive stream closed".to_owned()),
+                Err(e) if lease_not_found(&e) => Renewal::Gone,
+                Err(e) => Renewal::Unanswered(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Renews `current` every TTL/3 until it expires or the backend shuts down;
+/// reports suspension and resumption on the way.
+async fn keep_alive(shared: &Shared, current: Current) -> Ended {
+    let interval = (current.ttl / 3).max(Duration::from_millis(100));
+    let mut stream: Option<Stream> = None;
+    let mut suspended = false;
+    loop {
+        if shared.closing.load(Ordering::SeqCst) {
+            return Ended::Closing;
+        }
+        // Unheard of for a whole TTL: the server has dropped the lease, or
+        // is about to (a new lease revokes it first to make sure).
+        if suspended && shared.last_heard() + current.ttl <= Instant::now() {
+            return Ended::Expired;
+        }
+        let sent = Instant::now();
+        let renewal =
+            tokio::time::timeout(interval, renew(&shared.client, current.lease, &mut stream))
+                .await
+                .unwrap_or_else(|_| Renewal::Unanswered(format!("no answer within {interval:?}")));
+        let next = match renewal {
+            Renewal::Alive => {
+                // The server renewed the lease after we sent the keep-alive.
+                shared.heard(sent);
+                if suspended {
+                    suspended = false;
+                    tracing::info!("etcd answers keep-alives again; session resumed");
+                    shared.send(Event::SessionResumed);
+                }
+                sent + interval
+            }
+            Renewal::Gone => return Ended::Expired,
+            Renewal::Unanswered(why) => {
+                stream = None;
+                if !suspended {
+                    suspended = true;
+                    tracing::warn!(%why, "etcd lease keep-alive unanswered; session suspended");
+                    shared.send(Event::SessionSuspended {
+                        last_heard: shared.last_heard(),
+                    });
+                }
+                (sent + RETRY_WHILE_SUSPENDED).max(Instant::now())
+            }
+        };
+        // Until the next keep-alive, watch the stream: a break shows at once.
+        let deadline = tokio::time::Instant::from_std(next);
+        match stream.as_mut() {
+            None => tokio::time::sleep_until(deadline).await,
+            Some(open) => match tokio::time::timeout_at(deadline, open.answers.message()).await {
+                Err(_) => {}
+                // A stray answer (of a keep-alive that timed out before).
+                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
+                Ok(Ok(Some(_))) => return Ended::Expired,
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    stream = None;
+                    tokio::time::sleep_until(deadline).await;
+                }
+            },
+        }
+    }
+}
+
+/// Grants a new lease after `old` expired, retrying until it works or the
+/// backend shuts down; sends `SessionEstablished`. Returns whether it did.
+async fn reopen(shared: &Shared, old: Current) -> bool {
+    let mut backoff = RECONNECT_BACKOFF;
+    let mut revoked = false;
+    loop {
+        if shared.closing.load(Ordering::SeqCst) {
+            return false;
+        }
+        let before = Instant::now();
+        // The expiry may have been concluded here, from silence, while the
+        // server still counts down: revoke so that the old keys go now.
+        if !revoked {
+            let mut client = shared.client.clone();
+            let revoke = tokio::time::timeout(
+                shared.config.request_timeout(),
+                client.lease_revoke(old.lease),
+            )
+            .await;
+            revoked = match revoke {
+                Ok(Ok(_)) => true,
+                Ok(Err(e)) => lease_not_found(&e),
+                Err(_) => false,
+            };
+        }
+        let granted = if revoked {
+            grant(&shared.config, &shared.client).await
+        } else {
+            Err(ConnectError::Timeout(shared.config.request_timeout()))
+        };
+        match granted {
+            Ok(current) => {
+                if shared.closing.load(Ordering::SeqCst) {
+                    let mut client = shared.client.clone();
+                    let _ = tokio::time::timeout(
+                        shared.config.request_timeout(),
+                        client.lease_revoke(current.lease),
+                    )
+                    .await;
+                    return false;
+                }
+                tracing::info!(
+                    lease = %format_args!("{:x}", current.lease),
+                    "new etcd lease granted"
+                );
+                shared.heard(before);
+                shared.set_current(Some(current));
+                shared.send(Event::SessionEstablished {
+                    session: current.session,
+                });
+                return true;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot grant a new etcd lease; retrying in {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+            }
+        }
+    }
+}
