@@ -417,3 +417,87 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
     assert!(expired, "the member reports its expired session");
     member.close().await.expect("close");
 }
+
+/// A committed offset beyond the end of the log is reset by the initial
+/// offset policy (oldest) and reported; nothing is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offset_out_of_range_is_reset_and_reported() {
+    let client = kafka::client().await;
+    let topic = kafka::topic("out-of-range");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 100).await;
+    let stores = ZooKeeper::new("out-of-range").await;
+    let group = common::group("out-of-range");
+    // A committed offset far past the end (a recreated topic, say).
+    let path = format!("/consumers/{group}/offsets/{topic}/0");
+    let raw = stores.raw();
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let mut prefix = String::new();
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        prefix.push('/');
+        prefix.push_str(part);
+        let data: &[u8] = if prefix == path { b"5000" } else { b"" };
+        let _ = raw.create(&prefix, data, &persistent).await;
+    }
+    let monitor = Monitor::new();
+    let mut member = join(stores.backend(SESSION), &monitor, &group, "m1", &topic).await;
+    let first = tokio::time::timeout(Duration::from_secs(20), member.next_message())
+        .await
+        .expect("messages flow")
+        .expect("a message");
+    assert_eq!(first.offset, 0, "reset to the oldest offset");
+    first.ack();
+    let problem = tokio::time::timeout(Duration::from_secs(5), member.next_error())
+        .await
+        .expect("the reset is reported")
+        .expect("a problem");
+    assert!(
+        matches!(
+            problem,
+            tenure::tokio::Problem::Kafka(KafkaError::OffsetReset {
+                offset: 5000,
+                reset: 0,
+                ..
+            })
+        ),
+        "{problem}"
+    );
+    member.close().await.expect("close");
+}
+
+/// Partitions added to a topic are found in the metadata and assigned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_added_to_a_topic_get_consumed() {
+    let client = kafka::client().await;
+    let topic = kafka::topic("grows");
+    kafka::create_topic(&client, &topic, 2).await;
+    let stores = ZooKeeper::new("grows").await;
+    let group = common::group("grows");
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.metadata_refresh = Duration::from_millis(500);
+    let mut member = GroupMember::builder(config(&group, "m1", &topic))
+        .kafka(kafka_config)
+        .join(stores.backend(SESSION))
+        .await
+        .expect("join");
+    kafka::add_partitions(&topic, 4);
+    kafka::produce(&client, &topic, 3, 10).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let message = tokio::time::timeout_at(deadline, member.next_message())
+            .await
+            .expect("a message of the new partition within 30 s")
+            .expect("a message");
+        message.ack();
+        if message.partition == 3 {
+            break;
+        }
+    }
+    assert_eq!(
+        member.view().assigned.len(),
+        4,
+        "all four partitions assigned"
+    );
+    member.close().await.expect("close");
+}

@@ -109,3 +109,26 @@ pub async fn end_offsets(client: &Client, topic: &str, partitions: u32) -> Vec<i
     }
     ends
 }
+
+/// Grows `topic` to `partitions` partitions with Kafka's own tool (rskafka
+/// has no CreatePartitions).
+pub fn add_partitions(topic: &str, partitions: u32) {
+    let libs = std::env::var("TENURE_KAFKA_LIBS")
+        .unwrap_or_else(|_| panic!("TENURE_KAFKA_LIBS is not set; {HOW_TO_START}"));
+    let status = std::process::Command::new("java")
+        .args([
+            "-cp",
+            &format!("{libs}/*"),
+            "org.apache.kafka.tools.TopicCommand",
+            "--bootstrap-server",
+            &bootstrap(),
+            "--alter",
+            "--topic",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+        ])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run Kafka's TopicCommand: {e}"));
+    assert!(status.success(), "TopicCommand --alter failed for {topic}");
+}
