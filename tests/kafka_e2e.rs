@@ -501,3 +501,72 @@ async fn partitions_added_to_a_topic_get_consumed() {
     );
     member.close().await.expect("close");
 }
+
+/// Per-partition streams: one per owned partition, carrying only its
+/// messages, ending when the partition is revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_partition_streams_end_when_their_partition_is_revoked() {
+    let client = kafka::client().await;
+    let topic = kafka::topic("streams");
+    kafka::create_topic(&client, &topic, 2).await;
+    for p in 0..2 {
+        kafka::produce(&client, &topic, p, 50).await;
+    }
+    let stores = ZooKeeper::new("streams").await;
+    let group = common::group("streams");
+    let mut member = GroupMember::builder(config(&group, "m1", &topic))
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .per_partition_streams(true)
+        .join(stores.backend(SESSION))
+        .await
+        .expect("join");
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let mut stream =
+            tokio::time::timeout(Duration::from_secs(20), member.next_partition_stream())
+                .await
+                .expect("a stream per partition")
+                .expect("a stream");
+        readers.push(tokio::spawn(async move {
+            let mut offsets = Vec::new();
+            while let Some(message) = stream.next().await {
+                assert_eq!(
+                    message.partition, stream.partition.partition,
+                    "only its own partition"
+                );
+                assert_eq!(message.token, stream.token);
+                offsets.push(message.offset);
+                message.ack();
+            }
+            (stream.partition.partition, offsets)
+        }));
+    }
+    // Wait until both streams delivered everything, then leave: the streams
+    // end with the release.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    for p in 0..2 {
+        while stores
+            .committed(&group, &TopicPartition::new(&topic, p))
+            .await
+            != Some(50)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "partition {p} never fully committed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    member.close().await.expect("close");
+    for reader in readers {
+        let (partition, offsets) = tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("the stream ended with the release")
+            .expect("reader");
+        assert_eq!(
+            offsets,
+            (0..50).collect::<Vec<i64>>(),
+            "partition {partition} in order, once"
+        );
+    }
+}
