@@ -135,7 +135,7 @@ impl Config {
             .unwrap_or_else(|| (self.session_timeout / 2).max(MIN_REQUEST_TIMEOUT))
     }
 
-    fn endpoint_list(&self) -> Vec<String> {
+    pub(crate) fn endpoint_list(&self) -> Vec<String> {
         self.endpoints
             .split(',')
             .map(str::trim)
@@ -410,6 +410,12 @@ impl Backend for EtcdBackend {
                 self.config.store()
             )));
         }
+        if let Some(problem) = endpoints.iter().find_map(|e| endpoint_problem(e)) {
+            return Err(BackendError::Config(format!(
+                "{}: {problem}",
+                self.config.store()
+            )));
+        }
         let before = Instant::now();
         let (client, current) = session::connect(&self.config, &endpoints).await?;
         let shared = Arc::new(Shared {
@@ -502,6 +508,37 @@ impl Backend for EtcdBackend {
     }
 }
 
+/// What is wrong with an endpoint URL, if anything. The client itself would
+/// take a port that is not a number for no port at all (and dial port 80).
+fn endpoint_problem(endpoint: &str) -> Option<String> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = match authority.strip_prefix('[') {
+        // [v6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, port)) => (host, Some(port.strip_prefix(':').unwrap_or(port))),
+            None => return Some(format!("invalid endpoint {endpoint:?}: unclosed '['")),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Some(format!("invalid endpoint {endpoint:?}: no host"));
+    }
+    match port.map(str::parse::<u16>) {
+        Some(Ok(0)) | Some(Err(_)) => Some(format!(
+            "invalid endpoint {endpoint:?}: the port is not a number from 1 to 65535"
+        )),
+        _ => None,
+    }
+}
+
 impl Drop for EtcdBackend {
     fn drop(&mut self) {
         let Some(running) = self.running.take() else {
@@ -520,6 +557,33 @@ impl Drop for EtcdBackend {
                 let _ =
                     tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await;
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint_problem;
+
+    #[test]
+    fn endpoints_are_checked() {
+        for good in [
+            "http://127.0.0.1:2379",
+            "https://etcd:2379",
+            "etcd:2379",
+            "http://[::1]:2379",
+            "http://etcd",
+        ] {
+            assert_eq!(endpoint_problem(good), None, "{good}");
+        }
+        for bad in [
+            "127.0.0.1:notaport",
+            "http://etcd:0",
+            "http://:2379",
+            "http://[::1:2379",
+            "http://etcd:99999",
+        ] {
+            assert!(endpoint_problem(bad).is_some(), "{bad}");
         }
     }
 }

@@ -198,6 +198,9 @@ async fn renew(client: &Client, lease: i64, stream: &mut Option<Stream>) -> Rene
 /// reports suspension and resumption on the way.
 async fn keep_alive(shared: &Shared, current: Current) -> Ended {
     let interval = (current.ttl / 3).max(Duration::from_millis(100));
+    // Keep-alives are answered by the leader at once (no consensus round):
+    // half the interval unanswered is a connection in trouble.
+    let patience = interval / 2;
     let mut stream: Option<Stream> = None;
     let mut suspended = false;
     loop {
@@ -211,9 +214,9 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
         }
         let sent = Instant::now();
         let renewal =
-            tokio::time::timeout(interval, renew(&shared.client, current.lease, &mut stream))
+            tokio::time::timeout(patience, renew(&shared.client, current.lease, &mut stream))
                 .await
-                .unwrap_or_else(|_| Renewal::Unanswered(format!("no answer within {interval:?}")));
+                .unwrap_or_else(|_| Renewal::Unanswered(format!("no answer within {patience:?}")));
         let next = match renewal {
             Renewal::Alive => {
                 // The server renewed the lease after we sent the keep-alive.

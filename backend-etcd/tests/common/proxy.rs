@@ -1,0 +1,116 @@
+//! A TCP proxy in front of etcd that a test can stall or cut, to make the
+//! client lose its connection (and, held long enough, its lease).
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mode {
+    /// Bytes flow; otherwise they wait in the kernel buffers.
+    forward: bool,
+    /// New connections are taken; otherwise closed at once.
+    accept: bool,
+    /// Connections of an older generation are closed.
+    generation: u64,
+}
+
+/// The proxy; it stops when dropped.
+pub struct Proxy {
+    /// Where clients connect (`127.0.0.1:port`).
+    pub address: SocketAddr,
+    mode: watch::Sender<Mode>,
+    acceptor: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts forwarding a fresh local port to `server` (`host:port`).
+    pub async fn start(server: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let address = listener.local_addr().expect("proxy address");
+        let (mode, watching) = watch::channel(Mode {
+            forward: true,
+            accept: true,
+            generation: 0,
+        });
+        let server = server.to_owned();
+        let acceptor = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let mode = watching.clone();
+                if !mode.borrow().accept {
+                    drop(client);
+                    continue;
+                }
+                tokio::spawn(pipe(client, server.clone(), mode));
+            }
+        });
+        Proxy {
+            address,
+            mode,
+            acceptor,
+        }
+    }
+
+    /// Bytes stop flowing both ways; connections stay open.
+    pub fn stall(&self) {
+        self.mode.send_modify(|m| m.forward = false);
+    }
+
+    /// Closes every connection and refuses new ones.
+    pub fn down(&self) {
+        self.mode.send_modify(|m| {
+            m.forward = false;
+            m.accept = false;
+            m.generation += 1;
+        });
+    }
+
+    /// Closes every connection (stalled ones included) and forwards new ones.
+    pub fn up(&self) {
+        self.mode.send_modify(|m| {
+            m.forward = true;
+            m.accept = true;
+            m.generation += 1;
+        });
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+        self.down();
+    }
+}
+
+async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>) {
+    let generation = mode.borrow().generation;
+    let Ok(upstream) = TcpStream::connect(&server).await else {
+        return;
+    };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = upstream.into_split();
+    let mut up = vec![0u8; 16 * 1024];
+    let mut down = vec![0u8; 16 * 1024];
+    loop {
+        let current = *mode.borrow();
+        if current.generation != generation {
+            return;
+        }
+        tokio::select! {
+            changed = mode.changed() => if changed.is_err() { return },
+            read = client_read.read(&mut up), if current.forward => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if server_write.write_all(&up[..n]).await.is_err() { return },
+            },
+            read = server_read.read(&mut down), if current.forward => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if client_write.write_all(&down[..n]).await.is_err() { return },
+            },
+        }
+    }
+}
