@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod kafka;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -1,0 +1,105 @@
+//! The real etcd of `scripts/services` as a store under test, one key
+//! prefix per test.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use etcd_client::Client;
+use tenure::core::sim::adapter::parse_offset;
+use tenure::core::{Offset, TopicPartition};
+use tenure::etcd::EtcdBackend;
+use tenure::tokio::Backend;
+
+use super::Stores;
+
+#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
+pub mod proxy;
+
+const HOW_TO_START: &str =
+    "start it with `eval \"$(scripts/services start)\"` (it sets TENURE_ETCD), or run scripts/test";
+
+fn endpoint() -> String {
+    match std::env::var("TENURE_ETCD") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => panic!("TENURE_ETCD is not set: these tests need a real etcd; {HOW_TO_START}"),
+    }
+}
+
+/// One test's prefix on the real etcd.
+pub struct Etcd {
+    endpoint: String,
+    prefix: String,
+    raw: Client,
+}
+
+impl Etcd {
+    pub async fn new(test: &str) -> Etcd {
+        let endpoint = endpoint();
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("/tenure-test-{test}-{nanos}");
+        let connecting = Client::connect([endpoint.as_str()], None);
+        let raw = match tokio::time::timeout(Duration::from_secs(5), connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => panic!("etcd at {endpoint} does not answer ({e}); {HOW_TO_START}"),
+            Err(_) => panic!("etcd at {endpoint} does not answer within 5 s; {HOW_TO_START}"),
+        };
+        Etcd {
+            endpoint,
+            prefix,
+            raw,
+        }
+    }
+
+    fn key(&self, group: &str, kind: &str, partition: &TopicPartition) -> String {
+        format!(
+            "{}/{group}/{kind}/{}/{}",
+            self.prefix, partition.topic, partition.partition
+        )
+    }
+
+    async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let mut raw = self.raw.clone();
+        let response = raw.get(key, None).await.ok()?;
+        response.kvs().first().map(|kv| kv.value().to_vec())
+    }
+}
+
+#[async_trait]
+impl Stores for Etcd {
+    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
+        Box::new(
+            EtcdBackend::new(self.endpoint.clone())
+                .prefix(self.prefix.clone())
+                .session_timeout(session_timeout),
+        )
+    }
+
+    async fn doomed(
+        &self,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+        // Through a proxy that can be cut: the dying member's lease is
+        // never revoked, it has to lapse, as after a crash.
+        let address = self.endpoint.trim_start_matches("http://").to_owned();
+        let proxy = proxy::Proxy::start(&address).await;
+        let backend = Box::new(
+            EtcdBackend::new(format!("http://{}", proxy.address))
+                .prefix(self.prefix.clone())
+                .session_timeout(session_timeout),
+        );
+        (backend, Box::new(move || proxy.down()))
+    }
+
+    async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
+        let data = self.get(&self.key(group, "owners", partition)).await?;
+        String::from_utf8(data).ok()
+    }
+
+    async fn committed(&self, group: &str, partition: &TopicPartition) -> Option<Offset> {
+        let key = self.key(group, "offsets", partition);
+        let data = self.get(&key).await?;
+        parse_offset(&key, &data).ok()
+    }
+}
