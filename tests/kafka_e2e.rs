@@ -95,13 +95,22 @@ fn consume(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths() {
+async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_zookeeper() {
+    a_hundred_thousand_messages(&ZooKeeper::new("e2e").await, "zookeeper").await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_etcd() {
+    a_hundred_thousand_messages(&common::etcd::Etcd::new("e2e").await, "etcd").await;
+}
+
+async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
     const PARTITIONS: u32 = 16;
     const PER_PARTITION: usize = 6250;
     let client = kafka::client().await;
     let topic = kafka::topic("e2e");
     kafka::create_topic(&client, &topic, PARTITIONS).await;
-    let stores = ZooKeeper::new("e2e").await;
     let group = common::group("e2e");
     let mut monitor = Monitor::new();
     let processed: Processed = Arc::default();
@@ -225,7 +234,7 @@ async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths() {
             .collect::<Vec<_>>()
     );
     println!(
-        "e2e: 100000 messages, {} processed, {duplicates} duplicates, in {} of the {} partitions that moved",
+        "e2e on {store}: 100000 messages, {} processed, {duplicates} duplicates, in {} of the {} partitions that moved",
         seen.values().map(Vec::len).sum::<usize>(),
         moved_with_duplicates.len(),
         moved.len()
