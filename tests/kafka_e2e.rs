@@ -290,12 +290,116 @@ async fn bad_input_gets_clear_typed_errors() {
     );
 }
 
+/// What the paused-member test needs to see of a store: a member behind a
+/// proxy, and the store's own order of writes (ZooKeeper zxids, etcd
+/// revisions) to tell when a record was created or last written.
+#[async_trait::async_trait]
+trait Revisions: Stores {
+    async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy);
+    /// Whether `partition` has an owner record.
+    async fn claimed(&self, group: &str, partition: &TopicPartition) -> bool;
+    /// A write now, returning its position in the store's order.
+    async fn mark(&self) -> i64;
+    /// When the owner record of `partition` was created.
+    async fn owner_created(&self, group: &str, partition: &TopicPartition) -> i64;
+    /// When the offset record of `partition` was last written.
+    async fn offset_written(&self, group: &str, partition: &TopicPartition) -> i64;
+}
+
+#[async_trait::async_trait]
+impl Revisions for ZooKeeper {
+    async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
+        let (backend, proxy) = self.through_proxy(SESSION).await;
+        (Box::new(backend), proxy)
+    }
+
+    async fn claimed(&self, group: &str, partition: &TopicPartition) -> bool {
+        let path = format!(
+            "/consumers/{group}/owners/{}/{}",
+            partition.topic, partition.partition
+        );
+        self.raw().check_stat(&path).await.expect("stat").is_some()
+    }
+
+    async fn mark(&self) -> i64 {
+        let options = zookeeper_client::CreateMode::PersistentSequential
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        let (stat, _) = self
+            .raw()
+            .create("/marker-", b"", &options)
+            .await
+            .expect("marker");
+        stat.czxid
+    }
+
+    async fn owner_created(&self, group: &str, partition: &TopicPartition) -> i64 {
+        let path = format!(
+            "/consumers/{group}/owners/{}/{}",
+            partition.topic, partition.partition
+        );
+        self.raw().get_data(&path).await.expect("owner").1.czxid
+    }
+
+    async fn offset_written(&self, group: &str, partition: &TopicPartition) -> i64 {
+        let path = format!(
+            "/consumers/{group}/offsets/{}/{}",
+            partition.topic, partition.partition
+        );
+        self.raw().get_data(&path).await.expect("offset").1.mzxid
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[async_trait::async_trait]
+impl Revisions for common::etcd::Etcd {
+    async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
+        let (backend, proxy) = self.through_proxy(SESSION).await;
+        (Box::new(backend), proxy)
+    }
+
+    async fn claimed(&self, group: &str, partition: &TopicPartition) -> bool {
+        let key = self.key(group, "owners", partition);
+        !self
+            .raw()
+            .get(key, None)
+            .await
+            .expect("get")
+            .kvs()
+            .is_empty()
+    }
+
+    async fn mark(&self) -> i64 {
+        let response = self.raw().put("/marker", "", None).await.expect("marker");
+        response.header().expect("a header").revision()
+    }
+
+    async fn owner_created(&self, group: &str, partition: &TopicPartition) -> i64 {
+        let key = self.key(group, "owners", partition);
+        self.raw().get(key, None).await.expect("get").kvs()[0].create_revision()
+    }
+
+    async fn offset_written(&self, group: &str, partition: &TopicPartition) -> i64 {
+        let key = self.key(group, "offsets", partition);
+        self.raw().get(key, None).await.expect("get").kvs()[0].mod_revision()
+    }
+}
+
 /// A member frozen longer than its session timeout (its task and its
 /// connection stopped, as under SIGSTOP) must, when it wakes, stop at once,
 /// hand out nothing more under its old claims, and commit nothing before it
 /// has registered and claimed again under a new session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
+async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims_on_zookeeper() {
+    paused_member(&ZooKeeper::new("paused").await).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims_on_etcd() {
+    paused_member(&common::etcd::Etcd::new("paused").await).await;
+}
+
+async fn paused_member(stores: &dyn Revisions) {
     const PARTITIONS: u32 = 4;
     let client = kafka::client().await;
     let topic = kafka::topic("paused");
@@ -303,14 +407,12 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
     for p in 0..PARTITIONS {
         kafka::produce(&client, &topic, p, 500).await;
     }
-    let stores = ZooKeeper::new("paused").await;
     let group = common::group("paused");
     let monitor = Monitor::new();
-    let (backend, proxy) = stores.through_proxy(SESSION).await;
-    let mut member = join(Box::new(backend), &monitor, &group, "m1", &topic).await;
+    let (backend, proxy) = stores.proxied().await;
+    let mut member = join(backend, &monitor, &group, "m1", &topic).await;
+    let tp = |p: u32| TopicPartition::new(&topic, p);
 
-    let offset_path = |p: u32| format!("/consumers/{group}/offsets/{topic}/{p}");
-    let owner_path = |p: u32| format!("/consumers/{group}/owners/{topic}/{p}");
     let mut old_tokens = BTreeSet::new();
     // Consume the first 500 of each partition, all committed.
     let mut count = 0;
@@ -325,11 +427,7 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     for p in 0..PARTITIONS {
-        while stores
-            .committed(&group, &TopicPartition::new(&topic, p))
-            .await
-            != Some(500)
-        {
+        while stores.committed(&group, &tp(p)).await != Some(500) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "first 500 of {p} never committed"
@@ -341,7 +439,7 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
         kafka::produce(&client, &topic, p, 500).await;
     }
 
-    // Freeze: the member's task, its connection to ZooKeeper, and the
+    // Freeze: the member's task, its connection to the store, and the
     // application (which stops reading).
     proxy.stall();
     member.freeze_for_test(SESSION * 3);
@@ -349,26 +447,11 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
     // The server expired the session meanwhile: its claims are gone.
     for p in 0..PARTITIONS {
         assert!(
-            stores
-                .raw()
-                .check_stat(&owner_path(p))
-                .await
-                .expect("stat")
-                .is_none(),
+            !stores.claimed(&group, &tp(p)).await,
             "the frozen member's claim of {p} outlived its session"
         );
     }
-    let (before_wake, _) = stores
-        .raw()
-        .create(
-            "/wake-marker",
-            b"",
-            &zookeeper_client::CreateMode::Persistent
-                .with_acls(zookeeper_client::Acls::anyone_all()),
-        )
-        .await
-        .expect("marker");
-    let wake_zxid = before_wake;
+    let woke = stores.mark().await;
     proxy.up();
 
     // Awake: consume the rest. Nothing under an old claim is handed out.
@@ -390,11 +473,7 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     for p in 0..PARTITIONS {
-        while stores
-            .committed(&group, &TopicPartition::new(&topic, p))
-            .await
-            != Some(1000)
-        {
+        while stores.committed(&group, &tp(p)).await != Some(1000) {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "offsets of {p} never reached 1000"
@@ -402,17 +481,12 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // Every commit since waking came after the new claim: the offset
-        // node's last write is newer than the owner node's creation, which
-        // is newer than the moment the member woke.
-        let (_, owner) = stores.raw().get_data(&owner_path(p)).await.expect("owner");
-        let (_, offset) = stores
-            .raw()
-            .get_data(&offset_path(p))
-            .await
-            .expect("offset");
-        assert!(owner.czxid > wake_zxid.czxid, "{p} re-claimed after waking");
+        // record's last write is newer than the owner record's creation,
+        // which is newer than the moment the member woke.
+        let claimed = stores.owner_created(&group, &tp(p)).await;
+        assert!(claimed > woke, "{p} re-claimed after waking");
         assert!(
-            offset.mzxid > owner.czxid,
+            stores.offset_written(&group, &tp(p)).await > claimed,
             "the offset of {p} was last written before the re-claim"
         );
     }

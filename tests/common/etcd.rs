@@ -12,8 +12,7 @@ use tenure::tokio::Backend;
 
 use super::Stores;
 
-#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
-pub mod proxy;
+use super::proxy;
 
 const HOW_TO_START: &str =
     "start it with `eval \"$(scripts/services start)\"` (it sets TENURE_ETCD), or run scripts/test";
@@ -52,7 +51,23 @@ impl Etcd {
         }
     }
 
-    fn key(&self, group: &str, kind: &str, partition: &TopicPartition) -> String {
+    /// A backend that reaches etcd through a proxy the test can stall or cut.
+    pub async fn through_proxy(&self, session_timeout: Duration) -> (EtcdBackend, proxy::Proxy) {
+        let address = self.endpoint.trim_start_matches("http://").to_owned();
+        let proxy = proxy::Proxy::start(&address).await;
+        let backend = EtcdBackend::new(format!("http://{}", proxy.address))
+            .prefix(self.prefix.clone())
+            .session_timeout(session_timeout);
+        (backend, proxy)
+    }
+
+    /// A client of the real etcd, for looking at keys directly.
+    pub fn raw(&self) -> Client {
+        self.raw.clone()
+    }
+
+    /// The key of `partition`'s `kind` record (`owners`, `offsets`).
+    pub fn key(&self, group: &str, kind: &str, partition: &TopicPartition) -> String {
         format!(
             "{}/{group}/{kind}/{}/{}",
             self.prefix, partition.topic, partition.partition

@@ -6,6 +6,8 @@
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod kafka;
+#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
+pub mod proxy;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -12,8 +12,7 @@ use zookeeper_client as zk;
 
 use super::Stores;
 
-#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
-pub mod proxy;
+use super::proxy;
 
 const HOW_TO_START: &str =
     "start one with `eval \"$(scripts/services start)\"` (it sets TENURE_ZOOKEEPER), or run scripts/test";

@@ -1,0 +1,552 @@
+//! The three stores under test, behind one trait: each test gets a store of
+//! its own (a fresh `MemoryStore`, a fresh ZooKeeper chroot, a fresh etcd
+//! key prefix), members started on it, and a way to tamper with it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use etcd_client::Client as EtcdClient;
+use tenure::core::sim::adapter::{parse_offset, Layout};
+use tenure::core::{MemberId, MemberInfo, Offset, SessionId};
+use tenure::etcd::EtcdBackend;
+use tenure::tokio::{Backend, BackendError, EventSender, MemoryBackend, MemoryStore};
+use tenure::zookeeper::ZooKeeperBackend;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use zookeeper_client as zk;
+
+use crate::harness::{partition, Driver};
+use crate::proxy::Proxy;
+
+/// The session timeout of ordinary members: long enough never to lapse
+/// during a test.
+pub const SESSION: Duration = Duration::from_secs(10);
+/// The session timeout of members whose session a test ends.
+pub const SHORT_SESSION: Duration = Duration::from_secs(2);
+
+const HOW_TO_START: &str = "start the servers with `eval \"$(scripts/services start)\"` \
+     (it sets TENURE_ZOOKEEPER and TENURE_ETCD), or run scripts/test";
+
+/// Where the stores legitimately (or, for the in-memory store, knowingly)
+/// part ways; each scenario asserts the common contract and branches only
+/// on these.
+#[derive(Clone, Copy, Debug)]
+pub struct Quirks {
+    /// An unreadable member registration is reported as
+    /// `Event::StoreProblem` (ZooKeeper, etcd) besides being left out of
+    /// `MembersResult`; the in-memory adapter only leaves it out.
+    pub reports_corrupt_registrations: bool,
+    /// `WatchOwner` on an absent record still leaves a watch behind, which
+    /// fires `OwnerDeleted` when the record is next *created* (ZooKeeper's
+    /// `exists` watch, and the model's copy of it); etcd sets no watch when
+    /// the record is absent.
+    pub absent_owner_watch_fires_on_create: bool,
+    /// After its session expires, the backend opens a new one and sends
+    /// `SessionEstablished` (the contract of `Backend`). The in-memory
+    /// backend does not: it sends `SessionExpired` and stays without one.
+    pub reopens_session_after_expiry: bool,
+    /// A command under a session that expired is answered (with
+    /// `SessionExpired` or `NotOwner`), as the contract says. The in-memory
+    /// backend drops it without an answer once the store reaped the session
+    /// (its event sink goes with the session).
+    pub answers_commands_after_expiry: bool,
+}
+
+/// Ends a member's session on the server while the member's backend lives
+/// on, as when a member goes silent (a network partition, a long pause).
+#[async_trait]
+pub trait EndSession: Send {
+    /// Starts ending `session`: the store expires it within about the
+    /// session timeout, and the member's backend can learn it.
+    async fn end(&mut self, session: SessionId);
+    /// Lets the member reach the store again (a no-op where nothing was
+    /// cut).
+    async fn restore(&mut self);
+}
+
+/// A store under test.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Which store, for messages.
+    fn name(&self) -> &'static str;
+    fn quirks(&self) -> Quirks;
+    /// A backend for one more member (not started).
+    fn backend(&self, member: &str) -> Box<dyn Backend>;
+    /// A backend with a session of `session_timeout` whose session the
+    /// test can end on the server.
+    async fn mortal_backend(
+        &self,
+        member: &str,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn EndSession>);
+    /// The path or key a `StoreError::Corrupt` names for an offset.
+    fn offset_path(&self, group: &str, p: u32) -> String;
+    /// Writes garbage as the committed offset of partition `p`.
+    async fn corrupt_offset(&self, group: &str, p: u32);
+    /// Writes garbage as the registration of `member`.
+    async fn corrupt_registration(&self, group: &str, member: &str);
+    /// The member id in the owner record of `p`, looked at directly.
+    async fn owner(&self, group: &str, p: u32) -> Option<String>;
+    /// The committed offset of `p`, looked at directly (`None` if absent
+    /// or unreadable).
+    async fn committed(&self, group: &str, p: u32) -> Option<Offset>;
+
+    /// A started member.
+    async fn member(&self, member: &str) -> Driver {
+        Driver::start(self.name(), self.backend(member), member).await
+    }
+
+    /// A started member whose session the test can end.
+    async fn mortal(&self, member: &str) -> Driver {
+        let (backend, ender) = self.mortal_backend(member, SHORT_SESSION).await;
+        let mut driver = Driver::start(self.name(), backend, member).await;
+        driver.ender = Some(ender);
+        driver
+    }
+}
+
+fn nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+// ------------------------------------------------------------------ memory
+
+/// The embedded in-memory store (the simulator's model).
+pub struct Memory {
+    store: MemoryStore,
+}
+
+impl Memory {
+    pub async fn new(_test: &str) -> Memory {
+        Memory {
+            store: MemoryStore::new(),
+        }
+    }
+}
+
+/// A current-thread runtime on a thread of its own, which a test can freeze
+/// (block its only thread) to silence the tasks running on it.
+struct SideRuntime {
+    handle: Handle,
+    _stop: oneshot::Sender<()>,
+}
+
+impl SideRuntime {
+    fn new() -> SideRuntime {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a side runtime");
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        // Runs until the sender is dropped.
+        std::thread::spawn(move || {
+            let _ = runtime.block_on(stopped);
+        });
+        SideRuntime {
+            handle,
+            _stop: stop,
+        }
+    }
+}
+
+/// A memory member started on a side runtime, so that its keep-alive task
+/// (spawned by `start`) lives there and stops when the runtime is frozen:
+/// the member goes silent, like a paused process, while its backend lives.
+struct MemoryOnSideRuntime {
+    inner: Option<MemoryBackend>,
+    side: Arc<SideRuntime>,
+}
+
+#[async_trait]
+impl Backend for MemoryOnSideRuntime {
+    async fn start(
+        &mut self,
+        group: &str,
+        member: &MemberInfo,
+        events: EventSender,
+    ) -> Result<(), BackendError> {
+        let mut inner = self.inner.take().expect("started once");
+        let (group, member) = (group.to_owned(), member.clone());
+        let (inner, result) = self
+            .side
+            .handle
+            .spawn(async move {
+                let result = inner.start(&group, &member, events).await;
+                (inner, result)
+            })
+            .await
+            .expect("start on the side runtime");
+        self.inner = Some(inner);
+        result
+    }
+
+    fn submit(&mut self, command: tenure::core::Command) {
+        self.inner.as_mut().expect("started").submit(command)
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(inner) = self.inner.as_mut() {
+            inner.shutdown().await;
+        }
+    }
+}
+
+/// Freezes the member's side runtime for longer than its session timeout:
+/// another member's keep-alive reaps the session meanwhile, and when the
+/// runtime thaws the member's own keep-alive finds it gone.
+struct Freeze {
+    side: Arc<SideRuntime>,
+    session_timeout: Duration,
+}
+
+#[async_trait]
+impl EndSession for Freeze {
+    async fn end(&mut self, _session: SessionId) {
+        let frozen = self.session_timeout * 2 + Duration::from_millis(500);
+        self.side.handle.spawn(async move {
+            std::thread::sleep(frozen);
+        });
+    }
+
+    async fn restore(&mut self) {}
+}
+
+#[async_trait]
+impl Store for Memory {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn quirks(&self) -> Quirks {
+        Quirks {
+            reports_corrupt_registrations: false,
+            absent_owner_watch_fires_on_create: true,
+            reopens_session_after_expiry: false,
+            answers_commands_after_expiry: false,
+        }
+    }
+
+    fn backend(&self, _member: &str) -> Box<dyn Backend> {
+        Box::new(self.store.backend(SESSION))
+    }
+
+    async fn mortal_backend(
+        &self,
+        _member: &str,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+        let side = Arc::new(SideRuntime::new());
+        let backend = MemoryOnSideRuntime {
+            inner: Some(self.store.backend(session_timeout)),
+            side: side.clone(),
+        };
+        let ender = Freeze {
+            side,
+            session_timeout,
+        };
+        (Box::new(backend), Box::new(ender))
+    }
+
+    fn offset_path(&self, group: &str, p: u32) -> String {
+        Layout::new("", group).offset(&partition(p))
+    }
+
+    async fn corrupt_offset(&self, group: &str, p: u32) {
+        self.store
+            .put_raw_for_test(&self.offset_path(group, p), b"garbage");
+    }
+
+    async fn corrupt_registration(&self, group: &str, member: &str) {
+        let path = Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
+        self.store.put_raw_for_test(&path, b"not json");
+    }
+
+    async fn owner(&self, group: &str, p: u32) -> Option<String> {
+        self.store.owner(group, &partition(p))
+    }
+
+    async fn committed(&self, group: &str, p: u32) -> Option<Offset> {
+        self.store.committed(group, &partition(p))
+    }
+}
+
+// --------------------------------------------------------------- ZooKeeper
+
+fn zookeeper_address() -> String {
+    match std::env::var("TENURE_ZOOKEEPER") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => panic!("TENURE_ZOOKEEPER is not set: this test needs a real ZooKeeper; {HOW_TO_START}"),
+    }
+}
+
+async fn zookeeper_client(connect: &str) -> zk::Client {
+    let connecting = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect);
+    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
+        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
+    }
+}
+
+/// A fresh chroot on the real ZooKeeper.
+pub struct ZooKeeper {
+    address: String,
+    chroot: String,
+    raw: zk::Client,
+}
+
+impl ZooKeeper {
+    pub async fn new(test: &str) -> ZooKeeper {
+        let address = zookeeper_address();
+        let chroot = format!("/tenure-conf-{test}-{}", nanos());
+        let root = zookeeper_client(&address).await;
+        root.create(
+            &chroot,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("create the test's chroot");
+        drop(root);
+        let raw = zookeeper_client(&format!("{address}{chroot}")).await;
+        ZooKeeper {
+            address,
+            chroot,
+            raw,
+        }
+    }
+
+    async fn put_persistent(&self, path: &str, data: &[u8]) {
+        let parent = &path[..path.rfind('/').expect("an absolute path")];
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        self.raw
+            .mkdir(parent, &persistent)
+            .await
+            .expect("create the parents");
+        self.raw
+            .create(path, data, &persistent)
+            .await
+            .expect("write garbage");
+    }
+}
+
+/// Cuts the member's connection (a proxy in between) for as long as the
+/// test likes: the server expires the session after its timeout, and the
+/// member's client concludes the same from the silence.
+struct Cut(Proxy);
+
+#[async_trait]
+impl EndSession for Cut {
+    async fn end(&mut self, _session: SessionId) {
+        self.0.down();
+    }
+
+    async fn restore(&mut self) {
+        self.0.up();
+    }
+}
+
+#[async_trait]
+impl Store for ZooKeeper {
+    fn name(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn quirks(&self) -> Quirks {
+        Quirks {
+            reports_corrupt_registrations: true,
+            absent_owner_watch_fires_on_create: true,
+            reopens_session_after_expiry: true,
+            answers_commands_after_expiry: true,
+        }
+    }
+
+    fn backend(&self, _member: &str) -> Box<dyn Backend> {
+        Box::new(
+            ZooKeeperBackend::new(format!("{}{}", self.address, self.chroot))
+                .session_timeout(SESSION)
+                .hooks(tenure::zookeeper::Hooks::default()),
+        )
+    }
+
+    async fn mortal_backend(
+        &self,
+        _member: &str,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+        let proxy = Proxy::start(&self.address).await;
+        let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, self.chroot))
+            .session_timeout(session_timeout);
+        (Box::new(backend), Box::new(Cut(proxy)))
+    }
+
+    fn offset_path(&self, group: &str, p: u32) -> String {
+        // Paths are reported inside the chroot.
+        Layout::new("", group).offset(&partition(p))
+    }
+
+    async fn corrupt_offset(&self, group: &str, p: u32) {
+        self.put_persistent(&self.offset_path(group, p), b"garbage")
+            .await;
+    }
+
+    async fn corrupt_registration(&self, group: &str, member: &str) {
+        let path = Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
+        self.put_persistent(&path, b"not json").await;
+    }
+
+    async fn owner(&self, group: &str, p: u32) -> Option<String> {
+        let path = Layout::new("", group).owner(&partition(p));
+        match self.raw.get_data(&path).await {
+            Ok((data, _)) => Some(String::from_utf8(data).expect("a UTF-8 member id")),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => panic!("read {path}: {e}"),
+        }
+    }
+
+    async fn committed(&self, group: &str, p: u32) -> Option<Offset> {
+        let path = self.offset_path(group, p);
+        match self.raw.get_data(&path).await {
+            Ok((data, _)) => parse_offset(&path, &data).ok(),
+            Err(zk::Error::NoNode) => None,
+            Err(e) => panic!("read {path}: {e}"),
+        }
+    }
+}
+
+// -------------------------------------------------------------------- etcd
+
+fn etcd_endpoint() -> String {
+    match std::env::var("TENURE_ETCD") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => panic!("TENURE_ETCD is not set: this test needs a real etcd; {HOW_TO_START}"),
+    }
+}
+
+/// A fresh key prefix on the real etcd.
+pub struct Etcd {
+    endpoint: String,
+    prefix: String,
+    raw: EtcdClient,
+}
+
+impl Etcd {
+    pub async fn new(test: &str) -> Etcd {
+        let endpoint = etcd_endpoint();
+        let connecting = async {
+            let mut client = EtcdClient::connect([endpoint.as_str()], None).await?;
+            client.status().await?;
+            Ok::<_, etcd_client::Error>(client)
+        };
+        let raw = match tokio::time::timeout(Duration::from_secs(5), connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => panic!("etcd at {endpoint} does not answer ({e}); {HOW_TO_START}"),
+            Err(_) => panic!("etcd at {endpoint} does not answer within 5 s; {HOW_TO_START}"),
+        };
+        Etcd {
+            endpoint,
+            prefix: format!("/tenure-conf-{test}-{}", nanos()),
+            raw,
+        }
+    }
+
+    fn key(&self, group: &str, kind: &str, rest: &str) -> String {
+        format!("{}/{group}/{kind}/{rest}", self.prefix)
+    }
+
+    async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let mut raw = self.raw.clone();
+        let response = raw.get(key, None).await.expect("read a key");
+        response.kvs().first().map(|kv| kv.value().to_vec())
+    }
+
+    async fn put(&self, key: &str, data: &[u8]) {
+        let mut raw = self.raw.clone();
+        raw.put(key, data, None).await.expect("write garbage");
+    }
+
+    fn backend_at(&self, endpoint: &str, session_timeout: Duration) -> EtcdBackend {
+        EtcdBackend::new(endpoint)
+            .prefix(self.prefix.clone())
+            .session_timeout(session_timeout)
+            .hooks(tenure::etcd::Hooks::default())
+    }
+}
+
+/// Revokes the member's lease behind its back: its keys go at once, and
+/// its next keep-alive learns the lease is gone.
+struct Revoke(EtcdClient);
+
+#[async_trait]
+impl EndSession for Revoke {
+    async fn end(&mut self, session: SessionId) {
+        self.0
+            .lease_revoke(session.0 as i64)
+            .await
+            .expect("revoke the member's lease");
+    }
+
+    async fn restore(&mut self) {}
+}
+
+#[async_trait]
+impl Store for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn quirks(&self) -> Quirks {
+        Quirks {
+            reports_corrupt_registrations: true,
+            absent_owner_watch_fires_on_create: false,
+            reopens_session_after_expiry: true,
+            answers_commands_after_expiry: true,
+        }
+    }
+
+    fn backend(&self, _member: &str) -> Box<dyn Backend> {
+        Box::new(self.backend_at(&self.endpoint, SESSION))
+    }
+
+    async fn mortal_backend(
+        &self,
+        _member: &str,
+        session_timeout: Duration,
+    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+        let backend = self.backend_at(&self.endpoint, session_timeout);
+        (Box::new(backend), Box::new(Revoke(self.raw.clone())))
+    }
+
+    fn offset_path(&self, group: &str, p: u32) -> String {
+        let tp = partition(p);
+        self.key(group, "offsets", &format!("{}/{}", tp.topic, tp.partition))
+    }
+
+    async fn corrupt_offset(&self, group: &str, p: u32) {
+        self.put(&self.offset_path(group, p), b"garbage").await;
+    }
+
+    async fn corrupt_registration(&self, group: &str, member: &str) {
+        self.put(&self.key(group, "members", member), b"not json")
+            .await;
+    }
+
+    async fn owner(&self, group: &str, p: u32) -> Option<String> {
+        let tp = partition(p);
+        let key = self.key(group, "owners", &format!("{}/{}", tp.topic, tp.partition));
+        let data = self.get(&key).await?;
+        Some(String::from_utf8(data).expect("a UTF-8 member id"))
+    }
+
+    async fn committed(&self, group: &str, p: u32) -> Option<Offset> {
+        let key = self.offset_path(group, p);
+        let data = self.get(&key).await?;
+        parse_offset(&key, &data).ok()
+    }
+}
