@@ -63,6 +63,35 @@ impl MemoryStore {
         adapter::parse_offset(&path, &data).ok()
     }
 
+    /// Writes `data` at `path` as a persistent record, creating its parents
+    /// and replacing any data already there, and fires the watches that
+    /// writing it triggers. For tests only: it bypasses every check the
+    /// members rely on, so that a test can put data tenure cannot read
+    /// (`path` is a full path such as `/consumers/<group>/offsets/<topic>/<p>`).
+    #[doc(hidden)]
+    pub fn put_raw_for_test(&self, path: &str, data: &[u8]) {
+        let mut shared = self.lock();
+        // Stores write only on behalf of a session: a short-lived one,
+        // closed at once (persistent records outlive it).
+        let session = shared.store.open_session(now(), Duration::from_secs(10));
+        let mut fired = shared
+            .store
+            .create_parents(session, path)
+            .expect("valid path for put_raw_for_test");
+        let written = match shared.store.exists(path) {
+            Some(_) => shared.store.set_data(session, path, data.to_vec(), None),
+            None => shared.store.create(
+                session,
+                path,
+                data.to_vec(),
+                tenure_core::sim::store::CreateMode::Persistent,
+            ),
+        };
+        fired.extend(written.expect("write for put_raw_for_test").1);
+        fired.extend(shared.store.close_session(session));
+        shared.route(fired);
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // A panic while holding the lock leaves the store as consistent as
         // any single operation left it: keep serving rather than poison
