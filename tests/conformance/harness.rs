@@ -50,6 +50,8 @@ pub struct Driver {
     events: mpsc::UnboundedReceiver<Event>,
     /// Events received while waiting for another one.
     pending: VecDeque<Event>,
+    /// The backend dropped every sender of its event channel.
+    closed: bool,
     next_id: u64,
 }
 
@@ -73,6 +75,7 @@ impl Driver {
             store,
             events,
             pending: VecDeque::new(),
+            closed: false,
             next_id: 1,
         };
         driver.session = driver
@@ -98,6 +101,11 @@ impl Driver {
     ) -> T {
         match self.wait_within(EVENT_TIMEOUT, &mut pick).await {
             Some(found) => found,
+            None if self.closed => panic!(
+                "{}: the backend closed its event channel while we waited for {what}; \
+                 other events: {:?}",
+                self.store, self.pending
+            ),
             None => panic!(
                 "{}: no {what} within {EVENT_TIMEOUT:?}; other events: {:?}",
                 self.store, self.pending
@@ -106,7 +114,7 @@ impl Driver {
     }
 
     /// Waits up to `window` for an event `pick` accepts; `None` if none
-    /// came. The others are kept for later.
+    /// came (or the channel closed). The others are kept for later.
     pub async fn wait_within<T>(
         &mut self,
         window: Duration,
@@ -120,7 +128,10 @@ impl Driver {
         loop {
             match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Err(_) => return None,
-                Ok(None) => panic!("{}: event channel closed", self.store),
+                Ok(None) => {
+                    self.closed = true;
+                    return None;
+                }
                 Ok(Some(event)) => match pick(&event) {
                     Some(found) => return Some(found),
                     None => self.pending.push_back(event),
@@ -136,6 +147,22 @@ impl Driver {
             .await
         {
             panic!("{}: unexpected {what}: {event:?}", self.store);
+        }
+    }
+
+    /// Whether the backend has dropped every sender of its event channel
+    /// (and every event it sent has been received): it can never report
+    /// anything again.
+    pub fn events_closed(&mut self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => self.pending.push_back(event),
+                Err(mpsc::error::TryRecvError::Empty) => return self.closed,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.closed = true;
+                    return true;
+                }
+            }
         }
     }
 
@@ -240,7 +267,10 @@ impl Driver {
     pub async fn claim_created(&mut self, p: u32) -> FencingToken {
         match self.claim(p).await {
             Ok(ClaimOutcome::Created { token }) => token,
-            other => panic!("{}: a claim of a free partition answered {other:?}", self.store),
+            other => panic!(
+                "{}: a claim of a free partition answered {other:?}",
+                self.store
+            ),
         }
     }
 
@@ -256,11 +286,7 @@ impl Driver {
         }
     }
 
-    pub async fn release(
-        &mut self,
-        p: u32,
-        token: Option<FencingToken>,
-    ) -> Result<(), StoreError> {
+    pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Result<(), StoreError> {
         let id = self.submit(|id, session| Command::Release {
             id,
             session,

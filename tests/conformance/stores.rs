@@ -261,7 +261,8 @@ impl Store for Memory {
     }
 
     async fn corrupt_registration(&self, group: &str, member: &str) {
-        let path = Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
+        let path =
+            Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
         self.store.put_raw_for_test(&path, b"not json");
     }
 
@@ -279,7 +280,9 @@ impl Store for Memory {
 fn zookeeper_address() -> String {
     match std::env::var("TENURE_ZOOKEEPER") {
         Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => panic!("TENURE_ZOOKEEPER is not set: this test needs a real ZooKeeper; {HOW_TO_START}"),
+        _ => {
+            panic!("TENURE_ZOOKEEPER is not set: this test needs a real ZooKeeper; {HOW_TO_START}")
+        }
     }
 }
 
@@ -397,7 +400,8 @@ impl Store for ZooKeeper {
     }
 
     async fn corrupt_registration(&self, group: &str, member: &str) {
-        let path = Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
+        let path =
+            Layout::new("", group).member(&MemberId::new(member).expect("a valid member id"));
         self.put_persistent(&path, b"not json").await;
     }
 

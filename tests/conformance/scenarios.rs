@@ -1,0 +1,514 @@
+//! The scenarios, each run unchanged on every store. Where stores part ways
+//! a scenario branches on the store's [`Quirks`](crate::stores::Quirks),
+//! whose fields say which store does what.
+//!
+//! Fencing tokens are the owner node's czxid on ZooKeeper, the owner key's
+//! create_revision on etcd and the model's zxid in memory: only their order
+//! is compared, never their values. Likewise session ids (ZooKeeper session
+//! ids, etcd lease ids, the model's counter) are only compared for equality.
+
+use tenure::core::{
+    ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
+};
+
+use crate::harness::{partition, result_id, QUIET};
+use crate::stores::Store;
+
+const G: &str = crate::harness::GROUP;
+
+fn no_members() -> Vec<String> {
+    Vec::new()
+}
+
+/// Registration: a record of our own; registering again meets it under our
+/// own session; a registration after a watch fires it once; deregistering
+/// removes it.
+pub async fn registration(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+
+    assert_eq!(
+        a.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    // Registering again (as after a lost reply) meets our own record.
+    assert_eq!(
+        a.register().await,
+        Ok(RegisterOutcome::Exists { session: a.session }),
+        "{name}: a second registration names our own session"
+    );
+    assert_eq!(a.watch_members().await, ["a"], "{name}");
+    assert!(!a.has(|e| matches!(e, Event::MembersChanged)), "{name}");
+
+    assert_eq!(
+        b.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    a.members_changed().await;
+    assert_eq!(b.watch_members().await, ["a", "b"], "{name}");
+
+    // Deregistering removes the record and fires b's own watch; a, which
+    // has not watched again, hears nothing more: it heard one
+    // MembersChanged for two changes.
+    assert_eq!(b.deregister().await, Ok(()), "{name}");
+    b.members_changed().await;
+    a.assert_quiet("MembersChanged without a new watch", |e| {
+        matches!(e, Event::MembersChanged)
+    })
+    .await;
+    assert_eq!(a.watch_members().await, ["a"], "{name}");
+    // Deregistering what is gone is fine.
+    assert_eq!(b.deregister().await, Ok(()), "{name}");
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+fn assert_held_by(
+    name: &str,
+    outcome: Result<ClaimOutcome, StoreError>,
+    owner: &str,
+    session: SessionId,
+    token: FencingToken,
+) {
+    match outcome {
+        Ok(ClaimOutcome::Held {
+            owner: held_by,
+            session: held_under,
+            token: held,
+        }) => {
+            assert_eq!(held_by.as_ref().map(|m| m.as_str()), Some(owner), "{name}");
+            assert_eq!(
+                held_under, session,
+                "{name}: held under the owner's session"
+            );
+            assert_eq!(held, token, "{name}: the record's token is the claim's");
+        }
+        other => panic!("{name}: a claim of a held partition answered {other:?}"),
+    }
+}
+
+/// Two members race for a partition: one creates the record, the other
+/// learns who holds it, watches it, and takes over once it is released.
+pub async fn claim_race(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+
+    let token = a.claim_created(0).await;
+    assert_eq!(store.owner(G, 0).await.as_deref(), Some("a"), "{name}");
+    assert_held_by(name, b.claim(0).await, "a", a.session, token);
+    // Our own claim again (a lost reply's reconciliation): held by us.
+    assert_held_by(name, a.claim(0).await, "a", a.session, token);
+    assert_eq!(b.watch_owner(0).await, Ok(true), "{name}");
+
+    // Releases that do not match the claim leave it alone: the owner's
+    // session with another token, another session with the right token or
+    // none.
+    assert_eq!(
+        a.release(0, Some(FencingToken(token.0 + 1))).await,
+        Ok(()),
+        "{name}"
+    );
+    assert_eq!(b.release(0, Some(token)).await, Ok(()), "{name}");
+    assert_eq!(b.release(0, None).await, Ok(()), "{name}");
+    b.assert_quiet("OwnerDeleted after releases that do not match", |e| {
+        matches!(e, Event::OwnerDeleted { .. })
+    })
+    .await;
+    assert_eq!(store.owner(G, 0).await.as_deref(), Some("a"), "{name}");
+
+    assert_eq!(a.release(0, Some(token)).await, Ok(()), "{name}");
+    b.owner_deleted(0).await;
+    assert_eq!(store.owner(G, 0).await, None, "{name}");
+    // Releasing what is gone is fine.
+    assert_eq!(a.release(0, Some(token)).await, Ok(()), "{name}");
+
+    let next = b.claim_created(0).await;
+    assert!(
+        next > token,
+        "{name}: a later claim's token is larger: {next:?} after {token:?}"
+    );
+    assert_eq!(store.owner(G, 0).await.as_deref(), Some("b"), "{name}");
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Commits are fenced by the claim: only the owner's session with the
+/// claim's token writes, and not after the release.
+pub async fn fenced_commits(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+
+    assert_eq!(
+        a.read_offset(0).await,
+        Ok(None),
+        "{name}: nothing committed"
+    );
+    let token = a.claim_created(0).await;
+    assert_eq!(a.commit(0, 10, token).await, Ok(()), "{name}");
+    assert_eq!(a.commit(0, 20, token).await, Ok(()), "{name}");
+    assert_eq!(a.read_offset(0).await, Ok(Some(20)), "{name}");
+    assert_eq!(b.read_offset(0).await, Ok(Some(20)), "{name}");
+
+    // Not the owner: another session, even with the right token...
+    assert_eq!(
+        b.commit(0, 99, token).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    // ... the owner's session with another claim's token...
+    assert_eq!(
+        a.commit(0, 99, FencingToken(token.0 + 1)).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    // ... a partition nobody claimed...
+    assert_eq!(
+        a.commit(5, 1, token).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    // ... and the owner after its release.
+    assert_eq!(a.release(0, Some(token)).await, Ok(()), "{name}");
+    assert_eq!(
+        a.commit(0, 99, token).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+
+    assert_eq!(b.read_offset(0).await, Ok(Some(20)), "{name}");
+    assert_eq!(b.read_offset(5).await, Ok(None), "{name}");
+    assert_eq!(store.committed(G, 0).await, Some(20), "{name}");
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A member's session ends on the server while the member lives on: its
+/// records go (and the watchers hear it), its claim no longer guards a
+/// commit, and its backend learns the session expired.
+pub async fn expiry(store: &dyn Store) {
+    let name = store.name();
+    let quirks = store.quirks();
+    let mut a = store.mortal("a").await;
+    let mut b = store.member("b").await;
+    let first = a.session;
+
+    assert_eq!(
+        a.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    let token = a.claim_created(0).await;
+    assert_eq!(a.commit(0, 5, token).await, Ok(()), "{name}");
+    assert_eq!(b.watch_owner(0).await, Ok(true), "{name}");
+    assert_eq!(b.watch_members().await, ["a"], "{name}");
+
+    a.end_session().await;
+
+    // The server ends the session: a's ephemeral records go, and b hears
+    // about both.
+    b.owner_deleted(0).await;
+    b.members_changed().await;
+    assert_eq!(b.watch_members().await, no_members(), "{name}");
+    assert_eq!(store.owner(G, 0).await, None, "{name}");
+
+    // a's backend learns it (memory: when its keep-alive runs again;
+    // ZooKeeper: concluded from the silence; etcd: the next keep-alive).
+    a.wait_for("SessionExpired", |e| {
+        matches!(e, Event::SessionExpired).then_some(())
+    })
+    .await;
+
+    // A commit under the old session with the old token writes nothing.
+    let commit = Command::CommitOffset {
+        id: a.id(),
+        session: first,
+        partition: partition(0),
+        offset: 99,
+        token,
+    };
+    let id = commit.request().expect("a store command").0;
+    a.backend.submit(commit);
+    let fenced = |answer: &Event| {
+        matches!(
+            answer,
+            Event::CommitResult {
+                result: Err(StoreError::NotOwner | StoreError::SessionExpired),
+                ..
+            }
+        )
+    };
+    if quirks.answers_commands_after_expiry {
+        let answer = a.result(id).await;
+        assert!(
+            fenced(&answer),
+            "{name}: a commit under an expired session answered {answer:?}"
+        );
+    } else {
+        // Memory: once the store has reaped the session the backend drops
+        // the command without an answer, contrary to the contract of
+        // `Backend` (which wants `SessionExpired`): its keep-alive, the last
+        // holder of the event channel, ended with the session.
+        let answer = a
+            .wait_within(QUIET, |e| (result_id(e) == Some(id)).then(|| e.clone()))
+            .await;
+        assert_eq!(answer, None, "{name}: the quirk is gone; update `Quirks`");
+        assert!(
+            a.events_closed(),
+            "{name}: the backend can still send events; update `Quirks`"
+        );
+    }
+
+    a.restore().await;
+    if quirks.reopens_session_after_expiry {
+        let second = a
+            .wait_for("SessionEstablished after the expiry", |e| match e {
+                Event::SessionEstablished { session } => Some(*session),
+                _ => None,
+            })
+            .await;
+        assert_ne!(second, first, "{name}: a new session");
+        assert!(
+            !a.has(|e| matches!(e, Event::SessionResumed)),
+            "{name}: an expired session does not resume"
+        );
+        a.session = second;
+        assert_eq!(
+            a.register().await,
+            Ok(RegisterOutcome::Registered),
+            "{name}: the old registration went with the old session"
+        );
+        assert_eq!(a.heartbeat().await, Ok(()), "{name}");
+    }
+    // Else (memory): the backend stays without a session; its event channel
+    // is closed (asserted above), so no `SessionEstablished` can follow.
+
+    assert_eq!(
+        b.read_offset(0).await,
+        Ok(Some(5)),
+        "{name}: nothing written"
+    );
+    assert_eq!(store.committed(G, 0).await, Some(5), "{name}");
+    let next = b.claim_created(0).await;
+    assert!(next > token, "{name}: {next:?} after {token:?}");
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Watches are one-shot: an owner watch on an absent record answers false,
+/// a member watch fires once for any number of changes.
+pub async fn watches(store: &dyn Store) {
+    let name = store.name();
+    let quirks = store.quirks();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+
+    assert_eq!(
+        a.watch_owner(0).await,
+        Ok(false),
+        "{name}: an absent record"
+    );
+    assert_eq!(a.watch_members().await, no_members(), "{name}");
+
+    assert_eq!(
+        b.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    a.members_changed().await;
+    // A second change without a new watch: nothing.
+    assert_eq!(b.deregister().await, Ok(()), "{name}");
+    a.assert_quiet("a second MembersChanged without a new watch", |e| {
+        matches!(e, Event::MembersChanged)
+    })
+    .await;
+
+    // The record a watched while absent is created.
+    let token = b.claim_created(0).await;
+    if quirks.absent_owner_watch_fires_on_create {
+        // ZooKeeper and the model: the `exists` watch set on the absent
+        // node fires on its creation, which the backend reports as
+        // `OwnerDeleted` (the core takes it as "look again").
+        a.owner_deleted(0).await;
+    } else {
+        // etcd: no watch was set.
+        a.assert_quiet("OwnerDeleted for a record watched while absent", |e| {
+            matches!(e, Event::OwnerDeleted { .. })
+        })
+        .await;
+    }
+
+    // A watch on a present record fires once.
+    assert_eq!(a.watch_owner(0).await, Ok(true), "{name}");
+    assert_eq!(b.release(0, Some(token)).await, Ok(()), "{name}");
+    a.owner_deleted(0).await;
+    let token = b.claim_created(0).await;
+    assert_eq!(b.release(0, Some(token)).await, Ok(()), "{name}");
+    a.assert_quiet("OwnerDeleted without a new watch", |e| {
+        matches!(e, Event::OwnerDeleted { .. })
+    })
+    .await;
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Data tenure cannot read: an offset is reported as corrupt, naming the
+/// record, and left alone; a registration is left out of the member list.
+pub async fn corrupt_data(store: &dyn Store) {
+    let name = store.name();
+    let quirks = store.quirks();
+    store.corrupt_offset(G, 0).await;
+    let mut a = store.member("a").await;
+
+    let expected_path = store.offset_path(G, 0);
+    for attempt in ["first", "second"] {
+        match a.read_offset(0).await {
+            Err(StoreError::Corrupt { path, detail }) => {
+                assert_eq!(path, expected_path, "{name}: the error names the record");
+                // The detail shows the data: still the garbage written, so
+                // the first read left it as it was.
+                assert!(
+                    detail.contains("garbage"),
+                    "{name}: {attempt} read, detail {detail:?}"
+                );
+            }
+            other => panic!("{name}: {attempt} read of a corrupt offset answered {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.committed(G, 0).await,
+        None,
+        "{name}: still unreadable"
+    );
+
+    assert_eq!(
+        a.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    assert_eq!(a.watch_members().await, ["a"], "{name}");
+    store.corrupt_registration(G, "garbage").await;
+    a.members_changed().await;
+    assert_eq!(
+        a.watch_members().await,
+        ["a"],
+        "{name}: an unreadable registration is left out"
+    );
+    let reported = |e: &Event| match e {
+        Event::StoreProblem {
+            error: StoreError::Corrupt { path, .. },
+            ..
+        } => Some(path.clone()),
+        _ => None,
+    };
+    if quirks.reports_corrupt_registrations {
+        let path = a
+            .wait_for("StoreProblem for the registration", reported)
+            .await;
+        assert!(path.ends_with("/garbage"), "{name}: reported {path}");
+    } else {
+        // Memory: the adapter leaves it out silently. It answers
+        // synchronously, so a report would have come before the result.
+        assert!(
+            !a.has(|e| reported(e).is_some()),
+            "{name}: unexpected StoreProblem"
+        );
+    }
+
+    a.shutdown().await;
+}
+
+/// Commands issued under a session that is not the backend's fail as
+/// expired and change nothing.
+pub async fn stale_session(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+    let token = a.claim_created(1).await;
+
+    // A session that never was this backend's, and another member's.
+    for stale in [SessionId(a.session.0 ^ 1), b.session] {
+        if stale == a.session {
+            continue;
+        }
+        let commands = [
+            Command::Register {
+                id: a.id(),
+                session: stale,
+                member: a.info.clone(),
+            },
+            Command::WatchMembers {
+                id: a.id(),
+                session: stale,
+            },
+            Command::Claim {
+                id: a.id(),
+                session: stale,
+                partition: partition(0),
+            },
+            Command::WatchOwner {
+                id: a.id(),
+                session: stale,
+                partition: partition(1),
+            },
+            Command::CommitOffset {
+                id: a.id(),
+                session: stale,
+                partition: partition(1),
+                offset: 7,
+                token,
+            },
+            Command::Release {
+                id: a.id(),
+                session: stale,
+                partition: partition(1),
+                token: Some(token),
+            },
+            Command::ReadOffset {
+                id: a.id(),
+                session: stale,
+                partition: partition(1),
+            },
+            Command::Heartbeat {
+                id: a.id(),
+                session: stale,
+            },
+            Command::Deregister {
+                id: a.id(),
+                session: stale,
+            },
+        ];
+        for command in commands {
+            let id = command.request().expect("a store command").0;
+            let expected = command
+                .clone()
+                .failed(StoreError::SessionExpired)
+                .expect("a store command");
+            a.backend.submit(command.clone());
+            assert_eq!(a.result(id).await, expected, "{name}: {command:?}");
+        }
+    }
+
+    // Nothing was written: no claim of 0, a's claim of 1 still there, no
+    // offset, no registration.
+    assert_eq!(store.owner(G, 0).await, None, "{name}");
+    assert_eq!(store.owner(G, 1).await.as_deref(), Some("a"), "{name}");
+    assert_eq!(store.committed(G, 1).await, None, "{name}");
+    assert_eq!(b.watch_members().await, no_members(), "{name}");
+    // The backend's own session is untouched.
+    assert_eq!(a.heartbeat().await, Ok(()), "{name}");
+    assert_eq!(a.commit(1, 7, token).await, Ok(()), "{name}");
+    assert_eq!(store.committed(G, 1).await, Some(7), "{name}");
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
