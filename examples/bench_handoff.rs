@@ -1,8 +1,10 @@
-//! Handoff benchmark against a real ZooKeeper (start it with
-//! `eval "$(scripts/services start)"`, which sets `TENURE_ZOOKEEPER`).
+//! Handoff benchmark against a real ZooKeeper or etcd (start them with
+//! `eval "$(scripts/services start)"`, which sets `TENURE_ZOOKEEPER` and
+//! `TENURE_ETCD`).
 //!
 //! ```text
 //! cargo run --release --example bench_handoff
+//! cargo run --release --features etcd --example bench_handoff -- --backend etcd
 //! ```
 //!
 //! It measures, in one run:
@@ -12,7 +14,7 @@
 //!   policy (retry the claim on a fixed 1 s sleep) as the baseline;
 //! - **join settle time**: a group of 10 members owning 1,000 partitions,
 //!   from an 11th member's join until every member owns and fetches its
-//!   share again, and the ZooKeeper requests that rebalance took.
+//!   share again, and the requests to the store that rebalance took.
 //!
 //! The last line is
 //! `handoffs=N median_ms=X p99_ms=Y baseline_median_ms=Z join_settle_ms=W`.
@@ -122,45 +124,189 @@ fn config(group: &str, member: &str) -> Result<Config, String> {
     Ok(config)
 }
 
+/// One isolated corner of a store for one part of the run (a ZooKeeper
+/// chroot, an etcd prefix), and what the benchmark does there besides
+/// running tenure members: hold owner records as an old owner would, and
+/// claim them as the original system did.
+#[async_trait]
+trait Place: Send + Sync {
+    /// A backend for one member, and its counter of requests to the store.
+    fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>);
+    /// Creates the owner record of `partition`, as its old owner.
+    async fn hold(&self, group: &str, partition: u32) -> Result<(), String>;
+    /// Deletes it, as its old owner releasing.
+    async fn let_go(&self, group: &str, partition: u32) -> Result<(), String>;
+    /// One claim attempt of the original system: `true` if the record was
+    /// created.
+    async fn try_claim(&self, group: &str, partition: u32) -> Result<bool, String>;
+}
+
+struct ZooKeeperPlace {
+    connect: String,
+    client: zk::Client,
+}
+
+impl ZooKeeperPlace {
+    async fn new(address: &str, name: &str) -> Result<ZooKeeperPlace, String> {
+        let connect = sandbox(address, name).await?;
+        let client = client(&connect).await?;
+        Ok(ZooKeeperPlace { connect, client })
+    }
+}
+
+#[async_trait]
+impl Place for ZooKeeperPlace {
+    fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>) {
+        let backend = ZooKeeperBackend::new(self.connect.clone()).session_timeout(SESSION);
+        let requests = backend.request_counter();
+        (Box::new(backend), requests)
+    }
+
+    async fn hold(&self, group: &str, partition: u32) -> Result<(), String> {
+        let path = owner_path(group, partition);
+        create_path(&self.client, &path, b"old-owner", zk::CreateMode::Ephemeral).await
+    }
+
+    async fn let_go(&self, group: &str, partition: u32) -> Result<(), String> {
+        let path = owner_path(group, partition);
+        self.client
+            .delete(&path, None)
+            .await
+            .map_err(|e| format!("delete {path}: {e}"))
+    }
+
+    async fn try_claim(&self, group: &str, partition: u32) -> Result<bool, String> {
+        let path = owner_path(group, partition);
+        let ephemeral = any_acl(zk::CreateMode::Ephemeral);
+        match self.client.create(&path, b"new-owner", &ephemeral).await {
+            Ok(_) => Ok(true),
+            Err(zk::Error::NodeExists) => Ok(false),
+            Err(e) => Err(format!("create {path}: {e}")),
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+struct EtcdPlace {
+    endpoint: String,
+    prefix: String,
+    client: etcd_client::Client,
+    /// The old owner's lease, as a member's would be.
+    lease: i64,
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdPlace {
+    async fn new(endpoint: &str, name: &str) -> Result<EtcdPlace, String> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let connecting = etcd_client::Client::connect([endpoint], None);
+        let client = tokio::time::timeout(Duration::from_secs(5), connecting)
+            .await
+            .map_err(|_| {
+                format!("etcd at {endpoint} does not answer; start it with scripts/services start")
+            })?
+            .map_err(|e| format!("etcd at {endpoint}: {e}"))?;
+        let lease = client
+            .clone()
+            .lease_grant(600, None)
+            .await
+            .map_err(|e| format!("lease: {e}"))?
+            .id();
+        Ok(EtcdPlace {
+            endpoint: endpoint.to_owned(),
+            prefix: format!("/tenure-bench-{name}-{nanos}"),
+            client,
+            lease,
+        })
+    }
+
+    fn key(&self, group: &str, partition: u32) -> String {
+        format!("{}/{group}/owners/{TOPIC}/{partition}", self.prefix)
+    }
+}
+
+#[cfg(feature = "etcd")]
+#[async_trait]
+impl Place for EtcdPlace {
+    fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>) {
+        let backend = tenure::etcd::EtcdBackend::new(self.endpoint.clone())
+            .prefix(self.prefix.clone())
+            .session_timeout(SESSION);
+        let requests = backend.request_counter();
+        (Box::new(backend), requests)
+    }
+
+    async fn hold(&self, group: &str, partition: u32) -> Result<(), String> {
+        let key = self.key(group, partition);
+        self.client
+            .clone()
+            .put(
+                key.clone(),
+                "old-owner",
+                Some(etcd_client::PutOptions::new().with_lease(self.lease)),
+            )
+            .await
+            .map_err(|e| format!("put {key}: {e}"))?;
+        Ok(())
+    }
+
+    async fn let_go(&self, group: &str, partition: u32) -> Result<(), String> {
+        let key = self.key(group, partition);
+        self.client
+            .clone()
+            .delete(key.clone(), None)
+            .await
+            .map_err(|e| format!("delete {key}: {e}"))?;
+        Ok(())
+    }
+
+    async fn try_claim(&self, group: &str, partition: u32) -> Result<bool, String> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        let key = self.key(group, partition);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), "new-owner", None)]);
+        let response = self
+            .client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(|e| format!("claim {key}: {e}"))?;
+        Ok(response.succeeded())
+    }
+}
+
 /// tenure: one member holds watches on `n` owner records that another
 /// client holds; the other client deletes them one by one, and each delete
 /// is timed to the member's claim.
-async fn tenure_handoffs(address: &str, n: u32) -> Result<Vec<Duration>, String> {
-    let connect = sandbox(address, "handoff").await?;
+async fn tenure_handoffs(place: &dyn Place, n: u32) -> Result<Vec<Duration>, String> {
     let group = "handoff";
-    let old_owner = client(&connect).await?;
     for p in 0..n {
-        create_path(
-            &old_owner,
-            &owner_path(group, p),
-            b"old-owner",
-            zk::CreateMode::Ephemeral,
-        )
-        .await?;
+        place.hold(group, p).await?;
     }
     let (log, mut views) = mpsc::unbounded_channel();
     let member = GroupMember::builder(config(group, "new-owner")?)
         .partitions([(TOPIC.to_owned(), n)].into())
         .auto_drain(true)
         .view_log(log)
-        .join(ZooKeeperBackend::new(connect.clone()).session_timeout(SESSION))
+        .join(place.backend().0)
         .await
         .map_err(|e| e.to_string())?;
     // Wait until the member has met every held record and watches it: it
-    // has claimed nothing, and its claims have had time to reach the server.
+    // has claimed nothing, and its claims and watches have had time to reach
+    // the server (etcd opens a watch stream per record, which takes a while
+    // for hundreds; a release normally comes after a drain, long after).
     wait_view(&mut views, Duration::from_secs(30), |v| {
         v.registered && v.assigned.len() == n as usize
     })
     .await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut deleted_at = BTreeMap::new();
     let mut claimed_at = BTreeMap::new();
     for p in 0..n {
-        let path = owner_path(group, p);
-        old_owner
-            .delete(&path, None)
-            .await
-            .map_err(|e| format!("delete {path}: {e}"))?;
+        place.let_go(group, p).await?;
         deleted_at.insert(p, Instant::now());
         // Spread the deletes so each handoff is measured on its own.
         let until = tokio::time::Instant::now() + Duration::from_millis(15);
@@ -216,38 +362,25 @@ async fn wait_view(
 
 /// The original policy: try to create the record, and on NodeExists sleep
 /// one second and try again.
-async fn baseline_handoffs(address: &str, n: u32) -> Result<Vec<Duration>, String> {
-    let connect = sandbox(address, "baseline").await?;
+async fn baseline_handoffs(place: Arc<dyn Place>, n: u32) -> Result<Vec<Duration>, String> {
     let group = "baseline";
-    let old_owner = client(&connect).await?;
-    let claimant = client(&connect).await?;
     for p in 0..n {
-        create_path(
-            &old_owner,
-            &owner_path(group, p),
-            b"old-owner",
-            zk::CreateMode::Ephemeral,
-        )
-        .await?;
+        place.hold(group, p).await?;
     }
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     for p in 0..n {
-        let claimant = claimant.clone();
+        let place = place.clone();
         let done = done_tx.clone();
-        let path = owner_path(group, p);
         tokio::spawn(async move {
             // Claimants started at different moments: spread the phases.
             tokio::time::sleep(Duration::from_millis(u64::from(p) * 997 % 1000)).await;
             loop {
-                match claimant
-                    .create(&path, b"new-owner", &any_acl(zk::CreateMode::Ephemeral))
-                    .await
-                {
-                    Ok(_) => {
+                match place.try_claim(group, p).await {
+                    Ok(true) => {
                         let _ = done.send((p, Instant::now()));
                         return;
                     }
-                    Err(zk::Error::NodeExists) => tokio::time::sleep(Duration::from_secs(1)).await,
+                    Ok(false) => tokio::time::sleep(Duration::from_secs(1)).await,
                     Err(_) => return,
                 }
             }
@@ -257,11 +390,7 @@ async fn baseline_handoffs(address: &str, n: u32) -> Result<Vec<Duration>, Strin
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let mut deleted_at = BTreeMap::new();
     for p in 0..n {
-        let path = owner_path(group, p);
-        old_owner
-            .delete(&path, None)
-            .await
-            .map_err(|e| format!("delete {path}: {e}"))?;
+        place.let_go(group, p).await?;
         deleted_at.insert(p, Instant::now());
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
@@ -319,8 +448,7 @@ fn balanced(views: &BTreeMap<MemberId, View>, members: usize, partitions: usize)
 
 /// 10 members own 1,000 partitions; an 11th joins. Returns the time to
 /// settle and the store commands the rebalance took.
-async fn join_settle(address: &str) -> Result<(Duration, (u64, u64)), String> {
-    let connect = sandbox(address, "join").await?;
+async fn join_settle(place: &dyn Place) -> Result<(Duration, (u64, u64)), String> {
     let group = "join";
     let partitions = 1000u32;
     let commands = Arc::new(AtomicU64::new(0));
@@ -329,12 +457,12 @@ async fn join_settle(address: &str) -> Result<(Duration, (u64, u64)), String> {
     let mut views: BTreeMap<MemberId, View> = BTreeMap::new();
     let mut members = Vec::new();
     let join = |name: String| {
-        let zookeeper = ZooKeeperBackend::new(connect.clone()).session_timeout(SESSION);
+        let (inner, counter) = place.backend();
         if let Ok(mut counters) = requests.lock() {
-            counters.push(zookeeper.request_counter());
+            counters.push(counter);
         }
         let backend = Counting {
-            inner: Box::new(zookeeper),
+            inner,
             commands: commands.clone(),
         };
         let log = log.clone();
@@ -420,19 +548,41 @@ fn summary(name: &str, latencies: &mut [Duration]) -> (Duration, Duration) {
     (median, p99)
 }
 
-async fn run(handoffs: u32) -> Result<(), String> {
-    let address = address()?;
-    let mut tenure = tenure_handoffs(&address, handoffs).await?;
+async fn place(backend: &str, name: &str) -> Result<Arc<dyn Place>, String> {
+    match backend {
+        "zookeeper" => Ok(Arc::new(ZooKeeperPlace::new(&address()?, name).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            let endpoint = std::env::var("TENURE_ETCD").map_err(|_| {
+                "TENURE_ETCD is not set: start etcd with `eval \"$(scripts/services start)\"`"
+                    .to_owned()
+            })?;
+            Ok(Arc::new(EtcdPlace::new(&endpoint, name).await?))
+        }
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err(
+            "built without the etcd feature: cargo run --release --features etcd \
+                       --example bench_handoff -- --backend etcd"
+                .into(),
+        ),
+        other => Err(format!("unknown backend {other:?} (zookeeper or etcd)")),
+    }
+}
+
+async fn run(handoffs: u32, backend: &str) -> Result<(), String> {
+    let mut tenure = tenure_handoffs(place(backend, "handoff").await?.as_ref(), handoffs).await?;
     let (median, p99) = summary("tenure (watch)", &mut tenure);
-    let mut baseline = baseline_handoffs(&address, handoffs).await?;
+    let mut baseline = baseline_handoffs(place(backend, "baseline").await?, handoffs).await?;
     let (baseline_median, _) = summary("baseline (1 s retry)", &mut baseline);
     println!(
         "handoff speed-up over the baseline: {:.0}x (median)",
         ms(baseline_median) / ms(median).max(0.001)
     );
-    let (settle, (commands, requests)) = join_settle(&address).await?;
+    let (settle, (commands, requests)) =
+        join_settle(place(backend, "join").await?.as_ref()).await?;
     println!(
-        "join: 10 members x 1,000 partitions, an 11th joins: settled in {:.0} ms, {commands} store commands, {requests} ZooKeeper requests",
+        "join on {backend}: 10 members x 1,000 partitions, an 11th joins: settled in {:.0} ms, \
+         {commands} store commands, {requests} {backend} requests",
         ms(settle)
     );
     println!(
@@ -449,17 +599,21 @@ async fn run(handoffs: u32) -> Result<(), String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let mut handoffs = 240;
+    let mut backend = "zookeeper".to_owned();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next().map(|v| v.parse::<u32>())) {
-            ("--handoffs", Some(Ok(n))) if n > 0 => handoffs = n,
+        match (flag.as_str(), args.next()) {
+            ("--handoffs", Some(n)) if n.parse::<u32>().is_ok_and(|n| n > 0) => {
+                handoffs = n.parse().unwrap_or(240);
+            }
+            ("--backend", Some(name)) => backend = name,
             _ => {
-                eprintln!("usage: bench_handoff [--handoffs N]");
+                eprintln!("usage: bench_handoff [--handoffs N] [--backend zookeeper|etcd]");
                 return ExitCode::from(2);
             }
         }
     }
-    match run(handoffs).await {
+    match run(handoffs, &backend).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bench_handoff failed: {message}");
