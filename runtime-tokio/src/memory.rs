@@ -3,6 +3,7 @@
 //! so tenure runs with no server at all.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -39,9 +40,10 @@ impl MemoryStore {
         MemoryBackend {
             store: self.clone(),
             session_timeout,
-            session: None,
+            session: Arc::new(AtomicU64::new(0)),
             member: None,
             layout: None,
+            events: None,
             keepalive: None,
         }
     }
@@ -92,6 +94,16 @@ impl MemoryStore {
         shared.route(fired);
     }
 
+    /// Opens a session whose events go to `events`.
+    fn open(&self, timeout: Duration, events: &EventSender, layout: &Layout) -> SessionId {
+        let mut shared = self.lock();
+        let session = shared.store.open_session(now(), timeout);
+        shared
+            .sinks
+            .insert(session, (events.clone(), layout.clone()));
+        session
+    }
+
     fn lock(&self) -> MutexGuard<'_, Shared> {
         // A panic while holding the lock leaves the store as consistent as
         // any single operation left it: keep serving rather than poison
@@ -133,9 +145,12 @@ fn now() -> std::time::Instant {
 pub struct MemoryBackend {
     store: MemoryStore,
     session_timeout: Duration,
-    session: Option<SessionId>,
+    /// The current session (0: none): the keep-alive task replaces it
+    /// after an expiry.
+    session: Arc<AtomicU64>,
     member: Option<MemberInfo>,
     layout: Option<Layout>,
+    events: Option<EventSender>,
     keepalive: Option<JoinHandle<()>>,
 }
 
@@ -158,51 +173,63 @@ impl Backend for MemoryBackend {
         tenure_core::types::validate_path_element("group", group)
             .map_err(|e| BackendError::Config(e.to_string()))?;
         let layout = Layout::new("", group);
-        let session = {
-            let mut shared = self.store.lock();
-            let session = shared.store.open_session(now(), self.session_timeout);
-            shared
-                .sinks
-                .insert(session, (events.clone(), layout.clone()));
-            session
-        };
-        self.session = Some(session);
+        let session = self.store.open(self.session_timeout, &events, &layout);
+        self.session.store(session.0, Ordering::SeqCst);
         self.member = Some(member.clone());
-        self.layout = Some(layout);
+        self.layout = Some(layout.clone());
+        self.events = Some(events.clone());
         let _ = events.send(Event::SessionEstablished { session });
-        // The client side of a session: ping well within the timeout, and
-        // reap sessions of members that are gone.
+        // The client side of a session: ping well within the timeout, reap
+        // sessions of members that are gone, and after an expiry open a new
+        // session, as a ZooKeeper or etcd client would.
         let store = self.store.clone();
-        let every = (self.session_timeout / 3).max(Duration::from_millis(10));
+        let current = self.session.clone();
+        let timeout = self.session_timeout;
+        let every = (timeout / 3).max(Duration::from_millis(10));
         self.keepalive = Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
-                let mut shared = store.lock();
-                if shared.store.touch(session, now()).is_err() {
-                    drop(shared);
-                    let _ = events.send(Event::SessionExpired);
-                    return;
+                let session = SessionId(current.load(Ordering::SeqCst));
+                let alive = {
+                    let mut shared = store.lock();
+                    let alive = shared.store.touch(session, now()).is_ok();
+                    shared.reap();
+                    alive
+                };
+                if !alive {
+                    if events.send(Event::SessionExpired).is_err() {
+                        return;
+                    }
+                    let renewed = store.open(timeout, &events, &layout);
+                    current.store(renewed.0, Ordering::SeqCst);
+                    let _ = events.send(Event::SessionEstablished { session: renewed });
                 }
-                shared.reap();
             }
         }));
         Ok(())
     }
 
     fn submit(&mut self, command: Command) {
-        let (Some(session), Some(member), Some(layout)) =
-            (self.session, self.member.as_ref(), self.layout.as_ref())
-        else {
+        let session = SessionId(self.session.load(Ordering::SeqCst));
+        let (Some(member), Some(layout), Some(events)) = (
+            self.member.as_ref(),
+            self.layout.as_ref(),
+            self.events.as_ref(),
+        ) else {
+            tracing::warn!(?command, "command before the backend started");
+            return;
+        };
+        let issued = command.request().map(|(_, issued)| issued);
+        let mut shared = self.store.lock();
+        // A command of a session that ended (replaced, or reaped and not
+        // replaced yet) must not act under another.
+        if issued != Some(session) || !shared.sinks.contains_key(&session) {
             if let Some(event) = command.failed(StoreError::SessionExpired) {
-                tracing::warn!(?event, "command before the backend started");
+                let _ = events.send(event);
             }
             return;
-        };
-        let mut shared = self.store.lock();
-        let Some((events, _)) = shared.sinks.get(&session).cloned() else {
-            return;
-        };
+        }
         let _ = shared.store.touch(session, now());
         let timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -239,7 +266,8 @@ impl Backend for MemoryBackend {
         if let Some(task) = self.keepalive.take() {
             task.abort();
         }
-        if let Some(session) = self.session.take() {
+        let session = SessionId(self.session.swap(0, Ordering::SeqCst));
+        if session.0 != 0 {
             let mut shared = self.store.lock();
             shared.sinks.remove(&session);
             let fired = shared.store.close_session(session);

@@ -43,13 +43,11 @@ pub struct Quirks {
     /// the record is absent.
     pub absent_owner_watch_fires_on_create: bool,
     /// After its session expires, the backend opens a new one and sends
-    /// `SessionEstablished` (the contract of `Backend`). The in-memory
-    /// backend does not: it sends `SessionExpired` and stays without one.
+    /// `SessionEstablished` (the contract of `Backend`); every store does
+    /// now, the flag stays so a store that stops doing it is caught.
     pub reopens_session_after_expiry: bool,
     /// A command under a session that expired is answered (with
-    /// `SessionExpired` or `NotOwner`), as the contract says. The in-memory
-    /// backend drops it without an answer once the store reaped the session
-    /// (its event sink goes with the session).
+    /// `SessionExpired` or `NotOwner`), as the contract says.
     pub answers_commands_after_expiry: bool,
 }
 
@@ -225,8 +223,8 @@ impl Store for Memory {
         Quirks {
             reports_corrupt_registrations: false,
             absent_owner_watch_fires_on_create: true,
-            reopens_session_after_expiry: false,
-            answers_commands_after_expiry: false,
+            reopens_session_after_expiry: true,
+            answers_commands_after_expiry: true,
         }
     }
 
