@@ -581,6 +581,11 @@ impl Sim {
     /// Shuts down (if not yet) and answers everything successfully: the
     /// member must close.
     fn finish(&mut self) -> Result<(), TestCaseError> {
+        // The store is reachable again: a suspended session resumes (until
+        // then, rightly, nothing is committed and nothing closes).
+        if self.session.is_some() {
+            self.feed(Event::SessionResumed)?;
+        }
         if !self.shutdown {
             self.shutdown = true;
             self.feed(Event::Shutdown)?;

@@ -19,12 +19,14 @@ pub enum Event {
         /// The store's id of the session (ZooKeeper session id, etcd lease).
         session: SessionId,
     },
-    /// The connection to the store is lost; the session may still be alive
-    /// on the server.
+    /// The connection to the store is lost (or the session cannot be kept
+    /// alive); the session may still be alive on the server.
     SessionSuspended {
-        /// The latest moment the server is known to have heard from this
-        /// member; consumption stops before that moment plus the session
-        /// timeout, less the suspension margin.
+        /// A moment at or before the last time the server renewed the
+        /// session (ZooKeeper: any answered request; etcd: an answered
+        /// keep-alive). Consumption stops before that moment plus the
+        /// session timeout, less the suspension margin; replies stop
+        /// counting as renewals until [`Event::SessionResumed`].
         last_heard: Instant,
     },
     /// The connection is back and the session survived.

@@ -226,8 +226,15 @@ impl Member {
         match event {
             Event::SessionEstablished { session } => self.on_session_established(session),
             Event::SessionSuspended { last_heard } => {
+                // The backend knows best what keeps its session alive (any
+                // request on ZooKeeper, only keep-alives on etcd): take the
+                // earlier of its word and ours, and stop counting replies
+                // until the session is back.
                 self.suspended = true;
-                self.heard(last_heard);
+                if self.session.is_some() {
+                    self.last_heard =
+                        Some(self.last_heard.map_or(last_heard, |t| t.min(last_heard)));
+                }
             }
             Event::SessionResumed => {
                 self.suspended = false;
@@ -382,7 +389,7 @@ impl Member {
     }
 
     fn heard(&mut self, at: Instant) {
-        if self.session.is_some() {
+        if self.session.is_some() && !self.suspended {
             self.last_heard = Some(self.last_heard.map_or(at, |t| t.max(at)));
         }
     }
