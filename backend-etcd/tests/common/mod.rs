@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+// The same proxy the ZooKeeper tests use: it only forwards bytes.
+#[path = "../../../backend-zookeeper/tests/common/proxy.rs"]
 pub mod proxy;
 
 use std::collections::{BTreeSet, VecDeque};

@@ -1,5 +1,7 @@
-//! A TCP proxy in front of ZooKeeper that a test can stall or cut, to make
-//! the client lose its connection (and, held long enough, its session).
+//! A TCP proxy in front of a store's server (ZooKeeper, etcd) that a test
+//! can stall or cut, to make the client lose its connection (and, held long
+//! enough, its session or lease). Shared by the backends' tests and the
+//! workspace's tests.
 
 use std::net::SocketAddr;
 
