@@ -565,6 +565,7 @@ async fn partitions_added_to_a_topic_get_consumed() {
         .await
         .expect("join");
     kafka::add_partitions(&topic, 4);
+    kafka::await_partitions(&client, &topic, 4).await;
     kafka::produce(&client, &topic, 3, 10).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {

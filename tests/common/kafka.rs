@@ -132,3 +132,25 @@ pub fn add_partitions(topic: &str, partitions: u32) {
         .unwrap_or_else(|e| panic!("cannot run Kafka's TopicCommand: {e}"));
     assert!(status.success(), "TopicCommand --alter failed for {topic}");
 }
+
+/// Waits until the broker's metadata lists `partitions` partitions of
+/// `topic` (the tool returns before every broker answers with them; Kafka
+/// has no notification to wait on, so this asks again, bounded).
+pub async fn await_partitions(client: &Client, topic: &str, partitions: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = client.list_topics().await.expect("metadata");
+        let count = listed
+            .iter()
+            .find(|t| t.name == topic)
+            .map_or(0, |t| t.partitions.len());
+        if count >= partitions as usize {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{topic} still has {count} partitions after 30 s, not {partitions}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
