@@ -1,0 +1,116 @@
+//! Driving `tenure-core` from a plain thread, with no tokio and no async:
+//! the core is a state machine, so any loop can run it. Here three members
+//! share the in-memory store model (the one the simulator checks) and a
+//! fourth joins halfway; the loop carries out their commands and delivers
+//! results and watch notifications back.
+//!
+//! ```text
+//! cargo run --example custom_runtime
+//! ```
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tenure::core::sim::adapter::{self, Execution, Layout};
+use tenure::core::sim::store::Store;
+use tenure::core::{Command, Config, Event, Member, SessionId};
+
+/// One member and what is on its way to it.
+struct Node {
+    member: Member,
+    session: SessionId,
+    inbox: VecDeque<Event>,
+}
+
+fn join(store: &mut Store, name: &str, now: Instant) -> Result<Node, String> {
+    let mut config = Config::new("plain", name, ["orders"]).map_err(|e| e.to_string())?;
+    config.commit_interval = Duration::from_millis(500);
+    let member = Member::new(config.clone(), 42, now).map_err(|e| e.to_string())?;
+    let session = store.open_session(now, config.session_timeout);
+    let mut inbox = VecDeque::new();
+    inbox.push_back(Event::SessionEstablished { session });
+    inbox.push_back(Event::PartitionCounts([("orders".to_owned(), 6)].into()));
+    Ok(Node {
+        member,
+        session,
+        inbox,
+    })
+}
+
+fn main() -> Result<(), String> {
+    let layout = Layout::new("", "plain");
+    let mut store = Store::new();
+    let start = Instant::now();
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c"] {
+        nodes.push(join(&mut store, name, start)?);
+    }
+    let mut joined_d = false;
+    while start.elapsed() < Duration::from_secs(3) {
+        let now = Instant::now();
+        if !joined_d && now - start > Duration::from_millis(1500) {
+            println!("-- d joins");
+            nodes.push(join(&mut store, "d", now)?);
+            joined_d = true;
+        }
+        // The clients keep their sessions alive.
+        for node in &nodes {
+            let _ = store.touch(node.session, now);
+        }
+        let mut fired = Vec::new();
+        for node in nodes.iter_mut() {
+            while let Some(event) = node.inbox.pop_front() {
+                node.member.handle_event(now, event);
+            }
+            if node.member.poll_timeout().is_some_and(|t| t <= now) {
+                node.member.handle_timeout(now);
+            }
+            let info = node.member.info().clone();
+            while let Some(command) = node.member.poll_command() {
+                match command {
+                    Command::StartFetching {
+                        partition, token, ..
+                    } => {
+                        println!("{} consumes {partition} (token {})", info.id, token.0);
+                    }
+                    Command::StopFetching { partition, token } => {
+                        println!("{} stops {partition}", info.id);
+                        // This application holds nothing in flight.
+                        node.inbox.push_back(Event::Drained { partition, token });
+                    }
+                    Command::Report(problem) => println!("{}: {problem}", info.id),
+                    store_command => {
+                        let reply = match adapter::execute(
+                            &mut store,
+                            &layout,
+                            node.session,
+                            &info,
+                            store_command,
+                            0,
+                            &mut fired,
+                        ) {
+                            Execution::Done(event) => Some(event),
+                            Execution::ReadOwner { id, partition } => {
+                                Some(adapter::claim_read_owner(&store, &layout, id, &partition))
+                            }
+                            Execution::NotForStore => None,
+                        };
+                        node.inbox.extend(reply);
+                    }
+                }
+            }
+        }
+        // Watch notifications go to the member whose session set them.
+        for watch in fired {
+            if let Some(node) = nodes.iter_mut().find(|n| n.session == watch.session) {
+                node.inbox.extend(adapter::watch_event(&layout, &watch));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for node in &nodes {
+        let owned: Vec<String> = node.member.fetching().map(|(p, _)| p.to_string()).collect();
+        println!("{} ends owning {owned:?}", node.member.id());
+    }
+    Ok(())
+}
