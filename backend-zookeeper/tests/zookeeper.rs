@@ -461,7 +461,7 @@ async fn owner_read_hook_reproduces_node_exists_then_no_node() {
         Event::HeartbeatResult { result: Ok(()), .. }
     ));
     assert!(
-        !b.has(|e| common::result_id(e) == Some(claim)),
+        !b.has(|e| e.request_id() == Some(claim)),
         "claim answered too early"
     );
 

@@ -186,7 +186,7 @@ impl Driver {
     /// Waits for the result event of request `id`.
     pub async fn result(&mut self, id: RequestId) -> Event {
         self.wait_for(&format!("result of {id:?}"), |e| {
-            (result_id(e) == Some(id)).then(|| e.clone())
+            (e.request_id() == Some(id)).then(|| e.clone())
         })
         .await
     }
@@ -360,21 +360,5 @@ impl Driver {
         if let Some(mut ender) = self.ender.take() {
             ender.restore().await;
         }
-    }
-}
-
-/// The request id a result event answers.
-pub fn result_id(event: &Event) -> Option<RequestId> {
-    match event {
-        Event::RegisterResult { id, .. }
-        | Event::DeregisterResult { id, .. }
-        | Event::MembersResult { id, .. }
-        | Event::ClaimResult { id, .. }
-        | Event::OwnerWatchResult { id, .. }
-        | Event::OffsetResult { id, .. }
-        | Event::CommitResult { id, .. }
-        | Event::ReleaseResult { id, .. }
-        | Event::HeartbeatResult { id, .. } => Some(*id),
-        _ => None,
     }
 }

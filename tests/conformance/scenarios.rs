@@ -11,7 +11,7 @@ use tenure::core::{
     ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
 };
 
-use crate::harness::{partition, result_id, QUIET};
+use crate::harness::{partition, QUIET};
 use crate::stores::Store;
 
 const G: &str = crate::harness::GROUP;
@@ -257,7 +257,7 @@ pub async fn expiry(store: &dyn Store) {
         // `Backend` (which wants `SessionExpired`): its keep-alive, the last
         // holder of the event channel, ended with the session.
         let answer = a
-            .wait_within(QUIET, |e| (result_id(e) == Some(id)).then(|| e.clone()))
+            .wait_within(QUIET, |e| (e.request_id() == Some(id)).then(|| e.clone()))
             .await;
         assert_eq!(answer, None, "{name}: the quirk is gone; update `Quirks`");
         assert!(

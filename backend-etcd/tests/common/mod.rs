@@ -215,7 +215,7 @@ impl Driver {
     /// Waits for the result event of request `id`.
     pub async fn result(&mut self, id: RequestId) -> Event {
         self.wait_for(&format!("result of {id:?}"), |e| {
-            (result_id(e) == Some(id)).then(|| e.clone())
+            (e.request_id() == Some(id)).then(|| e.clone())
         })
         .await
     }
@@ -299,21 +299,5 @@ impl Driver {
             partition: partition(p),
         });
         self.result(id).await
-    }
-}
-
-/// The request id a result event answers.
-pub fn result_id(event: &Event) -> Option<RequestId> {
-    match event {
-        Event::RegisterResult { id, .. }
-        | Event::DeregisterResult { id, .. }
-        | Event::MembersResult { id, .. }
-        | Event::ClaimResult { id, .. }
-        | Event::OwnerWatchResult { id, .. }
-        | Event::OffsetResult { id, .. }
-        | Event::CommitResult { id, .. }
-        | Event::ReleaseResult { id, .. }
-        | Event::HeartbeatResult { id, .. } => Some(*id),
-        _ => None,
     }
 }

@@ -141,6 +141,25 @@ pub enum Event {
     Shutdown,
 }
 
+impl Event {
+    /// The id of the request this event answers (`None` for events that
+    /// answer no request: session changes, notifications, progress).
+    pub fn request_id(&self) -> Option<RequestId> {
+        match self {
+            Event::RegisterResult { id, .. }
+            | Event::DeregisterResult { id, .. }
+            | Event::MembersResult { id, .. }
+            | Event::ClaimResult { id, .. }
+            | Event::OwnerWatchResult { id, .. }
+            | Event::OffsetResult { id, .. }
+            | Event::CommitResult { id, .. }
+            | Event::ReleaseResult { id, .. }
+            | Event::HeartbeatResult { id, .. } => Some(*id),
+            _ => None,
+        }
+    }
+}
+
 /// The outcome of a registration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegisterOutcome {

@@ -993,7 +993,7 @@ impl World {
                     );
                     return;
                 }
-                if let Some(id) = request_id(&event) {
+                if let Some(id) = event.request_id() {
                     self.nodes[node].in_flight.remove(&id);
                 }
                 self.feed(node, event);
@@ -1617,21 +1617,6 @@ impl World {
 
 fn assignment_topic_check(topic: &str) -> Result<(), String> {
     crate::types::validate_topic(topic).map_err(|e| e.to_string())
-}
-
-fn request_id(event: &Event) -> Option<RequestId> {
-    match event {
-        Event::RegisterResult { id, .. }
-        | Event::DeregisterResult { id, .. }
-        | Event::MembersResult { id, .. }
-        | Event::ClaimResult { id, .. }
-        | Event::OwnerWatchResult { id, .. }
-        | Event::OffsetResult { id, .. }
-        | Event::CommitResult { id, .. }
-        | Event::ReleaseResult { id, .. }
-        | Event::HeartbeatResult { id, .. } => Some(*id),
-        _ => None,
-    }
 }
 
 fn error_kind(error: &Error) -> &'static str {
