@@ -37,8 +37,11 @@
 
 #![deny(missing_docs)]
 
+mod admin;
 mod ops;
 mod session;
+
+pub use admin::EtcdAdmin;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

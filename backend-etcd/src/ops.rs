@@ -256,7 +256,11 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Comm
 /// holds it. One transaction: the answer is about the record the compare saw.
 async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
     let key = ctx.shared.keys.member(&info.id);
-    let data = encode_registration(info, unix_secs());
+    let data = encode_registration(
+        info,
+        unix_secs(),
+        tenure_tokio::admin::hostname().as_deref(),
+    );
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
         .and_then([TxnOp::put(

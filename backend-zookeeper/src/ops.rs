@@ -267,7 +267,11 @@ pub(crate) async fn execute(
 
 async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
     let path = ctx.shared.layout.member(&info.id);
-    let data = encode_registration(info, unix_secs());
+    let data = encode_registration(
+        info,
+        unix_secs(),
+        tenure_tokio::admin::hostname().as_deref(),
+    );
     match ctx.create(&path, &data, zk::CreateMode::Ephemeral).await {
         Ok(_) => Ok(RegisterOutcome::Registered),
         Err(zk::Error::NodeExists) => {

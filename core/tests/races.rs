@@ -172,7 +172,7 @@ impl Scenario {
             .create(
                 session,
                 &path,
-                adapter::encode_registration(&info(name), 0),
+                adapter::encode_registration(&info(name), 0, None),
                 CreateMode::Ephemeral,
             )
             .expect("registration");

@@ -10,6 +10,7 @@
 
 #![deny(missing_docs)]
 
+pub mod admin;
 mod backend;
 pub mod kafka;
 mod member;

@@ -117,7 +117,8 @@ pub enum Event {
         partition: TopicPartition,
         /// The claim the messages were fetched under.
         token: FencingToken,
-        /// The highest offset below which everything is processed.
+        /// The highest offset processed, with every offset before it (the
+        /// commit that follows stores `offset + 1`, the next to consume).
         offset: Offset,
     },
     /// The application has finished every message it had of `partition`

@@ -83,27 +83,49 @@ impl Layout {
     }
 }
 
-/// The registration JSON of Kafka 0.8's consumers, with tenure's strategy:
-/// `{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":S,"strategy":"sticky"}`.
-pub fn encode_registration(info: &MemberInfo, timestamp_secs: u64) -> Vec<u8> {
+/// Writes a member's registration: the JSON of Kafka 0.8's ZooKeeper
+/// consumer, plus the member's strategy and host (which Kafka 0.8 and the Go
+/// package ignore).
+pub fn encode_registration(info: &MemberInfo, timestamp_secs: u64, host: Option<&str>) -> Vec<u8> {
     let subscription: serde_json::Map<String, serde_json::Value> = info
         .topics
         .iter()
         .map(|t| (t.clone(), serde_json::Value::from(1)))
         .collect();
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "version": 1,
         "subscription": subscription,
         "pattern": "static",
         "timestamp": timestamp_secs,
         "strategy": info.strategy,
     });
+    if let (Some(host), Some(object)) = (host, value.as_object_mut()) {
+        object.insert("host".to_owned(), serde_json::Value::from(host));
+    }
     value.to_string().into_bytes()
+}
+
+/// A decoded registration, with what tools show besides the member's info.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// What the member tells the group.
+    pub info: MemberInfo,
+    /// The member's host, when written (tenure writes it).
+    pub host: Option<String>,
+    /// When the member registered, in seconds since the Unix epoch.
+    pub timestamp_secs: Option<u64>,
 }
 
 /// Reads a registration written by [`encode_registration`] (or by a Kafka
 /// 0.8 consumer, whose strategy is taken to be `range`).
 pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, String> {
+    decode_registration_record(id, data).map(|registration| registration.info)
+}
+
+/// Reads a registration with its host and timestamp. Kafka 0.8 writes the
+/// timestamp as a string of milliseconds, tenure and the Go package as a
+/// number of seconds; both are read.
+pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration, String> {
     let value: serde_json::Value =
         serde_json::from_slice(data).map_err(|e| format!("not JSON: {e}"))?;
     let subscription = value
@@ -115,11 +137,27 @@ pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, String> 
         None => "range".to_owned(),
         Some(s) => s.as_str().ok_or("\"strategy\" is not a string")?.to_owned(),
     };
+    let host = value
+        .get("host")
+        .and_then(|h| h.as_str())
+        .map(str::to_owned);
+    let timestamp = value.get("timestamp").and_then(|t| match t {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    });
+    // Any time after 1973 in milliseconds is above this; in seconds it is
+    // a date thousands of years away.
+    let timestamp_secs = timestamp.map(|t| if t > 100_000_000_000 { t / 1000 } else { t });
     let id = MemberId::new(id).map_err(|e| e.to_string())?;
-    Ok(MemberInfo {
-        id,
-        topics,
-        strategy,
+    Ok(Registration {
+        info: MemberInfo {
+            id,
+            topics,
+            strategy,
+        },
+        host,
+        timestamp_secs,
     })
 }
 
@@ -319,7 +357,7 @@ fn register(
     match store.create(
         session,
         &path,
-        encode_registration(info, timestamp_secs),
+        encode_registration(info, timestamp_secs, None),
         CreateMode::Ephemeral,
     ) {
         Ok((_, events)) => {

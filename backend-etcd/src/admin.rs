@@ -1,0 +1,298 @@
+//! Groups in etcd seen from outside, for the `tenure` command: the keys
+//! under `<prefix>/<group>/` read and (offsets only) written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
+use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
+use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
+use tenure_tokio::admin::{
+    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord,
+};
+
+/// etcd's default bound on the operations of one transaction
+/// (`--max-txn-ops`).
+const MAX_TXN_OPS: usize = 128;
+
+/// Reads and writes the records of the groups under one key prefix of an
+/// etcd cluster (a [`GroupAdmin`]).
+#[derive(Clone)]
+pub struct EtcdAdmin {
+    client: Client,
+    endpoints: String,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdAdmin")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdAdmin {
+    /// Connects to the cluster at `endpoints` (`http://host:port`, several
+    /// separated by commas), for the groups under `prefix` (the members'
+    /// [`crate::EtcdBackend::prefix`], [`crate::DEFAULT_PREFIX`] unless
+    /// set). Every request waits at most `timeout`.
+    pub async fn connect(
+        endpoints: &str,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<Self, AdminError> {
+        let store = format!("etcd at {endpoints}");
+        let list: Vec<&str> = endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        if list.is_empty() {
+            return Err(AdminError::BadAddress {
+                store,
+                detail: "no endpoint given".to_owned(),
+            });
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let client =
+            match tokio::time::timeout(timeout, Client::connect(&list, Some(options))).await {
+                Err(_) => {
+                    return Err(AdminError::Unreachable {
+                        store,
+                        detail: format!("no connection within {timeout:?}"),
+                    })
+                }
+                Ok(Err(
+                    error @ (etcd_client::Error::InvalidUri(_)
+                    | etcd_client::Error::InvalidArgs(_)
+                    | etcd_client::Error::EndpointError(_)),
+                )) => {
+                    return Err(AdminError::BadAddress {
+                        store,
+                        detail: error.to_string(),
+                    })
+                }
+                Ok(Err(error)) => {
+                    return Err(AdminError::Unreachable {
+                        store,
+                        detail: error.to_string(),
+                    })
+                }
+                Ok(Ok(client)) => client,
+            };
+        let admin = EtcdAdmin {
+            client,
+            endpoints: endpoints.to_owned(),
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            timeout,
+        };
+        // The client connects lazily: one request proves the cluster is there.
+        admin.get(&format!("{}/", admin.prefix), true).await?;
+        Ok(admin)
+    }
+
+    fn refused(&self, operation: String, error: etcd_client::Error) -> AdminError {
+        match error {
+            etcd_client::Error::GRpcStatus(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                ) =>
+            {
+                AdminError::Unreachable {
+                    store: self.store(),
+                    detail: format!("{operation}: {}", status.message()),
+                }
+            }
+            etcd_client::Error::TransportError(error) => AdminError::Unreachable {
+                store: self.store(),
+                detail: format!("{operation}: {error}"),
+            },
+            error => AdminError::Store {
+                store: self.store(),
+                operation,
+                detail: error.to_string(),
+            },
+        }
+    }
+
+    /// Every key under `prefix` (with values unless `keys_only`).
+    async fn get(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<Vec<(String, Vec<u8>, i64)>, AdminError> {
+        let mut options = GetOptions::new().with_prefix();
+        if keys_only {
+            options = options.with_keys_only();
+        }
+        let mut client = self.client.clone();
+        let response =
+            match tokio::time::timeout(self.timeout, client.get(prefix, Some(options))).await {
+                Err(_) => {
+                    return Err(AdminError::Unreachable {
+                        store: self.store(),
+                        detail: format!("reading {prefix}: no answer within {:?}", self.timeout),
+                    })
+                }
+                Ok(Err(error)) => return Err(self.refused(format!("reading {prefix}"), error)),
+                Ok(Ok(response)) => response,
+            };
+        Ok(response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    kv.value().to_vec(),
+                    kv.create_revision(),
+                )
+            })
+            .collect())
+    }
+}
+
+/// `<topic>/<partition>` of a key under `owners/` or `offsets/`.
+fn partition_of(rest: &str) -> Option<TopicPartition> {
+    let (topic, number) = rest.rsplit_once('/')?;
+    if topic.is_empty() || topic.contains('/') {
+        return None;
+    }
+    Some(TopicPartition::new(topic, number.parse().ok()?))
+}
+
+#[async_trait]
+impl GroupAdmin for EtcdAdmin {
+    fn store(&self) -> String {
+        format!("etcd at {}", self.endpoints)
+    }
+
+    async fn groups(&self) -> Result<Vec<String>, AdminError> {
+        let base = format!("{}/", self.prefix);
+        let groups: BTreeSet<String> = self
+            .get(&base, true)
+            .await?
+            .into_iter()
+            .filter_map(|(key, _, _)| {
+                let rest = key.strip_prefix(&base)?;
+                let (group, _) = rest.split_once('/')?;
+                Some(group.to_owned())
+            })
+            .collect();
+        Ok(groups.into_iter().collect())
+    }
+
+    async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let base = format!("{}/{group}/", self.prefix);
+        let kvs = self.get(&base, false).await?;
+        if kvs.is_empty() {
+            return Err(AdminError::UnknownGroup {
+                group: group.to_owned(),
+                store: self.store(),
+            });
+        }
+        let mut records = GroupRecords::default();
+        for (key, value, created) in kvs {
+            let rest = &key[base.len()..];
+            let corrupt = |detail: &str| CorruptRecord {
+                path: key.clone(),
+                detail: detail.to_owned(),
+            };
+            if let Some(id) = rest.strip_prefix("members/") {
+                match decode_registration_record(id, &value) {
+                    Ok(registration) => records.members.push(MemberRecord {
+                        id: id.to_owned(),
+                        host: registration.host,
+                        strategy: registration.info.strategy,
+                        topics: registration.info.topics,
+                        since: registration
+                            .timestamp_secs
+                            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
+                    }),
+                    Err(detail) => records.corrupt.push(corrupt(&detail)),
+                }
+            } else if let Some(rest) = rest.strip_prefix("owners/") {
+                let Some(partition) = partition_of(rest) else {
+                    records
+                        .corrupt
+                        .push(corrupt("not an owners/<topic>/<partition> key"));
+                    continue;
+                };
+                match String::from_utf8(value) {
+                    Ok(member) => {
+                        records.owners.insert(
+                            partition,
+                            OwnerRecord {
+                                member,
+                                token: FencingToken(created as u64),
+                            },
+                        );
+                    }
+                    Err(_) => records.corrupt.push(corrupt("the owner's id is not UTF-8")),
+                }
+            } else if let Some(rest) = rest.strip_prefix("offsets/") {
+                let Some(partition) = partition_of(rest) else {
+                    records
+                        .corrupt
+                        .push(corrupt("not an offsets/<topic>/<partition> key"));
+                    continue;
+                };
+                match parse_offset(&key, &value) {
+                    Ok(offset) => {
+                        records.offsets.insert(partition, offset);
+                    }
+                    Err(StoreError::Corrupt { detail, .. }) => {
+                        records.corrupt.push(corrupt(&detail))
+                    }
+                    Err(other) => records.corrupt.push(corrupt(&other.to_string())),
+                }
+            }
+        }
+        records.members.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(records)
+    }
+
+    async fn write_offsets(
+        &self,
+        group: &str,
+        offsets: &BTreeMap<TopicPartition, Offset>,
+    ) -> Result<(), AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let puts: Vec<TxnOp> = offsets
+            .iter()
+            .map(|(partition, offset)| {
+                let key = format!(
+                    "{}/{group}/offsets/{}/{}",
+                    self.prefix, partition.topic, partition.partition
+                );
+                TxnOp::put(key, offset.to_string(), None)
+            })
+            .collect();
+        // All at once where etcd allows it, so a reader sees old or new
+        // offsets, not a mix.
+        for chunk in puts.chunks(MAX_TXN_OPS) {
+            let mut client = self.client.clone();
+            let txn = Txn::new().and_then(chunk.to_vec());
+            match tokio::time::timeout(self.timeout, client.txn(txn)).await {
+                Err(_) => {
+                    return Err(AdminError::Unreachable {
+                        store: self.store(),
+                        detail: format!("writing offsets: no answer within {:?}", self.timeout),
+                    })
+                }
+                Ok(Err(error)) => return Err(self.refused("writing offsets".to_owned(), error)),
+                Ok(Ok(_)) => {}
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,263 @@
+//! Groups in ZooKeeper seen from outside, for the `tenure` command: the
+//! znodes of Kafka 0.8's layout read and (offsets only) written with a
+//! session of the tool's own.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
+use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
+use tenure_tokio::admin::{
+    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord,
+};
+use zookeeper_client as zk;
+
+/// Reads and writes the records of the groups in one ZooKeeper ensemble (a
+/// [`GroupAdmin`]).
+#[derive(Debug)]
+pub struct ZooKeeperAdmin {
+    client: zk::Client,
+    connect_string: String,
+}
+
+impl ZooKeeperAdmin {
+    /// Opens a session with the ensemble at `connect_string`
+    /// (`host:port[,host:port...][/chroot]`), waiting at most `timeout`.
+    pub async fn connect(connect_string: &str, timeout: Duration) -> Result<Self, AdminError> {
+        let store = format!("ZooKeeper at {connect_string}");
+        let unreachable = |detail: String| AdminError::Unreachable {
+            store: store.clone(),
+            detail,
+        };
+        let connecting = zk::Client::connector()
+            .with_session_timeout(timeout.max(Duration::from_secs(4)))
+            .connect(connect_string);
+        let client = match tokio::time::timeout(timeout, connecting).await {
+            Err(_) => return Err(unreachable(format!("no session within {timeout:?}"))),
+            Ok(Err(zk::Error::BadArguments(detail))) => {
+                return Err(AdminError::BadAddress {
+                    store,
+                    detail: detail.to_string(),
+                })
+            }
+            Ok(Err(error)) => return Err(unreachable(error.to_string())),
+            Ok(Ok(client)) => client,
+        };
+        match tokio::time::timeout(timeout, client.check_stat("/")).await {
+            Err(_) => Err(unreachable(format!("no answer within {timeout:?}"))),
+            Ok(Err(error)) => Err(unreachable(error.to_string())),
+            Ok(Ok(None)) => Err(AdminError::BadAddress {
+                store,
+                detail: format!("the chroot {} does not exist", client.path()),
+            }),
+            Ok(Ok(Some(_))) => Ok(ZooKeeperAdmin {
+                client,
+                connect_string: connect_string.to_owned(),
+            }),
+        }
+    }
+
+    fn refused(&self, operation: String, error: zk::Error) -> AdminError {
+        match error {
+            zk::Error::ConnectionLoss | zk::Error::SessionExpired | zk::Error::ClientClosed => {
+                AdminError::Unreachable {
+                    store: self.store(),
+                    detail: format!("{operation}: {error}"),
+                }
+            }
+            error => AdminError::Store {
+                store: self.store(),
+                operation,
+                detail: error.to_string(),
+            },
+        }
+    }
+
+    /// The children of `path`, sorted; none when it does not exist.
+    async fn children(&self, path: &str) -> Result<Vec<String>, AdminError> {
+        match self.client.list_children(path).await {
+            Ok(mut children) => {
+                children.sort();
+                Ok(children)
+            }
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(error) => Err(self.refused(format!("listing {path}"), error)),
+        }
+    }
+
+    /// The data and stat of every path, read in one pipeline (requests go
+    /// out when their futures are made); a path that vanished meanwhile is
+    /// left out.
+    async fn read_all(
+        &self,
+        paths: Vec<String>,
+    ) -> Result<Vec<(String, Vec<u8>, zk::Stat)>, AdminError> {
+        let reads: Vec<_> = paths.iter().map(|p| self.client.get_data(p)).collect();
+        let mut found = Vec::with_capacity(paths.len());
+        for (path, read) in paths.iter().zip(reads) {
+            match read.await {
+                Ok((data, stat)) => found.push((path.clone(), data, stat)),
+                Err(zk::Error::NoNode) => {}
+                Err(error) => return Err(self.refused(format!("reading {path}"), error)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every `<base>/<topic>/<partition>` znode with its partition; a
+    /// partition that is not a number is reported as corrupt.
+    async fn partition_nodes(
+        &self,
+        base: &str,
+        corrupt: &mut Vec<CorruptRecord>,
+    ) -> Result<Vec<(TopicPartition, String)>, AdminError> {
+        let mut nodes = Vec::new();
+        for topic in self.children(base).await? {
+            for child in self.children(&format!("{base}/{topic}")).await? {
+                let path = format!("{base}/{topic}/{child}");
+                match child.parse::<u32>() {
+                    Ok(number) => nodes.push((TopicPartition::new(&topic, number), path)),
+                    Err(_) => corrupt.push(CorruptRecord {
+                        path,
+                        detail: "the partition is not a number".to_owned(),
+                    }),
+                }
+            }
+        }
+        Ok(nodes)
+    }
+}
+
+#[async_trait]
+impl GroupAdmin for ZooKeeperAdmin {
+    fn store(&self) -> String {
+        format!("ZooKeeper at {}", self.connect_string)
+    }
+
+    async fn groups(&self) -> Result<Vec<String>, AdminError> {
+        self.children("/consumers").await
+    }
+
+    async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let base = format!("/consumers/{group}");
+        match self.client.check_stat(&base).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(AdminError::UnknownGroup {
+                    group: group.to_owned(),
+                    store: self.store(),
+                })
+            }
+            Err(error) => return Err(self.refused(format!("reading {base}"), error)),
+        }
+        let mut records = GroupRecords::default();
+
+        let ids = format!("{base}/ids");
+        let paths = self
+            .children(&ids)
+            .await?
+            .into_iter()
+            .map(|child| format!("{ids}/{child}"))
+            .collect();
+        for (path, data, stat) in self.read_all(paths).await? {
+            let id = path.rsplit('/').next().unwrap_or_default();
+            match decode_registration_record(id, &data) {
+                Ok(registration) => records.members.push(MemberRecord {
+                    id: id.to_owned(),
+                    host: registration.host,
+                    strategy: registration.info.strategy,
+                    topics: registration.info.topics,
+                    // The server's clock when the registration was made.
+                    since: u64::try_from(stat.ctime)
+                        .ok()
+                        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+                }),
+                Err(detail) => records.corrupt.push(CorruptRecord { path, detail }),
+            }
+        }
+
+        let owners = self
+            .partition_nodes(&format!("{base}/owners"), &mut records.corrupt)
+            .await?;
+        let (partitions, paths): (Vec<_>, Vec<_>) = owners.into_iter().unzip();
+        let read = self.read_all(paths).await?;
+        for (partition, (path, data, stat)) in partitions.into_iter().zip(read) {
+            match String::from_utf8(data) {
+                Ok(member) => {
+                    records.owners.insert(
+                        partition,
+                        OwnerRecord {
+                            member,
+                            token: FencingToken(stat.czxid as u64),
+                        },
+                    );
+                }
+                Err(_) => records.corrupt.push(CorruptRecord {
+                    path,
+                    detail: "the owner's id is not UTF-8".to_owned(),
+                }),
+            }
+        }
+
+        let offsets = self
+            .partition_nodes(&format!("{base}/offsets"), &mut records.corrupt)
+            .await?;
+        let (partitions, paths): (Vec<_>, Vec<_>) = offsets.into_iter().unzip();
+        let read = self.read_all(paths).await?;
+        for (partition, (path, data, _)) in partitions.into_iter().zip(read) {
+            match parse_offset(&path, &data) {
+                Ok(offset) => {
+                    records.offsets.insert(partition, offset);
+                }
+                Err(StoreError::Corrupt { path, detail }) => {
+                    records.corrupt.push(CorruptRecord { path, detail })
+                }
+                Err(other) => records.corrupt.push(CorruptRecord {
+                    path,
+                    detail: other.to_string(),
+                }),
+            }
+        }
+        Ok(records)
+    }
+
+    async fn write_offsets(
+        &self,
+        group: &str,
+        offsets: &BTreeMap<TopicPartition, Offset>,
+    ) -> Result<(), AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        for (partition, offset) in offsets {
+            let path = format!(
+                "/consumers/{group}/offsets/{}/{}",
+                partition.topic, partition.partition
+            );
+            let data = offset.to_string().into_bytes();
+            match self.client.set_data(&path, &data, None).await {
+                Ok(_) => continue,
+                Err(zk::Error::NoNode) => {}
+                Err(error) => return Err(self.refused(format!("writing {path}"), error)),
+            }
+            if let Some((parent, _)) = path.rsplit_once('/') {
+                match self.client.mkdir(parent, &options).await {
+                    Ok(()) | Err(zk::Error::NodeExists) => {}
+                    Err(error) => return Err(self.refused(format!("creating {parent}"), error)),
+                }
+            }
+            match self.client.create(&path, &data, &options).await {
+                Ok(_) => {}
+                // Created by someone else meanwhile: ours is the value to keep.
+                Err(zk::Error::NodeExists) => {
+                    if let Err(error) = self.client.set_data(&path, &data, None).await {
+                        return Err(self.refused(format!("writing {path}"), error));
+                    }
+                }
+                Err(error) => return Err(self.refused(format!("creating {path}"), error)),
+            }
+        }
+        Ok(())
+    }
+}
