@@ -411,6 +411,9 @@ pub(crate) enum DataEvent {
     Problem(KafkaError),
     /// New partition counts from metadata.
     Counts(PartitionCounts),
+    /// A fetch under the claim `token` saw this log-end offset (high
+    /// watermark); sent only when it moved.
+    HighWatermark(TopicPartition, FencingToken, Offset),
 }
 
 /// How the application receives messages.
@@ -627,13 +630,24 @@ impl Fetcher {
         };
         let max_wait = self.config.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32;
         let mut pause = Duration::from_millis(50);
+        let mut reported_end = None;
         loop {
             match client
                 .fetch_records(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
                 .await
             {
-                Ok((records, _high_watermark)) => {
+                Ok((records, high_watermark)) => {
                     pause = Duration::from_millis(50);
+                    // Lag needs the log end; an idle partition answers every
+                    // fetch wait, so only a moved watermark is worth a message.
+                    if reported_end != Some(high_watermark) {
+                        reported_end = Some(high_watermark);
+                        let _ = self.events.send(DataEvent::HighWatermark(
+                            self.partition.clone(),
+                            self.token,
+                            high_watermark,
+                        ));
+                    }
                     let mut batch = Vec::with_capacity(records.len());
                     for record in records {
                         if record.offset < next {

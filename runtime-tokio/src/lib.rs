@@ -15,6 +15,7 @@ mod backend;
 pub mod kafka;
 mod member;
 mod memory;
+mod telemetry;
 
 pub use backend::{Backend, BackendError, EventSender};
 pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream};

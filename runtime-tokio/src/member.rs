@@ -11,12 +11,14 @@ use tenure_core::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::backend::{Backend, BackendError};
 use crate::kafka::{
     self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
     PartitionStream,
 };
+use crate::telemetry::{self, Telemetry};
 
 /// A change in what this member consumes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -235,8 +237,9 @@ impl GroupMemberBuilder {
             auto_drain: self.auto_drain,
             view_log: self.view_log,
             data,
+            telemetry: Telemetry::new(&group, &id),
         };
-        let task = tokio::spawn(driver.run());
+        let task = tokio::spawn(driver.run().instrument(telemetry::member_span(&group, &id)));
         Ok(GroupMember {
             id,
             inputs: input_tx,
@@ -435,9 +438,17 @@ struct Driver {
     auto_drain: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
     data: Option<DataPlane>,
+    telemetry: Telemetry,
 }
 
 impl Driver {
+    /// Feeds `event` to the core, letting the telemetry see it first.
+    fn handle(&mut self, event: Event) {
+        let now = now();
+        self.telemetry.on_event(&event, now);
+        self.member.handle_event(now, event);
+    }
+
     async fn run(mut self) {
         loop {
             self.carry_out();
@@ -454,7 +465,7 @@ impl Driver {
             let deadline = self.member.poll_timeout();
             tokio::select! {
                 event = self.store.recv() => match event {
-                    Some(event) => self.member.handle_event(now(), event),
+                    Some(event) => self.handle(event),
                     None => {
                         tracing::error!(member = %self.member.id(), "the backend's event stream ended");
                         return;
@@ -462,18 +473,18 @@ impl Driver {
                 },
                 input = self.inputs.recv() => match input {
                     Some(Input::Processed(partition, token, offset)) => {
-                        self.member.handle_event(now(), Event::Processed { partition, token, offset });
+                        self.handle(Event::Processed { partition, token, offset });
                     }
                     Some(Input::Drained(partition, token)) => {
-                        self.member.handle_event(now(), Event::Drained { partition, token });
+                        self.handle(Event::Drained { partition, token });
                     }
                     Some(Input::Counts(counts)) => {
-                        self.member.handle_event(now(), Event::PartitionCounts(counts));
+                        self.handle(Event::PartitionCounts(counts));
                     }
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
-                        self.member.handle_event(now(), Event::Shutdown);
+                        self.handle(Event::Shutdown);
                     }
                     // The handle is gone without closing: stop like a crash.
                     None => return,
@@ -492,22 +503,20 @@ impl Driver {
     fn on_data(&mut self, event: DataEvent) {
         match event {
             DataEvent::Processed(partition, token, offset) => {
-                self.member.handle_event(
-                    now(),
-                    Event::Processed {
-                        partition,
-                        token,
-                        offset,
-                    },
-                );
+                self.handle(Event::Processed {
+                    partition,
+                    token,
+                    offset,
+                });
             }
             DataEvent::Drained(partition, token) => {
-                self.member
-                    .handle_event(now(), Event::Drained { partition, token });
+                self.handle(Event::Drained { partition, token });
             }
             DataEvent::Counts(counts) => {
-                self.member
-                    .handle_event(now(), Event::PartitionCounts(counts));
+                self.handle(Event::PartitionCounts(counts));
+            }
+            DataEvent::HighWatermark(partition, token, end) => {
+                self.telemetry.on_high_watermark(&partition, token, end);
             }
             DataEvent::Problem(problem) => {
                 tracing::warn!(member = %self.member.id(), %problem, "kafka");
@@ -518,6 +527,7 @@ impl Driver {
 
     fn carry_out(&mut self) {
         while let Some(command) = self.member.poll_command() {
+            self.telemetry.on_command(&command, now());
             match command {
                 Command::StartFetching {
                     partition,
@@ -552,8 +562,7 @@ impl Driver {
                             }
                         }
                         None if self.auto_drain => {
-                            self.member
-                                .handle_event(now(), Event::Drained { partition, token });
+                            self.handle(Event::Drained { partition, token });
                         }
                         None => {}
                     }
@@ -574,7 +583,6 @@ impl Driver {
             self.member.owned().map(|(p, t)| (p.clone(), t)).collect();
         for (partition, token) in &self.owned {
             if owned.get(partition) != Some(token) {
-                tracing::info!(member = %self.member.id(), %partition, ?token, "revoked");
                 let _ = self.events.send(AssignmentEvent::Revoked {
                     partition: partition.clone(),
                     token: *token,
@@ -582,6 +590,7 @@ impl Driver {
             }
         }
         self.owned = owned;
+        self.telemetry.on_published(&self.member, now());
         let view = View {
             session: self.member.session(),
             registered: self.member.is_registered(),

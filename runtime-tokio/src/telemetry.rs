@@ -1,0 +1,791 @@
+//! What a member does, as tracing spans and events and as metrics.
+//!
+//! The telemetry watches the same traffic the driver carries: the commands
+//! the core emits, the events it is fed, the member's state after each
+//! round, and the high watermarks the Kafka fetchers see. It never changes
+//! what the member does.
+//!
+//! Metric handles are registered once (per member, and per partition the
+//! first time the member claims it) and kept: the application's
+//! acknowledgements arrive millions of times a second and must cost no
+//! more than a variant match here.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Once};
+use std::time::Instant;
+
+use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
+use tenure_core::{
+    Command, Error, Event, FencingToken, Member, MemberId, Offset, RequestId, SessionId,
+    StoreError, TopicPartition,
+};
+use tracing::field::Empty;
+use tracing::Span;
+
+/// Claims that took effect (owner record created, or found to be ours).
+pub(crate) const CLAIMS_TOTAL: &str = "tenure_claims_total";
+/// Partitions released to the group after draining.
+pub(crate) const HANDOFFS_TOTAL: &str = "tenure_handoffs_total";
+/// From the first claim attempt to the claim taking effect.
+pub(crate) const CLAIM_WAIT_SECONDS: &str = "tenure_claim_wait_seconds";
+/// From an assignment change to the member being settled again.
+pub(crate) const REBALANCE_SECONDS: &str = "tenure_rebalance_seconds";
+/// From stopping a partition's fetch to its drain (or timeout).
+pub(crate) const DRAIN_SECONDS: &str = "tenure_drain_seconds";
+/// Commits that failed for a reason other than fencing.
+pub(crate) const COMMIT_FAILURES_TOTAL: &str = "tenure_commit_failures_total";
+/// Commits refused because the member no longer owned the partition.
+pub(crate) const COMMITS_FENCED_TOTAL: &str = "tenure_commits_fenced_total";
+/// Partitions the member owns now.
+pub(crate) const PARTITIONS_OWNED: &str = "tenure_partitions_owned";
+/// 1 while the member owns the partition, 0 after.
+pub(crate) const PARTITION_OWNED: &str = "tenure_partition_owned";
+/// The last offset the member committed for the partition.
+pub(crate) const COMMITTED_OFFSET: &str = "tenure_committed_offset";
+/// Log-end offset minus committed offset.
+pub(crate) const PARTITION_LAG: &str = "tenure_partition_lag";
+
+static DESCRIBED: Once = Once::new();
+
+/// Describes every metric to the installed recorder, once per process.
+fn describe() {
+    DESCRIBED.call_once(|| {
+        metrics::describe_counter!(
+            CLAIMS_TOTAL,
+            Unit::Count,
+            "Claims that took effect: the member's owner record was created, or found to be its own."
+        );
+        metrics::describe_counter!(
+            HANDOFFS_TOTAL,
+            Unit::Count,
+            "Partitions this member released to the group (owner record deleted after the drain)."
+        );
+        metrics::describe_histogram!(
+            CLAIM_WAIT_SECONDS,
+            Unit::Seconds,
+            "Time from the first claim attempt for a partition to the claim taking effect."
+        );
+        metrics::describe_histogram!(
+            REBALANCE_SECONDS,
+            Unit::Seconds,
+            "Time from a change of this member's assignment until it is settled again."
+        );
+        metrics::describe_histogram!(
+            DRAIN_SECONDS,
+            Unit::Seconds,
+            "Time from stopping a partition's fetch to its drain (or to the release, if the processing timeout cut it short)."
+        );
+        metrics::describe_counter!(
+            COMMIT_FAILURES_TOTAL,
+            Unit::Count,
+            "Offset commits that failed for any reason other than fencing."
+        );
+        metrics::describe_counter!(
+            COMMITS_FENCED_TOTAL,
+            Unit::Count,
+            "Offset commits refused because the member no longer owned the partition."
+        );
+        metrics::describe_gauge!(
+            PARTITIONS_OWNED,
+            Unit::Count,
+            "Partitions this member owns now."
+        );
+        metrics::describe_gauge!(
+            PARTITION_OWNED,
+            Unit::Count,
+            "1 while this member owns the partition, 0 after."
+        );
+        metrics::describe_gauge!(
+            COMMITTED_OFFSET,
+            Unit::Count,
+            "The last offset this member committed for the partition: the next offset to consume."
+        );
+        metrics::describe_gauge!(
+            PARTITION_LAG,
+            Unit::Count,
+            "Log-end offset (high watermark of the last fetch) minus the committed offset; 0 while not owned."
+        );
+    });
+}
+
+/// The span every log line and span of one member's task lives in.
+pub(crate) fn member_span(group: &str, member: &MemberId) -> Span {
+    tracing::info_span!("member", group = group, member = member.as_str())
+}
+
+/// A span with the moment it began, for a histogram when it ends.
+struct Timed {
+    since: Instant,
+    span: Span,
+}
+
+impl Timed {
+    fn start(since: Instant, span: Span) -> Timed {
+        Timed { since, span }
+    }
+
+    /// Ends the span with `outcome`; how long it lived, in seconds.
+    fn end(self, now: Instant, outcome: &'static str) -> f64 {
+        self.span.record("outcome", outcome);
+        now.saturating_duration_since(self.since).as_secs_f64()
+    }
+}
+
+/// What one partition looks like from this member.
+struct PartitionTelemetry {
+    /// `group`, `member`, `topic`, `partition`, built once.
+    labels: Vec<Label>,
+    owned_gauge: Gauge,
+    /// Registered on the first value, so that an exporter shows no offset
+    /// or lag the member never knew.
+    committed_gauge: Option<Gauge>,
+    lag_gauge: Option<Gauge>,
+    /// The claim this member holds, as of the last look at its state.
+    token: Option<FencingToken>,
+    /// Seen in the member's owned set during the look numbered so.
+    seen: u64,
+    claim: Option<Timed>,
+    /// The latest claim request, until answered: while it is out, a claim
+    /// of a partition no longer assigned may still take effect.
+    claim_request: Option<RequestId>,
+    release: Option<Timed>,
+    drain: Option<(FencingToken, Timed)>,
+    /// A release of it completed since the last look.
+    released: bool,
+    /// The committed offset in the store, as far as the member knows (read
+    /// when the claim began, then every successful commit).
+    committed: Option<Offset>,
+    /// The log-end offset of the last fetch under the current claim.
+    high_watermark: Option<Offset>,
+}
+
+impl PartitionTelemetry {
+    fn new(base: &[Label], partition: &TopicPartition) -> PartitionTelemetry {
+        let mut labels = base.to_vec();
+        labels.push(Label::new(
+            "topic",
+            SharedString::from_shared(Arc::clone(&partition.topic)),
+        ));
+        labels.push(Label::new("partition", partition.partition.to_string()));
+        PartitionTelemetry {
+            owned_gauge: metrics::gauge!(PARTITION_OWNED, labels.clone()),
+            labels,
+            committed_gauge: None,
+            lag_gauge: None,
+            token: None,
+            seen: 0,
+            claim: None,
+            claim_request: None,
+            release: None,
+            drain: None,
+            released: false,
+            committed: None,
+            high_watermark: None,
+        }
+    }
+
+    fn set_committed_gauge(&mut self, offset: Offset) {
+        let labels = &self.labels;
+        self.committed_gauge
+            .get_or_insert_with(|| metrics::gauge!(COMMITTED_OFFSET, labels.clone()))
+            .set(offset as f64);
+    }
+
+    fn set_lag(&mut self, lag: Offset) {
+        let labels = &self.labels;
+        self.lag_gauge
+            .get_or_insert_with(|| metrics::gauge!(PARTITION_LAG, labels.clone()))
+            .set(lag as f64);
+    }
+
+    /// Log-end minus committed, once both are known under the current
+    /// claim. An external tool computes the same from the store and Kafka.
+    fn update_lag(&mut self) {
+        if let (Some(_), Some(end), Some(committed)) =
+            (self.token, self.high_watermark, self.committed)
+        {
+            self.set_lag((end - committed).max(0));
+        }
+    }
+}
+
+/// A store request whose result the telemetry waits for.
+enum Request {
+    Claim(TopicPartition),
+    ReadOffset(TopicPartition),
+    Commit {
+        partition: TopicPartition,
+        offset: Offset,
+        span: Span,
+    },
+    Release(TopicPartition),
+}
+
+/// The telemetry of one member.
+pub(crate) struct Telemetry {
+    /// `group` and `member`.
+    labels: Vec<Label>,
+    claims: Counter,
+    handoffs: Counter,
+    claim_wait: Histogram,
+    rebalance: Histogram,
+    drain: Histogram,
+    commit_failures: Counter,
+    commits_fenced: Counter,
+    partitions_owned: Gauge,
+    partitions: HashMap<TopicPartition, PartitionTelemetry>,
+    requests: HashMap<RequestId, (SessionId, Request)>,
+    /// Something other than an acknowledgement happened since the last
+    /// look at the member's state: only then can ownership or assignment
+    /// have changed.
+    dirty: bool,
+    looks: u64,
+    owned_count: usize,
+    assigned: BTreeSet<TopicPartition>,
+    rebalancing_since: Option<Instant>,
+}
+
+impl Telemetry {
+    /// Registers the member's metrics with the recorder installed now.
+    pub(crate) fn new(group: &str, member: &MemberId) -> Telemetry {
+        describe();
+        let labels = vec![
+            Label::new("group", group.to_owned()),
+            Label::new("member", member.as_str().to_owned()),
+        ];
+        Telemetry {
+            claims: metrics::counter!(CLAIMS_TOTAL, labels.clone()),
+            handoffs: metrics::counter!(HANDOFFS_TOTAL, labels.clone()),
+            claim_wait: metrics::histogram!(CLAIM_WAIT_SECONDS, labels.clone()),
+            rebalance: metrics::histogram!(REBALANCE_SECONDS, labels.clone()),
+            drain: metrics::histogram!(DRAIN_SECONDS, labels.clone()),
+            commit_failures: metrics::counter!(COMMIT_FAILURES_TOTAL, labels.clone()),
+            commits_fenced: metrics::counter!(COMMITS_FENCED_TOTAL, labels.clone()),
+            partitions_owned: metrics::gauge!(PARTITIONS_OWNED, labels.clone()),
+            labels,
+            partitions: HashMap::new(),
+            requests: HashMap::new(),
+            dirty: true,
+            looks: 0,
+            owned_count: 0,
+            assigned: BTreeSet::new(),
+            rebalancing_since: None,
+        }
+    }
+
+    fn partition(&mut self, partition: &TopicPartition) -> &mut PartitionTelemetry {
+        entry(&mut self.partitions, &self.labels, partition)
+    }
+
+    /// A command the core emitted, before it is carried out.
+    pub(crate) fn on_command(&mut self, command: &Command, now: Instant) {
+        self.dirty = true;
+        match command {
+            Command::Claim {
+                id,
+                session,
+                partition,
+            } => {
+                self.requests
+                    .insert(*id, (*session, Request::Claim(partition.clone())));
+                let state = self.partition(partition);
+                state.claim_request = Some(*id);
+                if state.claim.is_none() {
+                    let span = tracing::info_span!(
+                        "claim",
+                        topic = &*partition.topic,
+                        partition = partition.partition,
+                        token = Empty,
+                        outcome = Empty,
+                    );
+                    state.claim = Some(Timed::start(now, span));
+                }
+            }
+            Command::ReadOffset {
+                id,
+                session,
+                partition,
+            } => {
+                self.requests
+                    .insert(*id, (*session, Request::ReadOffset(partition.clone())));
+            }
+            Command::CommitOffset {
+                id,
+                session,
+                partition,
+                offset,
+                token,
+            } => {
+                let span = tracing::info_span!(
+                    "commit",
+                    topic = &*partition.topic,
+                    partition = partition.partition,
+                    token = token.0,
+                    offset = *offset,
+                    outcome = Empty,
+                );
+                let request = Request::Commit {
+                    partition: partition.clone(),
+                    offset: *offset,
+                    span,
+                };
+                self.requests.insert(*id, (*session, request));
+            }
+            Command::Release {
+                id,
+                session,
+                partition,
+                ..
+            } => {
+                self.requests
+                    .insert(*id, (*session, Request::Release(partition.clone())));
+                // A release that did not wait for its drain.
+                self.end_drain(partition, None, now, "release");
+            }
+            Command::StopFetching { partition, token } => {
+                let state = self.partition(partition);
+                if state.drain.is_none() {
+                    let span = tracing::info_span!(
+                        "drain",
+                        topic = &*partition.topic,
+                        partition = partition.partition,
+                        token = token.0,
+                        outcome = Empty,
+                    );
+                    state.drain = Some((*token, Timed::start(now, span)));
+                }
+            }
+            Command::Report(Error::DrainTimeout { partition, .. }) => {
+                self.end_drain(partition, None, now, "timed out");
+            }
+            _ => {}
+        }
+    }
+
+    /// An event, before the core handles it.
+    pub(crate) fn on_event(&mut self, event: &Event, now: Instant) {
+        match event {
+            // The hot path: acknowledgements change nothing watched here.
+            Event::Processed { .. } => return,
+            Event::Drained { partition, token } => {
+                self.end_drain(partition, Some(*token), now, "drained");
+            }
+            Event::SessionEstablished { session } => {
+                // Requests of an ended session are answered, if ever, with
+                // nothing worth counting; forget them so a backend that
+                // drops them cannot grow the table.
+                self.requests.retain(|_, (s, _)| s == session);
+                for state in self.partitions.values_mut() {
+                    state.claim_request = None;
+                }
+            }
+            Event::ClaimResult { id, .. } => {
+                if let Some((_, Request::Claim(partition))) = self.requests.remove(id) {
+                    if let Some(state) = self.partitions.get_mut(&partition) {
+                        if state.claim_request == Some(*id) {
+                            state.claim_request = None;
+                        }
+                    }
+                }
+            }
+            Event::OffsetResult { id, result } => {
+                if let Some((_, Request::ReadOffset(partition))) = self.requests.remove(id) {
+                    if let (Ok(Some(offset)), Some(state)) =
+                        (result, self.partitions.get_mut(&partition))
+                    {
+                        state.committed = Some(*offset);
+                        state.update_lag();
+                    }
+                }
+            }
+            Event::CommitResult { id, result } => {
+                if let Some((
+                    _,
+                    Request::Commit {
+                        partition,
+                        offset,
+                        span,
+                    },
+                )) = self.requests.remove(id)
+                {
+                    self.on_commit_result(&partition, offset, &span, result);
+                }
+            }
+            Event::ReleaseResult { id, result } => {
+                if let Some((_, Request::Release(partition))) = self.requests.remove(id) {
+                    // NoNode: an earlier attempt whose reply was lost
+                    // deleted it. NotOwner means the claim was gone before
+                    // the release: lost, not handed over.
+                    if matches!(result, Ok(()) | Err(StoreError::NoNode)) {
+                        if let Some(state) = self.partitions.get_mut(&partition) {
+                            state.released = true;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.dirty = true;
+    }
+
+    fn on_commit_result(
+        &mut self,
+        partition: &TopicPartition,
+        offset: Offset,
+        span: &Span,
+        result: &Result<(), StoreError>,
+    ) {
+        match result {
+            Ok(()) => {
+                span.record("outcome", "committed");
+                if let Some(state) = self.partitions.get_mut(partition) {
+                    state.committed = Some(offset);
+                    state.set_committed_gauge(offset);
+                    state.update_lag();
+                }
+            }
+            Err(StoreError::NotOwner) => {
+                span.record("outcome", "fenced");
+                self.commits_fenced.increment(1);
+            }
+            Err(_) => {
+                span.record("outcome", "failed");
+                self.commit_failures.increment(1);
+            }
+        }
+    }
+
+    fn end_drain(
+        &mut self,
+        partition: &TopicPartition,
+        token: Option<FencingToken>,
+        now: Instant,
+        outcome: &'static str,
+    ) {
+        let Some(state) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        if token.is_some_and(|t| state.drain.as_ref().is_some_and(|(d, _)| *d != t)) {
+            return;
+        }
+        if let Some((_, timed)) = state.drain.take() {
+            self.drain.record(timed.end(now, outcome));
+        }
+    }
+
+    /// The log-end offset a fetch of `partition` under `token` returned.
+    pub(crate) fn on_high_watermark(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        high_watermark: Offset,
+    ) {
+        if let Some(state) = self.partitions.get_mut(partition) {
+            if state.token == Some(token) {
+                state.high_watermark = Some(high_watermark);
+                state.update_lag();
+            }
+        }
+    }
+
+    /// Looks at the member's state after a round of events and commands:
+    /// claims that began or ended, and the assignment settling.
+    pub(crate) fn on_published(&mut self, member: &Member, now: Instant) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        self.looks += 1;
+        let look = self.looks;
+        let mut count = 0;
+        for (partition, token) in member.owned() {
+            count += 1;
+            let state = entry(&mut self.partitions, &self.labels, partition);
+            state.seen = look;
+            match state.token {
+                Some(held) if held == token => continue,
+                Some(_) => end_claim(state, partition, now, &self.handoffs),
+                None => {}
+            }
+            start_claim(state, partition, token, now, &self.claims, &self.claim_wait);
+        }
+        for (partition, state) in &mut self.partitions {
+            if state.token.is_some() && state.seen != look {
+                end_claim(state, partition, now, &self.handoffs);
+            }
+            state.released = false;
+            if !member.assigned().contains(partition) {
+                // A claim still out may yet take effect (and be released
+                // at once); its wait counts like any other.
+                if state.token.is_none() && state.claim_request.is_none() {
+                    if let Some(timed) = state.claim.take() {
+                        timed.end(now, "unassigned");
+                    }
+                }
+                if let (Some(token), None) = (state.token, &state.release) {
+                    let span = tracing::info_span!(
+                        "release",
+                        topic = &*partition.topic,
+                        partition = partition.partition,
+                        token = token.0,
+                        outcome = Empty,
+                    );
+                    state.release = Some(Timed::start(now, span));
+                }
+            }
+        }
+        if count != self.owned_count {
+            self.owned_count = count;
+            self.partitions_owned.set(count as f64);
+        }
+        if *member.assigned() != self.assigned {
+            self.assigned.clone_from(member.assigned());
+            self.rebalancing_since.get_or_insert(now);
+        }
+        if member.is_settled() {
+            if let Some(since) = self.rebalancing_since.take() {
+                self.rebalance
+                    .record(now.saturating_duration_since(since).as_secs_f64());
+            }
+        }
+    }
+}
+
+/// The telemetry of `partition`, registered the first time it is needed.
+fn entry<'a>(
+    partitions: &'a mut HashMap<TopicPartition, PartitionTelemetry>,
+    labels: &[Label],
+    partition: &TopicPartition,
+) -> &'a mut PartitionTelemetry {
+    partitions
+        .entry(partition.clone())
+        .or_insert_with(|| PartitionTelemetry::new(labels, partition))
+}
+
+/// A claim took effect.
+fn start_claim(
+    state: &mut PartitionTelemetry,
+    partition: &TopicPartition,
+    token: FencingToken,
+    now: Instant,
+    claims: &Counter,
+    claim_wait: &Histogram,
+) {
+    tracing::info!(
+        topic = &*partition.topic,
+        partition = partition.partition,
+        token = token.0,
+        "claimed"
+    );
+    state.token = Some(token);
+    // What was known belongs to the previous claim; the new one reads the
+    // committed offset afresh and its fetcher reports its own watermark.
+    state.committed = None;
+    state.high_watermark = None;
+    state.owned_gauge.set(1.0);
+    claims.increment(1);
+    if let Some(timed) = state.claim.take() {
+        timed.span.record("token", token.0);
+        claim_wait.record(timed.end(now, "claimed"));
+    }
+}
+
+/// A claim ended: released by this member, or lost (session expiry, a
+/// fenced commit, an owner record that turned out to be gone).
+fn end_claim(
+    state: &mut PartitionTelemetry,
+    partition: &TopicPartition,
+    now: Instant,
+    handoffs: &Counter,
+) {
+    let Some(token) = state.token.take() else {
+        return;
+    };
+    let (topic, number) = (&*partition.topic, partition.partition);
+    let outcome = if state.released {
+        handoffs.increment(1);
+        tracing::info!(topic, partition = number, token = token.0, "released");
+        "released"
+    } else {
+        tracing::info!(topic, partition = number, token = token.0, "lost");
+        "lost"
+    };
+    state.owned_gauge.set(0.0);
+    // Lag is the owner's to report: a stale value here would count the
+    // partition twice in a sum over the group.
+    if state.lag_gauge.is_some() {
+        state.set_lag(0);
+    }
+    if let Some(timed) = state.release.take() {
+        timed.end(now, outcome);
+    }
+    if let Some((_, timed)) = state.drain.take() {
+        timed.end(now, outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    use metrics::{GaugeFn, Key, KeyName, Metadata, Recorder};
+
+    use super::*;
+
+    /// A series: its name, its partition label, its value.
+    type Series = (String, Option<String>, Arc<Cell>);
+
+    /// Keeps the last value of every gauge and counter, by name and
+    /// partition label.
+    #[derive(Default)]
+    struct Values(Mutex<Vec<Series>>);
+
+    #[derive(Default)]
+    struct Cell(AtomicU64);
+
+    impl GaugeFn for Cell {
+        fn increment(&self, _: f64) {
+            unimplemented!("not used by the telemetry")
+        }
+        fn decrement(&self, _: f64) {
+            unimplemented!("not used by the telemetry")
+        }
+        fn set(&self, value: f64) {
+            self.0.store(value.to_bits(), Ordering::Relaxed);
+        }
+    }
+
+    impl metrics::CounterFn for Cell {
+        fn increment(&self, value: u64) {
+            let now = f64::from_bits(self.0.load(Ordering::Relaxed)) + value as f64;
+            self.0.store(now.to_bits(), Ordering::Relaxed);
+        }
+        fn absolute(&self, _: u64) {
+            unimplemented!("not used by the telemetry")
+        }
+    }
+
+    impl Values {
+        fn cell(&self, key: &Key) -> Arc<Cell> {
+            let partition = key
+                .labels()
+                .find(|l| l.key() == "partition")
+                .map(|l| l.value().to_owned());
+            let cell = Arc::new(Cell::default());
+            let mut all = self.0.lock().expect("not poisoned");
+            all.push((key.name().to_owned(), partition, cell.clone()));
+            cell
+        }
+
+        fn get(&self, name: &str, partition: Option<&str>) -> Option<f64> {
+            let all = self.0.lock().expect("not poisoned");
+            all.iter()
+                .find(|(n, p, _)| n == name && p.as_deref() == partition)
+                .map(|(_, _, c)| f64::from_bits(c.0.load(Ordering::Relaxed)))
+        }
+    }
+
+    impl Recorder for Values {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::from_arc(self.cell(key))
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::from_arc(self.cell(key))
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// Lag is log end minus the offset in the store: the one read when the
+    /// claim began, then each successful commit; fetches of an older claim
+    /// and failed commits do not count.
+    #[test]
+    fn lag_follows_commits_and_the_log_end() {
+        let values = Values::default();
+        let p = TopicPartition::new("t", 3);
+        let token = FencingToken(9);
+        let now = Instant::now();
+        let session = SessionId(1);
+        let mut telemetry = metrics::with_local_recorder(&values, || {
+            let mut telemetry = Telemetry::new("g", &MemberId::new("m").expect("valid id"));
+            let state = entry(&mut telemetry.partitions, &telemetry.labels, &p);
+            start_claim(
+                state,
+                &p,
+                token,
+                now,
+                &telemetry.claims,
+                &telemetry.claim_wait,
+            );
+            telemetry
+        });
+        let lag = |values: &Values| values.get(PARTITION_LAG, Some("3"));
+        metrics::with_local_recorder(&values, || {
+            telemetry.on_high_watermark(&p, token, 25);
+            telemetry.on_command(
+                &Command::ReadOffset {
+                    id: RequestId(1),
+                    session,
+                    partition: p.clone(),
+                },
+                now,
+            );
+            telemetry.on_event(
+                &Event::OffsetResult {
+                    id: RequestId(1),
+                    result: Ok(Some(10)),
+                },
+                now,
+            );
+        });
+        assert_eq!(lag(&values), Some(15.0));
+        assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), None);
+        let commit = |id, offset| Command::CommitOffset {
+            id: RequestId(id),
+            session,
+            partition: p.clone(),
+            offset,
+            token,
+        };
+        metrics::with_local_recorder(&values, || {
+            telemetry.on_command(&commit(2, 20), now);
+            telemetry.on_event(
+                &Event::CommitResult {
+                    id: RequestId(2),
+                    result: Ok(()),
+                },
+                now,
+            );
+        });
+        assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), Some(20.0));
+        assert_eq!(lag(&values), Some(5.0));
+        telemetry.on_high_watermark(&p, FencingToken(8), 100);
+        assert_eq!(lag(&values), Some(5.0), "a stale claim's fetch");
+        telemetry.on_high_watermark(&p, token, 30);
+        assert_eq!(lag(&values), Some(10.0));
+        telemetry.on_command(&commit(3, 30), now);
+        telemetry.on_event(
+            &Event::CommitResult {
+                id: RequestId(3),
+                result: Err(StoreError::ConnectionLoss),
+            },
+            now,
+        );
+        telemetry.on_command(&commit(4, 30), now);
+        telemetry.on_event(
+            &Event::CommitResult {
+                id: RequestId(4),
+                result: Err(StoreError::NotOwner),
+            },
+            now,
+        );
+        assert_eq!(lag(&values), Some(10.0), "failed commits change nothing");
+        assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), Some(20.0));
+        assert_eq!(values.get(COMMIT_FAILURES_TOTAL, None), Some(1.0));
+        assert_eq!(values.get(COMMITS_FENCED_TOTAL, None), Some(1.0));
+    }
+}
