@@ -51,6 +51,16 @@ impl Etcd {
         }
     }
 
+    /// The server's endpoint (`http://host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The test's key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// A backend that reaches etcd through a proxy the test can stall or cut.
     pub async fn through_proxy(&self, session_timeout: Duration) -> (EtcdBackend, proxy::Proxy) {
         let address = self.endpoint.trim_start_matches("http://").to_owned();

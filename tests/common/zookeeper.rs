@@ -60,6 +60,11 @@ impl ZooKeeper {
         )
     }
 
+    /// The connect string of the test's chroot (`host:port/chroot`).
+    pub fn connect_string(&self) -> &str {
+        &self.connect
+    }
+
     /// A client of the test's chroot, for looking at znodes directly.
     pub fn raw(&self) -> &zk::Client {
         &self.raw

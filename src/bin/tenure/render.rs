@@ -1,0 +1,204 @@
+//! What the `tenure` command prints: aligned tables for people, JSON for
+//! scripts.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+use tenure::tokio::admin::{format_rfc3339, GroupDescription, ResetPlan};
+
+/// Left-aligned columns two spaces apart, headers first.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let headers: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&headers).chain(rows) {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(&widths) {
+            let _ = write!(line, "{cell:<width$}  ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn or_dash<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn millis(time: SystemTime) -> Option<u64> {
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_millis()).ok()
+}
+
+/// `tenure groups`.
+pub fn groups(groups: &[String], json: bool) -> String {
+    if json {
+        return format!("{}\n", json!(groups));
+    }
+    groups.iter().map(|g| format!("{g}\n")).collect()
+}
+
+/// `tenure describe`.
+pub fn description(description: &GroupDescription, json: bool, with_kafka: bool) -> String {
+    if json {
+        let members: Vec<Value> = description
+            .members
+            .iter()
+            .map(|m| {
+                json!({
+                    "id": m.id,
+                    "host": m.host,
+                    "strategy": m.strategy,
+                    "topics": m.topics,
+                    "since": m.since.map(format_rfc3339),
+                    "since_ms": m.since.and_then(millis),
+                })
+            })
+            .collect();
+        let partitions: Vec<Value> = description
+            .partitions
+            .iter()
+            .map(|p| {
+                json!({
+                    "topic": &*p.partition.topic,
+                    "partition": p.partition.partition,
+                    "owner": p.owner.as_ref().map(|o| &o.member),
+                    "token": p.owner.as_ref().map(|o| o.token.0),
+                    "committed": p.committed,
+                    "log_start": p.log_start,
+                    "log_end": p.log_end,
+                    "lag": p.lag,
+                })
+            })
+            .collect();
+        let corrupt: Vec<Value> = description
+            .corrupt
+            .iter()
+            .map(|c| json!({ "path": c.path, "detail": c.detail }))
+            .collect();
+        let document = json!({
+            "group": description.group,
+            "store": description.store,
+            "members": members,
+            "partitions": partitions,
+            "corrupt": corrupt,
+        });
+        return format!("{document}\n");
+    }
+    let mut out = format!(
+        "group {} in {}: {} live member(s)\n\n",
+        description.group,
+        description.store,
+        description.members.len()
+    );
+    if !description.members.is_empty() {
+        let rows: Vec<Vec<String>> = description
+            .members
+            .iter()
+            .map(|m| {
+                vec![
+                    m.id.clone(),
+                    or_dash(m.host.as_deref()),
+                    m.strategy.clone(),
+                    m.topics.iter().cloned().collect::<Vec<_>>().join(","),
+                    or_dash(m.since.map(format_rfc3339)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["MEMBER", "HOST", "STRATEGY", "TOPICS", "SINCE"],
+            &rows,
+        ));
+        out.push('\n');
+    }
+    let rows: Vec<Vec<String>> = description
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.partition.topic.to_string(),
+                p.partition.partition.to_string(),
+                or_dash(p.owner.as_ref().map(|o| o.member.clone())),
+                or_dash(p.owner.as_ref().map(|o| o.token.0)),
+                or_dash(p.committed),
+                or_dash(p.log_end),
+                or_dash(p.lag),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "OWNER",
+            "TOKEN",
+            "COMMITTED",
+            "LOG-END",
+            "LAG",
+        ],
+        &rows,
+    ));
+    if !with_kafka {
+        out.push_str(
+            "\n(log-end offsets and lag need Kafka: pass --bootstrap or set TENURE_KAFKA)\n",
+        );
+    }
+    out
+}
+
+/// `tenure reset-offsets`: the plan, and whether it was written.
+pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
+    if json {
+        let changes: Vec<Value> = plan
+            .changes
+            .iter()
+            .map(|c| {
+                json!({
+                    "topic": &*c.partition.topic,
+                    "partition": c.partition.partition,
+                    "current": c.current,
+                    "new": c.new,
+                })
+            })
+            .collect();
+        let document = json!({
+            "group": plan.group,
+            "topic": plan.topic,
+            "target": plan.target.to_string(),
+            "applied": applied,
+            "live_members": plan.live_members,
+            "changes": changes,
+        });
+        return format!("{document}\n");
+    }
+    let rows: Vec<Vec<String>> = plan
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.partition.topic.to_string(),
+                c.partition.partition.to_string(),
+                or_dash(c.current),
+                c.new.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "group {}, topic {}: to {}\n\n",
+        plan.group, plan.topic, plan.target
+    );
+    out.push_str(&table(&["TOPIC", "PARTITION", "CURRENT", "NEW"], &rows));
+    out.push_str(if applied {
+        "\noffsets written\n"
+    } else {
+        "\nnothing written\n"
+    });
+    out
+}
