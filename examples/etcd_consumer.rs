@@ -6,7 +6,7 @@
 //! cargo run --features etcd --example etcd_consumer -- --topic orders --group billing
 //! ```
 //!
-//! It consumes until Ctrl-C (or `--seconds N`), then leaves the group
+//! It consumes until Ctrl-C or SIGTERM (or `--seconds N`), then leaves the group
 //! cleanly: drains, commits, releases its partitions.
 
 use std::process::ExitCode;

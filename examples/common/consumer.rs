@@ -1,5 +1,5 @@
 //! The consumer shared by the `zookeeper_consumer` and `etcd_consumer`
-//! examples: flags, the consuming loop, a clean leave on Ctrl-C.
+//! examples: flags, the consuming loop, a clean leave on Ctrl-C or SIGTERM.
 
 use std::time::Duration;
 
@@ -12,6 +12,11 @@ pub struct Args {
     pub group: String,
     pub member: String,
     pub seconds: Option<u64>,
+    /// Messages to produce before consuming (creating the topic if needed),
+    /// so a first run has something to consume.
+    pub produce: usize,
+    /// Partitions of a topic this example creates.
+    pub partitions: u32,
 }
 
 pub fn parse(example: &str) -> Result<Args, String> {
@@ -20,6 +25,8 @@ pub fn parse(example: &str) -> Result<Args, String> {
         group: "tenure-example".to_owned(),
         member: format!("member-{}", std::process::id()),
         seconds: None,
+        produce: 0,
+        partitions: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -31,12 +38,17 @@ pub fn parse(example: &str) -> Result<Args, String> {
             "--seconds" => {
                 args.seconds = Some(value.parse().map_err(|_| "--seconds takes a number")?)
             }
+            "--produce" => args.produce = value.parse().map_err(|_| "--produce takes a number")?,
+            "--partitions" => {
+                args.partitions = value.parse().map_err(|_| "--partitions takes a number")?
+            }
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
     if args.topic.is_empty() {
         return Err(format!(
-            "usage: {example} --topic T [--group G] [--member M] [--seconds N]"
+            "usage: {example} --topic T [--group G] [--member M] [--seconds N] \
+             [--produce N [--partitions P]]"
         ));
     }
     Ok(args)
@@ -53,10 +65,104 @@ pub fn config(args: &Args) -> Result<Config, String> {
     Config::new(&args.group, &args.member, [&args.topic]).map_err(|e| e.to_string())
 }
 
-/// Consumes until Ctrl-C (or `--seconds`), acknowledging every message,
+/// Creates `topic` with `partitions` partitions unless it exists, and
+/// produces `count` messages spread over its partitions.
+async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: u32,
+    count: usize,
+) -> Result<(), String> {
+    use rskafka::client::error::{Error, ProtocolError};
+    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use rskafka::client::ClientBuilder;
+    use rskafka::record::Record;
+
+    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
+        .build()
+        .await
+        .map_err(|e| format!("Kafka at {bootstrap}: {e}"))?;
+    let controller = client.controller_client().map_err(|e| e.to_string())?;
+    match controller
+        .create_topic(topic, partitions as i32, 1, 10_000)
+        .await
+    {
+        Ok(()) => println!("created topic {topic} with {partitions} partitions"),
+        Err(Error::ServerError {
+            protocol_error: ProtocolError::TopicAlreadyExists,
+            ..
+        }) => {}
+        Err(e) => return Err(format!("cannot create topic {topic}: {e}")),
+    }
+    let existing = client
+        .list_topics()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|t| t.name == topic)
+        .map_or(partitions as usize, |t| t.partitions.len());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let now = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    for partition in 0..existing {
+        // Spread evenly: partition p gets the messages n with n % count == p.
+        let share = (count + existing - 1 - partition) / existing;
+        let records: Vec<Record> = (0..share)
+            .map(|n| Record {
+                key: None,
+                value: Some(format!("message {n} of partition {partition}").into_bytes()),
+                headers: Default::default(),
+                timestamp: now,
+            })
+            .collect();
+        let target = client
+            .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
+            .await
+            .map_err(|e| e.to_string())?;
+        for batch in records.chunks(1000) {
+            target
+                .produce(batch.to_vec(), Compression::NoCompression)
+                .await
+                .map_err(|e| format!("produce to {topic}/{partition}: {e}"))?;
+        }
+    }
+    println!("produced {count} messages to {topic}");
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what service managers and `kill` send): either
+/// means "leave the group cleanly now".
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+/// Consumes until Ctrl-C or SIGTERM (or `--seconds`), acknowledging every message,
 /// then leaves the group cleanly: drains, commits, releases.
 pub async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), String> {
     let kafka = env("TENURE_KAFKA")?;
+    if args.produce > 0 {
+        produce(&kafka, &args.topic, args.partitions, args.produce).await?;
+    }
     let mut member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka))
         .join(store)
@@ -66,9 +172,7 @@ pub async fn consume(args: Args, config: Config, store: impl Backend) -> Result<
     let stop = async {
         match args.seconds {
             Some(seconds) => tokio::time::sleep(Duration::from_secs(seconds)).await,
-            None => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            None => shutdown_signal().await,
         }
     };
     tokio::pin!(stop);
