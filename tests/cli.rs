@@ -455,3 +455,58 @@ async fn corrupt_records_are_named_with_their_path() {
     assert_eq!(description["corrupt"][0]["path"], Value::from(bad.as_str()));
     assert_eq!(column(&description, "committed"), vec![Value::from(12)]);
 }
+
+/// A store that does not answer is named, with the bound waited, and fails
+/// the run; so does an address that cannot be one.
+#[tokio::test]
+async fn unreachable_stores_are_named() {
+    let run = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("TENURE_") {
+                command.env_remove(name);
+            }
+        }
+        command.args(args).output().expect("run the tenure binary")
+    };
+    // Port 1 on the loopback: nothing listens there.
+    let zookeeper = run(&["--zookeeper", "127.0.0.1:1", "--timeout", "1", "groups"]);
+    assert_eq!(zookeeper.status.code(), Some(1));
+    assert!(
+        stderr(&zookeeper).contains("cannot reach ZooKeeper at 127.0.0.1:1"),
+        "{}",
+        stderr(&zookeeper)
+    );
+    let etcd = run(&["--etcd", "http://127.0.0.1:1", "--timeout", "1", "groups"]);
+    assert_eq!(etcd.status.code(), Some(1));
+    // Built without etcd the message says so; with it, that etcd is not there.
+    let expected = if cfg!(feature = "etcd") {
+        "cannot reach etcd at http://127.0.0.1:1"
+    } else {
+        "built without etcd"
+    };
+    assert!(stderr(&etcd).contains(expected), "{}", stderr(&etcd));
+    let neither = run(&["groups"]);
+    assert_eq!(neither.status.code(), Some(1));
+    assert!(
+        stderr(&neither).contains("--zookeeper"),
+        "{}",
+        stderr(&neither)
+    );
+    let bad_target = run(&[
+        "--zookeeper",
+        "127.0.0.1:1",
+        "reset-offsets",
+        "g",
+        "--topic",
+        "t",
+        "--to",
+        "yesterday",
+    ]);
+    assert_eq!(bad_target.status.code(), Some(2), "bad usage");
+    assert!(
+        stderr(&bad_target).contains("earliest, latest"),
+        "{}",
+        stderr(&bad_target)
+    );
+}
