@@ -483,7 +483,7 @@ async fn unreachable_stores_are_named() {
     let expected = if cfg!(feature = "etcd") {
         "cannot reach etcd at http://127.0.0.1:1"
     } else {
-        "built without etcd"
+        "built without the Cargo feature `etcd`"
     };
     assert!(stderr(&etcd).contains(expected), "{}", stderr(&etcd));
     let neither = run(&["groups"]);

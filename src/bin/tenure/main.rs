@@ -9,6 +9,9 @@
 //!     reset-offsets orders --topic payments --to 2026-11-30T12:00:00Z --dry-run
 //! ```
 
+#[cfg(not(any(feature = "zookeeper", feature = "etcd")))]
+compile_error!("the tenure command needs a store: enable the `zookeeper` or the `etcd` feature");
+
 mod render;
 
 use std::process::ExitCode;
@@ -71,6 +74,13 @@ struct Connection {
     /// How long to wait for each server, in seconds
     #[arg(long, global = true, default_value_t = 10, value_name = "SECS")]
     timeout: u64,
+}
+
+impl Connection {
+    /// How long to wait for each server.
+    fn wait(&self) -> Duration {
+        Duration::from_secs(self.timeout.max(1))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -155,31 +165,35 @@ async fn connect_store(
     store: Store,
     connection: &Connection,
 ) -> Result<Box<dyn GroupAdmin>, String> {
-    let timeout = Duration::from_secs(connection.timeout.max(1));
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&address, timeout)
+            let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&address, connection.wait())
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Box::new(admin))
         }
         #[cfg(not(feature = "zookeeper"))]
-        Store::ZooKeeper(_) => {
-            Err("this tenure was built without ZooKeeper (Cargo feature `zookeeper`)".to_owned())
-        }
+        Store::ZooKeeper(address) => Err(format!(
+            "cannot use ZooKeeper at {address}: this tenure was built without the Cargo feature \
+             `zookeeper`"
+        )),
         #[cfg(feature = "etcd")]
         Store::Etcd(endpoints) => {
-            let admin =
-                tenure::etcd::EtcdAdmin::connect(&endpoints, &connection.etcd_prefix, timeout)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            let admin = tenure::etcd::EtcdAdmin::connect(
+                &endpoints,
+                &connection.etcd_prefix,
+                connection.wait(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok(Box::new(admin))
         }
         #[cfg(not(feature = "etcd"))]
-        Store::Etcd(_) => {
-            Err("this tenure was built without etcd (Cargo feature `etcd`)".to_owned())
-        }
+        Store::Etcd(endpoints) => Err(format!(
+            "cannot use etcd at {endpoints}: this tenure was built without the Cargo feature \
+             `etcd` (cargo install --path . --features cli,etcd)"
+        )),
     }
 }
 
@@ -190,7 +204,7 @@ async fn connect_kafka(
         return Ok(None);
     };
     let mut config = KafkaConfig::new(bootstrap);
-    config.connect_timeout = Duration::from_secs(connection.timeout.max(1));
+    config.connect_timeout = connection.wait();
     kafka::connect(&config)
         .await
         .map(Some)
