@@ -4,6 +4,9 @@
 //! fourth joins halfway; the loop carries out their commands and delivers
 //! results and watch notifications back.
 //!
+//! It needs no server: the store is the in-memory model, so nothing of
+//! `scripts/services` has to run.
+//!
 //! ```text
 //! cargo run --example custom_runtime
 //! ```
