@@ -213,9 +213,12 @@ impl ZooKeeperBackend {
     }
 
     /// The session timeout to ask of the server; use the member's configured
-    /// session timeout (default [`DEFAULT_SESSION_TIMEOUT`]). The server may
-    /// bound it (to 2–20 ticks by default); a different negotiated value is
-    /// logged as a warning.
+    /// session timeout (default [`DEFAULT_SESSION_TIMEOUT`]). The server
+    /// bounds it (to 2–20 ticks by default). A shorter grant is refused with
+    /// [`BackendError::Config`]: the server could then expire the session,
+    /// and hand its partitions on, before the member stopped consuming. A
+    /// longer one is logged as a warning (the member stops earlier than it
+    /// must).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.config.session_timeout = timeout;
         self

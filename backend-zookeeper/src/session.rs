@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_core::Event;
+use tenure_core::{Event, StoreError};
 use tenure_tokio::BackendError;
 use zookeeper_client as zk;
 
@@ -29,6 +29,13 @@ enum ConnectError {
     },
     #[error("chroot {0:?} does not exist; create it first")]
     NoChroot(String),
+    #[error(
+        "the server granted a session timeout of {granted:?}, shorter than the member's \
+         {asked:?}: a member that lost contact would go on consuming after its session \
+         expired. Set the member's session timeout to at most {granted:?}, or raise the \
+         server's maxSessionTimeout"
+    )]
+    ShorterSession { asked: Duration, granted: Duration },
     #[error("{0}")]
     Client(zk::Error),
 }
@@ -36,7 +43,9 @@ enum ConnectError {
 impl ConnectError {
     fn into_backend_error(self, config: &Config) -> BackendError {
         match self {
-            ConnectError::BadConnectString { .. } | ConnectError::NoChroot(_) => {
+            ConnectError::BadConnectString { .. }
+            | ConnectError::NoChroot(_)
+            | ConnectError::ShorterSession { .. } => {
                 BackendError::Config(format!("{}: {self}", config.store()))
             }
             ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
@@ -77,12 +86,22 @@ async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
         Ok(Ok(None)) => return Err(ConnectError::NoChroot(client.path().to_owned())),
         Ok(Ok(Some(_))) => {}
     }
-    if client.session_timeout() != config.session_timeout {
+    let granted = client.session_timeout();
+    if granted < config.session_timeout {
+        // The member stops consuming by its own timeout's arithmetic; with a
+        // shorter one the server could hand its partitions to another member
+        // first. Dropping the client closes the session.
+        return Err(ConnectError::ShorterSession {
+            asked: config.session_timeout,
+            granted,
+        });
+    }
+    if granted > config.session_timeout {
         tracing::warn!(
             asked = ?config.session_timeout,
-            negotiated = ?client.session_timeout(),
-            "ZooKeeper negotiated another session timeout than the member's; \
-             the member's suspension arithmetic assumes the one it was configured with"
+            granted = ?granted,
+            "ZooKeeper granted a longer session timeout than the member's: the member stops \
+             consuming earlier than it must, and takeovers of its partitions wait longer"
         );
     }
     Ok(client)
@@ -136,6 +155,7 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
 /// backend shuts down; sends `SessionEstablished`.
 async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
     let mut backoff = RECONNECT_BACKOFF;
+    let mut reported = false;
     loop {
         if shared.closing.load(Ordering::SeqCst) {
             return None;
@@ -156,6 +176,15 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {backoff:?}");
+                // Retrying will not mend a configuration the server refuses:
+                // the application must hear of it, not only the log.
+                if let (BackendError::Config(detail), false) = (&error, reported) {
+                    reported = true;
+                    shared.send(Event::StoreProblem {
+                        operation: "open a new session",
+                        error: StoreError::Other(detail.clone()),
+                    });
+                }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
             }

@@ -576,6 +576,20 @@ async fn start_errors_name_the_address_and_are_bounded() {
         }
         other => panic!("missing chroot: {other:?}"),
     }
+
+    // A session timeout above the server's maxSessionTimeout (60 s in
+    // scripts/services): the server would expire the session before the
+    // member stopped consuming, so the session is refused.
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut backend =
+        ZooKeeperBackend::new(common::address()).session_timeout(Duration::from_secs(90));
+    match backend.start(GROUP, &member, tx).await {
+        Err(BackendError::Config(message)) => {
+            assert!(message.contains("shorter than the member's"), "{message}");
+            assert!(message.contains("maxSessionTimeout"), "{message}");
+        }
+        other => panic!("a shorter granted session: {other:?}"),
+    }
 }
 
 /// Suspension, resumption and expiry, with the connection cut by a proxy:
