@@ -510,3 +510,72 @@ async fn unreachable_stores_are_named() {
         stderr(&bad_target)
     );
 }
+
+/// The guard of an offset write is checked by the store at the write (etcd:
+/// in the same transaction), not only by the tool's look beforehand.
+async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: Box<dyn Backend>) {
+    use tenure::tokio::admin::{AdminError, WriteGuard};
+    let group = common::group("cli-guard");
+    let partition = TopicPartition::new("t", 0);
+    let mut config = Config::new(&group, "a", ["t"]).expect("valid config");
+    config = config.with_session_timeout(SESSION);
+    let member = GroupMember::builder(config)
+        .partitions([("t".to_owned(), 1)].into())
+        .auto_drain(true)
+        .join(backend)
+        .await
+        .expect("join");
+    let mut view = member.watch_view();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        view.wait_for(|v| v.registered && v.settled),
+    )
+    .await
+    .expect("settled within 20 s")
+    .expect("member running");
+
+    let offsets = [(partition.clone(), 7)].into();
+    match admin
+        .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
+        .await
+    {
+        Err(AdminError::GroupActive { members, .. }) => assert_eq!(members, ["a"]),
+        other => panic!("a guarded write under a live member: {other:?}"),
+    }
+    let records = admin.records(&group).await.expect("records");
+    assert_ne!(records.offsets.get(&partition), Some(&7), "nothing written");
+
+    member.close().await.expect("clean close");
+    admin
+        .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
+        .await
+        .expect("a guarded write with no member");
+    let records = admin.records(&group).await.expect("records");
+    assert_eq!(records.offsets.get(&partition), Some(&7));
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_on_zookeeper() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("cli-guard").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&connect, Duration::from_secs(5))
+        .await
+        .expect("admin session");
+    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect).session_timeout(SESSION);
+    guarded_writes(&admin, Box::new(backend)).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writes_on_etcd() {
+    let etcd = common::etcd::Etcd::new("cli-guard").await;
+    let admin =
+        tenure::etcd::EtcdAdmin::connect(etcd.endpoint(), etcd.prefix(), Duration::from_secs(5))
+            .await
+            .expect("admin connection");
+    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint())
+        .prefix(etcd.prefix())
+        .session_timeout(SESSION);
+    guarded_writes(&admin, Box::new(backend)).await;
+}

@@ -5,11 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use etcd_client::{Client, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
+};
 use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
 use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
 use tenure_tokio::admin::{
-    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord,
+    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,
 };
 
 /// etcd's default bound on the operations of one transaction
@@ -265,8 +267,10 @@ impl GroupAdmin for EtcdAdmin {
         &self,
         group: &str,
         offsets: &BTreeMap<TopicPartition, Offset>,
+        guard: WriteGuard,
     ) -> Result<(), AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
+        let members = format!("{}/{group}/members/", self.prefix);
         let puts: Vec<TxnOp> = offsets
             .iter()
             .map(|(partition, offset)| {
@@ -278,11 +282,23 @@ impl GroupAdmin for EtcdAdmin {
             })
             .collect();
         // All at once where etcd allows it, so a reader sees old or new
-        // offsets, not a mix.
+        // offsets, not a mix; and, guarded, only while no member key exists
+        // (over an empty range the compare sees version 0), so a member
+        // cannot register between a check and the write.
         for chunk in puts.chunks(MAX_TXN_OPS) {
+            // etcd-client wants the compare before the operations.
+            let txn = match guard {
+                WriteGuard::None => Txn::new().and_then(chunk.to_vec()),
+                WriteGuard::NoLiveMembers => Txn::new()
+                    .when([Compare::version(members.clone(), CompareOp::Equal, 0).with_prefix()])
+                    .and_then(chunk.to_vec())
+                    .or_else([TxnOp::get(
+                        members.clone(),
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )]),
+            };
             let mut client = self.client.clone();
-            let txn = Txn::new().and_then(chunk.to_vec());
-            match tokio::time::timeout(self.timeout, client.txn(txn)).await {
+            let response = match tokio::time::timeout(self.timeout, client.txn(txn)).await {
                 Err(_) => {
                     return Err(AdminError::Unreachable {
                         store: self.store(),
@@ -290,7 +306,28 @@ impl GroupAdmin for EtcdAdmin {
                     })
                 }
                 Ok(Err(error)) => return Err(self.refused("writing offsets".to_owned(), error)),
-                Ok(Ok(_)) => {}
+                Ok(Ok(response)) => response,
+            };
+            if !response.succeeded() {
+                let live = response
+                    .op_responses()
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        TxnOpResponse::Get(get) => Some(get),
+                        _ => None,
+                    })
+                    .flat_map(|get| {
+                        get.kvs()
+                            .iter()
+                            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                            .collect::<Vec<_>>()
+                    })
+                    .map(|key| key.strip_prefix(&members).unwrap_or(&key).to_owned())
+                    .collect();
+                return Err(AdminError::GroupActive {
+                    group: group.to_owned(),
+                    members: live,
+                });
             }
         }
         Ok(())

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
 use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
 use tenure_tokio::admin::{
-    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord,
+    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,
 };
 use zookeeper_client as zk;
 
@@ -227,8 +227,20 @@ impl GroupAdmin for ZooKeeperAdmin {
         &self,
         group: &str,
         offsets: &BTreeMap<TopicPartition, Offset>,
+        guard: WriteGuard,
     ) -> Result<(), AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
+        if guard == WriteGuard::NoLiveMembers {
+            // A multi-op can check a node's data version but not whether it
+            // has children: a look just before the write is all there is.
+            let live = self.children(&format!("/consumers/{group}/ids")).await?;
+            if !live.is_empty() {
+                return Err(AdminError::GroupActive {
+                    group: group.to_owned(),
+                    members: live,
+                });
+            }
+        }
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         for (partition, offset) in offsets {
             let path = format!(

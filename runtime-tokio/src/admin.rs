@@ -44,13 +44,26 @@ pub trait GroupAdmin: Send + Sync {
     async fn records(&self, group: &str) -> Result<GroupRecords, AdminError>;
 
     /// Writes committed offsets of `group` (creating the records that do not
-    /// exist), with no fencing: the caller makes sure no member owns these
-    /// partitions (see [`apply_reset`]).
+    /// exist). With [`WriteGuard::NoLiveMembers`] the write is refused with
+    /// [`AdminError::GroupActive`] if a member is registered: in the same
+    /// transaction where the store can (etcd), by a look just before
+    /// otherwise (ZooKeeper: a multi-op cannot check a node's children).
     async fn write_offsets(
         &self,
         group: &str,
         offsets: &BTreeMap<TopicPartition, Offset>,
+        guard: WriteGuard,
     ) -> Result<(), AdminError>;
+}
+
+/// What must hold for [`GroupAdmin::write_offsets`] to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteGuard {
+    /// Nothing: write even under live members (their next commits may
+    /// overwrite what is written).
+    None,
+    /// The group has no registered member.
+    NoLiveMembers,
 }
 
 /// What a store holds of one group.
@@ -436,25 +449,17 @@ pub async fn apply_reset(
     plan: &ResetPlan,
     force: bool,
 ) -> Result<(), AdminError> {
-    if !force {
-        let live = match admin.records(&plan.group).await {
-            Ok(records) => records.members.into_iter().map(|m| m.id).collect(),
-            Err(AdminError::UnknownGroup { .. }) => Vec::new(),
-            Err(error) => return Err(error),
-        };
-        if !live.is_empty() {
-            return Err(AdminError::GroupActive {
-                group: plan.group.clone(),
-                members: live,
-            });
-        }
-    }
     let offsets = plan
         .changes
         .iter()
         .map(|change| (change.partition.clone(), change.new))
         .collect();
-    admin.write_offsets(&plan.group, &offsets).await
+    let guard = if force {
+        WriteGuard::None
+    } else {
+        WriteGuard::NoLiveMembers
+    };
+    admin.write_offsets(&plan.group, &offsets, guard).await
 }
 
 /// The bounds of one partition's log.
