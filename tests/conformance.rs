@@ -33,8 +33,10 @@ mod scenarios;
 #[path = "conformance/stores.rs"]
 mod stores;
 
+#[path = "../testkit/driver.rs"]
+mod driver;
 #[allow(dead_code)]
-#[path = "../backend-zookeeper/tests/common/proxy.rs"]
+#[path = "../testkit/proxy.rs"]
 mod proxy;
 
 /// One test per scenario and store: `$scenario` run on a fresh store of

@@ -572,7 +572,7 @@ async fn a_revoked_lease_expires_the_session_and_a_new_one_is_granted() {
     let backend = sandbox
         .backend(&sandbox.address)
         .session_timeout(Duration::from_secs(3));
-    let mut a = common::Driver::start(backend, common::info("a")).await;
+    let mut a = common::Driver::start("etcd", backend, common::info("a")).await;
     let first = a.session;
     registered(a.register().await);
 
@@ -634,7 +634,7 @@ async fn session_suspends_resumes_and_expires() {
         .backend(&format!("http://{}", proxy.address))
         .session_timeout(Duration::from_secs(8))
         .request_timeout(Duration::from_secs(1));
-    let mut a = common::Driver::start(backend, common::info("a")).await;
+    let mut a = common::Driver::start("etcd", backend, common::info("a")).await;
     let first = a.session;
     registered(a.register().await);
     assert_eq!(a.watch_members().await, vec!["a"]);

@@ -603,7 +603,7 @@ async fn session_suspends_resumes_and_expires() {
     let session_timeout = Duration::from_secs(3);
     let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, sandbox.chroot))
         .session_timeout(session_timeout);
-    let mut a = common::Driver::start(backend, common::info("a")).await;
+    let mut a = common::Driver::start("zookeeper", backend, common::info("a")).await;
     let first = a.session;
     assert!(matches!(
         a.register().await,

@@ -6,7 +6,7 @@
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod kafka;
-#[path = "../../backend-zookeeper/tests/common/proxy.rs"]
+#[path = "../../testkit/proxy.rs"]
 pub mod proxy;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -3,22 +3,20 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../testkit/driver.rs"]
+mod driver;
+#[path = "../../../testkit/proxy.rs"]
 pub mod proxy;
 
-use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tenure_core::{Command, Event, MemberId, MemberInfo, RequestId, SessionId, TopicPartition};
-use tenure_tokio::Backend;
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
-use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
-/// How long any one expected event may take.
-pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub use driver::{info, partition, GROUP, TOPIC};
 
-pub const GROUP: &str = "g";
-pub const TOPIC: &str = "t";
+/// A started ZooKeeper backend and the events it sent.
+pub type Driver = driver::Driver<ZooKeeperBackend>;
 
 const HOW_TO_START: &str = "start one with `eval \"$(scripts/services start zookeeper)\"` \
      (scripts/services start sets TENURE_ZOOKEEPER) and run the tests again";
@@ -105,186 +103,6 @@ impl Sandbox {
         let backend = ZooKeeperBackend::new(self.connect.clone())
             .session_timeout(Duration::from_secs(10))
             .hooks(hooks);
-        Driver::start(backend, info(member)).await
-    }
-}
-
-pub fn info(member: &str) -> MemberInfo {
-    MemberInfo {
-        id: MemberId::new(member).expect("valid member id"),
-        topics: BTreeSet::from([TOPIC.to_owned()]),
-        strategy: "sticky".to_owned(),
-    }
-}
-
-pub fn partition(p: u32) -> TopicPartition {
-    TopicPartition::new(TOPIC, p)
-}
-
-/// A started backend and the events it sent.
-pub struct Driver {
-    pub backend: ZooKeeperBackend,
-    pub info: MemberInfo,
-    pub session: SessionId,
-    events: mpsc::UnboundedReceiver<Event>,
-    /// Events received while waiting for another one.
-    pending: VecDeque<Event>,
-    next_id: u64,
-}
-
-impl Driver {
-    pub async fn start(mut backend: ZooKeeperBackend, info: MemberInfo) -> Driver {
-        let (tx, events) = mpsc::unbounded_channel();
-        if let Err(e) = backend.start(GROUP, &info, tx).await {
-            panic!("backend does not start ({e}); {HOW_TO_START}");
-        }
-        let mut driver = Driver {
-            backend,
-            info,
-            session: SessionId(0),
-            events,
-            pending: VecDeque::new(),
-            next_id: 1,
-        };
-        driver.session = driver
-            .wait_for("SessionEstablished", |e| match e {
-                Event::SessionEstablished { session } => Some(*session),
-                _ => None,
-            })
-            .await;
-        driver
-    }
-
-    pub fn id(&mut self) -> RequestId {
-        let id = RequestId(self.next_id);
-        self.next_id += 1;
-        id
-    }
-
-    /// Waits for the first event `pick` accepts; keeps the others for later.
-    pub async fn wait_for<T>(
-        &mut self,
-        what: &str,
-        mut pick: impl FnMut(&Event) -> Option<T>,
-    ) -> T {
-        if let Some(i) = self.pending.iter().position(|e| pick(e).is_some()) {
-            let event = self.pending.remove(i).expect("index in range");
-            return pick(&event).expect("picked before");
-        }
-        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-        loop {
-            match tokio::time::timeout_at(deadline, self.events.recv()).await {
-                Err(_) => panic!(
-                    "no {what} within {EVENT_TIMEOUT:?}; other events: {:?}",
-                    self.pending
-                ),
-                Ok(None) => panic!("event channel closed while waiting for {what}"),
-                Ok(Some(event)) => match pick(&event) {
-                    Some(found) => return found,
-                    None => self.pending.push_back(event),
-                },
-            }
-        }
-    }
-
-    /// Whether an event `pick` accepts has arrived already (no waiting).
-    pub fn has(&mut self, mut pick: impl FnMut(&Event) -> bool) -> bool {
-        while let Ok(event) = self.events.try_recv() {
-            self.pending.push_back(event);
-        }
-        self.pending.iter().any(&mut pick)
-    }
-
-    /// Submits the command `make` builds from a fresh id and this session;
-    /// returns the id.
-    pub fn submit(&mut self, make: impl FnOnce(RequestId, SessionId) -> Command) -> RequestId {
-        let id = self.id();
-        let command = make(id, self.session);
-        self.backend.submit(command);
-        id
-    }
-
-    /// Waits for the result event of request `id`.
-    pub async fn result(&mut self, id: RequestId) -> Event {
-        self.wait_for(&format!("result of {id:?}"), |e| {
-            (e.request_id() == Some(id)).then(|| e.clone())
-        })
-        .await
-    }
-
-    pub async fn register(&mut self) -> Event {
-        let member = self.info.clone();
-        let id = self.submit(|id, session| Command::Register {
-            id,
-            session,
-            member,
-        });
-        self.result(id).await
-    }
-
-    pub async fn watch_members(&mut self) -> Vec<String> {
-        let id = self.submit(|id, session| Command::WatchMembers { id, session });
-        match self.result(id).await {
-            Event::MembersResult {
-                result: Ok(members),
-                ..
-            } => {
-                let mut ids: Vec<String> = members
-                    .into_iter()
-                    .map(|m| m.id.as_str().to_owned())
-                    .collect();
-                ids.sort();
-                ids
-            }
-            other => panic!("WatchMembers answered {other:?}"),
-        }
-    }
-
-    pub async fn claim(&mut self, p: u32) -> Event {
-        let id = self.submit(|id, session| Command::Claim {
-            id,
-            session,
-            partition: partition(p),
-        });
-        self.result(id).await
-    }
-
-    pub async fn release(&mut self, p: u32, token: Option<tenure_core::FencingToken>) -> Event {
-        let id = self.submit(|id, session| Command::Release {
-            id,
-            session,
-            partition: partition(p),
-            token,
-        });
-        self.result(id).await
-    }
-
-    pub async fn commit(&mut self, p: u32, offset: i64, token: tenure_core::FencingToken) -> Event {
-        let id = self.submit(|id, session| Command::CommitOffset {
-            id,
-            session,
-            partition: partition(p),
-            offset,
-            token,
-        });
-        self.result(id).await
-    }
-
-    pub async fn read_offset(&mut self, p: u32) -> Event {
-        let id = self.submit(|id, session| Command::ReadOffset {
-            id,
-            session,
-            partition: partition(p),
-        });
-        self.result(id).await
-    }
-
-    pub async fn watch_owner(&mut self, p: u32) -> Event {
-        let id = self.submit(|id, session| Command::WatchOwner {
-            id,
-            session,
-            partition: partition(p),
-        });
-        self.result(id).await
+        Driver::start("zookeeper", backend, info(member)).await
     }
 }

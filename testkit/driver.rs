@@ -1,0 +1,282 @@
+//! One member's backend started directly (no runtime, no core), fed core
+//! commands with made-up request ids under its current session, its events
+//! collected and waited for with a timeout. Works with any
+//! `tenure_tokio::Backend`.
+//!
+//! Not a crate: included by path (`#[path = ".../testkit/driver.rs"]`) from
+//! the ZooKeeper and etcd backends' tests (`tests/common/mod.rs`) and from
+//! the workspace's conformance suite (`tests/conformance.rs`), which wraps
+//! it with typed results and session enders.
+
+// Each includer uses a different subset.
+#![allow(dead_code)]
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use tenure_core::{
+    Command, Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId,
+    TopicPartition,
+};
+use tenure_tokio::Backend;
+use tokio::sync::mpsc;
+
+/// How long any one expected event may take.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub const GROUP: &str = "g";
+pub const TOPIC: &str = "t";
+
+pub fn info(member: &str) -> MemberInfo {
+    MemberInfo {
+        id: MemberId::new(member).expect("valid member id"),
+        topics: BTreeSet::from([TOPIC.to_owned()]),
+        strategy: "sticky".to_owned(),
+    }
+}
+
+pub fn partition(p: u32) -> TopicPartition {
+    TopicPartition::new(TOPIC, p)
+}
+
+/// A started backend and the events it sent.
+pub struct Driver<B> {
+    pub backend: B,
+    pub info: MemberInfo,
+    /// The session commands are issued under (the one of the first
+    /// `SessionEstablished`; tests may move it on).
+    pub session: SessionId,
+    /// The store's name, so that a failure says which store it came from.
+    pub store: &'static str,
+    events: mpsc::UnboundedReceiver<Event>,
+    /// Events received while waiting for another one.
+    pending: VecDeque<Event>,
+    /// The backend dropped every sender of its event channel.
+    closed: bool,
+    next_id: u64,
+}
+
+impl<B: Backend> Driver<B> {
+    /// Starts `backend` as `info` in [`GROUP`] and waits for its first
+    /// session.
+    pub async fn start(store: &'static str, mut backend: B, info: MemberInfo) -> Driver<B> {
+        let (tx, events) = mpsc::unbounded_channel();
+        if let Err(e) = backend.start(GROUP, &info, tx).await {
+            panic!(
+                "the {store} backend does not start ({e}); start the servers with \
+                 `eval \"$(scripts/services start)\"` and run the tests again"
+            );
+        }
+        let mut driver = Driver {
+            backend,
+            info,
+            session: SessionId(0),
+            store,
+            events,
+            pending: VecDeque::new(),
+            closed: false,
+            next_id: 1,
+        };
+        driver.session = driver
+            .wait_for("SessionEstablished", |e| match e {
+                Event::SessionEstablished { session } => Some(*session),
+                _ => None,
+            })
+            .await;
+        driver
+    }
+
+    pub fn id(&mut self) -> RequestId {
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        id
+    }
+
+    /// Waits for the first event `pick` accepts; keeps the others for later.
+    pub async fn wait_for<T>(
+        &mut self,
+        what: &str,
+        mut pick: impl FnMut(&Event) -> Option<T>,
+    ) -> T {
+        match self.wait_within(EVENT_TIMEOUT, &mut pick).await {
+            Some(found) => found,
+            None if self.closed => panic!(
+                "{}: the backend closed its event channel while we waited for {what}; \
+                 other events: {:?}",
+                self.store, self.pending
+            ),
+            None => panic!(
+                "{}: no {what} within {EVENT_TIMEOUT:?}; other events: {:?}",
+                self.store, self.pending
+            ),
+        }
+    }
+
+    /// Waits up to `window` for an event `pick` accepts; `None` if none
+    /// came (or the channel closed). The others are kept for later.
+    pub async fn wait_within<T>(
+        &mut self,
+        window: Duration,
+        mut pick: impl FnMut(&Event) -> Option<T>,
+    ) -> Option<T> {
+        if let Some(i) = self.pending.iter().position(|e| pick(e).is_some()) {
+            let event = self.pending.remove(i).expect("index in range");
+            return pick(&event);
+        }
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Err(_) => return None,
+                Ok(None) => {
+                    self.closed = true;
+                    return None;
+                }
+                Ok(Some(event)) => match pick(&event) {
+                    Some(found) => return Some(found),
+                    None => self.pending.push_back(event),
+                },
+            }
+        }
+    }
+
+    /// Whether an event `pick` accepts has arrived already (no waiting).
+    pub fn has(&mut self, mut pick: impl FnMut(&Event) -> bool) -> bool {
+        while let Ok(event) = self.events.try_recv() {
+            self.pending.push_back(event);
+        }
+        self.pending.iter().any(&mut pick)
+    }
+
+    /// Whether the backend has dropped every sender of its event channel
+    /// (and every event it sent has been received): it can never report
+    /// anything again.
+    pub fn events_closed(&mut self) -> bool {
+        loop {
+            match self.events.try_recv() {
+                Ok(event) => self.pending.push_back(event),
+                Err(mpsc::error::TryRecvError::Empty) => return self.closed,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.closed = true;
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Submits the command `make` builds from a fresh id and this
+    /// driver's session; returns the id.
+    pub fn submit(&mut self, make: impl FnOnce(RequestId, SessionId) -> Command) -> RequestId {
+        let id = self.id();
+        let command = make(id, self.session);
+        self.backend.submit(command);
+        id
+    }
+
+    /// Waits for the result event of request `id`.
+    pub async fn result(&mut self, id: RequestId) -> Event {
+        self.wait_for(&format!("result of {id:?}"), |e| {
+            (e.request_id() == Some(id)).then(|| e.clone())
+        })
+        .await
+    }
+
+    /// Submits the command `make` builds and waits for its result event.
+    pub async fn request(&mut self, make: impl FnOnce(RequestId, SessionId) -> Command) -> Event {
+        let id = self.submit(make);
+        self.result(id).await
+    }
+
+    pub async fn register(&mut self) -> Event {
+        let member = self.info.clone();
+        self.request(|id, session| Command::Register {
+            id,
+            session,
+            member,
+        })
+        .await
+    }
+
+    pub async fn deregister(&mut self) -> Event {
+        self.request(|id, session| Command::Deregister { id, session })
+            .await
+    }
+
+    /// The registered members' ids, sorted; sets the one-shot watch.
+    pub async fn watch_members(&mut self) -> Vec<String> {
+        match self
+            .request(|id, session| Command::WatchMembers { id, session })
+            .await
+        {
+            Event::MembersResult {
+                result: Ok(members),
+                ..
+            } => {
+                let mut ids: Vec<String> = members
+                    .into_iter()
+                    .map(|m| m.id.as_str().to_owned())
+                    .collect();
+                ids.sort();
+                ids
+            }
+            other => panic!("{}: WatchMembers answered {other:?}", self.store),
+        }
+    }
+
+    pub async fn heartbeat(&mut self) -> Event {
+        self.request(|id, session| Command::Heartbeat { id, session })
+            .await
+    }
+
+    pub async fn claim(&mut self, p: u32) -> Event {
+        let partition = partition(p);
+        self.request(|id, session| Command::Claim {
+            id,
+            session,
+            partition,
+        })
+        .await
+    }
+
+    pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Event {
+        let partition = partition(p);
+        self.request(|id, session| Command::Release {
+            id,
+            session,
+            partition,
+            token,
+        })
+        .await
+    }
+
+    pub async fn commit(&mut self, p: u32, offset: Offset, token: FencingToken) -> Event {
+        let partition = partition(p);
+        self.request(|id, session| Command::CommitOffset {
+            id,
+            session,
+            partition,
+            offset,
+            token,
+        })
+        .await
+    }
+
+    pub async fn read_offset(&mut self, p: u32) -> Event {
+        let partition = partition(p);
+        self.request(|id, session| Command::ReadOffset {
+            id,
+            session,
+            partition,
+        })
+        .await
+    }
+
+    pub async fn watch_owner(&mut self, p: u32) -> Event {
+        let partition = partition(p);
+        self.request(|id, session| Command::WatchOwner {
+            id,
+            session,
+            partition,
+        })
+        .await
+    }
+}
