@@ -18,7 +18,6 @@ use serde_json::Value;
 use tenure::core::{Config, TopicPartition};
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 
-const SESSION: Duration = Duration::from_secs(2);
 /// Messages produced to partition p before the member starts.
 const FIRST: [i64; 3] = [10, 20, 30];
 /// Messages produced to every partition while the member is live.
@@ -116,17 +115,8 @@ fn reset_ok(store: &[String], group: &str, topic: &str, to: &str) -> Value {
     serde_json::from_slice(&output.stdout).expect("reset-offsets --json prints JSON")
 }
 
-fn config(group: &str, member: &str, topic: &str) -> Config {
-    let mut config = Config::new(group, member, [topic])
-        .expect("valid config")
-        .with_session_timeout(SESSION)
-        .with_processing_timeout(Duration::from_secs(2));
-    config.commit_interval = Duration::from_millis(200);
-    config
-}
-
 async fn join(backend: Box<dyn Backend>, group: &str, member: &str, topic: &str) -> GroupMember {
-    GroupMember::builder(config(group, member, topic))
+    GroupMember::builder(common::config_for(group, member, topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .join(backend)
         .await
@@ -370,7 +360,8 @@ async fn describe_and_reset_on_zookeeper() {
         store,
         || {
             Box::new(
-                tenure::zookeeper::ZooKeeperBackend::new(connect.clone()).session_timeout(SESSION),
+                tenure::zookeeper::ZooKeeperBackend::new(connect.clone())
+                    .session_timeout(common::SESSION),
             )
         },
         "cli-zk",
@@ -395,7 +386,7 @@ async fn describe_and_reset_on_etcd() {
             Box::new(
                 tenure::etcd::EtcdBackend::new(endpoint.clone())
                     .prefix(prefix.clone())
-                    .session_timeout(SESSION),
+                    .session_timeout(common::SESSION),
             )
         },
         "cli-etcd",
@@ -518,7 +509,7 @@ async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: B
     let group = common::group("cli-guard");
     let partition = TopicPartition::new("t", 0);
     let mut config = Config::new(&group, "a", ["t"]).expect("valid config");
-    config = config.with_session_timeout(SESSION);
+    config = config.with_session_timeout(common::SESSION);
     let member = GroupMember::builder(config)
         .partitions([("t".to_owned(), 1)].into())
         .auto_drain(true)
@@ -562,7 +553,8 @@ async fn guarded_writes_on_zookeeper() {
     let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&connect, Duration::from_secs(5))
         .await
         .expect("admin session");
-    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect).session_timeout(SESSION);
+    let backend =
+        tenure::zookeeper::ZooKeeperBackend::new(connect).session_timeout(common::SESSION);
     guarded_writes(&admin, Box::new(backend)).await;
 }
 
@@ -576,6 +568,6 @@ async fn guarded_writes_on_etcd() {
             .expect("admin connection");
     let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint())
         .prefix(etcd.prefix())
-        .session_timeout(SESSION);
+        .session_timeout(common::SESSION);
     guarded_writes(&admin, Box::new(backend)).await;
 }

@@ -35,9 +35,13 @@ mod stores;
 
 #[path = "../testkit/driver.rs"]
 mod driver;
+#[path = "../testkit/etcd_server.rs"]
+mod etcd_server;
 #[allow(dead_code)]
 #[path = "../testkit/proxy.rs"]
 mod proxy;
+#[path = "../testkit/zookeeper_server.rs"]
+mod zookeeper_server;
 
 /// One test per scenario and store: `$scenario` run on a fresh store of
 /// each kind.

@@ -18,8 +18,6 @@ use tenure::core::{Config, TopicPartition};
 use tenure::tokio::{Backend, GroupMember, JoinError, KafkaConfig, KafkaError};
 use tokio::sync::mpsc;
 
-const SESSION: Duration = Duration::from_secs(2);
-
 /// What every member processed: (partition, offset) → (member, token) for
 /// every time it was processed.
 type Processed = Arc<Mutex<BTreeMap<(u32, i64), Vec<(String, u64)>>>>;
@@ -29,16 +27,6 @@ enum Control {
     Kill(Box<dyn FnOnce() + Send>),
 }
 
-fn config(group: &str, member: &str, topic: &str) -> Config {
-    let mut config = Config::new(group, member, [topic])
-        .expect("valid config")
-        .with_session_timeout(SESSION)
-        .with_processing_timeout(Duration::from_secs(2));
-    config.commit_interval = Duration::from_millis(200);
-    config.backoff_max = Duration::from_millis(500);
-    config
-}
-
 async fn join(
     backend: Box<dyn Backend>,
     monitor: &Monitor,
@@ -46,7 +34,7 @@ async fn join(
     name: &str,
     topic: &str,
 ) -> GroupMember {
-    GroupMember::builder(config(group, name, topic))
+    GroupMember::builder(common::config_for(group, name, topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .view_log(monitor.log())
         .seed(11)
@@ -134,14 +122,14 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
     let mut tasks = Vec::new();
     for name in ["m1", "m2", "m3"] {
         let backend = if name == "m2" {
-            let (backend, crash) = stores.doomed(SESSION).await;
+            let (backend, crash) = stores.doomed(common::SESSION).await;
             let (tx, rx) = mpsc::unbounded_channel();
             let member = join(backend, &monitor, &group, name, &topic).await;
             tasks.push(consume(member, processed.clone(), rx));
             controls.insert(name, (tx, Some(crash)));
             continue;
         } else {
-            stores.backend(SESSION)
+            stores.backend(common::SESSION)
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let member = join(backend, &monitor, &group, name, &topic).await;
@@ -151,7 +139,14 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (tx, rx) = mpsc::unbounded_channel();
-    let fourth = join(stores.backend(SESSION), &monitor, &group, "m4", &topic).await;
+    let fourth = join(
+        stores.backend(common::SESSION),
+        &monitor,
+        &group,
+        "m4",
+        &topic,
+    )
+    .await;
     tasks.push(consume(fourth, processed.clone(), rx));
     controls.insert("m4", (tx, None));
 
@@ -253,9 +248,9 @@ async fn bad_input_gets_clear_typed_errors() {
     let stores = ZooKeeper::new("bad-input").await;
     // A topic that does not exist.
     let missing = kafka::topic("missing");
-    let joined = GroupMember::builder(config("bad", "m1", &missing))
+    let joined = GroupMember::builder(common::config_for("bad", "m1", &missing))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
-        .join(stores.backend(SESSION))
+        .join(stores.backend(common::SESSION))
         .await;
     match joined {
         Err(JoinError::Kafka(KafkaError::UnknownTopic { topic, .. })) => assert_eq!(topic, missing),
@@ -272,9 +267,9 @@ async fn bad_input_gets_clear_typed_errors() {
     let mut silent = KafkaConfig::new("127.0.0.1:1");
     silent.connect_timeout = Duration::from_secs(2);
     let started = tokio::time::Instant::now();
-    let joined = GroupMember::builder(config("bad", "m2", "t"))
+    let joined = GroupMember::builder(common::config_for("bad", "m2", "t"))
         .kafka(silent)
-        .join(stores.backend(SESSION))
+        .join(stores.backend(common::SESSION))
         .await;
     assert!(
         matches!(
@@ -309,7 +304,7 @@ trait Revisions: Stores {
 #[async_trait::async_trait]
 impl Revisions for ZooKeeper {
     async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
-        let (backend, proxy) = self.through_proxy(SESSION).await;
+        let (backend, proxy) = self.through_proxy(common::SESSION).await;
         (Box::new(backend), proxy)
     }
 
@@ -353,7 +348,7 @@ impl Revisions for ZooKeeper {
 #[async_trait::async_trait]
 impl Revisions for common::etcd::Etcd {
     async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
-        let (backend, proxy) = self.through_proxy(SESSION).await;
+        let (backend, proxy) = self.through_proxy(common::SESSION).await;
         (Box::new(backend), proxy)
     }
 
@@ -442,8 +437,8 @@ async fn paused_member(stores: &dyn Revisions) {
     // Freeze: the member's task, its connection to the store, and the
     // application (which stops reading).
     proxy.stall();
-    member.freeze_for_test(SESSION * 3);
-    tokio::time::sleep(SESSION * 3 + Duration::from_millis(500)).await;
+    member.freeze_for_test(common::SESSION * 3);
+    tokio::time::sleep(common::SESSION * 3 + Duration::from_millis(500)).await;
     // The server expired the session meanwhile: its claims are gone.
     for p in 0..PARTITIONS {
         assert!(
@@ -524,7 +519,14 @@ async fn an_offset_out_of_range_is_reset_and_reported() {
         let _ = raw.create(&prefix, data, &persistent).await;
     }
     let monitor = Monitor::new();
-    let mut member = join(stores.backend(SESSION), &monitor, &group, "m1", &topic).await;
+    let mut member = join(
+        stores.backend(common::SESSION),
+        &monitor,
+        &group,
+        "m1",
+        &topic,
+    )
+    .await;
     let first = tokio::time::timeout(Duration::from_secs(20), member.next_message())
         .await
         .expect("messages flow")
@@ -559,9 +561,9 @@ async fn partitions_added_to_a_topic_get_consumed() {
     let group = common::group("grows");
     let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
     kafka_config.metadata_refresh = Duration::from_millis(500);
-    let mut member = GroupMember::builder(config(&group, "m1", &topic))
+    let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
         .kafka(kafka_config)
-        .join(stores.backend(SESSION))
+        .join(stores.backend(common::SESSION))
         .await
         .expect("join");
     kafka::add_partitions(&topic, 4);
@@ -598,10 +600,10 @@ async fn per_partition_streams_end_when_their_partition_is_revoked() {
     }
     let stores = ZooKeeper::new("streams").await;
     let group = common::group("streams");
-    let mut member = GroupMember::builder(config(&group, "m1", &topic))
+    let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .per_partition_streams(true)
-        .join(stores.backend(SESSION))
+        .join(stores.backend(common::SESSION))
         .await
         .expect("join");
     let mut readers = Vec::new();

@@ -9,12 +9,12 @@ mod recorder;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{Monitor, Stores, TOPIC};
+use common::memory::Memory;
+use common::{Monitor, TOPIC};
 use metrics::Unit;
 use recorder::Captured;
-use tenure::core::{Offset, TopicPartition};
-use tenure::tokio::{Backend, GroupMember, MemoryStore};
+use tenure::core::TopicPartition;
+use tenure::tokio::GroupMember;
 
 const CLAIMS: &str = "tenure_claims_total";
 const HANDOFFS: &str = "tenure_handoffs_total";
@@ -29,30 +29,6 @@ const COMMITTED_OFFSET: &str = "tenure_committed_offset";
 const PARTITION_LAG: &str = "tenure_partition_lag";
 
 const MEMBERS: [&str; 3] = ["m1", "m2", "m3"];
-
-struct Memory(MemoryStore);
-
-#[async_trait]
-impl Stores for Memory {
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
-        Box::new(self.0.backend(session_timeout))
-    }
-
-    async fn doomed(
-        &self,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
-        (self.backend(session_timeout), Box::new(|| {}))
-    }
-
-    async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
-        self.0.owner(group, partition)
-    }
-
-    async fn committed(&self, group: &str, partition: &TopicPartition) -> Option<Offset> {
-        self.0.committed(group, partition)
-    }
-}
 
 /// The recorder, installed before any member registers its metrics.
 fn recorder() -> &'static Captured {
@@ -124,7 +100,7 @@ fn gauges_match_views(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_report_what_they_own_and_how_they_got_it() {
     let recorder = recorder();
-    let stores = Memory(MemoryStore::new());
+    let stores = Memory::new();
     let (group, monitor, members) = common::three_settled(&stores, "telemetry-own").await;
     eventually("the gauges to match the views", || {
         gauges_match_views(recorder, &group, &monitor, &MEMBERS, 12)
@@ -181,7 +157,7 @@ async fn three_members_report_what_they_own_and_how_they_got_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_shows_as_the_committed_offset() {
     let recorder = recorder();
-    let stores = Memory(MemoryStore::new());
+    let stores = Memory::new();
     let group = common::group("telemetry-commit");
     let mut monitor = Monitor::new();
     // The common config commits every 200 ms.
@@ -234,7 +210,7 @@ async fn a_commit_shows_as_the_committed_offset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closing_member_counts_its_handoffs_and_the_others_rebalance() {
     let recorder = recorder();
-    let stores = Memory(MemoryStore::new());
+    let stores = Memory::new();
     let (group, mut monitor, mut members) = common::three_settled(&stores, "telemetry-close").await;
     let theirs: BTreeSet<TopicPartition> = monitor.views["m3"].owned.keys().cloned().collect();
     assert_eq!(theirs.len(), 4);

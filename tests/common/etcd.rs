@@ -14,15 +14,8 @@ use super::Stores;
 
 use super::proxy;
 
-const HOW_TO_START: &str =
-    "start it with `eval \"$(scripts/services start)\"` (it sets TENURE_ETCD), or run scripts/test";
-
-fn endpoint() -> String {
-    match std::env::var("TENURE_ETCD") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => panic!("TENURE_ETCD is not set: these tests need a real etcd; {HOW_TO_START}"),
-    }
-}
+#[path = "../../testkit/etcd_server.rs"]
+mod server;
 
 /// One test's prefix on the real etcd.
 pub struct Etcd {
@@ -33,17 +26,12 @@ pub struct Etcd {
 
 impl Etcd {
     pub async fn new(test: &str) -> Etcd {
-        let endpoint = endpoint();
+        let endpoint = server::endpoint();
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let prefix = format!("/tenure-test-{test}-{nanos}");
-        let connecting = Client::connect([endpoint.as_str()], None);
-        let raw = match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => panic!("etcd at {endpoint} does not answer ({e}); {HOW_TO_START}"),
-            Err(_) => panic!("etcd at {endpoint} does not answer within 5 s; {HOW_TO_START}"),
-        };
+        let raw = server::client(&endpoint).await;
         Etcd {
             endpoint,
             prefix,

@@ -6,6 +6,7 @@
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod kafka;
+pub mod memory;
 #[path = "../../testkit/proxy.rs"]
 pub mod proxy;
 #[cfg(feature = "zookeeper")]
@@ -52,7 +53,13 @@ pub fn group(name: &str) -> String {
 }
 
 pub fn config(group: &str, member: &str) -> Config {
-    let mut config = Config::new(group, member, [TOPIC])
+    config_for(group, member, TOPIC)
+}
+
+/// A member of `group` consuming `topic`, with the short timeouts the
+/// tests use.
+pub fn config_for(group: &str, member: &str, topic: &str) -> Config {
+    let mut config = Config::new(group, member, [topic])
         .expect("valid config")
         .with_session_timeout(SESSION)
         .with_processing_timeout(Duration::from_secs(2));

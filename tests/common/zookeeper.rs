@@ -14,28 +14,9 @@ use super::Stores;
 
 use super::proxy;
 
-const HOW_TO_START: &str =
-    "start one with `eval \"$(scripts/services start)\"` (it sets TENURE_ZOOKEEPER), or run scripts/test";
-
-fn address() -> String {
-    match std::env::var("TENURE_ZOOKEEPER") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => {
-            panic!("TENURE_ZOOKEEPER is not set: these tests need a real ZooKeeper; {HOW_TO_START}")
-        }
-    }
-}
-
-async fn client(connect: &str) -> zk::Client {
-    let connecting = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect);
-    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
-        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
-    }
-}
+#[path = "../../testkit/zookeeper_server.rs"]
+mod server;
+use server::{address, client};
 
 /// One test's chroot on the real server.
 pub struct ZooKeeper {

@@ -18,15 +18,13 @@ use zookeeper_client as zk;
 
 use crate::harness::{partition, Driver};
 use crate::proxy::Proxy;
+use crate::{etcd_server, zookeeper_server};
 
 /// The session timeout of ordinary members: long enough never to lapse
 /// during a test.
 pub const SESSION: Duration = Duration::from_secs(10);
 /// The session timeout of members whose session a test ends.
 pub const SHORT_SESSION: Duration = Duration::from_secs(2);
-
-const HOW_TO_START: &str = "start the servers with `eval \"$(scripts/services start)\"` \
-     (it sets TENURE_ZOOKEEPER and TENURE_ETCD), or run scripts/test";
 
 /// Where the stores legitimately (or, for the in-memory store, knowingly)
 /// part ways; each scenario asserts the common contract and branches only
@@ -275,26 +273,6 @@ impl Store for Memory {
 
 // --------------------------------------------------------------- ZooKeeper
 
-fn zookeeper_address() -> String {
-    match std::env::var("TENURE_ZOOKEEPER") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => {
-            panic!("TENURE_ZOOKEEPER is not set: this test needs a real ZooKeeper; {HOW_TO_START}")
-        }
-    }
-}
-
-async fn zookeeper_client(connect: &str) -> zk::Client {
-    let connecting = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect);
-    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
-        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
-    }
-}
-
 /// A fresh chroot on the real ZooKeeper.
 pub struct ZooKeeper {
     address: String,
@@ -304,9 +282,9 @@ pub struct ZooKeeper {
 
 impl ZooKeeper {
     pub async fn new(test: &str) -> ZooKeeper {
-        let address = zookeeper_address();
+        let address = zookeeper_server::address();
         let chroot = format!("/tenure-conf-{test}-{}", nanos());
-        let root = zookeeper_client(&address).await;
+        let root = zookeeper_server::client(&address).await;
         root.create(
             &chroot,
             b"",
@@ -315,7 +293,7 @@ impl ZooKeeper {
         .await
         .expect("create the test's chroot");
         drop(root);
-        let raw = zookeeper_client(&format!("{address}{chroot}")).await;
+        let raw = zookeeper_server::client(&format!("{address}{chroot}")).await;
         ZooKeeper {
             address,
             chroot,
@@ -424,13 +402,6 @@ impl Store for ZooKeeper {
 
 // -------------------------------------------------------------------- etcd
 
-fn etcd_endpoint() -> String {
-    match std::env::var("TENURE_ETCD") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => panic!("TENURE_ETCD is not set: this test needs a real etcd; {HOW_TO_START}"),
-    }
-}
-
 /// A fresh key prefix on the real etcd.
 pub struct Etcd {
     endpoint: String,
@@ -440,17 +411,8 @@ pub struct Etcd {
 
 impl Etcd {
     pub async fn new(test: &str) -> Etcd {
-        let endpoint = etcd_endpoint();
-        let connecting = async {
-            let mut client = EtcdClient::connect([endpoint.as_str()], None).await?;
-            client.status().await?;
-            Ok::<_, etcd_client::Error>(client)
-        };
-        let raw = match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => panic!("etcd at {endpoint} does not answer ({e}); {HOW_TO_START}"),
-            Err(_) => panic!("etcd at {endpoint} does not answer within 5 s; {HOW_TO_START}"),
-        };
+        let endpoint = etcd_server::endpoint();
+        let raw = etcd_server::client(&endpoint).await;
         Etcd {
             endpoint,
             prefix: format!("/tenure-conf-{test}-{}", nanos()),

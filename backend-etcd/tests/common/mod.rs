@@ -7,6 +7,8 @@
 mod driver;
 #[path = "../../../testkit/proxy.rs"]
 pub mod proxy;
+#[path = "../../../testkit/etcd_server.rs"]
+mod server;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,35 +17,10 @@ use tenure_core::SessionId;
 use tenure_etcd::{EtcdBackend, Hooks};
 
 pub use driver::{info, partition, EVENT_TIMEOUT, GROUP, TOPIC};
+pub use server::{client as raw_client, endpoint as address};
 
 /// A started etcd backend and the events it sent.
 pub type Driver = driver::Driver<EtcdBackend>;
-
-const HOW_TO_START: &str = "start one with `eval \"$(scripts/services start etcd)\"` \
-     (scripts/services start sets TENURE_ETCD) and run the tests again";
-
-/// The server's address; fails the test if it is not set.
-pub fn address() -> String {
-    match std::env::var("TENURE_ETCD") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => panic!("TENURE_ETCD is not set: these tests need a real etcd; {HOW_TO_START}"),
-    }
-}
-
-/// A client of the whole server; fails the test if the server does not
-/// answer.
-pub async fn raw_client(address: &str) -> Client {
-    let connecting = async {
-        let mut client = Client::connect([address], None).await?;
-        client.status().await?;
-        Ok::<_, etcd_client::Error>(client)
-    };
-    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("etcd at {address} does not answer ({e}); {HOW_TO_START}"),
-        Err(_) => panic!("etcd at {address} does not answer within 5s; {HOW_TO_START}"),
-    }
-}
 
 /// One test's corner of the server.
 pub struct Sandbox {

@@ -7,6 +7,8 @@
 mod driver;
 #[path = "../../../testkit/proxy.rs"]
 pub mod proxy;
+#[path = "../../../testkit/zookeeper_server.rs"]
+mod server;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,35 +16,10 @@ use tenure_zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
 
 pub use driver::{info, partition, GROUP, TOPIC};
+pub use server::{address, client as raw_client};
 
 /// A started ZooKeeper backend and the events it sent.
 pub type Driver = driver::Driver<ZooKeeperBackend>;
-
-const HOW_TO_START: &str = "start one with `eval \"$(scripts/services start zookeeper)\"` \
-     (scripts/services start sets TENURE_ZOOKEEPER) and run the tests again";
-
-/// The server's address; fails the test if it is not set.
-pub fn address() -> String {
-    match std::env::var("TENURE_ZOOKEEPER") {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
-        _ => {
-            panic!("TENURE_ZOOKEEPER is not set: these tests need a real ZooKeeper; {HOW_TO_START}")
-        }
-    }
-}
-
-/// A client of the whole server (no chroot); fails the test if the server
-/// does not answer.
-pub async fn raw_client(connect: &str) -> zk::Client {
-    let connecting = zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
-        .connect(connect);
-    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
-        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5s; {HOW_TO_START}"),
-    }
-}
 
 /// One test's corner of the server.
 pub struct Sandbox {

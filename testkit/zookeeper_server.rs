@@ -1,0 +1,40 @@
+//! The real ZooKeeper of `scripts/services`: where it is, and a client of
+//! it. A missing or silent server fails the test with the command that
+//! starts it, never a skip.
+//!
+//! Not a crate: included by path from the ZooKeeper backend's tests
+//! (`tests/common/mod.rs`), the workspace's group tests
+//! (`tests/common/zookeeper.rs`) and the conformance suite
+//! (`tests/conformance.rs`).
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+pub const HOW_TO_START: &str = "start it with `eval \"$(scripts/services start)\"` (it sets \
+     TENURE_ZOOKEEPER), or run scripts/test";
+
+/// The server's address; fails the test if it is not set.
+pub fn address() -> String {
+    match std::env::var("TENURE_ZOOKEEPER") {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => {
+            panic!("TENURE_ZOOKEEPER is not set: this test needs a real ZooKeeper; {HOW_TO_START}")
+        }
+    }
+}
+
+/// A client of `connect` (an address, with or without a chroot); fails the
+/// test if the server does not answer.
+pub async fn client(connect: &str) -> zk::Client {
+    let connecting = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect);
+    match tokio::time::timeout(Duration::from_secs(5), connecting).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
+        Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
+    }
+}
