@@ -238,7 +238,7 @@ async fn describe_and_reset(
     assert_eq!(members[0]["topics"], serde_json::json!([topic]));
     assert_eq!(
         members[0]["host"].as_str(),
-        tenure::tokio::admin::hostname().as_deref()
+        tenure::tokio::hostname().as_deref()
     );
     assert!(members[0]["since_ms"].as_i64().is_some(), "{live:#}");
     assert_eq!(column(&live, "owner"), vec![Value::from("a"); 3]);

@@ -4,13 +4,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     TxnResponse, WatchOptions,
 };
-use tenure_core::sim::adapter::{decode_registration, encode_registration, parse_offset};
+use tenure_core::sim::adapter::{decode_registration, parse_offset};
 use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
     SessionId, StoreError, TopicPartition,
@@ -69,13 +69,6 @@ pub(crate) fn store_error(error: etcd_client::Error) -> StoreError {
     } else {
         StoreError::Other(error.to_string())
     }
-}
-
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// A token as etcd's revision type; one that does not fit matches nothing.
@@ -256,11 +249,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Comm
 /// holds it. One transaction: the answer is about the record the compare saw.
 async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
     let key = ctx.shared.keys.member(&info.id);
-    let data = encode_registration(
-        info,
-        unix_secs(),
-        tenure_tokio::admin::hostname().as_deref(),
-    );
+    let data = tenure_tokio::registration_record(info);
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
         .and_then([TxnOp::put(

@@ -3,9 +3,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use tenure_core::sim::adapter::{decode_registration, encode_registration, parse_offset};
+use tenure_core::sim::adapter::{decode_registration, parse_offset};
 use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
     SessionId, StoreError, TopicPartition,
@@ -80,13 +80,6 @@ fn parent(path: &str) -> Option<&str> {
         Some(0) | None => None,
         Some(i) => Some(&path[..i]),
     }
-}
-
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Ctx {
@@ -267,11 +260,7 @@ pub(crate) async fn execute(
 
 async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
     let path = ctx.shared.layout.member(&info.id);
-    let data = encode_registration(
-        info,
-        unix_secs(),
-        tenure_tokio::admin::hostname().as_deref(),
-    );
+    let data = tenure_tokio::registration_record(info);
     match ctx.create(&path, &data, zk::CreateMode::Ephemeral).await {
         Ok(_) => Ok(RegisterOutcome::Registered),
         Err(zk::Error::NodeExists) => {

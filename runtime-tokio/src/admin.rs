@@ -574,21 +574,6 @@ async fn bounded<T>(
     }
 }
 
-/// The name of this host, for member registrations: what `hostname` says,
-/// or `None` where it cannot be read. Read once per process.
-pub fn hostname() -> Option<String> {
-    static HOSTNAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    HOSTNAME
-        .get_or_init(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .or_else(|| std::env::var("HOSTNAME").ok())
-                .map(|name| name.trim().to_owned())
-                .filter(|name| !name.is_empty())
-        })
-        .clone()
-}
-
 /// Parses an RFC 3339 time (`2026-11-30T12:00:00Z`,
 /// `2026-11-30 12:00:00.5+01:00`) into milliseconds since the Unix epoch.
 pub fn parse_rfc3339_millis(text: &str) -> Option<i64> {

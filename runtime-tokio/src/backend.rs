@@ -9,6 +9,31 @@ use tokio::sync::mpsc;
 /// learned them.
 pub type EventSender = mpsc::UnboundedSender<Event>;
 
+/// The registration record a backend writes for `member` of this process:
+/// Kafka 0.8's JSON with the member's strategy, this host's name and the
+/// current time, so that tools can say who registered where and when.
+pub fn registration_record(member: &MemberInfo) -> Vec<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    tenure_core::sim::adapter::encode_registration(member, now, hostname().as_deref())
+}
+
+/// The name of this host, for member registrations: what `hostname` says,
+/// or `None` where it cannot be read. Read once per process.
+pub fn hostname() -> Option<String> {
+    static HOSTNAME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    HOSTNAME
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty())
+        })
+        .clone()
+}
+
 /// Why a backend could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
