@@ -9,7 +9,7 @@
 
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use zookeeper_client as zk;
 
@@ -37,4 +37,24 @@ pub async fn client(connect: &str) -> zk::Client {
         Ok(Err(e)) => panic!("ZooKeeper at {connect} does not answer ({e}); {HOW_TO_START}"),
         Err(_) => panic!("ZooKeeper at {connect} does not answer within 5 s; {HOW_TO_START}"),
     }
+}
+
+/// Makes a chroot no other test uses, named after `test`; returns the
+/// server's address and the chroot (connect to `{address}{chroot}`).
+pub async fn fresh_chroot(test: &str) -> (String, String) {
+    let address = address();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let chroot = format!("/tenure-test-{test}-{nanos}");
+    client(&address)
+        .await
+        .create(
+            &chroot,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .expect("create the test's chroot");
+    (address, chroot)
 }

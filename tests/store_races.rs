@@ -17,30 +17,12 @@ use tenure::core::assignment::Range;
 use tenure::core::{Config, Error};
 use tenure::tokio::{Backend, GroupMember, Problem};
 use tenure::zookeeper::{Hooks, ZooKeeperBackend};
-use zookeeper_client as zk;
 
 async fn chroot(test: &str) -> String {
-    let address = std::env::var("TENURE_ZOOKEEPER").unwrap_or_else(|_| {
-        panic!("TENURE_ZOOKEEPER is not set: start ZooKeeper with `eval \"$(scripts/services start)\"`, or run scripts/test")
-    });
-    let root = tokio::time::timeout(Duration::from_secs(5), zk::Client::connect(&address))
+    common::zookeeper::ZooKeeper::new(test)
         .await
-        .unwrap_or_else(|_| {
-            panic!("ZooKeeper at {address} does not answer; run scripts/services start")
-        })
-        .unwrap_or_else(|e| panic!("ZooKeeper at {address}: {e}; run scripts/services start"));
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let chroot = format!("/tenure-race-{test}-{nanos}");
-    root.create(
-        &chroot,
-        b"",
-        &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-    )
-    .await
-    .expect("create the test's chroot");
-    format!("{address}{chroot}")
+        .connect_string()
+        .to_owned()
 }
 
 fn config(member: &str, processing: Duration) -> Config {

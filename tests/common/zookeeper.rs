@@ -1,7 +1,7 @@
 //! The real ZooKeeper of `scripts/services` as a store under test, one
 //! chroot per test.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::core::sim::adapter::{parse_offset, Layout};
@@ -16,7 +16,7 @@ use super::proxy;
 
 #[path = "../../testkit/zookeeper_server.rs"]
 mod server;
-use server::{address, client};
+use server::client;
 
 /// One test's chroot on the real server.
 pub struct ZooKeeper {
@@ -52,19 +52,7 @@ impl ZooKeeper {
     }
 
     pub async fn new(test: &str) -> ZooKeeper {
-        let address = address();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let chroot = format!("/tenure-group-{test}-{nanos}");
-        let root = client(&address).await;
-        root.create(
-            &chroot,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .expect("create the test's chroot");
+        let (address, chroot) = server::fresh_chroot(test).await;
         let connect = format!("{address}{chroot}");
         let raw = client(&connect).await;
         ZooKeeper {

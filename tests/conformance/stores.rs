@@ -282,17 +282,7 @@ pub struct ZooKeeper {
 
 impl ZooKeeper {
     pub async fn new(test: &str) -> ZooKeeper {
-        let address = zookeeper_server::address();
-        let chroot = format!("/tenure-conf-{test}-{}", nanos());
-        let root = zookeeper_server::client(&address).await;
-        root.create(
-            &chroot,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .expect("create the test's chroot");
-        drop(root);
+        let (address, chroot) = zookeeper_server::fresh_chroot(test).await;
         let raw = zookeeper_server::client(&format!("{address}{chroot}")).await;
         ZooKeeper {
             address,

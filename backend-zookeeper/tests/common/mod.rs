@@ -10,7 +10,7 @@ pub mod proxy;
 #[path = "../../../testkit/zookeeper_server.rs"]
 mod server;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
@@ -34,21 +34,7 @@ pub struct Sandbox {
 impl Sandbox {
     /// Creates a fresh chroot `/tenure-test-<name>-<nanos>`.
     pub async fn new(name: &str) -> Sandbox {
-        let address = address();
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos();
-        let chroot = format!("/tenure-test-{name}-{nanos}");
-        let root = raw_client(&address).await;
-        root.create(
-            &chroot,
-            b"",
-            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-        )
-        .await
-        .expect("create the test's chroot");
-        drop(root);
+        let (address, chroot) = server::fresh_chroot(name).await;
         let connect = format!("{address}{chroot}");
         let raw = raw_client(&connect).await;
         Sandbox {
