@@ -479,8 +479,12 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
         )
         .await;
     let took = killed_at.elapsed();
+    // The session lives a timeout past its last keep-alive, which comes
+    // every third of the timeout — later on a loaded machine — so the
+    // floor is two thirds of the timeout at best; a third still tells an
+    // expiry from a takeover that did not wait for one.
     assert!(
-        took >= SESSION / 2,
+        took >= SESSION / 3,
         "taken over after {took:?}: the dead member's session cannot have expired yet"
     );
     store_agrees(stores, &group, &monitor).await;
