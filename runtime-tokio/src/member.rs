@@ -590,7 +590,8 @@ impl Driver {
             }
         }
         self.owned = owned;
-        self.telemetry.on_published(&self.member, now());
+        self.telemetry
+            .on_published(&self.member, &self.owned, now());
         let view = View {
             session: self.member.session(),
             registered: self.member.is_registered(),

@@ -10,7 +10,7 @@
 //! acknowledgements arrive millions of times a second and must cost no
 //! more than a variant match here.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Once};
 use std::time::Instant;
 
@@ -142,8 +142,6 @@ struct PartitionTelemetry {
     lag_gauge: Option<Gauge>,
     /// The claim this member holds, as of the last look at its state.
     token: Option<FencingToken>,
-    /// Seen in the member's owned set during the look numbered so.
-    seen: u64,
     claim: Option<Timed>,
     /// The latest claim request, until answered: while it is out, a claim
     /// of a partition no longer assigned may still take effect.
@@ -173,7 +171,6 @@ impl PartitionTelemetry {
             committed_gauge: None,
             lag_gauge: None,
             token: None,
-            seen: 0,
             claim: None,
             claim_request: None,
             release: None,
@@ -239,8 +236,6 @@ pub(crate) struct Telemetry {
     /// look at the member's state: only then can ownership or assignment
     /// have changed.
     dirty: bool,
-    looks: u64,
-    owned_count: usize,
     assigned: BTreeSet<TopicPartition>,
     rebalancing_since: Option<Instant>,
 }
@@ -266,8 +261,6 @@ impl Telemetry {
             partitions: HashMap::new(),
             requests: HashMap::new(),
             dirty: true,
-            looks: 0,
-            owned_count: 0,
             assigned: BTreeSet::new(),
             rebalancing_since: None,
         }
@@ -489,18 +482,19 @@ impl Telemetry {
     }
 
     /// Looks at the member's state after a round of events and commands:
-    /// claims that began or ended, and the assignment settling.
-    pub(crate) fn on_published(&mut self, member: &Member, now: Instant) {
+    /// claims that began or ended (`owned` is the member's owned set, as
+    /// the driver just read it), and the assignment settling.
+    pub(crate) fn on_published(
+        &mut self,
+        member: &Member,
+        owned: &BTreeMap<TopicPartition, FencingToken>,
+        now: Instant,
+    ) {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
-        self.looks += 1;
-        let look = self.looks;
-        let mut count = 0;
-        for (partition, token) in member.owned() {
-            count += 1;
+        for (partition, &token) in owned {
             let state = entry(&mut self.partitions, &self.labels, partition);
-            state.seen = look;
             match state.token {
                 Some(held) if held == token => continue,
                 Some(_) => end_claim(state, partition, now, &self.handoffs),
@@ -509,7 +503,7 @@ impl Telemetry {
             start_claim(state, partition, token, now, &self.claims, &self.claim_wait);
         }
         for (partition, state) in &mut self.partitions {
-            if state.token.is_some() && state.seen != look {
+            if state.token.is_some() && !owned.contains_key(partition) {
                 end_claim(state, partition, now, &self.handoffs);
             }
             state.released = false;
@@ -533,10 +527,7 @@ impl Telemetry {
                 }
             }
         }
-        if count != self.owned_count {
-            self.owned_count = count;
-            self.partitions_owned.set(count as f64);
-        }
+        self.partitions_owned.set(owned.len() as f64);
         if *member.assigned() != self.assigned {
             self.assigned.clone_from(member.assigned());
             self.rebalancing_since.get_or_insert(now);
