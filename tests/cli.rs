@@ -23,20 +23,25 @@ const FIRST: [i64; 3] = [10, 20, 30];
 /// Messages produced to every partition while the member is live.
 const SECOND: i64 = 5;
 
-/// Runs the `tenure` binary with `store` flags (and Kafka's); the
-/// environment's TENURE_* variables are removed so only the flags count.
-fn tenure(store: &[String], args: &[&str]) -> Output {
+/// Runs the `tenure` binary with exactly `args`: the environment's
+/// TENURE_* variables are removed so only the flags count.
+fn run_tenure(args: &[&str]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
     for (name, _) in std::env::vars() {
         if name.starts_with("TENURE_") {
             command.env_remove(name);
         }
     }
-    command
-        .args(store)
-        .args(["--bootstrap", &kafka::bootstrap(), "--timeout", "10"])
-        .args(args);
-    command.output().expect("run the tenure binary")
+    command.args(args).output().expect("run the tenure binary")
+}
+
+/// Runs the `tenure` binary with `store` flags and Kafka's.
+fn tenure(store: &[String], args: &[&str]) -> Output {
+    let bootstrap = kafka::bootstrap();
+    let mut all: Vec<&str> = store.iter().map(String::as_str).collect();
+    all.extend(["--bootstrap", &bootstrap, "--timeout", "10"]);
+    all.extend_from_slice(args);
+    run_tenure(&all)
 }
 
 fn stdout(output: &Output) -> String {
@@ -398,10 +403,6 @@ async fn describe_and_reset_on_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_records_are_named_with_their_path() {
     let zookeeper = common::zookeeper::ZooKeeper::new("cli-corrupt").await;
-    let store = vec![
-        "--zookeeper".to_owned(),
-        zookeeper.connect_string().to_owned(),
-    ];
     let group = common::group("cli-corrupt");
     let options =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
@@ -425,17 +426,13 @@ async fn corrupt_records_are_named_with_their_path() {
         .expect("a corrupt offset");
 
     // Without Kafka: the store's records alone.
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("TENURE_") {
-            command.env_remove(name);
-        }
-    }
-    let output = command
-        .args(&store)
-        .args(["describe", &group, "--json"])
-        .output()
-        .expect("run the tenure binary");
+    let output = run_tenure(&[
+        "--zookeeper",
+        zookeeper.connect_string(),
+        "describe",
+        &group,
+        "--json",
+    ]);
     assert_eq!(
         output.status.code(),
         Some(1),
@@ -451,15 +448,7 @@ async fn corrupt_records_are_named_with_their_path() {
 /// the run; so does an address that cannot be one.
 #[tokio::test]
 async fn unreachable_stores_are_named() {
-    let run = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure"));
-        for (name, _) in std::env::vars() {
-            if name.starts_with("TENURE_") {
-                command.env_remove(name);
-            }
-        }
-        command.args(args).output().expect("run the tenure binary")
-    };
+    let run = run_tenure;
     // Port 1 on the loopback: nothing listens there.
     let zookeeper = run(&["--zookeeper", "127.0.0.1:1", "--timeout", "1", "groups"]);
     assert_eq!(zookeeper.status.code(), Some(1));
