@@ -9,6 +9,8 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub use tenure_core as core;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;

@@ -30,7 +30,9 @@ impl SplitMix64 {
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
     }
 
-    /// True with probability `numerator / denominator`.
+    /// True with probability `numerator / denominator` (the simulator's
+    /// fault schedule; the core itself needs only [`SplitMix64::below`]).
+    #[cfg(any(test, feature = "sim"))]
     pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
         self.below(denominator) < numerator
     }

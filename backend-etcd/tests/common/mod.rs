@@ -3,12 +3,9 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../testkit/driver.rs"]
-mod driver;
-#[path = "../../../testkit/proxy.rs"]
-pub mod proxy;
-#[path = "../../../testkit/etcd_server.rs"]
-mod server;
+use tenure_testkit::driver;
+use tenure_testkit::etcd_server as server;
+pub use tenure_testkit::proxy;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -3,12 +3,9 @@
 
 #![allow(dead_code)]
 
-#[path = "../../../testkit/driver.rs"]
-mod driver;
-#[path = "../../../testkit/proxy.rs"]
-pub mod proxy;
-#[path = "../../../testkit/zookeeper_server.rs"]
-mod server;
+use tenure_testkit::driver;
+pub use tenure_testkit::proxy;
+use tenure_testkit::zookeeper_server as server;
 
 use std::time::Duration;
 

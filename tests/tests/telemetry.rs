@@ -2,9 +2,8 @@
 //! through a recorder that keeps every value. Tests run in parallel in one
 //! process and share the recorder: each reads only its own group's series.
 
-mod common;
-#[path = "common/recorder.rs"]
-mod recorder;
+use tenure_tests as common;
+use tenure_tests::recorder;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

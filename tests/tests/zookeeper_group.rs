@@ -2,9 +2,7 @@
 //! Start the server with `eval "$(scripts/services start)"` (which sets
 //! `TENURE_ZOOKEEPER`); `scripts/test` does it for you.
 
-#![cfg(feature = "zookeeper")]
-
-mod common;
+use tenure_tests as common;
 
 use common::zookeeper::ZooKeeper;
 

@@ -1,16 +1,19 @@
-//! Group scenarios that every store must pass: the same tests run on the
-//! embedded in-memory store and on a real ZooKeeper.
+//! tenure's integration tests against real ZooKeeper, etcd and Kafka (the
+//! servers of `scripts/services`), and what they share: group scenarios
+//! that every store must pass (the same tests run on the embedded in-memory
+//! store, a real ZooKeeper and a real etcd), the stores under test, Kafka
+//! test data, and a metrics recorder. The tests are in `tests/`, the
+//! end-to-end benchmarks in `examples/`.
 
 #![allow(dead_code)]
 
-#[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod kafka;
 pub mod memory;
-#[path = "../../testkit/proxy.rs"]
-pub mod proxy;
-#[cfg(feature = "zookeeper")]
+pub mod recorder;
 pub mod zookeeper;
+
+pub use tenure_testkit::proxy;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -76,6 +79,12 @@ pub struct Monitor {
     pub views: BTreeMap<String, View>,
     /// Fetching intervals per partition: (member, from, until).
     intervals: BTreeMap<TopicPartition, Vec<(String, Instant, Option<Instant>)>>,
+}
+
+impl Default for Monitor {
+    fn default() -> Monitor {
+        Monitor::new()
+    }
 }
 
 impl Monitor {

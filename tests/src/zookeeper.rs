@@ -14,9 +14,8 @@ use super::Stores;
 
 use super::proxy;
 
-#[path = "../../testkit/zookeeper_server.rs"]
-mod server;
 use server::client;
+use tenure_testkit::zookeeper_server as server;
 
 /// One test's chroot on the real server.
 pub struct ZooKeeper {

@@ -2,9 +2,8 @@
 //! coordinated on the embedded store: it must agree with what a tool
 //! computes from outside, the log end minus the committed offset.
 
-mod common;
-#[path = "common/recorder.rs"]
-mod recorder;
+use tenure_tests as common;
+use tenure_tests::recorder;
 
 use std::time::Duration;
 

@@ -5,9 +5,7 @@
 //! On etcd a claim is one transaction, so the NodeExists → NoNode race
 //! cannot happen at all; the scenario still has to converge there.
 
-#![cfg(feature = "zookeeper")]
-
-mod common;
+use tenure_tests as common;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -60,7 +58,6 @@ fn zookeeper(connect: &str, hooks: Hooks) -> Box<dyn Backend> {
     )
 }
 
-#[cfg(feature = "etcd")]
 fn etcd(prefix: &str, slow_claim: Duration) -> Box<dyn Backend> {
     let endpoint = std::env::var("TENURE_ETCD").unwrap_or_else(|_| {
         panic!("TENURE_ETCD is not set: start etcd with `eval \"$(scripts/services start)\"`, or run scripts/test")
@@ -77,7 +74,6 @@ fn etcd(prefix: &str, slow_claim: Duration) -> Box<dyn Backend> {
     )
 }
 
-#[cfg(feature = "etcd")]
 fn prefix(test: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -179,7 +175,6 @@ async fn owner_vanishing_between_create_and_read_still_converges_on_zookeeper() 
     .await;
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_vanishing_between_create_and_read_still_converges_on_etcd() {
     let prefix = prefix("vanishes");
@@ -196,7 +191,6 @@ async fn a_release_after_the_full_processing_timeout_still_hands_over_on_zookeep
     .await;
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_after_the_full_processing_timeout_still_hands_over_on_etcd() {
     let prefix = prefix("timeout");

@@ -3,13 +3,8 @@
 //! collected and waited for with a timeout. Works with any
 //! `tenure_tokio::Backend`.
 //!
-//! Not a crate: included by path (`#[path = ".../testkit/driver.rs"]`) from
-//! the ZooKeeper and etcd backends' tests (`tests/common/mod.rs`) and from
-//! the workspace's conformance suite (`tests/conformance.rs`), which wraps
-//! it with typed results and session enders.
-
-// Each includer uses a different subset.
-#![allow(dead_code)]
+//! Used by the ZooKeeper and etcd backends' tests and by the workspace's
+//! conformance suite, which wraps it with typed results and session enders.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //! Start the server with `eval "$(scripts/services start)"` (which sets
 //! `TENURE_ETCD`); `scripts/test` does it for you.
 
-#![cfg(feature = "etcd")]
-
-mod common;
+use tenure_tests as common;
 
 use common::etcd::Etcd;
 

@@ -1,10 +1,6 @@
 //! A TCP proxy in front of a store's server (ZooKeeper, etcd) that a test
 //! can stall or cut, to make the client lose its connection (and, held long
 //! enough, its session or lease).
-//!
-//! Not a crate: included by path (`#[path = ".../testkit/proxy.rs"]`) from
-//! the ZooKeeper and etcd backends' tests (`tests/common/mod.rs`) and from
-//! the workspace's tests (`tests/common/mod.rs`, `tests/conformance.rs`).
 
 use std::net::SocketAddr;
 

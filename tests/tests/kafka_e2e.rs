@@ -3,9 +3,7 @@
 //! leave and die; nothing is lost, offsets end where the log ends, claims
 //! never overlap, and duplicates stay within the partitions that moved.
 
-#![cfg(feature = "zookeeper")]
-
-mod common;
+use tenure_tests as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -87,7 +85,6 @@ async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_zookeepe
     a_hundred_thousand_messages(&ZooKeeper::new("e2e").await, "zookeeper").await;
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_etcd() {
     a_hundred_thousand_messages(&common::etcd::Etcd::new("e2e").await, "etcd").await;
@@ -344,7 +341,6 @@ impl Revisions for ZooKeeper {
     }
 }
 
-#[cfg(feature = "etcd")]
 #[async_trait::async_trait]
 impl Revisions for common::etcd::Etcd {
     async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
@@ -388,7 +384,6 @@ async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims_on_z
     paused_member(&ZooKeeper::new("paused").await).await;
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_paused_past_its_session_commits_nothing_until_it_reclaims_on_etcd() {
     paused_member(&common::etcd::Etcd::new("paused").await).await;

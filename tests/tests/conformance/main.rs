@@ -24,24 +24,14 @@
 //!   claim (ZooKeeper, the model) cannot happen there; it is not a
 //!   scenario here (the ZooKeeper backend's own tests reproduce it).
 
-#![cfg(all(feature = "zookeeper", feature = "etcd"))]
-
-#[path = "conformance/harness.rs"]
 mod harness;
-#[path = "conformance/scenarios.rs"]
 mod scenarios;
-#[path = "conformance/stores.rs"]
 mod stores;
 
-#[path = "../testkit/driver.rs"]
-mod driver;
-#[path = "../testkit/etcd_server.rs"]
-mod etcd_server;
-#[allow(dead_code)]
-#[path = "../testkit/proxy.rs"]
-mod proxy;
-#[path = "../testkit/zookeeper_server.rs"]
-mod zookeeper_server;
+use tenure_testkit::driver;
+use tenure_testkit::etcd_server;
+use tenure_testkit::proxy;
+use tenure_testkit::zookeeper_server;
 
 /// One test per scenario and store: `$scenario` run on a fresh store of
 /// each kind.

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
+use crate::tokio::admin::{format_rfc3339, GroupDescription, ResetPlan};
 use serde_json::{json, Value};
-use tenure::tokio::admin::{format_rfc3339, GroupDescription, ResetPlan};
 
 /// Left-aligned columns two spaces apart, headers first.
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {

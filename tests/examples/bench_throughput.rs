@@ -3,7 +3,7 @@
 //! which sets `TENURE_KAFKA` and `TENURE_ZOOKEEPER`).
 //!
 //! ```text
-//! cargo run --release --example bench_throughput
+//! cargo run --release -p tenure-tests --example bench_throughput
 //! ```
 //!
 //! It produces `--messages` messages (default 300,000, 100-byte values) to

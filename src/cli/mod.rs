@@ -1,6 +1,8 @@
-//! `tenure`: who is in a group, who owns which partition, how far behind
-//! each partition is, and moving its committed offsets — for groups in
-//! ZooKeeper or etcd, with Kafka for the log offsets.
+//! The `tenure` command (feature `cli`): who is in a group, who owns which
+//! partition, how far behind each partition is, and moving its committed
+//! offsets — for groups in ZooKeeper or etcd, with Kafka for the log
+//! offsets. The binary is [`main`]; the library behind it is
+//! [`tenure::tokio::admin`](crate::tokio::admin).
 //!
 //! ```text
 //! tenure --zookeeper 127.0.0.1:2181 groups
@@ -17,10 +19,10 @@ mod render;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::tokio::admin::{self, AdminError, GroupAdmin, ResetTarget};
+use crate::tokio::kafka::{self, KafkaConfig};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use tenure::tokio::admin::{self, AdminError, GroupAdmin, ResetTarget};
-use tenure::tokio::kafka::{self, KafkaConfig};
 
 /// The key prefix of tenure's groups in etcd unless `--etcd-prefix` says
 /// otherwise (the members' default).
@@ -168,7 +170,7 @@ async fn connect_store(
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&address, connection.wait())
+            let admin = crate::zookeeper::ZooKeeperAdmin::connect(&address, connection.wait())
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Box::new(admin))
@@ -180,7 +182,7 @@ async fn connect_store(
         )),
         #[cfg(feature = "etcd")]
         Store::Etcd(endpoints) => {
-            let admin = tenure::etcd::EtcdAdmin::connect(
+            let admin = crate::etcd::EtcdAdmin::connect(
                 &endpoints,
                 &connection.etcd_prefix,
                 connection.wait(),
@@ -280,7 +282,11 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode, String> {
     }
 }
 
-fn main() -> ExitCode {
+/// Runs the command on this process's arguments and environment (the
+/// `TENURE_*` variables), printing to stdout and stderr, and returns its
+/// exit status: 0 done, 1 failed or refused, 2 bad usage (clap exits by
+/// itself on bad usage, `--help` and `--version`).
+pub fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -11,6 +11,12 @@ use super::Stores;
 /// A fresh in-memory store; members of one test share it.
 pub struct Memory(pub MemoryStore);
 
+impl Default for Memory {
+    fn default() -> Memory {
+        Memory::new()
+    }
+}
+
 impl Memory {
     pub fn new() -> Memory {
         Memory(MemoryStore::new())

@@ -14,8 +14,7 @@ use super::Stores;
 
 use super::proxy;
 
-#[path = "../../testkit/etcd_server.rs"]
-mod server;
+use tenure_testkit::etcd_server as server;
 
 /// One test's prefix on the real etcd.
 pub struct Etcd {

@@ -3,9 +3,7 @@
 //! and converge with every partition owned. In a test binary of its own,
 //! since it restarts the servers the other tests use.
 
-#![cfg(feature = "zookeeper")]
-
-mod common;
+use tenure_tests as common;
 
 use std::process::Command;
 use std::time::Duration;
@@ -20,7 +18,6 @@ async fn members_converge_after_zookeeper_restarts() {
     converge_after_restart(&stores, "zookeeper", true).await;
 }
 
-#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_converge_after_etcd_restarts() {
     let stores = common::etcd::Etcd::new("restart").await;

@@ -1,6 +1,6 @@
 //! The group scenarios on the embedded in-memory store.
 
-mod common;
+use tenure_tests as common;
 
 use common::memory::Memory;
 

@@ -3,8 +3,8 @@
 //! `TENURE_ETCD`).
 //!
 //! ```text
-//! cargo run --release --example bench_handoff
-//! cargo run --release --features etcd --example bench_handoff -- --backend etcd
+//! cargo run --release -p tenure-tests --example bench_handoff
+//! cargo run --release -p tenure-tests --example bench_handoff -- --backend etcd
 //! ```
 //!
 //! It measures, in one run:
@@ -186,7 +186,6 @@ impl Place for ZooKeeperPlace {
     }
 }
 
-#[cfg(feature = "etcd")]
 struct EtcdPlace {
     endpoint: String,
     prefix: String,
@@ -195,7 +194,6 @@ struct EtcdPlace {
     lease: i64,
 }
 
-#[cfg(feature = "etcd")]
 impl EtcdPlace {
     async fn new(endpoint: &str, name: &str) -> Result<EtcdPlace, String> {
         let nanos = std::time::SystemTime::now()
@@ -227,7 +225,6 @@ impl EtcdPlace {
     }
 }
 
-#[cfg(feature = "etcd")]
 #[async_trait]
 impl Place for EtcdPlace {
     fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>) {
@@ -551,7 +548,6 @@ fn summary(name: &str, latencies: &mut [Duration]) -> (Duration, Duration) {
 async fn place(backend: &str, name: &str) -> Result<Arc<dyn Place>, String> {
     match backend {
         "zookeeper" => Ok(Arc::new(ZooKeeperPlace::new(&address()?, name).await?)),
-        #[cfg(feature = "etcd")]
         "etcd" => {
             let endpoint = std::env::var("TENURE_ETCD").map_err(|_| {
                 "TENURE_ETCD is not set: start etcd with `eval \"$(scripts/services start)\"`"
@@ -559,12 +555,6 @@ async fn place(backend: &str, name: &str) -> Result<Arc<dyn Place>, String> {
             })?;
             Ok(Arc::new(EtcdPlace::new(&endpoint, name).await?))
         }
-        #[cfg(not(feature = "etcd"))]
-        "etcd" => Err(
-            "built without the etcd feature: cargo run --release --features etcd \
-                       --example bench_handoff -- --backend etcd"
-                .into(),
-        ),
         other => Err(format!("unknown backend {other:?} (zookeeper or etcd)")),
     }
 }

@@ -1,13 +1,6 @@
 //! The real etcd of `scripts/services`: where it is, and a client of it. A
 //! missing or silent server fails the test with the command that starts
 //! it, never a skip.
-//!
-//! Not a crate: included by path from the etcd backend's tests
-//! (`tests/common/mod.rs`), the workspace's group tests
-//! (`tests/common/etcd.rs`) and the conformance suite
-//! (`tests/conformance.rs`).
-
-#![allow(dead_code)]
 
 use std::time::Duration;
 
