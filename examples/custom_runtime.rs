@@ -14,8 +14,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tenure::core::sim::adapter::{self, Execution, Layout};
-use tenure::core::sim::store::Store;
+use tenure::core::model::adapter::{self, Execution};
+use tenure::core::model::store::Store;
+use tenure::core::records::Layout;
 use tenure::core::{Command, Config, Event, Member, SessionId};
 
 /// One member and what is on its way to it.

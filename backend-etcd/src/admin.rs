@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 };
-use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
+use tenure_core::records::{decode_registration_record, parse_offset};
 use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
 use tenure_tokio::admin::{
     AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,

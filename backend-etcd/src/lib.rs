@@ -15,7 +15,7 @@
 //!
 //! Every command is one etcd request (a transaction where it must look
 //! before it writes), carried out with the semantics of the simulator's
-//! reference adapter (`tenure_core::sim::adapter`) and of the ZooKeeper
+//! reference adapter (`tenure_core::model::adapter`) and of the ZooKeeper
 //! backend, each command in its own task so that commands pipeline.
 //!
 //! The fencing token of a claim is the owner key's `create_revision`. An

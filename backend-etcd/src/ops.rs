@@ -1,5 +1,5 @@
 //! The store commands, carried out as etcd requests with the semantics of
-//! the reference adapter (`tenure_core::sim::adapter`) and of the ZooKeeper
+//! the reference adapter (`tenure_core::model::adapter`) and of the ZooKeeper
 //! backend.
 
 use std::future::Future;
@@ -10,7 +10,7 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     TxnResponse, WatchOptions,
 };
-use tenure_core::sim::adapter::{decode_registration, parse_offset};
+use tenure_core::records::{decode_registration, parse_offset};
 use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
     SessionId, StoreError, TopicPartition,

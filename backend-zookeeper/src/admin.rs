@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use tenure_core::sim::adapter::{decode_registration_record, parse_offset};
+use tenure_core::records::{decode_registration_record, parse_offset};
 use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
 use tenure_tokio::admin::{
     AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,

@@ -10,7 +10,7 @@
 //!   ASCII decimal.
 //!
 //! Every command is carried out as the simulator's reference adapter
-//! (`tenure_core::sim::adapter`) carries it out, one ZooKeeper request after
+//! (`tenure_core::model::adapter`) carries it out, one ZooKeeper request after
 //! another, each command in its own task so that commands pipeline.
 //!
 //! The fencing token of a claim is the owner node's `czxid`; an offset commit
@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure_core::sim::adapter::Layout;
+use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError, TopicPartition};
 use tenure_tokio::{Backend, BackendError, EventSender};
 use tokio::task::{JoinHandle, JoinSet};

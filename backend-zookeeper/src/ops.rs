@@ -1,11 +1,11 @@
 //! The store commands, carried out as ZooKeeper requests with the semantics
-//! of the reference adapter (`tenure_core::sim::adapter`).
+//! of the reference adapter (`tenure_core::model::adapter`).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tenure_core::sim::adapter::{decode_registration, parse_offset};
+use tenure_core::records::{decode_registration, parse_offset};
 use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
     SessionId, StoreError, TopicPartition,

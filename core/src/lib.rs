@@ -5,16 +5,20 @@
 //! ([`Member::poll_command`]), and time is always passed in: the core has no
 //! I/O, no clocks, no threads and no async runtime. Randomness (retry
 //! jitter) comes only from the seed given to [`Member::new`]. A runtime
-//! carries the commands to a store (ZooKeeper, etcd, or the in-memory model
-//! of the `sim` feature) and to Kafka, and brings results back as events.
+//! carries the commands to a store (ZooKeeper, etcd, or the in-memory
+//! [`model`]) and to Kafka, and brings results back as events.
 //!
 //! Modules, one job each:
 //! - [`types`], [`config`], [`error`]: the nouns, the settings, the errors;
 //! - [`assignment`]: which member should own which partition;
 //! - [`protocol`]: the member state machine (claims, releases, offsets,
 //!   sessions);
-//! - `sim` (feature `sim`): an in-memory store with ZooKeeper's semantics
-//!   and a deterministic simulator of whole groups.
+//! - [`records`]: the records a group keeps in its store (paths, the
+//!   registration JSON, the offset codec), shared by every backend;
+//! - [`model`]: an in-memory store with ZooKeeper's semantics and the
+//!   adapter that carries commands to it (the runtime's embedded store);
+//! - `sim` (feature `sim`): a deterministic simulator of whole groups on
+//!   that model, with faults.
 
 #![deny(missing_docs)]
 
@@ -22,7 +26,9 @@ pub mod assignment;
 mod backoff;
 pub mod config;
 pub mod error;
+pub mod model;
 pub mod protocol;
+pub mod records;
 mod rng;
 #[cfg(feature = "sim")]
 pub mod sim;

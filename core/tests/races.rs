@@ -15,15 +15,14 @@
 //! code only), which leaves the partition without an owner: the test shows
 //! what it protects against.
 
-#![cfg(feature = "sim")]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::assignment::Range;
-use tenure_core::sim::adapter::{self, Execution, Layout};
-use tenure_core::sim::store::{CreateMode, OpError, Store};
+use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::store::{CreateMode, OpError, Store};
+use tenure_core::records::Layout;
 use tenure_core::{
     Command, Config, Event, Member, MemberInfo, RequestId, SessionId, TopicPartition,
 };
@@ -172,7 +171,7 @@ impl Scenario {
             .create(
                 session,
                 &path,
-                adapter::encode_registration(&info(name), 0, None),
+                tenure_core::records::encode_registration(&info(name), 0, None),
                 CreateMode::Ephemeral,
             )
             .expect("registration");
@@ -197,7 +196,7 @@ impl Scenario {
         index
     }
 
-    fn route_watches(&mut self, fired: Vec<tenure_core::sim::store::WatchEvent>) {
+    fn route_watches(&mut self, fired: Vec<tenure_core::model::store::WatchEvent>) {
         for watch in fired {
             let Some(index) = self.nodes.iter().position(|n| n.session == watch.session) else {
                 continue;

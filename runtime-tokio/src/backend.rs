@@ -16,7 +16,7 @@ pub fn registration_record(member: &MemberInfo) -> Vec<u8> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
-    tenure_core::sim::adapter::encode_registration(member, now, hostname().as_deref())
+    tenure_core::records::encode_registration(member, now, hostname().as_deref())
 }
 
 /// The name of this host, for member registrations: what `hostname` says,

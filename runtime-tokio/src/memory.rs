@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::sim::adapter::{self, Execution, Layout};
-use tenure_core::sim::store::{Store, WatchEvent};
+use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::store::{Store, WatchEvent};
+use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
 use tokio::task::JoinHandle;
 
@@ -62,7 +63,7 @@ impl MemoryStore {
         let shared = self.lock();
         let path = Layout::new("", group).offset(partition);
         let (data, _) = shared.store.get(&path).ok()?;
-        adapter::parse_offset(&path, &data).ok()
+        tenure_core::records::parse_offset(&path, &data).ok()
     }
 
     /// Writes `data` at `path` as a persistent record, creating its parents
@@ -86,7 +87,7 @@ impl MemoryStore {
                 session,
                 path,
                 data.to_vec(),
-                tenure_core::sim::store::CreateMode::Persistent,
+                tenure_core::model::store::CreateMode::Persistent,
             ),
         };
         fired.extend(written.expect("write for put_raw_for_test").1);

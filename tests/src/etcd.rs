@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::Client;
-use tenure::core::sim::adapter::parse_offset;
+use tenure::core::records::parse_offset;
 use tenure::core::{Offset, TopicPartition};
 use tenure::etcd::EtcdBackend;
 use tenure::tokio::Backend;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure::core::sim::adapter::{parse_offset, Layout};
+use tenure::core::records::{parse_offset, Layout};
 use tenure::core::{Offset, TopicPartition};
 use tenure::tokio::Backend;
 use tenure::zookeeper::ZooKeeperBackend;

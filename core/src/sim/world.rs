@@ -23,12 +23,13 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::adapter::{self, Execution, Layout};
-use super::store::{Store, WatchEvent};
 use crate::assignment::{self, PartitionCounts};
 use crate::config::Config;
 use crate::error::{Error, StoreError};
+use crate::model::adapter::{self, Execution};
+use crate::model::store::{Store, WatchEvent};
 use crate::protocol::{Command, Event, FetchFrom, Member};
+use crate::records::Layout;
 use crate::rng::SplitMix64;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use etcd_client::Client as EtcdClient;
-use tenure::core::sim::adapter::{parse_offset, Layout};
+use tenure::core::records::{parse_offset, Layout};
 use tenure::core::{MemberId, MemberInfo, Offset, SessionId};
 use tenure::etcd::EtcdBackend;
 use tenure::tokio::{Backend, BackendError, EventSender, MemoryBackend, MemoryStore};

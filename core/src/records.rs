@@ -1,0 +1,174 @@
+//! The records a group keeps in its store, as Kafka 0.8's ZooKeeper
+//! consumer keeps them, shared by every backend and the in-memory model:
+//! the paths of a group's records ([`Layout`]), a member's JSON
+//! registration, and the committed offset's ASCII decimal.
+//!
+//! Layout under `<chroot>/consumers/<group>` (etcd: `<prefix>/<group>`, with
+//! its own names for the first level):
+//! - `ids/<member>`: ephemeral, the member's JSON registration;
+//! - `owners/<topic>/<partition>`: ephemeral, the owner's member id;
+//! - `offsets/<topic>/<partition>`: persistent, the next offset to consume
+//!   as ASCII decimal.
+
+use std::collections::BTreeSet;
+
+use crate::error::StoreError;
+use crate::types::{MemberId, MemberInfo, Offset, TopicPartition};
+
+/// The paths of one group's records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    base: String,
+}
+
+/// What a watched path is, for routing its events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Watched {
+    /// The member list.
+    Members,
+    /// A partition's owner record.
+    Owner(TopicPartition),
+}
+
+impl Layout {
+    /// The layout of `group` under `chroot` (`""` or `"/"` for none).
+    pub fn new(chroot: &str, group: &str) -> Layout {
+        let chroot = chroot.trim_end_matches('/');
+        Layout {
+            base: format!("{chroot}/consumers/{group}"),
+        }
+    }
+
+    /// The parent of the member registrations.
+    pub fn ids(&self) -> String {
+        format!("{}/ids", self.base)
+    }
+
+    /// A member's registration.
+    pub fn member(&self, id: &MemberId) -> String {
+        format!("{}/ids/{}", self.base, id)
+    }
+
+    /// A partition's owner record.
+    pub fn owner(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/owners/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
+    /// A partition's committed offset.
+    pub fn offset(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/offsets/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
+    /// What `path` is, if it is a path this layout watches.
+    pub fn classify(&self, path: &str) -> Option<Watched> {
+        let rest = path.strip_prefix(&self.base)?;
+        if rest == "/ids" {
+            return Some(Watched::Members);
+        }
+        let rest = rest.strip_prefix("/owners/")?;
+        let (topic, partition) = rest.split_once('/')?;
+        let partition = partition.parse().ok()?;
+        Some(Watched::Owner(TopicPartition::new(topic, partition)))
+    }
+}
+
+/// Writes a member's registration: the JSON of Kafka 0.8's ZooKeeper
+/// consumer, plus the member's strategy and host (which Kafka 0.8 and the Go
+/// package ignore).
+pub fn encode_registration(info: &MemberInfo, timestamp_secs: u64, host: Option<&str>) -> Vec<u8> {
+    let subscription: serde_json::Map<String, serde_json::Value> = info
+        .topics
+        .iter()
+        .map(|t| (t.clone(), serde_json::Value::from(1)))
+        .collect();
+    let mut value = serde_json::json!({
+        "version": 1,
+        "subscription": subscription,
+        "pattern": "static",
+        "timestamp": timestamp_secs,
+        "strategy": info.strategy,
+    });
+    if let (Some(host), Some(object)) = (host, value.as_object_mut()) {
+        object.insert("host".to_owned(), serde_json::Value::from(host));
+    }
+    value.to_string().into_bytes()
+}
+
+/// A decoded registration, with what tools show besides the member's info.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// What the member tells the group.
+    pub info: MemberInfo,
+    /// The member's host, when written (tenure writes it).
+    pub host: Option<String>,
+    /// When the member registered, in seconds since the Unix epoch.
+    pub timestamp_secs: Option<u64>,
+}
+
+/// Reads a registration written by [`encode_registration`] (or by a Kafka
+/// 0.8 consumer, whose strategy is taken to be `range`).
+pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, String> {
+    decode_registration_record(id, data).map(|registration| registration.info)
+}
+
+/// Reads a registration with its host and timestamp. Kafka 0.8 writes the
+/// timestamp as a string of milliseconds, tenure and the Go package as a
+/// number of seconds; both are read.
+pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(data).map_err(|e| format!("not JSON: {e}"))?;
+    let subscription = value
+        .get("subscription")
+        .and_then(|s| s.as_object())
+        .ok_or("no \"subscription\" object")?;
+    let topics: BTreeSet<String> = subscription.keys().cloned().collect();
+    let strategy = match value.get("strategy") {
+        None => "range".to_owned(),
+        Some(s) => s.as_str().ok_or("\"strategy\" is not a string")?.to_owned(),
+    };
+    let host = value
+        .get("host")
+        .and_then(|h| h.as_str())
+        .map(str::to_owned);
+    let timestamp = value.get("timestamp").and_then(|t| match t {
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    });
+    // Any time after 1973 in milliseconds is above this; in seconds it is
+    // a date thousands of years away.
+    let timestamp_secs = timestamp.map(|t| if t > 100_000_000_000 { t / 1000 } else { t });
+    let id = MemberId::new(id).map_err(|e| e.to_string())?;
+    Ok(Registration {
+        info: MemberInfo {
+            id,
+            topics,
+            strategy,
+        },
+        host,
+        timestamp_secs,
+    })
+}
+
+/// Parses a committed offset: ASCII decimal, not negative.
+pub fn parse_offset(path: &str, data: &[u8]) -> Result<Offset, StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_owned(),
+        detail,
+    };
+    let text = std::str::from_utf8(data).map_err(|_| corrupt("offset is not UTF-8".to_owned()))?;
+    let offset: Offset = text
+        .trim()
+        .parse()
+        .map_err(|_| corrupt(format!("offset {text:?} is not a decimal number")))?;
+    if offset < 0 {
+        return Err(corrupt(format!("offset {offset} is negative")));
+    }
+    Ok(offset)
+}
