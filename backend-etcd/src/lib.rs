@@ -71,24 +71,36 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The shortest request timeout derived from the session timeout.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Delays injected into command execution, for reproducing races in tests.
-///
-/// Both default to zero (no delay); production code has no reason to set
-/// them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hooks {
-    /// Sleep before a claim's transaction starts.
+// Test hooks are public only with the `testing` feature, which the
+// workspace's tests turn on: production builds cannot set them.
+#[cfg(feature = "testing")]
+pub use hooks::Hooks;
+#[cfg(not(feature = "testing"))]
+use hooks::Hooks;
+
+mod hooks {
+    use std::time::Duration;
+
+    /// Delays injected into command execution, for reproducing races in tests
+    /// (feature `testing`).
     ///
-    /// On ZooKeeper this delay sits between a failed create and the separate
-    /// read of the owner, where the original system's NodeExists → NoNode
-    /// race lives. On etcd a claim is a single transaction ("create the key
-    /// if its create_revision is 0, else read it"), evaluated atomically by
-    /// the server: the owner cannot vanish between the failed compare and
-    /// the read, so that race cannot happen at all. The delay only widens
-    /// the window between the claim's submission and its evaluation.
-    pub delay_owner_read: Duration,
-    /// Sleep before a release's transaction starts.
-    pub delay_release: Duration,
+    /// Both default to zero (no delay); production code has no reason to set
+    /// them, and without the feature it cannot.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Hooks {
+        /// Sleep before a claim's transaction starts.
+        ///
+        /// On ZooKeeper this delay sits between a failed create and the separate
+        /// read of the owner, where the original system's NodeExists → NoNode
+        /// race lives. On etcd a claim is a single transaction ("create the key
+        /// if its create_revision is 0, else read it"), evaluated atomically by
+        /// the server: the owner cannot vanish between the failed compare and
+        /// the read, so that race cannot happen at all. The delay only widens
+        /// the window between the claim's submission and its evaluation.
+        pub delay_owner_read: Duration,
+        /// Sleep before a release's transaction starts.
+        pub delay_release: Duration,
+    }
 }
 
 /// A [`Backend`] that keeps a group member's records in etcd.
@@ -374,7 +386,9 @@ impl EtcdBackend {
         self
     }
 
-    /// Delays for reproducing races in tests; see [`Hooks`].
+    /// Delays for reproducing races in tests; see [`Hooks`] (feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.config.hooks = hooks;
         self

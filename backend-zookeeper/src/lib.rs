@@ -58,18 +58,30 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// session is closed.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Delays injected into command execution, for reproducing races in tests.
-///
-/// Both default to zero (no delay); production code has no reason to set
-/// them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hooks {
-    /// Sleep between a claim's create failing with NodeExists and its
-    /// follow-up read of the owner node: widens the window in which the
-    /// owner can release, so the read fails with NoNode.
-    pub delay_owner_read: Duration,
-    /// Sleep between a release's read of the owner node and its delete.
-    pub delay_release: Duration,
+// Test hooks are public only with the `testing` feature, which the
+// workspace's tests turn on: production builds cannot set them.
+#[cfg(feature = "testing")]
+pub use hooks::Hooks;
+#[cfg(not(feature = "testing"))]
+use hooks::Hooks;
+
+mod hooks {
+    use std::time::Duration;
+
+    /// Delays injected into command execution, for reproducing races in tests
+    /// (feature `testing`).
+    ///
+    /// Both default to zero (no delay); production code has no reason to set
+    /// them, and without the feature it cannot.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Hooks {
+        /// Sleep between a claim's create failing with NodeExists and its
+        /// follow-up read of the owner node: widens the window in which the
+        /// owner can release, so the read fails with NoNode.
+        pub delay_owner_read: Duration,
+        /// Sleep between a release's read of the owner node and its delete.
+        pub delay_release: Duration,
+    }
 }
 
 /// A [`Backend`] that keeps a group member's records in ZooKeeper.
@@ -232,7 +244,9 @@ impl ZooKeeperBackend {
         self
     }
 
-    /// Delays for reproducing races in tests; see [`Hooks`].
+    /// Delays for reproducing races in tests; see [`Hooks`] (feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.config.hooks = hooks;
         self

@@ -116,6 +116,7 @@ enum Input {
     Drained(TopicPartition, FencingToken),
     Counts(PartitionCounts),
     Close(oneshot::Sender<()>),
+    #[cfg(feature = "testing")]
     Freeze(std::time::Duration),
 }
 
@@ -398,11 +399,12 @@ impl GroupMember {
         }
     }
 
-    /// Test hook: the member's task stops for `length`, handling nothing —
-    /// no event, no timer, no commit — like a process stopped with SIGSTOP
-    /// (its fetchers and the store client's own tasks are not stopped; a
-    /// test that wants the store to lose it too cuts its connection).
-    #[doc(hidden)]
+    /// Test hook (feature `testing`): the member's task stops for
+    /// `length`, handling nothing — no event, no timer, no commit — like a
+    /// process stopped with SIGSTOP (its fetchers and the store client's own
+    /// tasks are not stopped; a test that wants the store to lose it too
+    /// cuts its connection).
+    #[cfg(feature = "testing")]
     pub fn freeze_for_test(&self, length: std::time::Duration) {
         let _ = self.inputs.send(Input::Freeze(length));
     }
@@ -481,6 +483,7 @@ impl Driver {
                     Some(Input::Counts(counts)) => {
                         self.handle(Event::PartitionCounts(counts));
                     }
+                    #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
                     Some(Input::Close(done)) => {
                         self.closing.push(done);

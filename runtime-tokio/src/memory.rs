@@ -71,7 +71,8 @@ impl MemoryStore {
     /// writing it triggers. For tests only: it bypasses every check the
     /// members rely on, so that a test can put data tenure cannot read
     /// (`path` is a full path such as `/consumers/<group>/offsets/<topic>/<p>`).
-    #[doc(hidden)]
+    /// Feature `testing`.
+    #[cfg(feature = "testing")]
     pub fn put_raw_for_test(&self, path: &str, data: &[u8]) {
         let mut shared = self.lock();
         // Stores write only on behalf of a session: a short-lived one,
