@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use tenure_core::records::{decode_registration_record, parse_offset};
+use tenure_core::records::{decode_registration_record, parse_offset, Layout};
 use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
 use tenure_tokio::admin::{
     AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,
@@ -136,13 +136,14 @@ impl GroupAdmin for ZooKeeperAdmin {
     }
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {
-        self.children("/consumers").await
+        self.children(&Layout::groups("")).await
     }
 
     async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
-        let base = format!("/consumers/{group}");
-        match self.client.check_stat(&base).await {
+        let layout = Layout::new("", group);
+        let base = layout.group();
+        match self.client.check_stat(base).await {
             Ok(Some(_)) => {}
             Ok(None) => {
                 return Err(AdminError::UnknownGroup {
@@ -154,7 +155,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         }
         let mut records = GroupRecords::default();
 
-        let ids = format!("{base}/ids");
+        let ids = layout.ids();
         let paths = self
             .children(&ids)
             .await?
@@ -179,7 +180,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         }
 
         let owners = self
-            .partition_nodes(&format!("{base}/owners"), &mut records.corrupt)
+            .partition_nodes(&layout.owners(), &mut records.corrupt)
             .await?;
         let (partitions, paths): (Vec<_>, Vec<_>) = owners.into_iter().unzip();
         let read = self.read_all(paths).await?;
@@ -202,7 +203,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         }
 
         let offsets = self
-            .partition_nodes(&format!("{base}/offsets"), &mut records.corrupt)
+            .partition_nodes(&layout.offsets(), &mut records.corrupt)
             .await?;
         let (partitions, paths): (Vec<_>, Vec<_>) = offsets.into_iter().unzip();
         let read = self.read_all(paths).await?;
@@ -230,10 +231,11 @@ impl GroupAdmin for ZooKeeperAdmin {
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
+        let layout = Layout::new("", group);
         if guard == WriteGuard::NoLiveMembers {
             // A multi-op can check a node's data version but not whether it
             // has children: a look just before the write is all there is.
-            let live = self.children(&format!("/consumers/{group}/ids")).await?;
+            let live = self.children(&layout.ids()).await?;
             if !live.is_empty() {
                 return Err(AdminError::GroupActive {
                     group: group.to_owned(),
@@ -243,10 +245,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         }
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         for (partition, offset) in offsets {
-            let path = format!(
-                "/consumers/{group}/offsets/{}/{}",
-                partition.topic, partition.partition
-            );
+            let path = layout.offset(partition);
             let data = offset.to_string().into_bytes();
             match self.client.set_data(&path, &data, None).await {
                 Ok(_) => continue,

@@ -33,10 +33,30 @@ pub enum Watched {
 impl Layout {
     /// The layout of `group` under `chroot` (`""` or `"/"` for none).
     pub fn new(chroot: &str, group: &str) -> Layout {
-        let chroot = chroot.trim_end_matches('/');
         Layout {
-            base: format!("{chroot}/consumers/{group}"),
+            base: format!("{}/{group}", Layout::groups(chroot)),
         }
+    }
+
+    /// The parent of every group's records under `chroot` (`""` or `"/"` for
+    /// none): `<chroot>/consumers`.
+    pub fn groups(chroot: &str) -> String {
+        format!("{}/consumers", chroot.trim_end_matches('/'))
+    }
+
+    /// The group's own node, the parent of all its records.
+    pub fn group(&self) -> &str {
+        &self.base
+    }
+
+    /// The parent of the owner records, one child per topic.
+    pub fn owners(&self) -> String {
+        format!("{}/owners", self.base)
+    }
+
+    /// The parent of the committed offsets, one child per topic.
+    pub fn offsets(&self) -> String {
+        format!("{}/offsets", self.base)
     }
 
     /// The parent of the member registrations.
