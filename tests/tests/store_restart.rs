@@ -28,7 +28,8 @@ async fn members_converge_after_etcd_restarts() {
 async fn converge_after_restart(stores: &dyn Stores, service: &str, must_pause: bool) {
     let (group, mut monitor, members) = common::three_settled(stores, "restart").await;
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services");
+    // The workspace's scripts, one level above this crate.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/services");
     let status = Command::new(script)
         .args(["restart", service])
         .status()
