@@ -12,8 +12,8 @@ use etcd_client::{
 };
 use tenure_core::records::{decode_registration, parse_offset};
 use tenure_core::{
-    ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
-    SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberId, MemberInfo, Offset,
+    Operation, RegisterOutcome, SessionId, StoreError, TopicPartition,
 };
 
 use crate::{Current, Shared};
@@ -67,7 +67,7 @@ pub(crate) fn store_error(error: etcd_client::Error) -> StoreError {
     } else if !answered(&error) {
         StoreError::ConnectionLoss
     } else {
-        StoreError::Other(error.to_string())
+        StoreError::Other(ClientError::new(error))
     }
 }
 
@@ -292,7 +292,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
     let revision = response
         .header()
         .map(|h| h.revision())
-        .ok_or_else(|| StoreError::Other("etcd answered without a header".to_owned()))?;
+        .ok_or_else(|| StoreError::Other(ClientError::message("etcd answered without a header")))?;
     let mut members = Vec::with_capacity(response.kvs().len());
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
@@ -304,7 +304,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
             Err(detail) => {
                 tracing::warn!(%key, %detail, "ignoring corrupt member registration");
                 ctx.shared.send(Event::StoreProblem {
-                    operation: "read member registration",
+                    operation: Operation::ReadRegistration,
                     error: StoreError::Corrupt { path: key, detail },
                 });
             }
@@ -354,10 +354,9 @@ async fn claim(ctx: &Ctx, partition: &TopicPartition) -> Result<ClaimOutcome, St
     if response.succeeded() {
         // The put is the transaction's only write: the key's create_revision
         // is the revision the transaction made.
-        let revision = response
-            .header()
-            .map(|h| h.revision())
-            .ok_or_else(|| StoreError::Other("etcd answered without a header".to_owned()))?;
+        let revision = response.header().map(|h| h.revision()).ok_or_else(|| {
+            StoreError::Other(ClientError::message("etcd answered without a header"))
+        })?;
         return Ok(ClaimOutcome::Created {
             token: FencingToken(revision as u64),
         });

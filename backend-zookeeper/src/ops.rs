@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tenure_core::records::{decode_registration, parse_offset};
 use tenure_core::{
-    ClaimOutcome, Command, Event, FencingToken, MemberId, MemberInfo, Offset, RegisterOutcome,
-    SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberId, MemberInfo, Offset,
+    Operation, RegisterOutcome, SessionId, StoreError, TopicPartition,
 };
 use zookeeper_client as zk;
 
@@ -35,7 +35,7 @@ fn store_error(error: zk::Error) -> StoreError {
         }
         zk::Error::SessionExpired => StoreError::SessionExpired,
         zk::Error::NoNode => StoreError::NoNode,
-        other => StoreError::Other(other.to_string()),
+        other => StoreError::Other(ClientError::new(other)),
     }
 }
 
@@ -315,7 +315,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
                 Err(detail) => {
                     tracing::warn!(%path, %detail, "ignoring corrupt member registration");
                     let _ = ctx.shared.events.send(Event::StoreProblem {
-                        operation: "read member registration",
+                        operation: Operation::ReadRegistration,
                         error: StoreError::Corrupt {
                             path: path.clone(),
                             detail,
@@ -397,9 +397,9 @@ async fn delete_if_ours(
         .await
     {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
-        Err(zk::Error::BadVersion) => Err(StoreError::Other(
-            "owner record changed during release".to_owned(),
-        )),
+        Err(zk::Error::BadVersion) => Err(StoreError::Other(ClientError::message(
+            "owner record changed during release",
+        ))),
         Err(e) => Err(store_error(e)),
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_core::{Event, StoreError};
+use tenure_core::{ClientError, Event, Operation, StoreError};
 use tenure_tokio::BackendError;
 use zookeeper_client as zk;
 
@@ -181,8 +181,8 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 if let (BackendError::Config(detail), false) = (&error, reported) {
                     reported = true;
                     shared.send(Event::StoreProblem {
-                        operation: "open a new session",
-                        error: StoreError::Other(detail.clone()),
+                        operation: Operation::OpenSession,
+                        error: StoreError::Other(ClientError::message(detail.clone())),
                     });
                 }
                 tokio::time::sleep(backoff).await;

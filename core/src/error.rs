@@ -1,6 +1,8 @@
 //! Typed errors: bad names and config, store failures, and the problems the
 //! core reports on its error output.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::types::{MemberId, Offset, SessionId, TopicPartition};
@@ -71,9 +73,108 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
-    /// Any other failure the store reported.
-    #[error("store error: {0}")]
-    Other(String),
+    /// Any other failure the store or its client reported, kept whole: its
+    /// message is this error's, and [`ClientError::get_ref`] reaches the
+    /// client's own error (a `zookeeper_client::Error`, an
+    /// `etcd_client::Error`) to downcast.
+    #[error(transparent)]
+    Other(ClientError),
+}
+
+/// A store client's own error inside a [`StoreError`], shared so that store
+/// results stay cheap to clone. Two compare equal when their messages do: the
+/// simulator and the tests compare results, and a client error has no other
+/// notion of equality.
+#[derive(Clone)]
+pub struct ClientError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl ClientError {
+    /// Keeps `error` as it is.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> ClientError {
+        ClientError(Arc::new(error))
+    }
+
+    /// An error the store implies without a client error to carry (an answer
+    /// that does not fit the protocol, say).
+    pub fn message(message: impl Into<String>) -> ClientError {
+        ClientError(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+            message.into(),
+        )))
+    }
+
+    /// The client's error, to downcast to its own type.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for ClientError {
+    fn eq(&self, other: &ClientError) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for ClientError {}
+
+/// What a store request was for, as errors name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Registering the member.
+    Register,
+    /// Removing the member's registration.
+    Deregister,
+    /// Reading (and watching) the member list.
+    ReadMembers,
+    /// Reading one member's registration record.
+    ReadRegistration,
+    /// Claiming a partition.
+    Claim,
+    /// Watching a partition's owner record.
+    WatchOwner,
+    /// Reading a partition's committed offset.
+    ReadOffset,
+    /// Committing a partition's offset.
+    Commit,
+    /// Releasing a partition's claim.
+    Release,
+    /// Opening a new session after the last one ended.
+    OpenSession,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Register => "register",
+            Operation::Deregister => "deregister",
+            Operation::ReadMembers => "read members",
+            Operation::ReadRegistration => "read member registration",
+            Operation::Claim => "claim",
+            Operation::WatchOwner => "watch owner",
+            Operation::ReadOffset => "read offset",
+            Operation::Commit => "commit",
+            Operation::Release => "release",
+            Operation::OpenSession => "open a new session",
+        })
+    }
 }
 
 /// A problem the core reports on its error output. Reporting never stops the
@@ -114,8 +215,8 @@ pub enum Error {
     /// A store request failed; the core retries where that makes sense.
     #[error("{operation} failed{}: {source}", partition.as_ref().map(|p| format!(" for {p}")).unwrap_or_default())]
     Store {
-        /// What the core asked for ("claim", "commit", ...).
-        operation: &'static str,
+        /// What the core asked for.
+        operation: Operation,
         /// The partition concerned, if any.
         partition: Option<TopicPartition>,
         /// The store's error.

@@ -35,6 +35,6 @@ pub mod sim;
 pub mod types;
 
 pub use config::{Config, InitialOffset};
-pub use error::{ConfigError, Error, NameError, StoreError};
+pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
 pub use protocol::{ClaimOutcome, Command, Event, FetchFrom, Member, RegisterOutcome};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

@@ -752,7 +752,7 @@ fn stale_and_repeated_results_change_nothing() {
         },
         Event::RegisterResult {
             id: unknown,
-            result: Err(StoreError::Other("boom".into())),
+            result: Err(StoreError::Other(tenure_core::ClientError::message("boom"))),
         },
         Event::ReleaseResult {
             id: unknown,

@@ -6,7 +6,7 @@
 //! store call after another, so the simulator exercises the same races.
 
 use super::store::{CreateMode, Op, OpError, Stat, Store, WatchEvent};
-use crate::error::StoreError;
+use crate::error::{ClientError, StoreError};
 use crate::protocol::{ClaimOutcome, Command, Event, RegisterOutcome};
 use crate::records::{decode_registration, encode_registration, parse_offset, Layout, Watched};
 use crate::types::{
@@ -35,7 +35,7 @@ fn store_error(error: OpError) -> StoreError {
     match error {
         OpError::NoNode => StoreError::NoNode,
         OpError::SessionExpired => StoreError::SessionExpired,
-        other => StoreError::Other(other.to_string()),
+        other => StoreError::Other(ClientError::new(other)),
     }
 }
 
@@ -282,9 +282,9 @@ fn delete_if_ours(
             Ok(())
         }
         Err(OpError::NoNode) => Ok(()),
-        Err(OpError::BadVersion) => Err(StoreError::Other(
-            "owner record changed during release".to_owned(),
-        )),
+        Err(OpError::BadVersion) => Err(StoreError::Other(ClientError::message(
+            "owner record changed during release",
+        ))),
         Err(error) => Err(store_error(error)),
     }
 }

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::assignment::PartitionCounts;
-use crate::error::{Error, StoreError};
+use crate::error::{Error, Operation, StoreError};
 use crate::types::{
     FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
 };
@@ -134,7 +134,7 @@ pub enum Event {
     /// the error output, nothing else changes.
     StoreProblem {
         /// What the backend was doing.
-        operation: &'static str,
+        operation: Operation,
         /// What it found.
         error: StoreError,
     },

@@ -27,7 +27,7 @@ use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep}
 use crate::assignment::PartitionCounts;
 use crate::backoff;
 use crate::config::{Config, InitialOffset};
-use crate::error::{ConfigError, Error, StoreError};
+use crate::error::{ConfigError, Error, Operation, StoreError};
 use crate::rng::SplitMix64;
 use crate::types::{
     FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
@@ -431,7 +431,7 @@ impl Member {
 
     fn report_store(
         &mut self,
-        operation: &'static str,
+        operation: Operation,
         partition: Option<&TopicPartition>,
         source: StoreError,
     ) {
@@ -527,7 +527,7 @@ impl Member {
             Err(StoreError::SessionExpired) => self.registration = Step::Idle,
             Err(error) => {
                 if error != StoreError::ConnectionLoss {
-                    self.report_store("register", None, error);
+                    self.report_store(Operation::Register, None, error);
                 }
                 let at = self.backoff(attempt);
                 self.registration = Step::Backoff(at, attempt + 1);
@@ -548,7 +548,7 @@ impl Member {
             }
             Err(error) => {
                 if error != StoreError::ConnectionLoss {
-                    self.report_store("deregister", None, error);
+                    self.report_store(Operation::Deregister, None, error);
                 }
                 let at = self.backoff(0);
                 self.deregistration = Step::Backoff(at, 1);
@@ -581,7 +581,7 @@ impl Member {
             Err(StoreError::SessionExpired) => self.members_watch = Step::Idle,
             Err(error) => {
                 if error != StoreError::ConnectionLoss {
-                    self.report_store("read members", None, error);
+                    self.report_store(Operation::ReadMembers, None, error);
                 }
                 let at = self.backoff(self.members_failures);
                 self.members_failures = self.members_failures.saturating_add(1);
@@ -763,7 +763,7 @@ impl Member {
                                 state.maybe_ours = true;
                             }
                         }
-                        other => self.report_store("claim", Some(&partition), other),
+                        other => self.report_store(Operation::Claim, Some(&partition), other),
                     }
                     self.claim_backoff(&partition);
                 }
@@ -819,7 +819,7 @@ impl Member {
                     error,
                     StoreError::ConnectionLoss | StoreError::SessionExpired
                 ) {
-                    self.report_store("watch owner", Some(&partition), error);
+                    self.report_store(Operation::WatchOwner, Some(&partition), error);
                 }
                 self.claim_backoff(&partition);
             }
@@ -922,7 +922,7 @@ impl Member {
                         StoreError::ConnectionLoss | StoreError::SessionExpired
                     )
                 {
-                    self.report_store("read offset", Some(&partition), error);
+                    self.report_store(Operation::ReadOffset, Some(&partition), error);
                 }
                 let at = self.backoff(attempt);
                 if let Some(state) = self.partitions.get_mut(&partition) {
@@ -1040,7 +1040,7 @@ impl Member {
                     error,
                     StoreError::ConnectionLoss | StoreError::SessionExpired
                 ) {
-                    self.report_store("commit", Some(&partition), error);
+                    self.report_store(Operation::Commit, Some(&partition), error);
                 }
                 if releasing {
                     // The final commit keeps the duplicates of the next
@@ -1222,7 +1222,7 @@ impl Member {
             Err(StoreError::SessionExpired) => {}
             Err(error) => {
                 if error != StoreError::ConnectionLoss {
-                    self.report_store("release", Some(&partition), error);
+                    self.report_store(Operation::Release, Some(&partition), error);
                 }
                 let attempt = self.partitions.get(&partition).map_or(0, |s| s.attempt);
                 let at = self.backoff(attempt);
