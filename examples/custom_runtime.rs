@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tenure::core::model::adapter::{self, Execution};
 use tenure::core::model::store::Store;
 use tenure::core::records::Layout;
-use tenure::core::{Command, Config, Event, Member, SessionId};
+use tenure::core::{AppEvent, Command, Config, Event, Member, SessionId};
 
 /// One member and what is on its way to it.
 struct Node {
@@ -82,7 +82,6 @@ fn main() -> Result<(), String> {
                         // This application holds nothing in flight.
                         node.inbox.push_back(Event::Drained { partition, token });
                     }
-                    Command::Report(problem) => println!("{}: {problem}", info.id),
                     store_command => {
                         let reply = match adapter::execute(
                             &mut store,
@@ -101,6 +100,21 @@ fn main() -> Result<(), String> {
                         };
                         node.inbox.extend(reply);
                     }
+                }
+            }
+            // What the member tells its application: claims, releases,
+            // losses, problems.
+            while let Some(event) = node.member.poll_app_event() {
+                match event {
+                    AppEvent::Claimed {
+                        partition, waited, ..
+                    } => println!("{} claimed {partition} after {waited:?}", info.id),
+                    AppEvent::Released { partition, .. } => {
+                        println!("{} released {partition}", info.id)
+                    }
+                    AppEvent::Lost { partition, .. } => println!("{} lost {partition}", info.id),
+                    AppEvent::Problem(problem) => println!("{}: {problem}", info.id),
+                    _ => {}
                 }
             }
         }

@@ -253,7 +253,7 @@ pub(crate) async fn execute(
             id,
             result: commit(&ctx, &partition, offset, token).await,
         },
-        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => return,
+        Command::StartFetching { .. } | Command::StopFetching { .. } => return,
     };
     ctx.shared.send(event);
 }

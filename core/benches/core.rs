@@ -53,8 +53,8 @@ use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundR
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::sim::{self, SimConfig, SimReport};
 use tenure_core::{
-    ClaimOutcome, Command, Config, Event, FencingToken, Member, MemberId, MemberInfo, Offset,
-    RequestId, SessionId, TopicPartition,
+    AppEvent, ClaimOutcome, Command, Config, Event, FencingToken, Member, MemberId, MemberInfo,
+    Offset, RequestId, SessionId, TopicPartition,
 };
 
 /// The group's size and partition count in the member benchmarks.
@@ -168,7 +168,15 @@ impl Harness {
     /// Carries out commands until there are none, answering store requests
     /// with success at once.
     fn drain(&mut self) {
-        while let Some(command) = self.member.poll_command() {
+        loop {
+            while let Some(event) = self.member.poll_app_event() {
+                if let AppEvent::Problem(error) = event {
+                    panic!("the bench member reported: {error}");
+                }
+            }
+            let Some(command) = self.member.poll_command() else {
+                return;
+            };
             if let Some(answer) = self.answer(command) {
                 let now = self.now();
                 self.member.handle_event(now, answer);
@@ -227,7 +235,6 @@ impl Harness {
                 self.fetching.remove(&partition);
                 Event::Drained { partition, token }
             }
-            Command::Report(error) => panic!("the bench member reported: {error}"),
         })
     }
 
@@ -326,8 +333,11 @@ fn member_rebalance(c: &mut Criterion) {
                         while let Some(command) = h.member.poll_command() {
                             commands.push(command);
                         }
+                        let app_events: Vec<AppEvent> =
+                            std::iter::from_fn(|| h.member.poll_app_event()).collect();
                         measured += start.elapsed();
                         black_box(&commands);
+                        black_box(&app_events);
 
                         // Untimed: carry the commands out, settle, and go back
                         // to 100 members for the next iteration.

@@ -2,7 +2,8 @@
 //! tenure consumer group.
 //!
 //! Events go in ([`Member::handle_event`]), commands come out
-//! ([`Member::poll_command`]), and time is always passed in: the core has no
+//! ([`Member::poll_command`]), what the application should know comes out
+//! apart ([`Member::poll_app_event`]), and time is always passed in: the core has no
 //! I/O, no clocks, no threads and no async runtime. Randomness (retry
 //! jitter) comes only from the seed given to [`Member::new`]. A runtime
 //! carries the commands to a store (ZooKeeper, etcd, or the in-memory
@@ -36,5 +37,5 @@ pub mod types;
 
 pub use config::{Config, InitialOffset};
 pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
-pub use protocol::{ClaimOutcome, Command, Event, FetchFrom, Member, RegisterOutcome};
+pub use protocol::{AppEvent, ClaimOutcome, Command, Event, FetchFrom, Member, RegisterOutcome};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

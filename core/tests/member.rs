@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::{
-    ClaimOutcome, Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member,
-    MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, TopicPartition,
+    AppEvent, ClaimOutcome, Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom,
+    Member, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -104,6 +104,9 @@ struct Harness {
     /// Answer `Heartbeat` commands met while advancing with this result
     /// (and leave them out of what `advance` returns).
     auto_heartbeat: Option<Result<(), StoreError>>,
+    /// What the member told the application during the latest `event` or
+    /// `advance`.
+    app_events: Vec<AppEvent>,
 }
 
 impl Harness {
@@ -119,6 +122,7 @@ impl Harness {
             t0,
             now: t0,
             auto_heartbeat: None,
+            app_events: Vec::new(),
         }
     }
 
@@ -127,17 +131,33 @@ impl Harness {
     }
 
     fn drain(&mut self) -> Vec<Command> {
+        self.app_events
+            .extend(std::iter::from_fn(|| self.member.poll_app_event()));
         std::iter::from_fn(|| self.member.poll_command()).collect()
     }
 
     fn event(&mut self, event: Event) -> Vec<Command> {
+        self.app_events.clear();
         self.member.handle_event(self.now, event);
         self.drain()
+    }
+
+    /// The problems the member reported during the latest `event` or
+    /// `advance`.
+    fn reports(&self) -> Vec<Error> {
+        self.app_events
+            .iter()
+            .filter_map(|e| match e {
+                AppEvent::Problem(error) => Some(error.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Moves the clock forward by `by`, calling `handle_timeout` at every
     /// moment `poll_timeout` names on the way.
     fn advance(&mut self, by: Duration) -> Vec<Command> {
+        self.app_events.clear();
         let target = self.now + by;
         let mut out = Vec::new();
         for _ in 0..100_000 {
@@ -393,16 +413,6 @@ fn heartbeats(commands: &[Command]) -> Vec<RequestId> {
         .collect()
 }
 
-fn reports(commands: &[Command]) -> Vec<Error> {
-    commands
-        .iter()
-        .filter_map(|c| match c {
-            Command::Report(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 // ----- happy path and offsets -----
 
 #[test]
@@ -417,13 +427,24 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
     assert_eq!(claims.len(), 1, "{commands:?}");
     assert_eq!(claims[0].1, tp(0));
     assert_eq!(h.member.assigned(), &BTreeSet::from([tp(0)]));
+    assert_eq!(h.app_events, vec![AppEvent::Claiming { partition: tp(0) }]);
 
+    h.advance(ms(30));
     let commands = h.event(Event::ClaimResult {
         id: claims[0].0,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(9),
         }),
     });
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::Claimed {
+            partition: tp(0),
+            token: FencingToken(9),
+            waited: ms(30),
+        }],
+        "the wait counts from the first attempt"
+    );
     let reads = read_offsets(&commands);
     assert_eq!(reads.len(), 1, "{commands:?}");
     assert!(
@@ -442,6 +463,14 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
     assert_eq!(
         starts(&commands),
         vec![(tp(0), FetchFrom::Offset(42), FencingToken(9))]
+    );
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::OffsetRead {
+            partition: tp(0),
+            token: FencingToken(9),
+            committed: Some(42),
+        }]
     );
     assert_eq!(h.member.committed(&tp(0)), Some(42));
     assert!(h.member.is_settled());
@@ -619,12 +648,13 @@ fn no_node_on_the_follow_up_read_retries_after_a_bounded_backoff_forever() {
             result: Err(StoreError::NoNode),
         });
         assert!(claims(&commands).is_empty(), "round {round}: {commands:?}");
-        assert!(reports(&commands).is_empty(), "round {round}: {commands:?}");
+        assert!(h.reports().is_empty(), "round {round}: {commands:?}");
         let at = h.member.poll_timeout().expect("a retry is scheduled");
         let delay = at - h.now;
         assert!(delay >= min / 2 && delay <= max, "round {round}: {delay:?}");
         let commands = h.advance(delay);
-        stalled += reports(&commands)
+        stalled += h
+            .reports()
             .iter()
             .filter(|e| matches!(e, Error::ClaimStalled { .. }))
             .count();
@@ -829,6 +859,13 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
         }],
         "stop first, and only the moved partition"
     );
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::Releasing {
+            partition: tp(0),
+            token: FencingToken(100)
+        }]
+    );
     assert_eq!(h.member.assigned(), &BTreeSet::from([tp(1)]));
 
     // In-flight messages are still acknowledged while draining.
@@ -849,12 +886,29 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
         "release waits for the commit"
     );
 
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::Committing {
+            partition: tp(0),
+            token: FencingToken(100),
+            offset: 13
+        }]
+    );
+
     // An acknowledgement after the final commit was sent is ignored.
     assert!(h.processed(0, 20).is_empty());
     let commands = h.event(Event::CommitResult {
         id: sent[0].0,
         result: Ok(()),
     });
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::Committed {
+            partition: tp(0),
+            token: FencingToken(100),
+            offset: 13
+        }]
+    );
     let released = releases(&commands);
     assert_eq!(
         released.iter().map(|r| (&r.1, r.2)).collect::<Vec<_>>(),
@@ -868,6 +922,14 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
             result: Ok(())
         })
         .is_empty());
+    assert_eq!(
+        h.app_events,
+        vec![AppEvent::Released {
+            partition: tp(0),
+            token: FencingToken(100)
+        }],
+        "handed over, not lost"
+    );
     assert_eq!(
         h.member.owned().collect::<Vec<_>>(),
         vec![(&tp(1), FencingToken(101))]
@@ -889,11 +951,11 @@ fn a_release_that_never_drains_times_out_then_commits_and_releases() {
 
     let commands = h.advance(secs(30) - ms(1));
     assert!(commits(&commands).is_empty(), "{commands:?}");
-    assert!(reports(&commands).is_empty(), "{commands:?}");
+    assert!(h.reports().is_empty(), "{commands:?}");
 
     let commands = h.advance(ms(1));
     assert_eq!(
-        reports(&commands),
+        h.reports(),
         vec![Error::DrainTimeout {
             partition: tp(0),
             timeout: secs(30)
@@ -977,11 +1039,32 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
     });
     assert_eq!(stops(&commands), vec![(tp(0), FencingToken(100))]);
     assert_eq!(
-        reports(&commands),
+        h.reports(),
         vec![Error::CommitFenced {
             partition: tp(0),
             offset: 6
         }]
+    );
+    // Fenced, lost (not released), and claimed anew.
+    let told: Vec<&AppEvent> = h
+        .app_events
+        .iter()
+        .filter(|e| !matches!(e, AppEvent::Problem(_)))
+        .collect();
+    assert_eq!(
+        told,
+        vec![
+            &AppEvent::CommitFenced {
+                partition: tp(0),
+                token: FencingToken(100),
+                offset: 6
+            },
+            &AppEvent::Lost {
+                partition: tp(0),
+                token: FencingToken(100)
+            },
+            &AppEvent::Claiming { partition: tp(0) },
+        ]
     );
     let again = claims(&commands);
     assert_eq!(again.len(), 1, "still assigned: {commands:?}");
@@ -1030,15 +1113,13 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
                     id,
                     result: Ok(true),
                 },
-                Command::Report(error) => {
-                    stalls.push((h.elapsed(), error));
-                    continue;
-                }
                 other => panic!("unexpected {other:?}"),
             };
             pending.extend(h.event(event));
+            stalls.extend(h.reports().into_iter().map(|e| (h.elapsed(), e)));
         }
         pending.extend(h.advance(secs(1)));
+        stalls.extend(h.reports().into_iter().map(|e| (h.elapsed(), e)));
     }
     assert_eq!(stalls.len(), 1, "{stalls:?}");
     let (when, error) = &stalls[0];
@@ -1204,11 +1285,29 @@ fn expiry_drops_everything_without_touching_the_store_and_rejoins() {
         stopped,
         BTreeSet::from([(tp(0), FencingToken(100)), (tp(1), FencingToken(101))])
     );
+    assert_eq!(h.reports(), vec![Error::SessionExpired { partitions: 3 }]);
+    assert_eq!(commands.len(), 2, "nothing else: {commands:?}");
+    // The application hears which claims were lost, and that the claim
+    // still waiting on m2 was given up.
+    let ended: Vec<&AppEvent> = h
+        .app_events
+        .iter()
+        .filter(|e| !matches!(e, AppEvent::Problem(_)))
+        .collect();
     assert_eq!(
-        reports(&commands),
-        vec![Error::SessionExpired { partitions: 3 }]
+        ended,
+        vec![
+            &AppEvent::Lost {
+                partition: tp(0),
+                token: FencingToken(100)
+            },
+            &AppEvent::Lost {
+                partition: tp(1),
+                token: FencingToken(101)
+            },
+            &AppEvent::ClaimAbandoned { partition: tp(2) },
+        ]
     );
-    assert_eq!(commands.len(), 3, "nothing else: {commands:?}");
     assert!(h.member.fetching().next().is_none());
     assert!(h.member.owned().next().is_none());
     assert!(h.member.assigned().is_empty());
@@ -1261,7 +1360,9 @@ fn a_new_session_without_an_expiry_still_drops_the_old_claims() {
         stopped,
         BTreeSet::from([(tp(0), FencingToken(100)), (tp(1), FencingToken(101))])
     );
-    assert!(reports(&commands).contains(&Error::SessionExpired { partitions: 2 }));
+    assert!(h
+        .reports()
+        .contains(&Error::SessionExpired { partitions: 2 }));
     assert!(h.member.owned().next().is_none());
     // It registers again under the new session, and its commands say so.
     let register = commands.iter().find_map(|c| match c {
@@ -1277,16 +1378,18 @@ fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
     h.owning(2);
     let before = h.member.assigned().clone();
     let commands = h.members(&[info(OURS), info_with("m0", "range")]);
+    assert!(commands.is_empty(), "{commands:?}");
     assert_eq!(
-        commands,
-        vec![Command::Report(Error::StrategyMismatch {
+        h.reports(),
+        vec![Error::StrategyMismatch {
             ours: STRATEGY.to_owned(),
             member: mid("m0"),
             theirs: "range".to_owned(),
-        })]
+        }]
     );
     let commands = h.members(&[info(OURS), info_with("m0", "range")]);
-    assert!(commands.is_empty(), "reported once: {commands:?}");
+    assert!(commands.is_empty(), "{commands:?}");
+    assert!(h.reports().is_empty(), "reported once");
     let commands = h.event(Event::PartitionCounts(counts(4)));
     assert!(commands.is_empty(), "no new claims: {commands:?}");
     assert_eq!(h.member.assigned(), &before);

@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::{
-    ClaimOutcome, Command, Config, Error, Event, FencingToken, Member, MemberId, MemberInfo,
-    Offset, SessionId, StoreError, TopicPartition,
+    AppEvent, ClaimOutcome, Command, Config, Error, Event, FencingToken, Member, MemberId,
+    MemberInfo, Offset, SessionId, StoreError, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -218,12 +218,17 @@ impl Sim {
 
     /// Takes every command and checks the safety rules on each.
     fn collect(&mut self) -> Result<(), TestCaseError> {
+        // A drain that timed out is reported in the same step as the
+        // release it allows: note it before checking that release.
+        while let Some(event) = self.member.poll_app_event() {
+            if let AppEvent::Problem(Error::DrainTimeout { partition, .. }) = event {
+                self.drain_timed_out.insert(partition);
+            }
+        }
         while let Some(command) = self.member.poll_command() {
             self.check(&command)?;
             match command {
-                Command::StartFetching { .. }
-                | Command::StopFetching { .. }
-                | Command::Report(_) => {}
+                Command::StartFetching { .. } | Command::StopFetching { .. } => {}
                 request => self.pending.push((request, self.epoch)),
             }
         }
@@ -317,9 +322,6 @@ impl Sim {
                     );
                 }
                 self.released.insert((partition.clone(), *token));
-            }
-            Command::Report(Error::DrainTimeout { partition, .. }) => {
-                self.drain_timed_out.insert(partition.clone());
             }
             Command::Claim { partition, .. } => {
                 self.drain_timed_out.remove(partition);

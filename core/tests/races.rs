@@ -335,7 +335,14 @@ impl Scenario {
                 Driver::Tenure(member) => member.poll_command(),
                 Driver::Original(_) => None,
             };
-            let Some(command) = command else { return };
+            let Some(command) = command else {
+                // What it tells its application is not what these races
+                // are about.
+                if let Driver::Tenure(member) = &mut self.nodes[index].driver {
+                    while member.poll_app_event().is_some() {}
+                }
+                return;
+            };
             match command {
                 Command::StartFetching { partition, .. } => {
                     self.started
@@ -352,7 +359,6 @@ impl Scenario {
                         );
                     }
                 }
-                Command::Report(_) => {}
                 store => {
                     let when = self.now + NET;
                     self.at(when, Item::Serve(index, store));

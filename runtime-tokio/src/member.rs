@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{
-    Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member, MemberId, Offset,
-    SessionId, TopicPartition,
+    AppEvent, Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member,
+    MemberId, Offset, SessionId, TopicPartition,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -434,7 +434,7 @@ struct Driver {
     events: mpsc::UnboundedSender<AssignmentEvent>,
     errors: mpsc::UnboundedSender<Problem>,
     view: watch::Sender<View>,
-    /// The claims the application was last told about.
+    /// The member's claims as of the last look, for the view.
     owned: BTreeMap<TopicPartition, FencingToken>,
     closing: Vec<oneshot::Sender<()>>,
     auto_drain: bool,
@@ -570,31 +570,32 @@ impl Driver {
                         None => {}
                     }
                 }
-                Command::Report(error) => {
+                store => self.backend.submit(store),
+            }
+        }
+        while let Some(event) = self.member.poll_app_event() {
+            self.telemetry.on_app_event(&event, now());
+            match event {
+                AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+                    let _ = self
+                        .events
+                        .send(AssignmentEvent::Revoked { partition, token });
+                }
+                AppEvent::Problem(error) => {
                     tracing::warn!(member = %self.member.id(), %error, "reported");
                     let _ = self.errors.send(Problem::Coordination(error));
                 }
-                store => self.backend.submit(store),
+                _ => {}
             }
         }
         self.publish();
     }
 
-    /// Tells the application which claims ended, and refreshes the view.
+    /// Refreshes the view.
     fn publish(&mut self) {
-        let owned: BTreeMap<TopicPartition, FencingToken> =
-            self.member.owned().map(|(p, t)| (p.clone(), t)).collect();
-        for (partition, token) in &self.owned {
-            if owned.get(partition) != Some(token) {
-                let _ = self.events.send(AssignmentEvent::Revoked {
-                    partition: partition.clone(),
-                    token: *token,
-                });
-            }
-        }
-        self.owned = owned;
+        self.owned = self.member.owned().map(|(p, t)| (p.clone(), t)).collect();
         self.telemetry
-            .on_published(&self.member, &self.owned, now());
+            .on_published(&self.member, self.owned.len(), now());
         let view = View {
             session: self.member.session(),
             registered: self.member.is_registered(),

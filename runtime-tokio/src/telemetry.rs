@@ -1,23 +1,23 @@
 //! What a member does, as tracing spans and events and as metrics.
 //!
-//! The telemetry watches the same traffic the driver carries: the commands
-//! the core emits, the events it is fed, the member's state after each
-//! round, and the high watermarks the Kafka fetchers see. It never changes
-//! what the member does.
+//! The telemetry maps what the core tells the application (claims,
+//! commits, releases, losses: `AppEvent`s) and the fetch commands it
+//! emits onto spans and metrics, with the high watermarks the Kafka
+//! fetchers see and the member's assignment after each round. It keeps no
+//! state machine of its own and never changes what the member does.
 //!
 //! Metric handles are registered once (per member, and per partition the
 //! first time the member claims it) and kept: the application's
 //! acknowledgements arrive millions of times a second and must cost no
 //! more than a variant match here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Once};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
 use tenure_core::{
-    Command, Error, Event, FencingToken, Member, MemberId, Offset, RequestId, SessionId,
-    StoreError, TopicPartition,
+    AppEvent, Command, Error, Event, FencingToken, Member, MemberId, Offset, TopicPartition,
 };
 use tracing::field::Empty;
 use tracing::Span;
@@ -140,16 +140,13 @@ struct PartitionTelemetry {
     /// or lag the member never knew.
     committed_gauge: Option<Gauge>,
     lag_gauge: Option<Gauge>,
-    /// The claim this member holds, as of the last look at its state.
+    /// The claim this member holds.
     token: Option<FencingToken>,
-    claim: Option<Timed>,
-    /// The latest claim request, until answered: while it is out, a claim
-    /// of a partition no longer assigned may still take effect.
-    claim_request: Option<RequestId>,
+    claim: Option<Span>,
     release: Option<Timed>,
     drain: Option<(FencingToken, Timed)>,
-    /// A release of it completed since the last look.
-    released: bool,
+    /// The commit in flight (the core sends one at a time per partition).
+    commit: Option<Span>,
     /// The committed offset in the store, as far as the member knows (read
     /// when the claim began, then every successful commit).
     committed: Option<Offset>,
@@ -172,10 +169,9 @@ impl PartitionTelemetry {
             lag_gauge: None,
             token: None,
             claim: None,
-            claim_request: None,
             release: None,
             drain: None,
-            released: false,
+            commit: None,
             committed: None,
             high_watermark: None,
         }
@@ -204,18 +200,11 @@ impl PartitionTelemetry {
             self.set_lag((end - committed).max(0));
         }
     }
-}
 
-/// A store request whose result the telemetry waits for.
-enum Request {
-    Claim(TopicPartition),
-    ReadOffset(TopicPartition),
-    Commit {
-        partition: TopicPartition,
-        offset: Offset,
-        span: Span,
-    },
-    Release(TopicPartition),
+    /// Whether `token` is the claim this member holds.
+    fn holds(&self, token: FencingToken) -> bool {
+        self.token == Some(token)
+    }
 }
 
 /// The telemetry of one member.
@@ -231,10 +220,9 @@ pub(crate) struct Telemetry {
     commits_fenced: Counter,
     partitions_owned: Gauge,
     partitions: HashMap<TopicPartition, PartitionTelemetry>,
-    requests: HashMap<RequestId, (SessionId, Request)>,
     /// Something other than an acknowledgement happened since the last
-    /// look at the member's state: only then can ownership or assignment
-    /// have changed.
+    /// look at the member's state: only then can the assignment have
+    /// changed.
     dirty: bool,
     assigned: BTreeSet<TopicPartition>,
     rebalancing_since: Option<Instant>,
@@ -259,7 +247,6 @@ impl Telemetry {
             partitions_owned: metrics::gauge!(PARTITIONS_OWNED, labels.clone()),
             labels,
             partitions: HashMap::new(),
-            requests: HashMap::new(),
             dirty: true,
             assigned: BTreeSet::new(),
             rebalancing_since: None,
@@ -270,71 +257,11 @@ impl Telemetry {
         entry(&mut self.partitions, &self.labels, partition)
     }
 
-    /// A command the core emitted, before it is carried out.
+    /// A fetch command the core emitted, before it is carried out: the
+    /// drain of a stopped fetch is timed from here.
     pub(crate) fn on_command(&mut self, command: &Command, now: Instant) {
         self.dirty = true;
         match command {
-            Command::Claim {
-                id,
-                session,
-                partition,
-            } => {
-                self.requests
-                    .insert(*id, (*session, Request::Claim(partition.clone())));
-                let state = self.partition(partition);
-                state.claim_request = Some(*id);
-                if state.claim.is_none() {
-                    let span = tracing::info_span!(
-                        "claim",
-                        topic = &*partition.topic,
-                        partition = partition.partition,
-                        token = Empty,
-                        outcome = Empty,
-                    );
-                    state.claim = Some(Timed::start(now, span));
-                }
-            }
-            Command::ReadOffset {
-                id,
-                session,
-                partition,
-            } => {
-                self.requests
-                    .insert(*id, (*session, Request::ReadOffset(partition.clone())));
-            }
-            Command::CommitOffset {
-                id,
-                session,
-                partition,
-                offset,
-                token,
-            } => {
-                let span = tracing::info_span!(
-                    "commit",
-                    topic = &*partition.topic,
-                    partition = partition.partition,
-                    token = token.0,
-                    offset = *offset,
-                    outcome = Empty,
-                );
-                let request = Request::Commit {
-                    partition: partition.clone(),
-                    offset: *offset,
-                    span,
-                };
-                self.requests.insert(*id, (*session, request));
-            }
-            Command::Release {
-                id,
-                session,
-                partition,
-                ..
-            } => {
-                self.requests
-                    .insert(*id, (*session, Request::Release(partition.clone())));
-                // A release that did not wait for its drain.
-                self.end_drain(partition, None, now, "release");
-            }
             Command::StopFetching { partition, token } => {
                 let state = self.partition(partition);
                 if state.drain.is_none() {
@@ -348,9 +275,8 @@ impl Telemetry {
                     state.drain = Some((*token, Timed::start(now, span)));
                 }
             }
-            Command::Report(Error::DrainTimeout { partition, .. }) => {
-                self.end_drain(partition, None, now, "timed out");
-            }
+            // A release that did not wait for its drain.
+            Command::Release { partition, .. } => self.end_drain(partition, None, now, "release"),
             _ => {}
         }
     }
@@ -363,88 +289,125 @@ impl Telemetry {
             Event::Drained { partition, token } => {
                 self.end_drain(partition, Some(*token), now, "drained");
             }
-            Event::SessionEstablished { session } => {
-                // Requests of an ended session are answered, if ever, with
-                // nothing worth counting; forget them so a backend that
-                // drops them cannot grow the table.
-                self.requests.retain(|_, (s, _)| s == session);
-                for state in self.partitions.values_mut() {
-                    state.claim_request = None;
-                }
-            }
-            Event::ClaimResult { id, .. } => {
-                if let Some((_, Request::Claim(partition))) = self.requests.remove(id) {
-                    if let Some(state) = self.partitions.get_mut(&partition) {
-                        if state.claim_request == Some(*id) {
-                            state.claim_request = None;
-                        }
-                    }
-                }
-            }
-            Event::OffsetResult { id, result } => {
-                if let Some((_, Request::ReadOffset(partition))) = self.requests.remove(id) {
-                    if let (Ok(Some(offset)), Some(state)) =
-                        (result, self.partitions.get_mut(&partition))
-                    {
-                        state.committed = Some(*offset);
-                        state.update_lag();
-                    }
-                }
-            }
-            Event::CommitResult { id, result } => {
-                if let Some((
-                    _,
-                    Request::Commit {
-                        partition,
-                        offset,
-                        span,
-                    },
-                )) = self.requests.remove(id)
-                {
-                    self.on_commit_result(&partition, offset, &span, result);
-                }
-            }
-            Event::ReleaseResult { id, result } => {
-                if let Some((_, Request::Release(partition))) = self.requests.remove(id) {
-                    // NoNode: an earlier attempt whose reply was lost
-                    // deleted it. NotOwner means the claim was gone before
-                    // the release: lost, not handed over.
-                    if matches!(result, Ok(()) | Err(StoreError::NoNode)) {
-                        if let Some(state) = self.partitions.get_mut(&partition) {
-                            state.released = true;
-                        }
-                    }
-                }
-            }
             _ => {}
         }
         self.dirty = true;
     }
 
-    fn on_commit_result(
-        &mut self,
-        partition: &TopicPartition,
-        offset: Offset,
-        span: &Span,
-        result: &Result<(), StoreError>,
-    ) {
-        match result {
-            Ok(()) => {
-                span.record("outcome", "committed");
-                if let Some(state) = self.partitions.get_mut(partition) {
-                    state.committed = Some(offset);
-                    state.set_committed_gauge(offset);
+    /// What the core told the application: claims, commits, releases and
+    /// losses, as the core itself saw them.
+    pub(crate) fn on_app_event(&mut self, event: &AppEvent, now: Instant) {
+        self.dirty = true;
+        match event {
+            AppEvent::Claiming { partition } => {
+                let state = self.partition(partition);
+                if state.claim.is_none() {
+                    state.claim = Some(tracing::info_span!(
+                        "claim",
+                        topic = &*partition.topic,
+                        partition = partition.partition,
+                        token = Empty,
+                        outcome = Empty,
+                    ));
+                }
+            }
+            AppEvent::Claimed {
+                partition,
+                token,
+                waited,
+            } => {
+                let state = entry(&mut self.partitions, &self.labels, partition);
+                start_claim(
+                    state,
+                    partition,
+                    *token,
+                    *waited,
+                    &self.claims,
+                    &self.claim_wait,
+                );
+            }
+            AppEvent::ClaimAbandoned { partition } => {
+                if let Some(span) = self.partition(partition).claim.take() {
+                    span.record("outcome", "unassigned");
+                }
+            }
+            AppEvent::OffsetRead {
+                partition,
+                token,
+                committed,
+            } => {
+                let state = self.partition(partition);
+                if let (true, Some(offset)) = (state.holds(*token), committed) {
+                    state.committed = Some(*offset);
                     state.update_lag();
                 }
             }
-            Err(StoreError::NotOwner) => {
-                span.record("outcome", "fenced");
+            AppEvent::Committing {
+                partition,
+                token,
+                offset,
+            } => {
+                self.partition(partition).commit = Some(tracing::info_span!(
+                    "commit",
+                    topic = &*partition.topic,
+                    partition = partition.partition,
+                    token = token.0,
+                    offset = *offset,
+                    outcome = Empty,
+                ));
+            }
+            AppEvent::Committed {
+                partition,
+                token,
+                offset,
+            } => {
+                let state = self.partition(partition);
+                if let Some(span) = state.commit.take() {
+                    span.record("outcome", "committed");
+                }
+                if state.holds(*token) {
+                    state.committed = Some(*offset);
+                    state.set_committed_gauge(*offset);
+                    state.update_lag();
+                }
+            }
+            AppEvent::CommitFenced { partition, .. } => {
+                if let Some(span) = self.partition(partition).commit.take() {
+                    span.record("outcome", "fenced");
+                }
                 self.commits_fenced.increment(1);
             }
-            Err(_) => {
-                span.record("outcome", "failed");
+            AppEvent::CommitFailed { partition, .. } => {
+                if let Some(span) = self.partition(partition).commit.take() {
+                    span.record("outcome", "failed");
+                }
                 self.commit_failures.increment(1);
             }
+            AppEvent::Releasing { partition, token } => {
+                let state = self.partition(partition);
+                if state.release.is_none() {
+                    let span = tracing::info_span!(
+                        "release",
+                        topic = &*partition.topic,
+                        partition = partition.partition,
+                        token = token.0,
+                        outcome = Empty,
+                    );
+                    state.release = Some(Timed::start(now, span));
+                }
+            }
+            AppEvent::Released { partition, .. } => {
+                let state = entry(&mut self.partitions, &self.labels, partition);
+                end_claim(state, partition, now, true, &self.handoffs);
+            }
+            AppEvent::Lost { partition, .. } => {
+                let state = entry(&mut self.partitions, &self.labels, partition);
+                end_claim(state, partition, now, false, &self.handoffs);
+            }
+            AppEvent::Problem(Error::DrainTimeout { partition, .. }) => {
+                self.end_drain(partition, None, now, "timed out");
+            }
+            _ => {}
         }
     }
 
@@ -474,7 +437,7 @@ impl Telemetry {
         high_watermark: Offset,
     ) {
         if let Some(state) = self.partitions.get_mut(partition) {
-            if state.token == Some(token) {
+            if state.holds(token) {
                 state.high_watermark = Some(high_watermark);
                 state.update_lag();
             }
@@ -482,52 +445,13 @@ impl Telemetry {
     }
 
     /// Looks at the member's state after a round of events and commands:
-    /// claims that began or ended (`owned` is the member's owned set, as
-    /// the driver just read it), and the assignment settling.
-    pub(crate) fn on_published(
-        &mut self,
-        member: &Member,
-        owned: &BTreeMap<TopicPartition, FencingToken>,
-        now: Instant,
-    ) {
+    /// how many partitions it owns (`owned`, as the driver just read it),
+    /// and whether its assignment changed or settled.
+    pub(crate) fn on_published(&mut self, member: &Member, owned: usize, now: Instant) {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
-        for (partition, &token) in owned {
-            let state = entry(&mut self.partitions, &self.labels, partition);
-            match state.token {
-                Some(held) if held == token => continue,
-                Some(_) => end_claim(state, partition, now, &self.handoffs),
-                None => {}
-            }
-            start_claim(state, partition, token, now, &self.claims, &self.claim_wait);
-        }
-        for (partition, state) in &mut self.partitions {
-            if state.token.is_some() && !owned.contains_key(partition) {
-                end_claim(state, partition, now, &self.handoffs);
-            }
-            state.released = false;
-            if !member.assigned().contains(partition) {
-                // A claim still out may yet take effect (and be released
-                // at once); its wait counts like any other.
-                if state.token.is_none() && state.claim_request.is_none() {
-                    if let Some(timed) = state.claim.take() {
-                        timed.end(now, "unassigned");
-                    }
-                }
-                if let (Some(token), None) = (state.token, &state.release) {
-                    let span = tracing::info_span!(
-                        "release",
-                        topic = &*partition.topic,
-                        partition = partition.partition,
-                        token = token.0,
-                        outcome = Empty,
-                    );
-                    state.release = Some(Timed::start(now, span));
-                }
-            }
-        }
-        self.partitions_owned.set(owned.len() as f64);
+        self.partitions_owned.set(owned as f64);
         if *member.assigned() != self.assigned {
             self.assigned.clone_from(member.assigned());
             self.rebalancing_since.get_or_insert(now);
@@ -552,12 +476,12 @@ fn entry<'a>(
         .or_insert_with(|| PartitionTelemetry::new(labels, partition))
 }
 
-/// A claim took effect.
+/// A claim took effect, `waited` after it began.
 fn start_claim(
     state: &mut PartitionTelemetry,
     partition: &TopicPartition,
     token: FencingToken,
-    now: Instant,
+    waited: Duration,
     claims: &Counter,
     claim_wait: &Histogram,
 ) {
@@ -574,9 +498,10 @@ fn start_claim(
     state.high_watermark = None;
     state.owned_gauge.set(1.0);
     claims.increment(1);
-    if let Some(timed) = state.claim.take() {
-        timed.span.record("token", token.0);
-        claim_wait.record(timed.end(now, "claimed"));
+    claim_wait.record(waited.as_secs_f64());
+    if let Some(span) = state.claim.take() {
+        span.record("token", token.0);
+        span.record("outcome", "claimed");
     }
 }
 
@@ -586,13 +511,14 @@ fn end_claim(
     state: &mut PartitionTelemetry,
     partition: &TopicPartition,
     now: Instant,
+    released: bool,
     handoffs: &Counter,
 ) {
     let Some(token) = state.token.take() else {
         return;
     };
     let (topic, number) = (&*partition.topic, partition.partition);
-    let outcome = if state.released {
+    let outcome = if released {
         handoffs.increment(1);
         tracing::info!(topic, partition = number, token = token.0, "released");
         "released"
@@ -620,6 +546,8 @@ mod tests {
     use std::sync::Mutex;
 
     use metrics::{GaugeFn, Key, KeyName, Metadata, Recorder};
+
+    use tenure_core::StoreError;
 
     use super::*;
 
@@ -700,83 +628,96 @@ mod tests {
         let p = TopicPartition::new("t", 3);
         let token = FencingToken(9);
         let now = Instant::now();
-        let session = SessionId(1);
         let mut telemetry = metrics::with_local_recorder(&values, || {
             let mut telemetry = Telemetry::new("g", &MemberId::new("m").expect("valid id"));
-            let state = entry(&mut telemetry.partitions, &telemetry.labels, &p);
-            start_claim(
-                state,
-                &p,
-                token,
-                now,
-                &telemetry.claims,
-                &telemetry.claim_wait,
-            );
-            telemetry
-        });
-        let lag = |values: &Values| values.get(PARTITION_LAG, Some("3"));
-        metrics::with_local_recorder(&values, || {
-            telemetry.on_high_watermark(&p, token, 25);
-            telemetry.on_command(
-                &Command::ReadOffset {
-                    id: RequestId(1),
-                    session,
+            telemetry.on_app_event(
+                &AppEvent::Claiming {
                     partition: p.clone(),
                 },
                 now,
             );
-            telemetry.on_event(
-                &Event::OffsetResult {
-                    id: RequestId(1),
-                    result: Ok(Some(10)),
+            telemetry.on_app_event(
+                &AppEvent::Claimed {
+                    partition: p.clone(),
+                    token,
+                    waited: Duration::from_millis(5),
+                },
+                now,
+            );
+            telemetry
+        });
+        let lag = |values: &Values| values.get(PARTITION_LAG, Some("3"));
+        assert_eq!(values.get(CLAIMS_TOTAL, None), Some(1.0));
+        assert_eq!(values.get(PARTITION_OWNED, Some("3")), Some(1.0));
+        metrics::with_local_recorder(&values, || {
+            telemetry.on_high_watermark(&p, token, 25);
+            telemetry.on_app_event(
+                &AppEvent::OffsetRead {
+                    partition: p.clone(),
+                    token,
+                    committed: Some(10),
                 },
                 now,
             );
         });
         assert_eq!(lag(&values), Some(15.0));
         assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), None);
-        let commit = |id, offset| Command::CommitOffset {
-            id: RequestId(id),
-            session,
-            partition: p.clone(),
-            offset,
-            token,
-        };
-        metrics::with_local_recorder(&values, || {
-            telemetry.on_command(&commit(2, 20), now);
-            telemetry.on_event(
-                &Event::CommitResult {
-                    id: RequestId(2),
-                    result: Ok(()),
+        let commit = |telemetry: &mut Telemetry, offset, outcome: Option<StoreError>| {
+            telemetry.on_app_event(
+                &AppEvent::Committing {
+                    partition: p.clone(),
+                    token,
+                    offset,
                 },
                 now,
             );
-        });
+            let partition = p.clone();
+            let event = match outcome {
+                None => AppEvent::Committed {
+                    partition,
+                    token,
+                    offset,
+                },
+                Some(StoreError::NotOwner) => AppEvent::CommitFenced {
+                    partition,
+                    token,
+                    offset,
+                },
+                Some(error) => AppEvent::CommitFailed {
+                    partition,
+                    token,
+                    offset,
+                    error,
+                },
+            };
+            telemetry.on_app_event(&event, now);
+        };
+        metrics::with_local_recorder(&values, || commit(&mut telemetry, 20, None));
         assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), Some(20.0));
         assert_eq!(lag(&values), Some(5.0));
         telemetry.on_high_watermark(&p, FencingToken(8), 100);
         assert_eq!(lag(&values), Some(5.0), "a stale claim's fetch");
         telemetry.on_high_watermark(&p, token, 30);
         assert_eq!(lag(&values), Some(10.0));
-        telemetry.on_command(&commit(3, 30), now);
-        telemetry.on_event(
-            &Event::CommitResult {
-                id: RequestId(3),
-                result: Err(StoreError::ConnectionLoss),
-            },
-            now,
-        );
-        telemetry.on_command(&commit(4, 30), now);
-        telemetry.on_event(
-            &Event::CommitResult {
-                id: RequestId(4),
-                result: Err(StoreError::NotOwner),
-            },
-            now,
-        );
+        commit(&mut telemetry, 30, Some(StoreError::ConnectionLoss));
+        commit(&mut telemetry, 30, Some(StoreError::NotOwner));
         assert_eq!(lag(&values), Some(10.0), "failed commits change nothing");
         assert_eq!(values.get(COMMITTED_OFFSET, Some("3")), Some(20.0));
         assert_eq!(values.get(COMMIT_FAILURES_TOTAL, None), Some(1.0));
         assert_eq!(values.get(COMMITS_FENCED_TOTAL, None), Some(1.0));
+        telemetry.on_app_event(
+            &AppEvent::Lost {
+                partition: p.clone(),
+                token,
+            },
+            now,
+        );
+        assert_eq!(values.get(PARTITION_OWNED, Some("3")), Some(0.0));
+        assert_eq!(lag(&values), Some(0.0), "lag is the owner's to report");
+        assert_eq!(
+            values.get(HANDOFFS_TOTAL, None),
+            Some(0.0),
+            "lost, not handed over"
+        );
     }
 }

@@ -154,9 +154,7 @@ pub fn execute(
             let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })
         }
-        Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
-            Execution::NotForStore
-        }
+        Command::StartFetching { .. } | Command::StopFetching { .. } => Execution::NotForStore,
     }
 }
 

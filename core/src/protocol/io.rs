@@ -1,8 +1,9 @@
-//! What goes into the member state machine ([`Event`]) and what comes out
-//! ([`Command`]). Both speak of members, claims, owners and offsets, never
-//! of znodes, keys or leases: a backend translates.
+//! What goes into the member state machine ([`Event`]) and what comes out:
+//! work for the store and the fetcher ([`Command`]) and what the
+//! application is told ([`AppEvent`]). All speak of members, claims, owners
+//! and offsets, never of znodes, keys or leases: a backend translates.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::assignment::PartitionCounts;
 use crate::error::{Error, Operation, StoreError};
@@ -322,13 +323,11 @@ pub enum Command {
         /// The claim the fetching ran under.
         token: FencingToken,
     },
-    /// A problem worth telling the application about; the member goes on.
-    Report(Error),
 }
 
 impl Command {
     /// The request id and session of a store command (`None` for fetching
-    /// commands and reports).
+    /// commands).
     pub fn request(&self) -> Option<(RequestId, SessionId)> {
         match self {
             Command::Register { id, session, .. }
@@ -340,9 +339,7 @@ impl Command {
             | Command::ReadOffset { id, session, .. }
             | Command::CommitOffset { id, session, .. }
             | Command::Heartbeat { id, session } => Some((*id, *session)),
-            Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
-                None
-            }
+            Command::StartFetching { .. } | Command::StopFetching { .. } => None,
         }
     }
 
@@ -360,9 +357,119 @@ impl Command {
             Command::ReadOffset { id, .. } => Event::OffsetResult { id, result: Err(e) },
             Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Err(e) },
             Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Err(e) },
-            Command::StartFetching { .. } | Command::StopFetching { .. } | Command::Report(_) => {
-                return None
-            }
+            Command::StartFetching { .. } | Command::StopFetching { .. } => return None,
         })
     }
+}
+
+/// What happened to the member that its application (and its telemetry)
+/// may want to know, taken from [`crate::Member::poll_app_event`]. Nothing
+/// needs to be done about any of them: the member goes on by itself.
+///
+/// A partition's story reads: [`AppEvent::Claiming`], then either
+/// [`AppEvent::Claimed`] or [`AppEvent::ClaimAbandoned`]; once claimed,
+/// [`AppEvent::OffsetRead`] and commits, then [`AppEvent::Releasing`] and
+/// [`AppEvent::Released`], or [`AppEvent::Lost`] at any point.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum AppEvent {
+    /// The assignment gives `partition` to this member, which starts
+    /// claiming it.
+    Claiming {
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// A claim took effect: the store records this member as the owner of
+    /// `partition` under `token`.
+    Claimed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim's fencing token.
+        token: FencingToken,
+        /// From [`AppEvent::Claiming`] to now.
+        waited: Duration,
+    },
+    /// A claim ended before it took effect: the partition is no longer
+    /// assigned to this member, or the session ended.
+    ClaimAbandoned {
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// The committed offset of an owned partition was read: fetching can
+    /// start (from it, or from the initial offset when there is none).
+    OffsetRead {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim it was read under.
+        token: FencingToken,
+        /// The committed next offset, if any.
+        committed: Option<Offset>,
+    },
+    /// A commit of `offset` (the next offset to consume) went out.
+    Committing {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that guards the write.
+        token: FencingToken,
+        /// The offset being written.
+        offset: Offset,
+    },
+    /// The commit of `offset` is stored.
+    Committed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that guarded the write.
+        token: FencingToken,
+        /// The offset written.
+        offset: Offset,
+    },
+    /// The commit of `offset` was refused: this member's claim is gone.
+    /// [`AppEvent::Lost`] follows.
+    CommitFenced {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that no longer guards anything.
+        token: FencingToken,
+        /// The offset not written.
+        offset: Offset,
+    },
+    /// The commit of `offset` failed for another reason (a lost connection,
+    /// an error of the store); a later commit carries the offset on.
+    CommitFailed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that guarded the write.
+        token: FencingToken,
+        /// The offset not known to be written.
+        offset: Offset,
+        /// What the store said.
+        error: StoreError,
+    },
+    /// The assignment took `partition` away: the member drains it, commits
+    /// what was processed, and deletes its claim.
+    Releasing {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim being released.
+        token: FencingToken,
+    },
+    /// The claim was released to the group: the partition can be claimed by
+    /// its next owner.
+    Released {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that ended.
+        token: FencingToken,
+    },
+    /// The claim turned out to be gone (an expired session, a fenced commit,
+    /// an owner record already deleted): the partition was not handed
+    /// over by this member. If it is still assigned, a new claim starts.
+    Lost {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that ended.
+        token: FencingToken,
+    },
+    /// A problem worth telling the application about.
+    Problem(Error),
 }

@@ -7,7 +7,9 @@
 //! 2. when the time from [`Member::poll_timeout`] comes, call
 //!    [`Member::handle_timeout`];
 //! 3. after either, take every [`Command`] from [`Member::poll_command`] and
-//!    carry it out, answering store requests with their result events.
+//!    carry it out, answering store requests with their result events, and
+//!    every [`AppEvent`] from [`Member::poll_app_event`] (claims, commits,
+//!    releases, losses, problems) for the application and its telemetry.
 //!
 //! The member claims the partitions its assignment names, watches the owner
 //! of any partition another member still holds, releases what it no longer
@@ -21,7 +23,7 @@ mod partition;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-pub use io::{ClaimOutcome, Command, Event, FetchFrom, RegisterOutcome};
+pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchFrom, RegisterOutcome};
 use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep};
 
 use crate::assignment::PartitionCounts;
@@ -69,6 +71,7 @@ pub struct Member {
     now: Instant,
     next_id: u64,
     commands: VecDeque<Command>,
+    app_events: VecDeque<AppEvent>,
     requests: BTreeMap<RequestId, InFlight>,
 
     session: Option<SessionId>,
@@ -117,6 +120,7 @@ impl Member {
             now,
             next_id: 1,
             commands: VecDeque::new(),
+            app_events: VecDeque::new(),
             requests: BTreeMap::new(),
             session: None,
             last_heard: None,
@@ -215,6 +219,13 @@ impl Member {
     /// The next command to carry out, if any.
     pub fn poll_command(&mut self) -> Option<Command> {
         self.commands.pop_front()
+    }
+
+    /// The next thing the application may want to know, if any: claims,
+    /// commits, releases, losses and problems. Take them all after every
+    /// call, as with [`Member::poll_command`]; they pile up otherwise.
+    pub fn poll_app_event(&mut self) -> Option<AppEvent> {
+        self.app_events.pop_front()
     }
 
     /// Feeds one event in, at time `now`.
@@ -426,7 +437,7 @@ impl Member {
     }
 
     fn report(&mut self, error: Error) {
-        self.commands.push_back(Command::Report(error));
+        self.app_events.push_back(AppEvent::Problem(error));
     }
 
     fn report_store(
@@ -466,9 +477,12 @@ impl Member {
         let partitions = std::mem::take(&mut self.partitions);
         for (partition, state) in partitions {
             if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.commands
-                    .push_back(Command::StopFetching { partition, token });
+                self.commands.push_back(Command::StopFetching {
+                    partition: partition.clone(),
+                    token,
+                });
             }
+            self.gone(partition, &state, false);
         }
         self.report(Error::SessionExpired {
             partitions: dropped,
@@ -637,15 +651,10 @@ impl Member {
             None => return,
         };
         self.assigned = desired;
-        let now = self.now;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         for partition in assigned {
             match self.partitions.get_mut(&partition) {
-                None => {
-                    self.partitions
-                        .insert(partition.clone(), PartitionState::claiming(now));
-                    self.send_claim(&partition);
-                }
+                None => self.start_claiming(&partition),
                 Some(state) => {
                     if let Phase::Releasing(_) = state.phase {
                         state.reclaim = true;
@@ -696,6 +705,27 @@ impl Member {
     }
 
     // ----- claims -----
+
+    /// Starts claiming a partition the assignment gives us and we do not
+    /// hold.
+    fn start_claiming(&mut self, partition: &TopicPartition) {
+        self.partitions
+            .insert(partition.clone(), PartitionState::claiming(self.now));
+        self.app_events.push_back(AppEvent::Claiming {
+            partition: partition.clone(),
+        });
+        self.send_claim(partition);
+    }
+
+    /// Tells what became of a partition whose state was just dropped:
+    /// released or lost if it was held, abandoned if it never was.
+    fn gone(&mut self, partition: TopicPartition, state: &PartitionState, released: bool) {
+        self.app_events.push_back(match state.token {
+            Some(token) if released => AppEvent::Released { partition, token },
+            Some(token) => AppEvent::Lost { partition, token },
+            None => AppEvent::ClaimAbandoned { partition },
+        });
+    }
 
     fn send_claim(&mut self, partition: &TopicPartition) {
         let id = self.request(Purpose::Partition(partition.clone()));
@@ -780,12 +810,27 @@ impl Member {
                 };
                 match token {
                     Some(token) => {
+                        let mut since = None;
                         if let Some(state) = self.partitions.get_mut(&partition) {
                             state.token = token;
+                            since = Some(state.since);
+                        }
+                        // A claim that took effect after all, only to be
+                        // released at once.
+                        if let (Some(token), Some(since)) = (token, since) {
+                            self.app_events.push_back(AppEvent::Claimed {
+                                partition: partition.clone(),
+                                token,
+                                waited: self.now.saturating_duration_since(since),
+                            });
+                            self.app_events.push_back(AppEvent::Releasing {
+                                partition: partition.clone(),
+                                token,
+                            });
                         }
                         self.send_release(&partition);
                     }
-                    None => self.finish_release(&partition),
+                    None => self.finish_release(&partition, false),
                 }
             }
             _ => {}
@@ -847,6 +892,11 @@ impl Member {
     fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
         let id = self.request(Purpose::Partition(partition.clone()));
         if let Some(state) = self.partitions.get_mut(partition) {
+            self.app_events.push_back(AppEvent::Claimed {
+                partition: partition.clone(),
+                token,
+                waited: self.now.saturating_duration_since(state.since),
+            });
             state.phase = Phase::Owned(OwnedStep::ReadingOffset);
             state.token = Some(token);
             state.request = Some(id);
@@ -904,6 +954,13 @@ impl Member {
                 state.phase = Phase::Owned(OwnedStep::Ready);
                 state.request = None;
                 state.attempt = 0;
+                if let Some(token) = state.token {
+                    self.app_events.push_back(AppEvent::OffsetRead {
+                        partition,
+                        token,
+                        committed,
+                    });
+                }
             }
             Err(error) => {
                 let corrupt = matches!(error, StoreError::Corrupt { .. });
@@ -983,6 +1040,11 @@ impl Member {
             }
             state.commit = Some((id, offset));
         }
+        self.app_events.push_back(AppEvent::Committing {
+            partition: partition.clone(),
+            token,
+            offset,
+        });
         self.commands.push_back(Command::CommitOffset {
             id,
             session: self.session_tag(),
@@ -1007,8 +1069,18 @@ impl Member {
         if final_commit {
             state.request = None;
         }
+        // A commit goes out only under a claim, and the claim of a
+        // partition never changes while its state lives.
+        let token = state.token;
         match result {
             Ok(()) => {
+                if let Some(token) = token {
+                    self.app_events.push_back(AppEvent::Committed {
+                        partition: partition.clone(),
+                        token,
+                        offset,
+                    });
+                }
                 state.committed = Some(state.committed.map_or(offset, |c| c.max(offset)));
                 state.attempt = 0;
                 if final_commit || state.phase == Phase::Releasing(ReleaseStep::AwaitCommit) {
@@ -1019,6 +1091,13 @@ impl Member {
                 // The claim is gone: whatever we thought, we do not own the
                 // partition. Stop at once; claim again if it is still ours
                 // by the assignment.
+                if let Some(token) = token {
+                    self.app_events.push_back(AppEvent::CommitFenced {
+                        partition: partition.clone(),
+                        token,
+                        offset,
+                    });
+                }
                 self.report(Error::CommitFenced {
                     partition: partition.clone(),
                     offset,
@@ -1026,6 +1105,14 @@ impl Member {
                 self.lose(&partition);
             }
             Err(error) => {
+                if let Some(token) = token {
+                    self.app_events.push_back(AppEvent::CommitFailed {
+                        partition: partition.clone(),
+                        token,
+                        offset,
+                        error: error.clone(),
+                    });
+                }
                 // Only a release past its drain retries here; a draining
                 // one sends its final commit once the drain is over.
                 let releasing = matches!(
@@ -1069,11 +1156,10 @@ impl Member {
             if let Some(id) = state.request {
                 self.requests.remove(&id);
             }
+            self.gone(partition.clone(), &state, false);
         }
         if self.assigned.contains(partition) {
-            self.partitions
-                .insert(partition.clone(), PartitionState::claiming(self.now));
-            self.send_claim(partition);
+            self.start_claiming(partition);
         }
     }
 
@@ -1101,7 +1187,9 @@ impl Member {
                     if let Some(id) = state.request {
                         self.requests.remove(&id);
                     }
-                    self.partitions.remove(partition);
+                    if let Some(state) = self.partitions.remove(partition) {
+                        self.gone(partition.clone(), &state, false);
+                    }
                 }
             }
             Phase::Owned(_) => {
@@ -1115,6 +1203,12 @@ impl Member {
                 state.reclaim = false;
                 state.drain_deadline = Some(now + processing_timeout);
                 state.phase = Phase::Releasing(ReleaseStep::Draining);
+                if let Some(token) = state.token {
+                    self.app_events.push_back(AppEvent::Releasing {
+                        partition: partition.clone(),
+                        token,
+                    });
+                }
                 if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
                     state.fetch = Fetch::Stopping;
                     self.commands.push_back(Command::StopFetching {
@@ -1215,9 +1309,10 @@ impl Member {
             None => return,
         };
         match result {
-            Ok(()) | Err(StoreError::NoNode | StoreError::NotOwner) => {
-                self.finish_release(&partition)
-            }
+            // NoNode: an earlier attempt whose reply was lost deleted it.
+            Ok(()) | Err(StoreError::NoNode) => self.finish_release(&partition, true),
+            // The claim was gone before the release: lost, not handed over.
+            Err(StoreError::NotOwner) => self.finish_release(&partition, false),
             // The backend announces the expiry, which drops everything.
             Err(StoreError::SessionExpired) => {}
             Err(error) => {
@@ -1236,12 +1331,15 @@ impl Member {
         }
     }
 
-    fn finish_release(&mut self, partition: &TopicPartition) {
-        let reclaim = self.partitions.remove(partition).is_some_and(|s| s.reclaim);
-        if reclaim && self.assigned.contains(partition) {
-            self.partitions
-                .insert(partition.clone(), PartitionState::claiming(self.now));
-            self.send_claim(partition);
+    /// Drops a partition whose release is over; `released` when its claim
+    /// was deleted by us (or found deleted by our own earlier attempt).
+    fn finish_release(&mut self, partition: &TopicPartition, released: bool) {
+        let Some(state) = self.partitions.remove(partition) else {
+            return;
+        };
+        self.gone(partition.clone(), &state, released);
+        if state.reclaim && self.assigned.contains(partition) {
+            self.start_claiming(partition);
         }
     }
 

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::error::{Error, StoreError};
 use crate::model::adapter::{self, Execution};
 use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{Command, Event, FetchFrom, Member};
+use crate::protocol::{AppEvent, Command, Event, FetchFrom, Member};
 use crate::records::Layout;
 use crate::rng::SplitMix64;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
@@ -211,6 +211,10 @@ struct App {
     /// Processing time per batch; longer than the processing timeout while
     /// the slow-drain fault is on.
     batch_time: Duration,
+    /// Partitions the member's application events say it is claiming.
+    claiming: BTreeSet<TopicPartition>,
+    /// Claims the member's application events say it holds.
+    held: BTreeMap<TopicPartition, FencingToken>,
 }
 
 /// One member process.
@@ -338,6 +342,8 @@ struct World {
     hw: BTreeMap<TopicPartition, Offset>,
     processed: BTreeMap<TopicPartition, Vec<u32>>,
     committed: BTreeMap<TopicPartition, Offset>,
+    /// The newest token any member's claim took effect with, per partition.
+    claimed_tokens: BTreeMap<TopicPartition, FencingToken>,
     session_owner: BTreeMap<SessionId, usize>,
     server_lag: Duration,
     next_produce: Instant,
@@ -382,6 +388,7 @@ impl World {
             hw: BTreeMap::new(),
             processed: BTreeMap::new(),
             committed: BTreeMap::new(),
+            claimed_tokens: BTreeMap::new(),
             session_owner: BTreeMap::new(),
             server_lag,
             next_produce: start,
@@ -486,6 +493,8 @@ impl World {
         node.app.fetching.clear();
         node.app.batches.clear();
         node.app.stopping.clear();
+        node.app.claiming.clear();
+        node.app.held.clear();
         self.open_session(index);
         let incarnation = self.nodes[index].incarnation;
         let counts = self.counts.clone();
@@ -1269,15 +1278,91 @@ impl World {
             .insert(partition.clone(), offset.max(previous));
     }
 
-    /// Carries out every command a member has for us.
+    /// Carries out every command a member has for us, and checks what it
+    /// tells its application.
     fn drain_commands(&mut self, index: usize) {
         loop {
             let command = match self.nodes[index].member.as_mut() {
                 Some(member) => member.poll_command(),
                 None => return,
             };
-            let Some(command) = command else { return };
+            let Some(command) = command else { break };
             self.dispatch(index, command);
+        }
+        loop {
+            let event = match self.nodes[index].member.as_mut() {
+                Some(member) => member.poll_app_event(),
+                None => return,
+            };
+            let Some(event) = event else { return };
+            self.app_event(index, event);
+        }
+    }
+
+    /// Checks that a member's application events tell a consistent story
+    /// (every claim begins, then takes effect or is abandoned; only a held
+    /// claim is committed under, released or lost), and that a claim never
+    /// takes effect with a token below an earlier claim's.
+    fn app_event(&mut self, index: usize, event: AppEvent) {
+        self.trace(Some(index), &("app", &event));
+        let who = self.nodes[index].id.clone();
+        let app = &mut self.nodes[index].app;
+        let wrong = match &event {
+            AppEvent::Claiming { partition } => (app.held.contains_key(partition)
+                || !app.claiming.insert(partition.clone()))
+            .then(|| format!("{who} began claiming {partition} while claiming or holding it")),
+            AppEvent::Claimed {
+                partition, token, ..
+            } => {
+                if !app.claiming.remove(partition) {
+                    Some(format!("{who} claimed {partition} without claiming it"))
+                } else {
+                    app.held.insert(partition.clone(), *token);
+                    let newest = self
+                        .claimed_tokens
+                        .entry(partition.clone())
+                        .or_insert(FencingToken(0));
+                    if *token < *newest {
+                        Some(format!(
+                            "{who} claimed {partition} with token {} after token {}",
+                            token.0, newest.0
+                        ))
+                    } else {
+                        *newest = *token;
+                        None
+                    }
+                }
+            }
+            AppEvent::ClaimAbandoned { partition } => (!app.claiming.remove(partition))
+                .then(|| format!("{who} abandoned a claim of {partition} it was not making")),
+            AppEvent::OffsetRead {
+                partition, token, ..
+            }
+            | AppEvent::Committing {
+                partition, token, ..
+            }
+            | AppEvent::Committed {
+                partition, token, ..
+            }
+            | AppEvent::CommitFenced {
+                partition, token, ..
+            }
+            | AppEvent::CommitFailed {
+                partition, token, ..
+            }
+            | AppEvent::Releasing { partition, token } => (app.held.get(partition) != Some(token))
+                .then(|| format!("{who} reported {event:?} without holding that claim")),
+            AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+                (app.held.remove(partition) != Some(*token))
+                    .then(|| format!("{who} reported {event:?} without holding that claim"))
+            }
+            AppEvent::Problem(error) => {
+                *self.report.reported.entry(error_kind(error)).or_insert(0) += 1;
+                None
+            }
+        };
+        if let Some(detail) = wrong {
+            self.violation("application events", detail);
         }
     }
 
@@ -1311,9 +1396,6 @@ impl World {
                 }
                 app.stopping.insert((partition, token));
                 self.finish_drains(index);
-            }
-            Command::Report(error) => {
-                *self.report.reported.entry(error_kind(&error)).or_insert(0) += 1;
             }
             store_command => {
                 let node = &self.nodes[index];
