@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tenure::core::model::adapter::{self, Execution};
 use tenure::core::model::store::Store;
 use tenure::core::records::Layout;
-use tenure::core::{AppEvent, Command, Config, Event, Member, SessionId};
+use tenure::core::{AppEvent, Config, Event, FetchCommand, Member, SessionId};
 
 /// One member and what is on its way to it.
 struct Node {
@@ -70,37 +70,39 @@ fn main() -> Result<(), String> {
                 node.member.handle_timeout(now);
             }
             let info = node.member.info().clone();
-            while let Some(command) = node.member.poll_command() {
-                match command {
-                    Command::StartFetching {
+            // Fetch starts and stops first: a stop must reach the
+            // application before the release that follows it reaches the
+            // store.
+            while let Some(fetch) = node.member.poll_fetch() {
+                match fetch {
+                    FetchCommand::Start {
                         partition, token, ..
                     } => {
                         println!("{} consumes {partition} (token {})", info.id, token.0);
                     }
-                    Command::StopFetching { partition, token } => {
+                    FetchCommand::Stop { partition, token } => {
                         println!("{} stops {partition}", info.id);
                         // This application holds nothing in flight.
                         node.inbox.push_back(Event::Drained { partition, token });
                     }
-                    store_command => {
-                        let reply = match adapter::execute(
-                            &mut store,
-                            &layout,
-                            node.session,
-                            &info,
-                            store_command,
-                            0,
-                            &mut fired,
-                        ) {
-                            Execution::Done(event) => Some(event),
-                            Execution::ReadOwner { id, partition } => {
-                                Some(adapter::claim_read_owner(&store, &layout, id, &partition))
-                            }
-                            Execution::NotForStore => None,
-                        };
-                        node.inbox.extend(reply);
-                    }
                 }
+            }
+            while let Some(store_command) = node.member.poll_command() {
+                let reply = match adapter::execute(
+                    &mut store,
+                    &layout,
+                    node.session,
+                    &info,
+                    store_command,
+                    0,
+                    &mut fired,
+                ) {
+                    Execution::Done(event) => event,
+                    Execution::ReadOwner { id, partition } => {
+                        adapter::claim_read_owner(&store, &layout, id, &partition)
+                    }
+                };
+                node.inbox.push_back(reply);
             }
             // What the member tells its application: claims, releases,
             // losses, problems.

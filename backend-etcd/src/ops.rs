@@ -240,7 +240,6 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Comm
             id,
             result: commit(&ctx, &partition, offset, token).await,
         },
-        Command::StartFetching { .. } | Command::StopFetching { .. } => return,
     };
     ctx.shared.send(event);
 }

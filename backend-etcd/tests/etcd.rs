@@ -422,11 +422,6 @@ async fn commands_of_another_session_fail_as_expired() {
         "a stale claim must not create anything"
     );
     assert!(sandbox.get(&sandbox.member_key("a")).await.is_none());
-    // Fetching commands are not for the backend: nothing comes back.
-    a.backend.submit(Command::StopFetching {
-        partition: partition(0),
-        token: FencingToken(1),
-    });
     assert!(matches!(
         a.heartbeat().await,
         Event::HeartbeatResult { result: Ok(()), .. }

@@ -315,15 +315,11 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn submit(&mut self, command: Command) {
-        let Some((_, issued)) = command.request() else {
-            // Fetching and reports are not for the store.
-            return;
-        };
+        let (_, issued) = command.request();
         let Some(running) = self.running.as_mut() else {
             // No session yet (or any more): nothing can run under `issued`.
-            if let Some(event) = command.failed(StoreError::SessionExpired) {
-                tracing::warn!(?event, "command submitted to a backend that is not running");
-            }
+            let event = command.failed(StoreError::SessionExpired);
+            tracing::warn!(?event, "command submitted to a backend that is not running");
             return;
         };
         // Forget finished tasks so the set does not grow.
@@ -340,11 +336,7 @@ impl Backend for ZooKeeperBackend {
             }
             // Issued under a session that ended: it must not act under the
             // next one (a claim would leave a record no member tracks).
-            _ => {
-                if let Some(event) = command.failed(StoreError::SessionExpired) {
-                    shared.send(event);
-                }
-            }
+            _ => shared.send(command.failed(StoreError::SessionExpired)),
         }
     }
 

@@ -253,7 +253,6 @@ pub(crate) async fn execute(
             id,
             result: commit(&ctx, &partition, offset, token).await,
         },
-        Command::StartFetching { .. } | Command::StopFetching { .. } => return,
     };
     ctx.shared.send(event);
 }

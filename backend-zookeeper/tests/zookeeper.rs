@@ -414,11 +414,6 @@ async fn commands_of_another_session_fail_as_expired() {
         .await
         .expect("stat")
         .is_none());
-    // Fetching commands are not for the backend: nothing comes back.
-    a.backend.submit(Command::StopFetching {
-        partition: partition(0),
-        token: FencingToken(1),
-    });
     let id = a.submit(|id, session| Command::Heartbeat { id, session });
     assert!(matches!(
         a.result(id).await,

@@ -53,8 +53,8 @@ use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundR
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::sim::{self, SimConfig, SimReport};
 use tenure_core::{
-    AppEvent, ClaimOutcome, Command, Config, Event, FencingToken, Member, MemberId, MemberInfo,
-    Offset, RequestId, SessionId, TopicPartition,
+    AppEvent, ClaimOutcome, Command, Config, Event, FencingToken, FetchCommand, Member, MemberId,
+    MemberInfo, Offset, RequestId, SessionId, TopicPartition,
 };
 
 /// The group's size and partition count in the member benchmarks.
@@ -174,10 +174,14 @@ impl Harness {
                     panic!("the bench member reported: {error}");
                 }
             }
-            let Some(command) = self.member.poll_command() else {
+            let answer = if let Some(fetch) = self.member.poll_fetch() {
+                self.fetch(fetch)
+            } else if let Some(command) = self.member.poll_command() {
+                self.answer(command)
+            } else {
                 return;
             };
-            if let Some(answer) = self.answer(command) {
+            if let Some(answer) = answer {
                 let now = self.now();
                 self.member.handle_event(now, answer);
             }
@@ -220,7 +224,14 @@ impl Harness {
             Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Ok(()) },
             Command::Release { id, .. } => Event::ReleaseResult { id, result: Ok(()) },
             Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Ok(()) },
-            Command::StartFetching {
+        })
+    }
+
+    /// Starts or stops a fetch; a stop drains at once (an application with
+    /// nothing in hand).
+    fn fetch(&mut self, command: FetchCommand) -> Option<Event> {
+        match command {
+            FetchCommand::Start {
                 partition, token, ..
             } => {
                 let next = self
@@ -228,14 +239,13 @@ impl Harness {
                     .get(&partition)
                     .map_or(0, |(_, offset)| *offset);
                 self.fetching.insert(partition, (token, next));
-                return None;
+                None
             }
-            Command::StopFetching { partition, token } => {
-                // An application with nothing in hand drains at once.
+            FetchCommand::Stop { partition, token } => {
                 self.fetching.remove(&partition);
-                Event::Drained { partition, token }
+                Some(Event::Drained { partition, token })
             }
-        })
+        }
     }
 
     /// `n` acknowledgements, round-robin over the fetching partitions, each
@@ -329,19 +339,23 @@ fn member_rebalance(c: &mut Criterion) {
                                 result: Ok(after.clone()),
                             },
                         );
-                        let mut commands = Vec::new();
-                        while let Some(command) = h.member.poll_command() {
-                            commands.push(command);
-                        }
+                        let fetches: Vec<FetchCommand> =
+                            std::iter::from_fn(|| h.member.poll_fetch()).collect();
+                        let commands: Vec<Command> =
+                            std::iter::from_fn(|| h.member.poll_command()).collect();
                         let app_events: Vec<AppEvent> =
                             std::iter::from_fn(|| h.member.poll_app_event()).collect();
                         measured += start.elapsed();
-                        black_box(&commands);
                         black_box(&app_events);
 
                         // Untimed: carry the commands out, settle, and go back
                         // to 100 members for the next iteration.
                         h.members = after.clone();
+                        for fetch in fetches {
+                            if let Some(answer) = h.fetch(fetch) {
+                                h.event(answer);
+                            }
+                        }
                         for command in commands {
                             if let Some(answer) = h.answer(command) {
                                 h.event(answer);

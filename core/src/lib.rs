@@ -1,9 +1,11 @@
 //! tenure-core: the synchronous, sans-IO state machine of one member of a
 //! tenure consumer group.
 //!
-//! Events go in ([`Member::handle_event`]), commands come out
-//! ([`Member::poll_command`]), what the application should know comes out
-//! apart ([`Member::poll_app_event`]), and time is always passed in: the core has no
+//! Events go in ([`Member::handle_event`]); requests for the store
+//! ([`Member::poll_command`]), starts and stops for the fetcher
+//! ([`Member::poll_fetch`]) and what the application should know
+//! ([`Member::poll_app_event`]) come out on queues of their own; time is
+//! always passed in: the core has no
 //! I/O, no clocks, no threads and no async runtime. Randomness (retry
 //! jitter) comes only from the seed given to [`Member::new`]. A runtime
 //! carries the commands to a store (ZooKeeper, etcd, or the in-memory
@@ -37,5 +39,7 @@ pub mod types;
 
 pub use config::{Config, InitialOffset};
 pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
-pub use protocol::{AppEvent, ClaimOutcome, Command, Event, FetchFrom, Member, RegisterOutcome};
+pub use protocol::{
+    AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, Member, RegisterOutcome,
+};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

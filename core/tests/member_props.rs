@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::{
-    AppEvent, ClaimOutcome, Command, Config, Error, Event, FencingToken, Member, MemberId,
-    MemberInfo, Offset, SessionId, StoreError, TopicPartition,
+    AppEvent, ClaimOutcome, Command, Config, Error, Event, FencingToken, FetchCommand, Member,
+    MemberId, MemberInfo, Offset, SessionId, StoreError, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -225,12 +225,13 @@ impl Sim {
                 self.drain_timed_out.insert(partition);
             }
         }
+        // Fetch starts and stops first, as a runtime takes them.
+        while let Some(fetch) = self.member.poll_fetch() {
+            self.check_fetch(&fetch)?;
+        }
         while let Some(command) = self.member.poll_command() {
             self.check(&command)?;
-            match command {
-                Command::StartFetching { .. } | Command::StopFetching { .. } => {}
-                request => self.pending.push((request, self.epoch)),
-            }
+            self.pending.push((command, self.epoch));
         }
         let fetching: BTreeMap<TopicPartition, FencingToken> = self
             .member
@@ -245,9 +246,9 @@ impl Sim {
         Ok(())
     }
 
-    fn check(&mut self, command: &Command) -> Result<(), TestCaseError> {
+    fn check_fetch(&mut self, command: &FetchCommand) -> Result<(), TestCaseError> {
         match command {
-            Command::StartFetching {
+            FetchCommand::Start {
                 partition, token, ..
             } => {
                 prop_assert!(
@@ -270,7 +271,7 @@ impl Sim {
                 );
                 self.fetching.insert(partition.clone(), *token);
             }
-            Command::StopFetching { partition, token } => {
+            FetchCommand::Stop { partition, token } => {
                 prop_assert_eq!(
                     self.fetching.remove(partition),
                     Some(*token),
@@ -279,6 +280,12 @@ impl Sim {
                 );
                 self.draining.push((partition.clone(), *token));
             }
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, command: &Command) -> Result<(), TestCaseError> {
+        match command {
             Command::CommitOffset {
                 partition,
                 offset,
@@ -486,7 +493,6 @@ impl Sim {
                     _ => Err(StoreError::SessionExpired),
                 },
             },
-            other => unreachable!("not a request: {other:?}"),
         }
     }
 

@@ -24,7 +24,7 @@ use tenure_core::model::adapter::{self, Execution};
 use tenure_core::model::store::{CreateMode, OpError, Store};
 use tenure_core::records::Layout;
 use tenure_core::{
-    Command, Config, Event, Member, MemberInfo, RequestId, SessionId, TopicPartition,
+    Command, Config, Event, FetchCommand, Member, MemberInfo, RequestId, SessionId, TopicPartition,
 };
 
 /// The seed of every member's jitter in these scenarios.
@@ -280,7 +280,6 @@ impl Scenario {
                         let when = self.now + self.nodes[index].read_owner_delay;
                         self.at(when, Item::ReadOwner(index, id, partition));
                     }
-                    Execution::NotForStore => {}
                 }
             }
             Item::ReadOwner(index, id, partition) => {
@@ -328,41 +327,39 @@ impl Scenario {
         }
     }
 
-    /// Carries out what a tenure member asks for.
+    /// Carries out what a tenure member asks for: fetch starts and stops
+    /// first, then store requests.
     fn drain(&mut self, index: usize) {
         loop {
-            let command = match &mut self.nodes[index].driver {
-                Driver::Tenure(member) => member.poll_command(),
-                Driver::Original(_) => None,
-            };
-            let Some(command) = command else {
-                // What it tells its application is not what these races
-                // are about.
-                if let Driver::Tenure(member) = &mut self.nodes[index].driver {
-                    while member.poll_app_event().is_some() {}
-                }
+            let Driver::Tenure(member) = &mut self.nodes[index].driver else {
                 return;
             };
-            match command {
-                Command::StartFetching { partition, .. } => {
-                    self.started
-                        .push((self.now - self.t0, index, partition.clone()));
-                    self.nodes[index].fetching.insert(partition);
-                }
-                Command::StopFetching { partition, token } => {
-                    self.nodes[index].fetching.remove(&partition);
-                    if self.nodes[index].drains {
-                        let when = self.now + NET;
-                        self.at(
-                            when,
-                            Item::Deliver(index, Event::Drained { partition, token }),
-                        );
+            if let Some(fetch) = member.poll_fetch() {
+                match fetch {
+                    FetchCommand::Start { partition, .. } => {
+                        self.started
+                            .push((self.now - self.t0, index, partition.clone()));
+                        self.nodes[index].fetching.insert(partition);
+                    }
+                    FetchCommand::Stop { partition, token } => {
+                        self.nodes[index].fetching.remove(&partition);
+                        if self.nodes[index].drains {
+                            let when = self.now + NET;
+                            self.at(
+                                when,
+                                Item::Deliver(index, Event::Drained { partition, token }),
+                            );
+                        }
                     }
                 }
-                store => {
-                    let when = self.now + NET;
-                    self.at(when, Item::Serve(index, store));
-                }
+            } else if let Some(store) = member.poll_command() {
+                let when = self.now + NET;
+                self.at(when, Item::Serve(index, store));
+            } else {
+                // What it tells its application is not what these races
+                // are about.
+                while member.poll_app_event().is_some() {}
+                return;
             }
         }
     }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{
-    AppEvent, Command, Config, ConfigError, Error, Event, FencingToken, FetchFrom, Member,
+    AppEvent, Config, ConfigError, Error, Event, FencingToken, FetchCommand, FetchFrom, Member,
     MemberId, Offset, SessionId, TopicPartition,
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -529,48 +529,16 @@ impl Driver {
     }
 
     fn carry_out(&mut self) {
-        while let Some(command) = self.member.poll_command() {
-            self.telemetry.on_command(&command, now());
-            match command {
-                Command::StartFetching {
-                    partition,
-                    from,
-                    token,
-                } => {
-                    tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
-                    if let Some(data) = self.data.as_mut() {
-                        data.start(partition.clone(), from, token);
-                    }
-                    let _ = self.events.send(AssignmentEvent::Assigned {
-                        partition,
-                        from,
-                        token,
-                    });
-                }
-                Command::StopFetching { partition, token } => {
-                    tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
-                    let _ = self.events.send(AssignmentEvent::Revoking {
-                        partition: partition.clone(),
-                        token,
-                    });
-                    // The view says it stopped before anything that
-                    // follows (the release) can reach the store.
-                    self.publish();
-                    match self.data.as_mut() {
-                        // What the application still holds decides.
-                        Some(data) => {
-                            data.stop(&partition, token);
-                            for event in data.flush() {
-                                self.on_data(event);
-                            }
-                        }
-                        None if self.auto_drain => {
-                            self.handle(Event::Drained { partition, token });
-                        }
-                        None => {}
-                    }
-                }
-                store => self.backend.submit(store),
+        loop {
+            // Stops reach the fetcher (and the application) before the
+            // releases and claims that follow them reach the store.
+            if let Some(command) = self.member.poll_fetch() {
+                self.fetch(command);
+            } else if let Some(command) = self.member.poll_command() {
+                self.telemetry.on_command(&command, now());
+                self.backend.submit(command);
+            } else {
+                break;
             }
         }
         while let Some(event) = self.member.poll_app_event() {
@@ -589,6 +557,50 @@ impl Driver {
             }
         }
         self.publish();
+    }
+
+    fn fetch(&mut self, command: FetchCommand) {
+        self.telemetry.on_fetch(&command, now());
+        match command {
+            FetchCommand::Start {
+                partition,
+                from,
+                token,
+            } => {
+                tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
+                if let Some(data) = self.data.as_mut() {
+                    data.start(partition.clone(), from, token);
+                }
+                let _ = self.events.send(AssignmentEvent::Assigned {
+                    partition,
+                    from,
+                    token,
+                });
+            }
+            FetchCommand::Stop { partition, token } => {
+                tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
+                let _ = self.events.send(AssignmentEvent::Revoking {
+                    partition: partition.clone(),
+                    token,
+                });
+                // The view says it stopped before anything that follows
+                // (the release) can reach the store.
+                self.publish();
+                match self.data.as_mut() {
+                    // What the application still holds decides.
+                    Some(data) => {
+                        data.stop(&partition, token);
+                        for event in data.flush() {
+                            self.on_data(event);
+                        }
+                    }
+                    None if self.auto_drain => {
+                        self.handle(Event::Drained { partition, token });
+                    }
+                    None => {}
+                }
+            }
+        }
     }
 
     /// Refreshes the view.

@@ -222,14 +222,12 @@ impl Backend for MemoryBackend {
             tracing::warn!(?command, "command before the backend started");
             return;
         };
-        let issued = command.request().map(|(_, issued)| issued);
+        let (_, issued) = command.request();
         let mut shared = self.store.lock();
         // A command of a session that ended (replaced, or reaped and not
         // replaced yet) must not act under another.
-        if issued != Some(session) || !shared.sinks.contains_key(&session) {
-            if let Some(event) = command.failed(StoreError::SessionExpired) {
-                let _ = events.send(event);
-            }
+        if issued != session || !shared.sinks.contains_key(&session) {
+            let _ = events.send(command.failed(StoreError::SessionExpired));
             return;
         }
         let _ = shared.store.touch(session, now());
@@ -254,7 +252,6 @@ impl Backend for MemoryBackend {
                 id,
                 &partition,
             )),
-            Execution::NotForStore => None,
         };
         // The reply goes out before the watch notifications its own write
         // fired, as ZooKeeper orders them.

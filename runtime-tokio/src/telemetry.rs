@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
 use tenure_core::{
-    AppEvent, Command, Error, Event, FencingToken, Member, MemberId, Offset, TopicPartition,
+    AppEvent, Command, Error, Event, FencingToken, FetchCommand, Member, MemberId, Offset,
+    TopicPartition,
 };
 use tracing::field::Empty;
 use tracing::Span;
@@ -259,25 +260,29 @@ impl Telemetry {
 
     /// A fetch command the core emitted, before it is carried out: the
     /// drain of a stopped fetch is timed from here.
+    pub(crate) fn on_fetch(&mut self, command: &FetchCommand, now: Instant) {
+        self.dirty = true;
+        if let FetchCommand::Stop { partition, token } = command {
+            let state = self.partition(partition);
+            if state.drain.is_none() {
+                let span = tracing::info_span!(
+                    "drain",
+                    topic = &*partition.topic,
+                    partition = partition.partition,
+                    token = token.0,
+                    outcome = Empty,
+                );
+                state.drain = Some((*token, Timed::start(now, span)));
+            }
+        }
+    }
+
+    /// A store request the core emitted, before it is carried out.
     pub(crate) fn on_command(&mut self, command: &Command, now: Instant) {
         self.dirty = true;
-        match command {
-            Command::StopFetching { partition, token } => {
-                let state = self.partition(partition);
-                if state.drain.is_none() {
-                    let span = tracing::info_span!(
-                        "drain",
-                        topic = &*partition.topic,
-                        partition = partition.partition,
-                        token = token.0,
-                        outcome = Empty,
-                    );
-                    state.drain = Some((*token, Timed::start(now, span)));
-                }
-            }
-            // A release that did not wait for its drain.
-            Command::Release { partition, .. } => self.end_drain(partition, None, now, "release"),
-            _ => {}
+        // A release that did not wait for its drain.
+        if let Command::Release { partition, .. } = command {
+            self.end_drain(partition, None, now, "release");
         }
     }
 

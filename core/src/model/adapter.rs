@@ -27,8 +27,6 @@ pub enum Execution {
         /// The partition.
         partition: TopicPartition,
     },
-    /// Not a store command (fetching, reports): nothing to do here.
-    NotForStore,
 }
 
 fn store_error(error: OpError) -> StoreError {
@@ -59,13 +57,9 @@ pub fn execute(
     // A command issued under another session (one that ended while the
     // command waited) must not act under this one: a claim would leave a
     // record that no member tracks.
-    if let Some((_, issued)) = command.request() {
-        if issued != session {
-            return match command.failed(StoreError::SessionExpired) {
-                Some(event) => Execution::Done(event),
-                None => Execution::NotForStore,
-            };
-        }
+    let (_, issued) = command.request();
+    if issued != session {
+        return Execution::Done(command.failed(StoreError::SessionExpired));
     }
     match command {
         Command::Register {
@@ -154,7 +148,6 @@ pub fn execute(
             let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })
         }
-        Command::StartFetching { .. } | Command::StopFetching { .. } => Execution::NotForStore,
     }
 }
 

@@ -123,7 +123,7 @@ pub enum Event {
         offset: Offset,
     },
     /// The application has finished every message it had of `partition`
-    /// after [`Command::StopFetching`].
+    /// after [`FetchCommand::Stop`].
     Drained {
         /// The partition.
         partition: TopicPartition,
@@ -206,7 +206,8 @@ pub enum FetchFrom {
     Newest,
 }
 
-/// Something the runtime must do, taken from [`crate::Member::poll_command`].
+/// A request for the store, taken from [`crate::Member::poll_command`]: the
+/// backend carries it out and answers with its result event.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// Create this member's registration record under the current session.
@@ -305,30 +306,11 @@ pub enum Command {
         /// is another fails it with [`StoreError::SessionExpired`].
         session: SessionId,
     },
-    /// Start fetching `partition` and handing its messages to the
-    /// application.
-    StartFetching {
-        /// The partition.
-        partition: TopicPartition,
-        /// Where to start.
-        from: FetchFrom,
-        /// The claim's fencing token, carried by every message.
-        token: FencingToken,
-    },
-    /// Stop fetching `partition`; answer with [`Event::Drained`] when the
-    /// application has finished the messages it has.
-    StopFetching {
-        /// The partition.
-        partition: TopicPartition,
-        /// The claim the fetching ran under.
-        token: FencingToken,
-    },
 }
 
 impl Command {
-    /// The request id and session of a store command (`None` for fetching
-    /// commands).
-    pub fn request(&self) -> Option<(RequestId, SessionId)> {
+    /// The command's request id and the session it was issued under.
+    pub fn request(&self) -> (RequestId, SessionId) {
         match self {
             Command::Register { id, session, .. }
             | Command::Deregister { id, session }
@@ -338,16 +320,15 @@ impl Command {
             | Command::Release { id, session, .. }
             | Command::ReadOffset { id, session, .. }
             | Command::CommitOffset { id, session, .. }
-            | Command::Heartbeat { id, session } => Some((*id, *session)),
-            Command::StartFetching { .. } | Command::StopFetching { .. } => None,
+            | Command::Heartbeat { id, session } => (*id, *session),
         }
     }
 
-    /// The result event of this store command failing with `error`, for a
-    /// backend that could not carry it out (`None` for other commands).
-    pub fn failed(self, error: StoreError) -> Option<Event> {
+    /// The result event of this command failing with `error`, for a
+    /// backend that could not carry it out.
+    pub fn failed(self, error: StoreError) -> Event {
         let e = error;
-        Some(match self {
+        match self {
             Command::Register { id, .. } => Event::RegisterResult { id, result: Err(e) },
             Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Err(e) },
             Command::WatchMembers { id, .. } => Event::MembersResult { id, result: Err(e) },
@@ -357,9 +338,31 @@ impl Command {
             Command::ReadOffset { id, .. } => Event::OffsetResult { id, result: Err(e) },
             Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Err(e) },
             Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Err(e) },
-            Command::StartFetching { .. } | Command::StopFetching { .. } => return None,
-        })
+        }
     }
+}
+
+/// Work for the fetcher, taken from [`crate::Member::poll_fetch`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum FetchCommand {
+    /// Start fetching `partition` and handing its messages to the
+    /// application.
+    Start {
+        /// The partition.
+        partition: TopicPartition,
+        /// Where to start.
+        from: FetchFrom,
+        /// The claim's fencing token, carried by every message.
+        token: FencingToken,
+    },
+    /// Stop fetching `partition`; answer with [`Event::Drained`] when the
+    /// application has finished the messages it has.
+    Stop {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the fetching ran under.
+        token: FencingToken,
+    },
 }
 
 /// What happened to the member that its application (and its telemetry)

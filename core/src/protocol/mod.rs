@@ -6,9 +6,10 @@
 //!    watch notifications, session changes, application progress);
 //! 2. when the time from [`Member::poll_timeout`] comes, call
 //!    [`Member::handle_timeout`];
-//! 3. after either, take every [`Command`] from [`Member::poll_command`] and
-//!    carry it out, answering store requests with their result events, and
-//!    every [`AppEvent`] from [`Member::poll_app_event`] (claims, commits,
+//! 3. after either, take every [`FetchCommand`] from [`Member::poll_fetch`]
+//!    for the fetcher, then every [`Command`] from [`Member::poll_command`]
+//!    for the store, answering each with its result event, and every
+//!    [`AppEvent`] from [`Member::poll_app_event`] (claims, commits,
 //!    releases, losses, problems) for the application and its telemetry.
 //!
 //! The member claims the partitions its assignment names, watches the owner
@@ -23,7 +24,7 @@ mod partition;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchFrom, RegisterOutcome};
+pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, RegisterOutcome};
 use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep};
 
 use crate::assignment::PartitionCounts;
@@ -71,6 +72,7 @@ pub struct Member {
     now: Instant,
     next_id: u64,
     commands: VecDeque<Command>,
+    fetches: VecDeque<FetchCommand>,
     app_events: VecDeque<AppEvent>,
     requests: BTreeMap<RequestId, InFlight>,
 
@@ -120,6 +122,7 @@ impl Member {
             now,
             next_id: 1,
             commands: VecDeque::new(),
+            fetches: VecDeque::new(),
             app_events: VecDeque::new(),
             requests: BTreeMap::new(),
             session: None,
@@ -216,9 +219,17 @@ impl Member {
             })
     }
 
-    /// The next command to carry out, if any.
+    /// The next request for the store, if any.
     pub fn poll_command(&mut self) -> Option<Command> {
         self.commands.pop_front()
+    }
+
+    /// The next start or stop for the fetcher, if any. Take every one of
+    /// them before the store requests of the same call: a stop must reach
+    /// the fetcher before the release (or the new claim) that follows it
+    /// reaches the store.
+    pub fn poll_fetch(&mut self) -> Option<FetchCommand> {
+        self.fetches.pop_front()
     }
 
     /// The next thing the application may want to know, if any: claims,
@@ -477,7 +488,7 @@ impl Member {
         let partitions = std::mem::take(&mut self.partitions);
         for (partition, state) in partitions {
             if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.commands.push_back(Command::StopFetching {
+                self.fetches.push_back(FetchCommand::Stop {
                     partition: partition.clone(),
                     token,
                 });
@@ -1148,7 +1159,7 @@ impl Member {
     fn lose(&mut self, partition: &TopicPartition) {
         if let Some(state) = self.partitions.remove(partition) {
             if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.commands.push_back(Command::StopFetching {
+                self.fetches.push_back(FetchCommand::Stop {
                     partition: partition.clone(),
                     token,
                 });
@@ -1211,7 +1222,7 @@ impl Member {
                 }
                 if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
                     state.fetch = Fetch::Stopping;
-                    self.commands.push_back(Command::StopFetching {
+                    self.fetches.push_back(FetchCommand::Stop {
                         partition: partition.clone(),
                         token,
                     });
@@ -1433,7 +1444,7 @@ impl Member {
         // A suspended session keeps what it fetches until the lease runs
         // out, but starts nothing new until the store answers again.
         let start = consume && !self.suspended;
-        let mut commands = Vec::new();
+        let mut fetches = Vec::new();
         for (partition, state) in self.partitions.iter_mut() {
             let Some(token) = state.token else {
                 continue;
@@ -1441,7 +1452,7 @@ impl Member {
             if !consume {
                 if state.fetch == Fetch::Fetching {
                     state.fetch = Fetch::Stopping;
-                    commands.push(Command::StopFetching {
+                    fetches.push(FetchCommand::Stop {
                         partition: partition.clone(),
                         token,
                     });
@@ -1452,7 +1463,7 @@ impl Member {
             {
                 if let Some(from) = state.resume_from() {
                     state.fetch = Fetch::Fetching;
-                    commands.push(Command::StartFetching {
+                    fetches.push(FetchCommand::Start {
                         partition: partition.clone(),
                         from,
                         token,
@@ -1460,7 +1471,7 @@ impl Member {
                 }
             }
         }
-        self.commands.extend(commands);
+        self.fetches.extend(fetches);
     }
 
     fn partition_timers(&mut self) {

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::error::{Error, StoreError};
 use crate::model::adapter::{self, Execution};
 use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{AppEvent, Command, Event, FetchFrom, Member};
+use crate::protocol::{AppEvent, Command, Event, FetchCommand, FetchFrom, Member};
 use crate::records::Layout;
 use crate::rng::SplitMix64;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
@@ -753,16 +753,15 @@ impl World {
             .map(|p| p.command)
             .collect();
         for command in failed {
-            if let Some(event) = command.failed(StoreError::ConnectionLoss) {
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event,
-                    },
-                );
-            }
+            let event = command.failed(StoreError::ConnectionLoss);
+            self.at(
+                now,
+                Action::Local {
+                    node: index,
+                    incarnation,
+                    event,
+                },
+            );
         }
         self.at(
             now,
@@ -1228,7 +1227,6 @@ impl World {
                     },
                 );
             }
-            Execution::NotForStore => {}
         }
     }
 
@@ -1281,6 +1279,16 @@ impl World {
     /// Carries out every command a member has for us, and checks what it
     /// tells its application.
     fn drain_commands(&mut self, index: usize) {
+        // Stops reach the application before the releases that follow them
+        // reach the store.
+        loop {
+            let command = match self.nodes[index].member.as_mut() {
+                Some(member) => member.poll_fetch(),
+                None => return,
+            };
+            let Some(command) = command else { break };
+            self.fetch(index, command);
+        }
         loop {
             let command = match self.nodes[index].member.as_mut() {
                 Some(member) => member.poll_command(),
@@ -1366,11 +1374,11 @@ impl World {
         }
     }
 
-    fn dispatch(&mut self, index: usize, command: Command) {
-        let now = self.now;
+    /// Starts or stops the fetching of the member's application.
+    fn fetch(&mut self, index: usize, command: FetchCommand) {
         self.trace(Some(index), &("->", &command));
         match command {
-            Command::StartFetching {
+            FetchCommand::Start {
                 partition,
                 from,
                 token,
@@ -1385,7 +1393,7 @@ impl World {
                     .fetching
                     .insert(partition, (token, start));
             }
-            Command::StopFetching { partition, token } => {
+            FetchCommand::Stop { partition, token } => {
                 let app = &mut self.nodes[index].app;
                 if app
                     .fetching
@@ -1397,54 +1405,56 @@ impl World {
                 app.stopping.insert((partition, token));
                 self.finish_drains(index);
             }
-            store_command => {
-                let node = &self.nodes[index];
-                let incarnation = node.incarnation;
-                match (node.connected, node.session) {
-                    (true, Some(session)) => {
-                        let delay = self.delay();
-                        let node = &mut self.nodes[index];
-                        // Requests on one connection arrive in order.
-                        let arrival = (now + delay).max(node.last_request_arrival);
-                        node.last_request_arrival = arrival;
-                        let epoch = node.epoch;
-                        if let Some((id, _)) = store_command.request() {
-                            node.in_flight.insert(
-                                id,
-                                Pending {
-                                    command: store_command.clone(),
-                                },
-                            );
-                        }
-                        self.at(
-                            arrival,
-                            Action::Request {
-                                node: index,
-                                incarnation,
-                                epoch,
-                                session,
-                                command: store_command,
-                            },
-                        );
-                    }
-                    (connected, session) => {
-                        let error = if session.is_none() && connected {
-                            StoreError::SessionExpired
-                        } else {
-                            StoreError::ConnectionLoss
-                        };
-                        if let Some(event) = store_command.failed(error) {
-                            self.at(
-                                now,
-                                Action::Local {
-                                    node: index,
-                                    incarnation,
-                                    event,
-                                },
-                            );
-                        }
-                    }
-                }
+        }
+    }
+
+    /// Sends a request to the store over the member's connection.
+    fn dispatch(&mut self, index: usize, store_command: Command) {
+        let now = self.now;
+        self.trace(Some(index), &("->", &store_command));
+        let node = &self.nodes[index];
+        let incarnation = node.incarnation;
+        match (node.connected, node.session) {
+            (true, Some(session)) => {
+                let delay = self.delay();
+                let node = &mut self.nodes[index];
+                // Requests on one connection arrive in order.
+                let arrival = (now + delay).max(node.last_request_arrival);
+                node.last_request_arrival = arrival;
+                let epoch = node.epoch;
+                let (id, _) = store_command.request();
+                node.in_flight.insert(
+                    id,
+                    Pending {
+                        command: store_command.clone(),
+                    },
+                );
+                self.at(
+                    arrival,
+                    Action::Request {
+                        node: index,
+                        incarnation,
+                        epoch,
+                        session,
+                        command: store_command,
+                    },
+                );
+            }
+            (connected, session) => {
+                let error = if session.is_none() && connected {
+                    StoreError::SessionExpired
+                } else {
+                    StoreError::ConnectionLoss
+                };
+                let event = store_command.failed(error);
+                self.at(
+                    now,
+                    Action::Local {
+                        node: index,
+                        incarnation,
+                        event,
+                    },
+                );
             }
         }
     }

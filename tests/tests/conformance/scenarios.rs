@@ -234,7 +234,7 @@ pub async fn expiry(store: &dyn Store) {
         offset: 99,
         token,
     };
-    let id = commit.request().expect("a store command").0;
+    let id = commit.request().0;
     a.backend.submit(commit);
     let fenced = |answer: &Event| {
         matches!(
@@ -488,11 +488,8 @@ pub async fn stale_session(store: &dyn Store) {
             },
         ];
         for command in commands {
-            let id = command.request().expect("a store command").0;
-            let expected = command
-                .clone()
-                .failed(StoreError::SessionExpired)
-                .expect("a store command");
+            let id = command.request().0;
+            let expected = command.clone().failed(StoreError::SessionExpired);
             a.backend.submit(command.clone());
             assert_eq!(a.result(id).await, expected, "{name}: {command:?}");
         }
