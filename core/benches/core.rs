@@ -18,7 +18,7 @@
 //! - `member_events`: the steady state of ONE member (`m042`) of a
 //!   100-member group sharing 1,000 partitions of topic `t` with the default
 //!   sticky strategy, so it fetches ~10 of them. Each measured element is one
-//!   `Processed` acknowledgement (round-robin over its fetching partitions,
+//!   `processed` acknowledgement (round-robin over its fetching partitions,
 //!   offsets growing, virtual time advancing 1 ms per acknowledgement),
 //!   followed by what a runtime does after every event: drain
 //!   `poll_command`, ask `poll_timeout`, and call `handle_timeout` when it is
@@ -135,7 +135,9 @@ impl Harness {
         h.event(Event::SessionEstablished {
             session: SessionId(1),
         });
-        h.event(Event::PartitionCounts(counts()));
+        let now = h.now();
+        h.member.set_partition_counts(now, counts());
+        h.drain();
         assert!(h.member.is_settled(), "the bench member did not settle");
         let owned = h.fetching.len();
         assert!(
@@ -175,7 +177,8 @@ impl Harness {
                 }
             }
             let answer = if let Some(fetch) = self.member.poll_fetch() {
-                self.fetch(fetch)
+                self.fetch(fetch);
+                None
             } else if let Some(command) = self.member.poll_command() {
                 self.answer(command)
             } else {
@@ -229,7 +232,7 @@ impl Harness {
 
     /// Starts or stops a fetch; a stop drains at once (an application with
     /// nothing in hand).
-    fn fetch(&mut self, command: FetchCommand) -> Option<Event> {
+    fn fetch(&mut self, command: FetchCommand) {
         match command {
             FetchCommand::Start {
                 partition, token, ..
@@ -239,11 +242,11 @@ impl Harness {
                     .get(&partition)
                     .map_or(0, |(_, offset)| *offset);
                 self.fetching.insert(partition, (token, next));
-                None
             }
             FetchCommand::Stop { partition, token } => {
                 self.fetching.remove(&partition);
-                Some(Event::Drained { partition, token })
+                let now = self.now();
+                self.member.drained(now, &partition, token);
             }
         }
     }
@@ -265,11 +268,9 @@ impl Harness {
                 (partition.clone(), *token, acked)
             };
             *cursor = cursor.wrapping_add(1);
-            self.event(Event::Processed {
-                partition,
-                token,
-                offset,
-            });
+            let now = self.now();
+            self.member.processed(now, &partition, token, offset);
+            self.drain();
             self.timers();
         }
     }
@@ -352,9 +353,8 @@ fn member_rebalance(c: &mut Criterion) {
                         // to 100 members for the next iteration.
                         h.members = after.clone();
                         for fetch in fetches {
-                            if let Some(answer) = h.fetch(fetch) {
-                                h.event(answer);
-                            }
+                            h.fetch(fetch);
+                            h.drain();
                         }
                         for command in commands {
                             if let Some(answer) = h.answer(command) {

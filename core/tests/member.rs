@@ -174,11 +174,34 @@ impl Harness {
             .collect()
     }
 
-    fn event(&mut self, event: Event) -> Vec<Command> {
+    /// Hands the member one input at the current time; returns the store
+    /// requests it caused.
+    fn input(&mut self, give: impl FnOnce(&mut Member, Instant)) -> Vec<Command> {
         self.app_events.clear();
         self.fetches.clear();
-        self.member.handle_event(self.now, event);
+        give(&mut self.member, self.now);
         self.drain()
+    }
+
+    fn event(&mut self, event: Event) -> Vec<Command> {
+        self.input(|member, now| member.handle_event(now, event))
+    }
+
+    fn set_counts(&mut self, counts: PartitionCounts) -> Vec<Command> {
+        self.input(|member, now| member.set_partition_counts(now, counts))
+    }
+
+    fn shutdown(&mut self) -> Vec<Command> {
+        self.input(|member, now| member.shutdown(now))
+    }
+
+    fn ack(
+        &mut self,
+        partition: TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) -> Vec<Command> {
+        self.input(|member, now| member.processed(now, &partition, token, offset))
     }
 
     /// The problems the member reported during the latest `event` or
@@ -316,7 +339,7 @@ impl Harness {
     /// committed offsets 0), every one fetching.
     fn owning(&mut self, n: u32) {
         self.join(&[info(OURS)]);
-        let commands = self.event(Event::PartitionCounts(counts(n)));
+        let commands = self.set_counts(counts(n));
         let claims = claims(&commands);
         assert_eq!(claims.len(), n as usize, "{commands:?}");
         for (id, partition) in claims {
@@ -330,18 +353,16 @@ impl Harness {
     }
 
     fn processed(&mut self, partition: u32, offset: Offset) -> Vec<Command> {
-        self.event(Event::Processed {
-            partition: tp(partition),
-            token: FencingToken(100 + u64::from(partition)),
+        self.ack(
+            tp(partition),
+            FencingToken(100 + u64::from(partition)),
             offset,
-        })
+        )
     }
 
     fn drained(&mut self, partition: u32) -> Vec<Command> {
-        self.event(Event::Drained {
-            partition: tp(partition),
-            token: FencingToken(100 + u64::from(partition)),
-        })
+        let token = FencingToken(100 + u64::from(partition));
+        self.input(|member, now| member.drained(now, &tp(partition), token))
     }
 
     /// A membership change to `members`; returns the commands it caused.
@@ -438,7 +459,7 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
     assert!(commands.is_empty(), "no partitions known yet: {commands:?}");
     assert!(h.member.is_registered());
 
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claims = claims(&commands);
     assert_eq!(claims.len(), 1, "{commands:?}");
     assert_eq!(claims[0].1, tp(0));
@@ -493,7 +514,7 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
 fn no_committed_offset_starts_at_the_configured_initial_offset() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     assert_eq!(h.own(claim, &tp(0), 5, None), FetchFrom::Oldest);
 
@@ -501,7 +522,7 @@ fn no_committed_offset_starts_at_the_configured_initial_offset() {
     newest.initial_offset = tenure_core::InitialOffset::Newest;
     let mut h = Harness::new(newest);
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     assert_eq!(h.own(claim, &tp(0), 5, None), FetchFrom::Newest);
 }
@@ -559,11 +580,7 @@ fn acknowledgements_under_another_token_are_not_committed() {
     let mut h = Harness::new(base_config());
     h.auto_heartbeat = Some(Ok(()));
     h.owning(1);
-    h.event(Event::Processed {
-        partition: tp(0),
-        token: FencingToken(99),
-        offset: 10,
-    });
+    h.ack(tp(0), FencingToken(99), 10);
     let commands = h.advance(secs(5));
     assert!(commits(&commands).is_empty(), "{commands:?}");
 }
@@ -574,7 +591,7 @@ fn acknowledgements_under_another_token_are_not_committed() {
 fn node_exists_watches_the_owner_and_claims_when_it_is_deleted() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
 
     let commands = h.event(Event::ClaimResult {
@@ -628,7 +645,7 @@ fn node_exists_watches_the_owner_and_claims_when_it_is_deleted() {
 fn a_watched_owner_is_looked_at_again_if_the_notification_is_lost() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     let commands = h.event(Event::ClaimResult {
         id: claim,
@@ -652,7 +669,7 @@ fn no_node_on_the_follow_up_read_retries_after_a_bounded_backoff_forever() {
     let (min, max) = (config.backoff_min, config.backoff_max);
     let mut h = Harness::new(config);
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let mut claim = claims(&commands)[0].0;
     let mut stalled = 0;
     for round in 0..50 {
@@ -690,7 +707,7 @@ fn no_node_on_the_follow_up_read_retries_after_a_bounded_backoff_forever() {
 fn unknown_claim_outcome_is_retried_and_our_own_record_is_recognised() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     let commands = h.event(Event::ClaimResult {
         id: claim,
@@ -727,7 +744,7 @@ fn unknown_claim_outcome_is_retried_and_our_own_record_is_recognised() {
 fn an_unknown_claim_outcome_is_cleaned_up_when_the_partition_moves_away() {
     let mut h = Harness::new(config_with(&[(0, "m0")]));
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     h.event(Event::ClaimResult {
         id: claim,
@@ -746,7 +763,7 @@ fn an_unknown_claim_outcome_is_cleaned_up_when_the_partition_moves_away() {
 fn a_claim_in_flight_when_the_partition_moves_away_is_released_if_it_landed() {
     let mut h = Harness::new(config_with(&[(0, "m0")]));
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     let commands = h.members(&[info("m0"), info(OURS)]);
     assert!(releases(&commands).is_empty(), "{commands:?}");
@@ -769,7 +786,7 @@ fn a_claim_in_flight_when_the_partition_moves_away_is_released_if_it_landed() {
 fn stale_and_repeated_results_change_nothing() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     h.own(claim, &tp(0), 10, Some(0));
 
@@ -832,7 +849,7 @@ fn stale_and_repeated_results_change_nothing() {
 fn a_stale_offset_read_result_does_not_restart_fetching() {
     let mut h = Harness::new(base_config());
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let claim = claims(&commands)[0].0;
     let commands = h.event(Event::ClaimResult {
         id: claim,
@@ -1014,7 +1031,7 @@ fn a_release_with_nothing_processed_deletes_the_claim_without_committing() {
 fn a_rebalance_that_adds_partitions_does_not_touch_the_kept_ones() {
     let mut h = Harness::new(base_config());
     h.owning(2);
-    let commands = h.event(Event::PartitionCounts(counts(3)));
+    let commands = h.set_counts(counts(3));
     assert!(h.stops().is_empty(), "{commands:?}");
     assert!(releases(&commands).is_empty(), "{commands:?}");
     assert_eq!(
@@ -1102,7 +1119,7 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
     let threshold = config.claim_stall_threshold;
     let mut h = Harness::new(config);
     h.join(&[info(OURS)]);
-    let commands = h.event(Event::PartitionCounts(counts(1)));
+    let commands = h.set_counts(counts(1));
     let mut pending = commands;
     let mut stalls = Vec::new();
     let mut claims_after_report = 0;
@@ -1267,7 +1284,7 @@ fn a_paused_process_does_not_commit_a_release_before_confirmation() {
 fn expiry_drops_everything_without_touching_the_store_and_rejoins() {
     let mut h = Harness::new(config_with(&[(2, "m2")]));
     h.join(&[info(OURS), info("m2")]);
-    let commands = h.event(Event::PartitionCounts(counts(3)));
+    let commands = h.set_counts(counts(3));
     let claims0 = claims(&commands);
     assert_eq!(claims0.len(), 2, "{commands:?}");
     for (id, partition) in claims0 {
@@ -1400,7 +1417,7 @@ fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
     let commands = h.members(&[info(OURS), info_with("m0", "range")]);
     assert!(commands.is_empty(), "{commands:?}");
     assert!(h.reports().is_empty(), "reported once");
-    let commands = h.event(Event::PartitionCounts(counts(4)));
+    let commands = h.set_counts(counts(4));
     assert!(commands.is_empty(), "no new claims: {commands:?}");
     assert_eq!(h.member.assigned(), &before);
     assert_eq!(h.member.fetching().count(), 2);
@@ -1416,7 +1433,7 @@ fn shutdown_releases_everything_then_deregisters_and_closes() {
     let mut h = Harness::new(base_config());
     h.owning(2);
     h.processed(0, 9);
-    let commands = h.event(Event::Shutdown);
+    let commands = h.shutdown();
     let stopped: BTreeSet<_> = h.stops().into_iter().collect();
     assert_eq!(
         stopped,
@@ -1474,7 +1491,7 @@ fn shutdown_releases_everything_then_deregisters_and_closes() {
 #[test]
 fn shutdown_before_any_session_closes_at_once() {
     let mut h = Harness::new(base_config());
-    let commands = h.event(Event::Shutdown);
+    let commands = h.shutdown();
     assert!(commands.is_empty(), "{commands:?}");
     assert!(h.member.is_closed());
 }
@@ -1495,7 +1512,7 @@ fn poll_timeout_is_in_the_future_after_handle_timeout_during_a_shutdown() {
         result: Err(StoreError::ConnectionLoss),
     });
     // The partition drains slowly during the shutdown.
-    h.event(Event::Shutdown);
+    h.shutdown();
     assert_eq!(h.stops().len(), 1);
     let at = h.member.poll_timeout().unwrap();
     h.now = at;
@@ -1680,7 +1697,7 @@ fn scripted_run(seed: u64) -> ScriptedRun {
     let mut log = Vec::new();
     let mut timeouts = Vec::new();
     log.extend(h.join(&[info(OURS)]));
-    log.extend(h.event(Event::PartitionCounts(counts(3))));
+    log.extend(h.set_counts(counts(3)));
     let mut pending = log.clone();
     let mut fetches_seen = 0;
     for round in 0..40u64 {
@@ -1693,11 +1710,7 @@ fn scripted_run(seed: u64) -> ScriptedRun {
                 partition, token, ..
             } = fetch
             {
-                next.extend(h.event(Event::Processed {
-                    partition,
-                    token,
-                    offset: round as i64,
-                }));
+                next.extend(h.ack(partition, token, round as i64));
             }
         }
         for command in std::mem::take(&mut pending) {

@@ -109,7 +109,7 @@ fn op() -> impl Strategy<Value = Op> {
 struct Strict {
     /// After `handle_timeout(t)`, `poll_timeout()` is `None` or after `t`.
     timeouts: bool,
-    /// A claim whose fetch was stopped is deleted only after `Drained` or
+    /// A claim whose fetch was stopped is deleted only after `drained` or
     /// a reported drain timeout.
     drain_before_release: bool,
 }
@@ -178,6 +178,12 @@ impl Sim {
 
     fn feed(&mut self, event: Event) -> Result<(), TestCaseError> {
         self.member.handle_event(self.now, event);
+        self.collect()
+    }
+
+    /// Hands the member one of its application's inputs.
+    fn give(&mut self, input: impl FnOnce(&mut Member, Instant)) -> Result<(), TestCaseError> {
+        input(&mut self.member, self.now);
         self.collect()
     }
 
@@ -537,7 +543,7 @@ impl Sim {
                 let counts: PartitionCounts = [("t".to_owned(), *t), ("u".to_owned(), *u)]
                     .into_iter()
                     .collect();
-                self.feed(Event::PartitionCounts(counts))?;
+                self.give(|member, now| member.set_partition_counts(now, counts))?;
             }
             Op::Answer {
                 pick,
@@ -564,23 +570,20 @@ impl Sim {
                     .collect();
                 if !candidates.is_empty() {
                     let (partition, token) = candidates[i % candidates.len()].clone();
-                    self.feed(Event::Processed {
-                        partition,
-                        token,
-                        offset: i64::from(*offset),
-                    })?;
+                    let offset = i64::from(*offset);
+                    self.give(|member, now| member.processed(now, &partition, token, offset))?;
                 }
             }
             Op::Drained(i) => {
                 if !self.draining.is_empty() {
                     let (partition, token) = self.draining.remove(i % self.draining.len());
-                    self.feed(Event::Drained { partition, token })?;
+                    self.give(|member, now| member.drained(now, &partition, token))?;
                 }
             }
             Op::Advance(ms) => self.advance(Duration::from_millis(u64::from(*ms)))?,
             Op::Shutdown => {
                 self.shutdown = true;
-                self.feed(Event::Shutdown)?;
+                self.give(|member, now| member.shutdown(now))?;
             }
         }
         Ok(())
@@ -596,7 +599,7 @@ impl Sim {
         }
         if !self.shutdown {
             self.shutdown = true;
-            self.feed(Event::Shutdown)?;
+            self.give(|member, now| member.shutdown(now))?;
         }
         for _ in 0..200 {
             if self.member.is_closed() {
@@ -622,7 +625,7 @@ impl Sim {
                 self.feed(event)?;
             }
             for (partition, token) in std::mem::take(&mut self.draining) {
-                self.feed(Event::Drained { partition, token })?;
+                self.give(|member, now| member.drained(now, &partition, token))?;
             }
             if self.pending.is_empty() && self.draining.is_empty() {
                 // A moment already past is a timer the member does not act

@@ -24,7 +24,8 @@ use tenure_core::model::adapter::{self, Execution};
 use tenure_core::model::store::{CreateMode, OpError, Store};
 use tenure_core::records::Layout;
 use tenure_core::{
-    Command, Config, Event, FetchCommand, Member, MemberInfo, RequestId, SessionId, TopicPartition,
+    Command, Config, Event, FencingToken, FetchCommand, Member, MemberInfo, RequestId, SessionId,
+    TopicPartition,
 };
 
 /// The seed of every member's jitter in these scenarios.
@@ -63,6 +64,8 @@ enum Item {
     Serve(usize, Command),
     ReadOwner(usize, RequestId, TopicPartition),
     Deliver(usize, Event),
+    /// The member's application let go of a stopped partition.
+    Drained(usize, TopicPartition, FencingToken),
     OriginalTry(usize, TopicPartition),
     OriginalRead(usize, TopicPartition),
 }
@@ -150,7 +153,9 @@ impl Scenario {
             Item::Deliver(index, Event::SessionEstablished { session }),
         );
         let counts = [("t".to_owned(), 2u32)].into_iter().collect();
-        self.at(now, Item::Deliver(index, Event::PartitionCounts(counts)));
+        if let Driver::Tenure(member) = &mut self.nodes[index].driver {
+            member.set_partition_counts(now, counts);
+        }
         index
     }
 
@@ -256,6 +261,12 @@ impl Scenario {
                 }
                 self.drain(index);
             }
+            Item::Drained(index, partition, token) => {
+                if let Driver::Tenure(member) = &mut self.nodes[index].driver {
+                    member.drained(self.now, &partition, token);
+                }
+                self.drain(index);
+            }
             Item::Serve(index, command) => {
                 let node = &self.nodes[index];
                 let Driver::Tenure(member) = &node.driver else {
@@ -345,10 +356,7 @@ impl Scenario {
                         self.nodes[index].fetching.remove(&partition);
                         if self.nodes[index].drains {
                             let when = self.now + NET;
-                            self.at(
-                                when,
-                                Item::Deliver(index, Event::Drained { partition, token }),
-                            );
+                            self.at(when, Item::Drained(index, partition, token));
                         }
                     }
                 }

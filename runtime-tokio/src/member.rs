@@ -444,11 +444,28 @@ struct Driver {
 }
 
 impl Driver {
-    /// Feeds `event` to the core, letting the telemetry see it first.
+    /// Feeds what the store said to the core.
     fn handle(&mut self, event: Event) {
+        self.telemetry.on_event();
+        self.member.handle_event(now(), event);
+    }
+
+    /// The application (or the data plane) has processed `partition` up
+    /// to `offset`: the hot path, which the telemetry does not watch.
+    fn processed(&mut self, partition: TopicPartition, token: FencingToken, offset: Offset) {
+        self.member.processed(now(), &partition, token, offset);
+    }
+
+    /// The application has let go of every message of `partition`.
+    fn drained(&mut self, partition: TopicPartition, token: FencingToken) {
         let now = now();
-        self.telemetry.on_event(&event, now);
-        self.member.handle_event(now, event);
+        self.telemetry.on_drained(&partition, token, now);
+        self.member.drained(now, &partition, token);
+    }
+
+    fn set_partition_counts(&mut self, counts: PartitionCounts) {
+        self.telemetry.on_event();
+        self.member.set_partition_counts(now(), counts);
     }
 
     async fn run(mut self) {
@@ -475,19 +492,16 @@ impl Driver {
                 },
                 input = self.inputs.recv() => match input {
                     Some(Input::Processed(partition, token, offset)) => {
-                        self.handle(Event::Processed { partition, token, offset });
+                        self.processed(partition, token, offset);
                     }
-                    Some(Input::Drained(partition, token)) => {
-                        self.handle(Event::Drained { partition, token });
-                    }
-                    Some(Input::Counts(counts)) => {
-                        self.handle(Event::PartitionCounts(counts));
-                    }
+                    Some(Input::Drained(partition, token)) => self.drained(partition, token),
+                    Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
-                        self.handle(Event::Shutdown);
+                        self.telemetry.on_event();
+                        self.member.shutdown(now());
                     }
                     // The handle is gone without closing: stop like a crash.
                     None => return,
@@ -506,18 +520,10 @@ impl Driver {
     fn on_data(&mut self, event: DataEvent) {
         match event {
             DataEvent::Processed(partition, token, offset) => {
-                self.handle(Event::Processed {
-                    partition,
-                    token,
-                    offset,
-                });
+                self.processed(partition, token, offset);
             }
-            DataEvent::Drained(partition, token) => {
-                self.handle(Event::Drained { partition, token });
-            }
-            DataEvent::Counts(counts) => {
-                self.handle(Event::PartitionCounts(counts));
-            }
+            DataEvent::Drained(partition, token) => self.drained(partition, token),
+            DataEvent::Counts(counts) => self.set_partition_counts(counts),
             DataEvent::HighWatermark(partition, token, end) => {
                 self.telemetry.on_high_watermark(&partition, token, end);
             }
@@ -594,9 +600,7 @@ impl Driver {
                             self.on_data(event);
                         }
                     }
-                    None if self.auto_drain => {
-                        self.handle(Event::Drained { partition, token });
-                    }
+                    None if self.auto_drain => self.drained(partition, token),
                     None => {}
                 }
             }

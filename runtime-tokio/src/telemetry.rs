@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
 use tenure_core::{
-    AppEvent, Command, Error, Event, FencingToken, FetchCommand, Member, MemberId, Offset,
-    TopicPartition,
+    AppEvent, Command, Error, FencingToken, FetchCommand, Member, MemberId, Offset, TopicPartition,
 };
 use tracing::field::Empty;
 use tracing::Span;
@@ -286,16 +285,21 @@ impl Telemetry {
         }
     }
 
-    /// An event, before the core handles it.
-    pub(crate) fn on_event(&mut self, event: &Event, now: Instant) {
-        match event {
-            // The hot path: acknowledgements change nothing watched here.
-            Event::Processed { .. } => return,
-            Event::Drained { partition, token } => {
-                self.end_drain(partition, Some(*token), now, "drained");
-            }
-            _ => {}
-        }
+    /// Something other than an acknowledgement reached the core: the
+    /// assignment may change.
+    pub(crate) fn on_event(&mut self) {
+        self.dirty = true;
+    }
+
+    /// The application drained `partition` under `token`, before the core
+    /// hears of it.
+    pub(crate) fn on_drained(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        now: Instant,
+    ) {
+        self.end_drain(partition, Some(token), now, "drained");
         self.dirty = true;
     }
 

@@ -1,17 +1,19 @@
-//! What goes into the member state machine ([`Event`]) and what comes out:
-//! work for the store and the fetcher ([`Command`]) and what the
-//! application is told ([`AppEvent`]). All speak of members, claims, owners
+//! What goes between the member state machine and each party around it:
+//! the store's requests ([`Command`]) and what it said ([`Event`]), the
+//! fetcher's starts and stops ([`FetchCommand`]), and what the application
+//! is told ([`AppEvent`]). All speak of members, claims, owners
 //! and offsets, never of znodes, keys or leases: a backend translates.
 
 use std::time::{Duration, Instant};
 
-use crate::assignment::PartitionCounts;
 use crate::error::{Error, Operation, StoreError};
 use crate::types::{
     FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
 };
 
-/// Something that happened, handed to [`crate::Member::handle_event`].
+/// What the store said, handed to [`crate::Member::handle_event`]: a
+/// request's result, a watch notification, a change of the session. The
+/// application's own inputs are methods of [`crate::Member`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// A new store session is open (the first one, or a fresh one after an
@@ -37,11 +39,6 @@ pub enum Event {
     /// The member list changed since the last [`Command::WatchMembers`]
     /// (a one-shot notification; the member reads the list again).
     MembersChanged,
-    /// Partition counts from Kafka metadata. They should cover every topic
-    /// any member of the group subscribes to, so that all members compute
-    /// the same assignment. Counts only grow: a smaller count than one seen
-    /// before is taken as stale metadata and ignored.
-    PartitionCounts(PartitionCounts),
     /// The result of [`Command::Register`].
     RegisterResult {
         /// The request's id.
@@ -111,25 +108,6 @@ pub enum Event {
         /// `Ok` when the session is alive on the server.
         result: Result<(), StoreError>,
     },
-    /// The application has processed every message of `partition` up to and
-    /// including `offset`, fetched under the claim `token`.
-    Processed {
-        /// The partition.
-        partition: TopicPartition,
-        /// The claim the messages were fetched under.
-        token: FencingToken,
-        /// The highest offset processed, with every offset before it (the
-        /// commit that follows stores `offset + 1`, the next to consume).
-        offset: Offset,
-    },
-    /// The application has finished every message it had of `partition`
-    /// after [`FetchCommand::Stop`].
-    Drained {
-        /// The partition.
-        partition: TopicPartition,
-        /// The claim the fetching ran under.
-        token: FencingToken,
-    },
     /// Something wrong the backend found in the store outside a request's
     /// result (a member registration it could not read, say): reported on
     /// the error output, nothing else changes.
@@ -139,8 +117,6 @@ pub enum Event {
         /// What it found.
         error: StoreError,
     },
-    /// Leave the group: drain, commit, release every claim, deregister.
-    Shutdown,
 }
 
 impl Event {
@@ -355,7 +331,7 @@ pub enum FetchCommand {
         /// The claim's fencing token, carried by every message.
         token: FencingToken,
     },
-    /// Stop fetching `partition`; answer with [`Event::Drained`] when the
+    /// Stop fetching `partition`; call [`crate::Member::drained`] when the
     /// application has finished the messages it has.
     Stop {
         /// The partition.

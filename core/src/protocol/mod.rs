@@ -239,7 +239,71 @@ impl Member {
         self.app_events.pop_front()
     }
 
-    /// Feeds one event in, at time `now`.
+    /// The application has processed every message of `partition` up to and
+    /// including `offset`, fetched under the claim `token` (the commit that
+    /// follows stores `offset + 1`, the next to consume). Acknowledgements
+    /// under another claim, or after a release's final commit was decided,
+    /// are ignored.
+    pub fn processed(
+        &mut self,
+        now: Instant,
+        partition: &TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) {
+        if self.input(now) {
+            self.on_processed(partition, token, offset);
+            self.tick();
+        }
+    }
+
+    /// The application has finished every message it had of `partition`
+    /// after [`FetchCommand::Stop`] under `token`.
+    pub fn drained(&mut self, now: Instant, partition: &TopicPartition, token: FencingToken) {
+        if self.input(now) {
+            self.on_drained(partition, token);
+            self.tick();
+        }
+    }
+
+    /// Partition counts from Kafka metadata. They should cover every topic
+    /// any member of the group subscribes to, so that all members compute
+    /// the same assignment. Counts only grow: a smaller count than one seen
+    /// before is taken as stale metadata and ignored.
+    pub fn set_partition_counts(&mut self, now: Instant, counts: PartitionCounts) {
+        if self.input(now) {
+            // Kafka never removes partitions from a topic, and metadata from
+            // a lagging broker can be older than what we know: a count only
+            // ever grows, so a stale answer cannot make every member drop
+            // partitions the others still count.
+            for (topic, count) in counts {
+                let known = self.counts.entry(topic).or_insert(0);
+                *known = (*known).max(count);
+            }
+            self.rebalance();
+            self.tick();
+        }
+    }
+
+    /// Leaves the group: drain, commit, release every claim, deregister;
+    /// [`Member::is_closed`] once done.
+    pub fn shutdown(&mut self, now: Instant) {
+        if self.input(now) {
+            self.shutting_down = true;
+            self.rebalance();
+            self.tick();
+        }
+    }
+
+    /// Moves the clock to `now` for an input; `false` once the member is
+    /// closed and takes no input any more.
+    fn input(&mut self, now: Instant) -> bool {
+        self.advance_clock(now);
+        !self.closed
+    }
+
+    /// Feeds in, at time `now`, what the store said: a request's result, a
+    /// watch notification or a change of the session.
     pub fn handle_event(&mut self, now: Instant, event: Event) {
         self.advance_clock(now);
         if self.closed {
@@ -275,17 +339,6 @@ impl Member {
                 Step::Pending(_) => self.members_stale = true,
                 Step::Idle | Step::Backoff(..) => {}
             },
-            Event::PartitionCounts(counts) => {
-                // Kafka never removes partitions from a topic, and metadata
-                // from a lagging broker can be older than what we know: a
-                // count only ever grows, so a stale answer cannot make every
-                // member drop partitions the others still count.
-                for (topic, count) in counts {
-                    let known = self.counts.entry(topic).or_insert(0);
-                    *known = (*known).max(count);
-                }
-                self.rebalance();
-            }
             Event::RegisterResult { id, result } => self.on_register_result(id, result),
             Event::DeregisterResult { id, result } => self.on_deregister_result(id, result),
             Event::MembersResult { id, result } => self.on_members_result(id, result),
@@ -296,18 +349,8 @@ impl Member {
             Event::OffsetResult { id, result } => self.on_offset_result(id, result),
             Event::CommitResult { id, result } => self.on_commit_result(id, result),
             Event::ReleaseResult { id, result } => self.on_release_result(id, result),
-            Event::Processed {
-                partition,
-                token,
-                offset,
-            } => self.on_processed(&partition, token, offset),
-            Event::Drained { partition, token } => self.on_drained(&partition, token),
             Event::StoreProblem { operation, error } => {
                 self.report_store(operation, None, error);
-            }
-            Event::Shutdown => {
-                self.shutting_down = true;
-                self.rebalance();
             }
         }
         self.tick();

@@ -320,9 +320,27 @@ enum Action {
     Local {
         node: usize,
         incarnation: u32,
-        event: Event,
+        event: Input,
     },
     Fault(Fault),
+}
+
+/// What a member is handed: what its store said, or what its application
+/// did.
+#[derive(Clone, Debug)]
+enum Input {
+    Store(Event),
+    Processed {
+        partition: TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    },
+    Drained {
+        partition: TopicPartition,
+        token: FencingToken,
+    },
+    Counts(PartitionCounts),
+    Shutdown,
 }
 
 struct World {
@@ -504,7 +522,7 @@ impl World {
             Action::Local {
                 node: index,
                 incarnation,
-                event: Event::PartitionCounts(counts),
+                event: Input::Counts(counts),
             },
         );
         Ok(())
@@ -527,7 +545,7 @@ impl World {
             Action::Local {
                 node: index,
                 incarnation,
-                event: Event::SessionEstablished { session },
+                event: Input::Store(Event::SessionEstablished { session }),
             },
         );
     }
@@ -629,7 +647,7 @@ impl World {
                     Action::Local {
                         node,
                         incarnation,
-                        event: Event::SessionExpired,
+                        event: Input::Store(Event::SessionExpired),
                     },
                 );
             }
@@ -706,7 +724,7 @@ impl World {
                     Action::Local {
                         node,
                         incarnation,
-                        event: Event::Shutdown,
+                        event: Input::Shutdown,
                     },
                 );
             }
@@ -731,7 +749,7 @@ impl World {
                             Action::Local {
                                 node: index,
                                 incarnation,
-                                event: Event::PartitionCounts(counts),
+                                event: Input::Counts(counts),
                             },
                         );
                     }
@@ -759,7 +777,7 @@ impl World {
                 Action::Local {
                     node: index,
                     incarnation,
-                    event,
+                    event: Input::Store(event),
                 },
             );
         }
@@ -768,7 +786,7 @@ impl World {
             Action::Local {
                 node: index,
                 incarnation,
-                event: Event::SessionSuspended { last_heard },
+                event: Input::Store(Event::SessionSuspended { last_heard }),
             },
         );
     }
@@ -789,7 +807,7 @@ impl World {
                     Action::Local {
                         node: index,
                         incarnation,
-                        event: Event::SessionResumed,
+                        event: Input::Store(Event::SessionResumed),
                     },
                 );
             }
@@ -800,7 +818,7 @@ impl World {
                     Action::Local {
                         node: index,
                         incarnation,
-                        event: Event::SessionExpired,
+                        event: Input::Store(Event::SessionExpired),
                     },
                 );
                 self.open_session(index);
@@ -1005,7 +1023,7 @@ impl World {
                 if let Some(id) = event.request_id() {
                     self.nodes[node].in_flight.remove(&id);
                 }
-                self.feed(node, event);
+                self.feed(node, Input::Store(event));
             }
             Action::Watch {
                 node,
@@ -1041,7 +1059,7 @@ impl World {
                     );
                     return;
                 }
-                self.feed(node, event);
+                self.feed(node, Input::Store(event));
             }
             Action::Local {
                 node,
@@ -1078,11 +1096,21 @@ impl World {
         }
     }
 
-    fn feed(&mut self, index: usize, event: Event) {
+    fn feed(&mut self, index: usize, input: Input) {
         let now = self.now;
-        self.trace(Some(index), &("<-", &event));
+        self.trace(Some(index), &("<-", &input));
         if let Some(member) = self.nodes[index].member.as_mut() {
-            member.handle_event(now, event);
+            match input {
+                Input::Store(event) => member.handle_event(now, event),
+                Input::Processed {
+                    partition,
+                    token,
+                    offset,
+                } => member.processed(now, &partition, token, offset),
+                Input::Drained { partition, token } => member.drained(now, &partition, token),
+                Input::Counts(counts) => member.set_partition_counts(now, counts),
+                Input::Shutdown => member.shutdown(now),
+            }
         }
         self.drain_commands(index);
     }
@@ -1452,7 +1480,7 @@ impl World {
                     Action::Local {
                         node: index,
                         incarnation,
-                        event,
+                        event: Input::Store(event),
                     },
                 );
             }
@@ -1486,7 +1514,7 @@ impl World {
                 Action::Local {
                     node: index,
                     incarnation,
-                    event: Event::Processed {
+                    event: Input::Processed {
                         partition: batch.partition,
                         token: batch.token,
                         offset: batch.end - 1,
@@ -1548,7 +1576,7 @@ impl World {
                 Action::Local {
                     node: index,
                     incarnation,
-                    event: Event::Drained { partition, token },
+                    event: Input::Drained { partition, token },
                 },
             );
         }
