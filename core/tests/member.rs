@@ -964,6 +964,12 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
         }],
         "handed over, not lost"
     );
+    let stats = h.member.stats();
+    assert_eq!(
+        (stats.claims, stats.released, stats.lost, stats.commits),
+        (2, 1, 0, 1),
+        "{stats:?}"
+    );
     assert_eq!(
         h.member.owned().collect::<Vec<_>>(),
         vec![(&tp(1), FencingToken(101))]
@@ -1105,6 +1111,17 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
     // The stop is on the fetch queue, which a runtime takes before the
     // store requests (the new claim) of the same step.
     assert_eq!(h.stops(), vec![(tp(0), FencingToken(100))]);
+    let stats = h.member.stats();
+    assert_eq!(
+        (
+            stats.claims,
+            stats.lost,
+            stats.commits_fenced,
+            stats.problems
+        ),
+        (1, 1, 1, 1),
+        "{stats:?}"
+    );
     assert!(h.member.fetching().next().is_none());
     assert!(h.member.owned().next().is_none());
     // Acknowledgements under the fenced claim are not committed.

@@ -1,16 +1,11 @@
 //! The member state machine: one member of one group.
 //!
-//! Drive it like this, from any runtime:
-//!
-//! 1. feed what happened with [`Member::handle_event`] (store results,
-//!    watch notifications, session changes, application progress);
-//! 2. when the time from [`Member::poll_timeout`] comes, call
-//!    [`Member::handle_timeout`];
-//! 3. after either, take every [`FetchCommand`] from [`Member::poll_fetch`]
-//!    for the fetcher, then every [`Command`] from [`Member::poll_command`]
-//!    for the store, answering each with its result event, and every
-//!    [`AppEvent`] from [`Member::poll_app_event`] (claims, commits,
-//!    releases, losses, problems) for the application and its telemetry.
+//! Drive it as the crate documentation shows: what the store said goes in
+//! through [`Member::handle_event`], what the application did through
+//! [`Member::processed`], [`Member::drained`],
+//! [`Member::set_partition_counts`] and [`Member::shutdown`], time through
+//! [`Member::handle_timeout`]; after each call, every [`FetchCommand`],
+//! [`Command`] and [`AppEvent`] it queued is taken, in that order.
 //!
 //! The member claims the partitions its assignment names, watches the owner
 //! of any partition another member still holds, releases what it no longer
@@ -63,6 +58,62 @@ enum Step {
     Done,
 }
 
+/// Counts of what a member did since it was made ([`Member::stats`]), for
+/// dashboards, logs and tests. Every count only grows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemberStats {
+    /// Requests sent to the store (every [`Command`]).
+    pub store_requests: u64,
+    /// Claims that took effect.
+    pub claims: u64,
+    /// Claims given up before they took effect (the partition moved away,
+    /// or the session ended).
+    pub claims_abandoned: u64,
+    /// Claims released to the group after their drain and final commit.
+    pub released: u64,
+    /// Claims lost: found gone by a fenced commit or a refused release, or
+    /// dropped with an expired session.
+    pub lost: u64,
+    /// Offset commits stored.
+    pub commits: u64,
+    /// Offset commits refused because the claim was gone.
+    pub commits_fenced: u64,
+    /// Offset commits that failed otherwise (a later one carries the offset
+    /// on).
+    pub commits_failed: u64,
+    /// Problems reported ([`AppEvent::Problem`]).
+    pub problems: u64,
+}
+
+/// The application's queue, and the counts of what went into it.
+#[derive(Debug, Default)]
+struct AppQueue {
+    events: VecDeque<AppEvent>,
+    stats: MemberStats,
+}
+
+impl AppQueue {
+    fn push(&mut self, event: AppEvent) {
+        let stats = &mut self.stats;
+        match &event {
+            AppEvent::Claimed { .. } => stats.claims += 1,
+            AppEvent::ClaimAbandoned { .. } => stats.claims_abandoned += 1,
+            AppEvent::Released { .. } => stats.released += 1,
+            AppEvent::Lost { .. } => stats.lost += 1,
+            AppEvent::Committed { .. } => stats.commits += 1,
+            AppEvent::CommitFenced { .. } => stats.commits_fenced += 1,
+            AppEvent::CommitFailed { .. } => stats.commits_failed += 1,
+            AppEvent::Problem(_) => stats.problems += 1,
+            AppEvent::Claiming { .. }
+            | AppEvent::OffsetRead { .. }
+            | AppEvent::Committing { .. }
+            | AppEvent::Releasing { .. } => {}
+        }
+        self.events.push_back(event);
+    }
+}
+
 /// One member of one group: a synchronous state machine with no I/O.
 #[derive(Debug)]
 pub struct Member {
@@ -73,7 +124,8 @@ pub struct Member {
     next_id: u64,
     commands: VecDeque<Command>,
     fetches: VecDeque<FetchCommand>,
-    app_events: VecDeque<AppEvent>,
+    app: AppQueue,
+    store_requests: u64,
     requests: BTreeMap<RequestId, InFlight>,
 
     session: Option<SessionId>,
@@ -123,7 +175,8 @@ impl Member {
             next_id: 1,
             commands: VecDeque::new(),
             fetches: VecDeque::new(),
-            app_events: VecDeque::new(),
+            app: AppQueue::default(),
+            store_requests: 0,
             requests: BTreeMap::new(),
             session: None,
             last_heard: None,
@@ -236,7 +289,15 @@ impl Member {
     /// commits, releases, losses and problems. Take them all after every
     /// call, as with [`Member::poll_command`]; they pile up otherwise.
     pub fn poll_app_event(&mut self) -> Option<AppEvent> {
-        self.app_events.pop_front()
+        self.app.events.pop_front()
+    }
+
+    /// What the member has done since it was made.
+    pub fn stats(&self) -> MemberStats {
+        MemberStats {
+            store_requests: self.store_requests,
+            ..self.app.stats
+        }
     }
 
     /// The application has processed every message of `partition` up to and
@@ -428,6 +489,7 @@ impl Member {
     fn request(&mut self, purpose: Purpose) -> RequestId {
         let id = RequestId(self.next_id);
         self.next_id += 1;
+        self.store_requests += 1;
         self.requests.insert(
             id,
             InFlight {
@@ -491,7 +553,7 @@ impl Member {
     }
 
     fn report(&mut self, error: Error) {
-        self.app_events.push_back(AppEvent::Problem(error));
+        self.app.push(AppEvent::Problem(error));
     }
 
     fn report_store(
@@ -765,7 +827,7 @@ impl Member {
     fn start_claiming(&mut self, partition: &TopicPartition) {
         self.partitions
             .insert(partition.clone(), PartitionState::claiming(self.now));
-        self.app_events.push_back(AppEvent::Claiming {
+        self.app.push(AppEvent::Claiming {
             partition: partition.clone(),
         });
         self.send_claim(partition);
@@ -774,7 +836,7 @@ impl Member {
     /// Tells what became of a partition whose state was just dropped:
     /// released or lost if it was held, abandoned if it never was.
     fn gone(&mut self, partition: TopicPartition, state: &PartitionState, released: bool) {
-        self.app_events.push_back(match state.token {
+        self.app.push(match state.token {
             Some(token) if released => AppEvent::Released { partition, token },
             Some(token) => AppEvent::Lost { partition, token },
             None => AppEvent::ClaimAbandoned { partition },
@@ -872,12 +934,12 @@ impl Member {
                         // A claim that took effect after all, only to be
                         // released at once.
                         if let (Some(token), Some(since)) = (token, since) {
-                            self.app_events.push_back(AppEvent::Claimed {
+                            self.app.push(AppEvent::Claimed {
                                 partition: partition.clone(),
                                 token,
                                 waited: self.now.saturating_duration_since(since),
                             });
-                            self.app_events.push_back(AppEvent::Releasing {
+                            self.app.push(AppEvent::Releasing {
                                 partition: partition.clone(),
                                 token,
                             });
@@ -946,7 +1008,7 @@ impl Member {
     fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
         let id = self.request(Purpose::Partition(partition.clone()));
         if let Some(state) = self.partitions.get_mut(partition) {
-            self.app_events.push_back(AppEvent::Claimed {
+            self.app.push(AppEvent::Claimed {
                 partition: partition.clone(),
                 token,
                 waited: self.now.saturating_duration_since(state.since),
@@ -1009,7 +1071,7 @@ impl Member {
                 state.request = None;
                 state.attempt = 0;
                 if let Some(token) = state.token {
-                    self.app_events.push_back(AppEvent::OffsetRead {
+                    self.app.push(AppEvent::OffsetRead {
                         partition,
                         token,
                         committed,
@@ -1094,7 +1156,7 @@ impl Member {
             }
             state.commit = Some((id, offset));
         }
-        self.app_events.push_back(AppEvent::Committing {
+        self.app.push(AppEvent::Committing {
             partition: partition.clone(),
             token,
             offset,
@@ -1129,7 +1191,7 @@ impl Member {
         match result {
             Ok(()) => {
                 if let Some(token) = token {
-                    self.app_events.push_back(AppEvent::Committed {
+                    self.app.push(AppEvent::Committed {
                         partition: partition.clone(),
                         token,
                         offset,
@@ -1146,7 +1208,7 @@ impl Member {
                 // partition. Stop at once; claim again if it is still ours
                 // by the assignment.
                 if let Some(token) = token {
-                    self.app_events.push_back(AppEvent::CommitFenced {
+                    self.app.push(AppEvent::CommitFenced {
                         partition: partition.clone(),
                         token,
                         offset,
@@ -1160,7 +1222,7 @@ impl Member {
             }
             Err(error) => {
                 if let Some(token) = token {
-                    self.app_events.push_back(AppEvent::CommitFailed {
+                    self.app.push(AppEvent::CommitFailed {
                         partition: partition.clone(),
                         token,
                         offset,
@@ -1258,7 +1320,7 @@ impl Member {
                 state.drain_deadline = Some(now + processing_timeout);
                 state.phase = Phase::Releasing(ReleaseStep::Draining);
                 if let Some(token) = state.token {
-                    self.app_events.push_back(AppEvent::Releasing {
+                    self.app.push(AppEvent::Releasing {
                         partition: partition.clone(),
                         token,
                     });
