@@ -54,7 +54,9 @@ struct InFlight {
 enum Step {
     Idle,
     Pending(RequestId),
-    Backoff(Instant, u32),
+    /// Waiting to retry at this moment (the failures so far are counted
+    /// beside the step: they outlive the retry's `Pending`).
+    Backoff(Instant),
     Done,
 }
 
@@ -441,7 +443,7 @@ impl Member {
             (self.heartbeat, registered),
             (self.deregistration, registered && self.shutting_down),
         ] {
-            if let (Step::Backoff(t, _), true) = (step, live) {
+            if let (Step::Backoff(t), true) = (step, live) {
                 at(t);
             }
         }
@@ -652,7 +654,7 @@ impl Member {
                 // expires it; retrying waits for that without deleting a
                 // record that might belong to another live process.
                 let at = self.backoff(u32::MAX);
-                self.registration = Step::Backoff(at, attempt + 1);
+                self.registration = Step::Backoff(at);
             }
             Err(StoreError::SessionExpired) => self.registration = Step::Idle,
             Err(error) => {
@@ -660,7 +662,7 @@ impl Member {
                     self.report_store(Operation::Register, None, error);
                 }
                 let at = self.backoff(attempt);
-                self.registration = Step::Backoff(at, attempt + 1);
+                self.registration = Step::Backoff(at);
             }
         }
         self.rebalance();
@@ -681,7 +683,7 @@ impl Member {
                     self.report_store(Operation::Deregister, None, error);
                 }
                 let at = self.backoff(0);
-                self.deregistration = Step::Backoff(at, 1);
+                self.deregistration = Step::Backoff(at);
             }
         }
     }
@@ -715,7 +717,7 @@ impl Member {
                 }
                 let at = self.backoff(self.members_failures);
                 self.members_failures = self.members_failures.saturating_add(1);
-                self.members_watch = Step::Backoff(at, self.members_failures);
+                self.members_watch = Step::Backoff(at);
             }
         }
     }
@@ -734,7 +736,7 @@ impl Member {
             Err(_) => {
                 let at = self.backoff(self.heartbeat_failures);
                 self.heartbeat_failures = self.heartbeat_failures.saturating_add(1);
-                self.heartbeat = Step::Backoff(at, self.heartbeat_failures);
+                self.heartbeat = Step::Backoff(at);
             }
         }
     }
@@ -1482,7 +1484,7 @@ impl Member {
                         session: self.session_tag(),
                     });
                 }
-                (Step::Done, Step::Backoff(at, _)) if now >= at => {
+                (Step::Done, Step::Backoff(at)) if now >= at => {
                     let id = self.request(Purpose::Deregister);
                     self.deregistration = Step::Pending(id);
                     self.commands.push_back(Command::Deregister {
@@ -1501,7 +1503,7 @@ impl Member {
     fn due(step: Step, now: Instant) -> bool {
         match step {
             Step::Idle => true,
-            Step::Backoff(at, _) => now >= at,
+            Step::Backoff(at) => now >= at,
             Step::Pending(_) | Step::Done => false,
         }
     }
@@ -1529,7 +1531,7 @@ impl Member {
             });
         }
         let heartbeat_due = match self.heartbeat {
-            Step::Backoff(at, _) => now >= at,
+            Step::Backoff(at) => now >= at,
             _ => self.heartbeat_due().is_some_and(|t| now >= t),
         };
         if heartbeat_due && self.registration == Step::Done {
