@@ -1305,33 +1305,22 @@ impl World {
     }
 
     /// Carries out every command a member has for us, and checks what it
-    /// tells its application.
+    /// tells its application. Stops reach the application before the
+    /// releases that follow them reach the store.
     fn drain_commands(&mut self, index: usize) {
-        // Stops reach the application before the releases that follow them
-        // reach the store.
         loop {
-            let command = match self.nodes[index].member.as_mut() {
-                Some(member) => member.poll_fetch(),
-                None => return,
+            let Some(member) = self.nodes[index].member.as_mut() else {
+                return;
             };
-            let Some(command) = command else { break };
-            self.fetch(index, command);
-        }
-        loop {
-            let command = match self.nodes[index].member.as_mut() {
-                Some(member) => member.poll_command(),
-                None => return,
-            };
-            let Some(command) = command else { break };
-            self.dispatch(index, command);
-        }
-        loop {
-            let event = match self.nodes[index].member.as_mut() {
-                Some(member) => member.poll_app_event(),
-                None => return,
-            };
-            let Some(event) = event else { return };
-            self.app_event(index, event);
+            if let Some(fetch) = member.poll_fetch() {
+                self.fetch(index, fetch);
+            } else if let Some(command) = member.poll_command() {
+                self.dispatch(index, command);
+            } else if let Some(event) = member.poll_app_event() {
+                self.app_event(index, event);
+            } else {
+                return;
+            }
         }
     }
 
