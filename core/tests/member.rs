@@ -204,6 +204,15 @@ impl Harness {
         self.input(|member, now| member.processed(now, &partition, token, offset))
     }
 
+    /// What the member told the application during the latest `event` or
+    /// `advance`, problems aside.
+    fn told(&self) -> Vec<&AppEvent> {
+        self.app_events
+            .iter()
+            .filter(|e| !matches!(e, AppEvent::Problem(_)))
+            .collect()
+    }
+
     /// The problems the member reported during the latest `event` or
     /// `advance`.
     fn reports(&self) -> Vec<Error> {
@@ -1086,13 +1095,8 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
         }]
     );
     // Fenced, lost (not released), and claimed anew.
-    let told: Vec<&AppEvent> = h
-        .app_events
-        .iter()
-        .filter(|e| !matches!(e, AppEvent::Problem(_)))
-        .collect();
     assert_eq!(
-        told,
+        h.told(),
         vec![
             &AppEvent::CommitFenced {
                 partition: tp(0),
@@ -1333,13 +1337,8 @@ fn expiry_drops_everything_without_touching_the_store_and_rejoins() {
     assert!(commands.is_empty(), "nothing for the store: {commands:?}");
     // The application hears which claims were lost, and that the claim
     // still waiting on m2 was given up.
-    let ended: Vec<&AppEvent> = h
-        .app_events
-        .iter()
-        .filter(|e| !matches!(e, AppEvent::Problem(_)))
-        .collect();
     assert_eq!(
-        ended,
+        h.told(),
         vec![
             &AppEvent::Lost {
                 partition: tp(0),
