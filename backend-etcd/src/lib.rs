@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, StoreError, TopicPartition};
-use tenure_tokio::{Backend, BackendError, EventSender};
+use tenure_tokio::{Backend, BackendError, EventSender, Joining};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -404,12 +404,14 @@ impl EtcdBackend {
 
 #[async_trait]
 impl Backend for EtcdBackend {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        let Joining {
+            group,
+            member,
+            events,
+            ..
+        } = joining;
+        let (group, member) = (group.as_str(), &member);
         if self.running.is_some() {
             return Err(BackendError::Config(
                 "the backend has been started already".to_owned(),

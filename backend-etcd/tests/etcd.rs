@@ -11,7 +11,7 @@ use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
 };
 use tenure_etcd::{EtcdBackend, Hooks};
-use tenure_tokio::{Backend, BackendError};
+use tenure_tokio::{Backend, BackendError, Joining};
 
 fn created(event: Event) -> FencingToken {
     match event {
@@ -529,7 +529,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend =
         EtcdBackend::new("http://127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
         }
@@ -543,7 +543,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = EtcdBackend::new("127.0.0.1:notaport");
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
         }
@@ -553,7 +553,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = EtcdBackend::new(" , ");
     assert!(matches!(
-        backend.start(GROUP, &member, tx).await,
+        backend.start(Joining::new(GROUP, member.clone(), tx)).await,
         Err(BackendError::Config(_))
     ));
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError, TopicPartition};
-use tenure_tokio::{Backend, BackendError, EventSender};
+use tenure_tokio::{Backend, BackendError, EventSender, Joining};
 use tokio::task::{JoinHandle, JoinSet};
 use zookeeper_client as zk;
 
@@ -262,12 +262,14 @@ impl ZooKeeperBackend {
 
 #[async_trait]
 impl Backend for ZooKeeperBackend {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        let Joining {
+            group,
+            member,
+            events,
+            ..
+        } = joining;
+        let (group, member) = (group.as_str(), &member);
         if self.running.is_some() {
             return Err(BackendError::Config(
                 "the backend has been started already".to_owned(),

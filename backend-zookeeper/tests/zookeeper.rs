@@ -9,7 +9,7 @@ use common::{partition, Sandbox, GROUP};
 use tenure_core::{
     ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
 };
-use tenure_tokio::{Backend, BackendError};
+use tenure_tokio::{Backend, BackendError, Joining};
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
 
@@ -538,7 +538,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
     let started = Instant::now();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
         }
@@ -552,7 +552,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
 
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new("127.0.0.1:notaport");
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
         }
@@ -564,7 +564,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
     let _server = common::raw_client(&common::address()).await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new(connect.clone());
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Config(message)) => {
             assert!(message.contains(&connect), "{message}");
             assert!(message.contains("chroot"), "{message}");
@@ -578,7 +578,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend =
         ZooKeeperBackend::new(common::address()).session_timeout(Duration::from_secs(90));
-    match backend.start(GROUP, &member, tx).await {
+    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("shorter than the member's"), "{message}");
             assert!(message.contains("maxSessionTimeout"), "{message}");

@@ -34,6 +34,30 @@ pub fn hostname() -> Option<String> {
         .clone()
 }
 
+/// What a backend needs to open a member's first session
+/// ([`Backend::start`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Joining {
+    /// The group the member joins.
+    pub group: String,
+    /// The member, as it registers.
+    pub member: MemberInfo,
+    /// Where every event goes from then on.
+    pub events: EventSender,
+}
+
+impl Joining {
+    /// Member `member` of `group`, its events going to `events`.
+    pub fn new(group: impl Into<String>, member: MemberInfo, events: EventSender) -> Joining {
+        Joining {
+            group: group.into(),
+            member,
+            events,
+        }
+    }
+}
+
 /// Why a backend could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -66,14 +90,9 @@ pub enum BackendError {
 ///   opens a new session and sends [`Event::SessionEstablished`] again.
 #[async_trait]
 pub trait Backend: Send + 'static {
-    /// Opens the first session of member `member` of `group`. From then on
-    /// every event goes to `events`.
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError>;
+    /// Opens the first session of the member `joining` names. From then on
+    /// every event goes to its event sender.
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError>;
 
     /// Starts carrying out a store command; its result arrives on the event
     /// channel. Must not block.
@@ -86,13 +105,8 @@ pub trait Backend: Send + 'static {
 
 #[async_trait]
 impl Backend for Box<dyn Backend> {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
-        (**self).start(group, member, events).await
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        (**self).start(joining).await
     }
 
     fn submit(&mut self, command: Command) {

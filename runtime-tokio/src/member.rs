@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Joining};
 use crate::kafka::{
     self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
     PartitionStream,
@@ -217,7 +217,13 @@ impl GroupMemberBuilder {
         let id = member.id().clone();
         let group = member.config().group.clone();
         let (store_tx, store_rx) = mpsc::unbounded_channel();
-        backend.start(&group, member.info(), store_tx).await?;
+        backend
+            .start(Joining::new(
+                group.as_str(),
+                member.info().clone(),
+                store_tx,
+            ))
+            .await?;
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (errors_tx, errors_rx) = mpsc::unbounded_channel();

@@ -14,7 +14,7 @@ use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
 use tokio::task::JoinHandle;
 
-use crate::backend::{Backend, BackendError, EventSender};
+use crate::backend::{Backend, BackendError, EventSender, Joining};
 
 /// An in-memory coordination store. Clone it to share it between the
 /// members of one process; each member gets its own [`MemoryBackend`].
@@ -166,12 +166,14 @@ impl Drop for MemoryBackend {
 
 #[async_trait]
 impl Backend for MemoryBackend {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        let Joining {
+            group,
+            member,
+            events,
+            ..
+        } = joining;
+        let (group, member) = (group.as_str(), &member);
         tenure_core::types::validate_path_element("group", group)
             .map_err(|e| BackendError::Config(e.to_string()))?;
         let layout = Layout::new("", group);

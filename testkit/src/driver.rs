@@ -13,7 +13,7 @@ use tenure_core::{
     Command, Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId,
     TopicPartition,
 };
-use tenure_tokio::Backend;
+use tenure_tokio::{Backend, Joining};
 use tokio::sync::mpsc;
 
 /// How long any one expected event may take.
@@ -56,7 +56,7 @@ impl<B: Backend> Driver<B> {
     /// session.
     pub async fn start(store: &'static str, mut backend: B, info: MemberInfo) -> Driver<B> {
         let (tx, events) = mpsc::unbounded_channel();
-        if let Err(e) = backend.start(GROUP, &info, tx).await {
+        if let Err(e) = backend.start(Joining::new(GROUP, info.clone(), tx)).await {
             panic!(
                 "the {store} backend does not start ({e}); start the servers with \
                  `eval \"$(scripts/services start)\"` and run the tests again"

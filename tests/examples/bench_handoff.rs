@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure::core::{Command, Config, MemberId, MemberInfo};
-use tenure::tokio::{Backend, BackendError, EventSender, GroupMember, View};
+use tenure::core::{Command, Config, MemberId};
+use tenure::tokio::{Backend, BackendError, GroupMember, Joining, View};
 use tenure::zookeeper::ZooKeeperBackend;
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
@@ -414,13 +414,8 @@ struct Counting {
 
 #[async_trait]
 impl Backend for Counting {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
-        self.inner.start(group, member, events).await
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        self.inner.start(joining).await
     }
 
     fn submit(&mut self, command: Command) {

@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use etcd_client::Client as EtcdClient;
 use tenure::core::records::{parse_offset, Layout};
-use tenure::core::{MemberId, MemberInfo, Offset, SessionId};
+use tenure::core::{MemberId, Offset, SessionId};
 use tenure::etcd::EtcdBackend;
-use tenure::tokio::{Backend, BackendError, EventSender, MemoryBackend, MemoryStore};
+use tenure::tokio::{Backend, BackendError, Joining, MemoryBackend, MemoryStore};
 use tenure::zookeeper::ZooKeeperBackend;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -159,19 +159,13 @@ struct MemoryOnSideRuntime {
 
 #[async_trait]
 impl Backend for MemoryOnSideRuntime {
-    async fn start(
-        &mut self,
-        group: &str,
-        member: &MemberInfo,
-        events: EventSender,
-    ) -> Result<(), BackendError> {
+    async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
         let mut inner = self.inner.take().expect("started once");
-        let (group, member) = (group.to_owned(), member.clone());
         let (inner, result) = self
             .side
             .handle
             .spawn(async move {
-                let result = inner.start(&group, &member, events).await;
+                let result = inner.start(joining).await;
                 (inner, result)
             })
             .await
