@@ -453,18 +453,8 @@ impl Member {
         let mut fetching = false;
         let mut owned = false;
         for state in self.partitions.values() {
-            if let Some(t) = state.retry_at {
+            if let Some(t) = state.deadline(self.config.claim_stall_threshold) {
                 at(t);
-            }
-            if let Some(t) = state.drain_deadline {
-                if state.phase == Phase::Releasing(ReleaseStep::Draining) {
-                    at(t);
-                }
-            }
-            if let Phase::Claiming(_) = state.phase {
-                if !state.stall_reported {
-                    at(state.since + self.config.claim_stall_threshold);
-                }
             }
             fetching |= state.fetch == Fetch::Fetching;
             owned |= matches!(state.phase, Phase::Owned(OwnedStep::Ready));
@@ -1587,13 +1577,7 @@ impl Member {
         let due: Vec<TopicPartition> = self
             .partitions
             .iter()
-            .filter(|(_, s)| {
-                s.retry_at.is_some_and(|t| now >= t)
-                    || s.drain_deadline.is_some_and(|t| now >= t)
-                    || (matches!(s.phase, Phase::Claiming(_))
-                        && !s.stall_reported
-                        && now >= s.since + threshold)
-            })
+            .filter(|(_, s)| s.deadline(threshold).is_some_and(|t| now >= t))
             .map(|(p, _)| p.clone())
             .collect();
         for partition in due {

@@ -1,6 +1,6 @@
 //! The state one member keeps for one partition it claims, owns or releases.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::protocol::FetchFrom;
 use crate::types::{FencingToken, MemberId, Offset, RequestId};
@@ -112,6 +112,24 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
+    /// The next moment this partition has something to do by itself: a
+    /// backoff, re-check or retry ending, a drain that must stop waiting,
+    /// or a claim to report as stalled after `stall_threshold`. Both
+    /// `Member::poll_timeout` and the firing of partition timers read it.
+    pub fn deadline(&self, stall_threshold: Duration) -> Option<Instant> {
+        let draining = self.phase == Phase::Releasing(ReleaseStep::Draining);
+        let stall = (matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported)
+            .then(|| self.since + stall_threshold);
+        [
+            self.retry_at,
+            self.drain_deadline.filter(|_| draining),
+            stall,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
     pub fn claiming(now: Instant) -> Self {
         PartitionState {
             phase: Phase::Claiming(ClaimStep::Backoff),
