@@ -434,20 +434,7 @@ impl Member {
         }
         let mut next: Option<Instant> = None;
         let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        // Only the retries that `own_requests` and `tick` would act on.
-        let joining = self.session.is_some() && !self.shutting_down;
-        let registered = self.session.is_some() && self.registration == Step::Done;
-        for (step, live) in [
-            (self.registration, joining),
-            (self.members_watch, joining),
-            (self.heartbeat, registered),
-            (self.deregistration, registered && self.shutting_down),
-        ] {
-            if let (Step::Backoff(t), true) = (step, live) {
-                at(t);
-            }
-        }
-        if let Some(t) = self.heartbeat_due() {
+        for t in self.own_deadlines().into_iter().flatten() {
             at(t);
         }
         let mut fetching = false;
@@ -733,6 +720,28 @@ impl Member {
 
     /// When the session should next be confirmed: a third of the session
     /// timeout after the server last heard from us, while we hold claims.
+    /// When each of the member's own requests — registration, the member
+    /// list, the heartbeat, deregistration — is next held back until, by
+    /// a backoff or (the heartbeat) its interval: only the ones
+    /// `own_requests` and `tick` would act on. Both `poll_timeout` and the
+    /// firing read it.
+    fn own_deadlines(&self) -> [Option<Instant>; 4] {
+        let backoff = |step: Step| match step {
+            Step::Backoff(at) => Some(at),
+            _ => None,
+        };
+        let joining = self.session.is_some() && !self.shutting_down;
+        let registered = self.session.is_some() && self.registration == Step::Done;
+        [
+            backoff(self.registration).filter(|_| joining),
+            backoff(self.members_watch).filter(|_| joining),
+            backoff(self.heartbeat)
+                .or_else(|| self.heartbeat_due())
+                .filter(|_| registered),
+            backoff(self.deregistration).filter(|_| registered && self.shutting_down),
+        ]
+    }
+
     fn heartbeat_due(&self) -> Option<Instant> {
         if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done
         {
@@ -1520,11 +1529,8 @@ impl Member {
                 session: self.session_tag(),
             });
         }
-        let heartbeat_due = match self.heartbeat {
-            Step::Backoff(at) => now >= at,
-            _ => self.heartbeat_due().is_some_and(|t| now >= t),
-        };
-        if heartbeat_due && self.registration == Step::Done {
+        let [_, _, heartbeat, _] = self.own_deadlines();
+        if heartbeat.is_some_and(|t| now >= t) {
             let id = self.request(Purpose::Heartbeat);
             self.heartbeat = Step::Pending(id);
             self.commands.push_back(Command::Heartbeat {
