@@ -43,14 +43,13 @@ mod session;
 
 pub use admin::EtcdAdmin;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, StoreError, TopicPartition};
-use tenure_tokio::{Backend, BackendError, EventSender, Joining};
+use tenure_tokio::{Backend, BackendError, EventSender, Joining, LastHeard, PartitionLocks};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -246,7 +245,7 @@ pub(crate) struct Shared {
     /// A moment at or before the latest moment the server renewed our lease
     /// (a lease lives TTL after its last renewal; other requests do not
     /// renew it).
-    last_heard: Mutex<Instant>,
+    last_heard: LastHeard,
     /// Set by shutdown: the follower must not grant new leases any more.
     pub(crate) closing: AtomicBool,
     /// One lock per partition, held by claims, releases and commits.
@@ -254,7 +253,7 @@ pub(crate) struct Shared {
     /// Each of those is a single transaction, so no interleaving can break
     /// one; the lock keeps them in submission order (a commit submitted
     /// before a release reaches the server before it), as on ZooKeeper.
-    partition_locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+    partition_locks: PartitionLocks,
 }
 
 impl std::fmt::Debug for Shared {
@@ -295,14 +294,11 @@ impl Shared {
 
     /// Notes that the server renewed our lease at or after `at`.
     pub(crate) fn heard(&self, at: Instant) {
-        let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
-        if at > *last {
-            *last = at;
-        }
+        self.last_heard.heard(at);
     }
 
     pub(crate) fn last_heard(&self) -> Instant {
-        *self.last_heard.lock().unwrap_or_else(|e| e.into_inner())
+        self.last_heard.get()
     }
 
     /// Takes the lock of `partition` (see `partition_locks`).
@@ -310,16 +306,7 @@ impl Shared {
         &self,
         partition: &TopicPartition,
     ) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self
-                .partition_locks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            // Forget locks nobody holds or waits for.
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-            locks.entry(partition.clone()).or_default().clone()
-        };
-        lock.lock_owned().await
+        self.partition_locks.lock(partition).await
     }
 
     /// Counts requests sent to etcd.
@@ -405,12 +392,7 @@ impl EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        let Joining {
-            group,
-            member,
-            events,
-            ..
-        } = joining;
+        let (group, member, events) = (joining.group, joining.member, joining.events);
         let (group, member) = (group.as_str(), &member);
         if self.running.is_some() {
             return Err(BackendError::Config(
@@ -445,9 +427,9 @@ impl Backend for EtcdBackend {
             client,
             current: Mutex::new(Some(current)),
             session_changes: watch::Sender::new(Some(current.session)),
-            last_heard: Mutex::new(before),
+            last_heard: LastHeard::new(before),
             closing: AtomicBool::new(false),
-            partition_locks: Mutex::new(HashMap::new()),
+            partition_locks: PartitionLocks::default(),
         });
         tracing::info!(
             store = %self.config.store(),

@@ -34,7 +34,6 @@ mod session;
 
 pub use admin::ZooKeeperAdmin;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -42,7 +41,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError, TopicPartition};
-use tenure_tokio::{Backend, BackendError, EventSender, Joining};
+use tenure_tokio::{Backend, BackendError, EventSender, Joining, LastHeard, PartitionLocks};
 use tokio::task::{JoinHandle, JoinSet};
 use zookeeper_client as zk;
 
@@ -141,7 +140,7 @@ pub(crate) struct Shared {
     current: Mutex<Option<Current>>,
     /// A moment at or before the latest moment the server is known to have
     /// heard from this client.
-    last_heard: Mutex<Instant>,
+    last_heard: LastHeard,
     /// Set by shutdown: the follower must not reconnect any more.
     pub(crate) closing: AtomicBool,
     /// One lock per partition, held by claims, releases and commits.
@@ -152,7 +151,7 @@ pub(crate) struct Shared {
     /// release (by another member, or by our own next claim). Other
     /// members' deletions need our session to end, which fails the multi;
     /// our own release or claim in between is what this lock excludes.
-    partition_locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+    partition_locks: PartitionLocks,
 }
 
 impl Shared {
@@ -172,10 +171,7 @@ impl Shared {
 
     /// Notes that the server heard from us at or after `at`.
     pub(crate) fn heard(&self, at: Instant) {
-        let mut last = self.last_heard.lock().unwrap_or_else(|e| e.into_inner());
-        if at > *last {
-            *last = at;
-        }
+        self.last_heard.heard(at);
     }
 
     /// Takes the lock of `partition` (see `partition_locks`).
@@ -183,20 +179,11 @@ impl Shared {
         &self,
         partition: &TopicPartition,
     ) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self
-                .partition_locks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            // Forget locks nobody holds or waits for.
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-            locks.entry(partition.clone()).or_default().clone()
-        };
-        lock.lock_owned().await
+        self.partition_locks.lock(partition).await
     }
 
     pub(crate) fn last_heard(&self) -> Instant {
-        *self.last_heard.lock().unwrap_or_else(|e| e.into_inner())
+        self.last_heard.get()
     }
 
     /// Sends an event to the member; a closed channel means the runtime is
@@ -263,12 +250,7 @@ impl ZooKeeperBackend {
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        let Joining {
-            group,
-            member,
-            events,
-            ..
-        } = joining;
+        let (group, member, events) = (joining.group, joining.member, joining.events);
         let (group, member) = (group.as_str(), &member);
         if self.running.is_some() {
             return Err(BackendError::Config(
@@ -293,9 +275,9 @@ impl Backend for ZooKeeperBackend {
             member: member.clone(),
             events,
             current: Mutex::new(Some(current.clone())),
-            last_heard: Mutex::new(before),
+            last_heard: LastHeard::new(before),
             closing: AtomicBool::new(false),
-            partition_locks: Mutex::new(HashMap::new()),
+            partition_locks: PartitionLocks::default(),
         });
         let watcher = current.client.state_watcher();
         tracing::info!(

@@ -17,7 +17,10 @@ mod member;
 mod memory;
 mod telemetry;
 
-pub use backend::{hostname, registration_record, Backend, BackendError, EventSender, Joining};
+pub use backend::{
+    hostname, registration_record, Backend, BackendError, EventSender, Joining, LastHeard,
+    PartitionLocks,
+};
 pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream};
 pub use member::{
     AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, Problem, View,

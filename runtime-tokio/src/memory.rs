@@ -167,12 +167,7 @@ impl Drop for MemoryBackend {
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        let Joining {
-            group,
-            member,
-            events,
-            ..
-        } = joining;
+        let (group, member, events) = (joining.group, joining.member, joining.events);
         let (group, member) = (group.as_str(), &member);
         tenure_core::types::validate_path_element("group", group)
             .map_err(|e| BackendError::Config(e.to_string()))?;
