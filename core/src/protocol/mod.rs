@@ -127,7 +127,6 @@ pub struct Member {
     commands: VecDeque<Command>,
     fetches: VecDeque<FetchCommand>,
     app: AppQueue,
-    store_requests: u64,
     requests: BTreeMap<RequestId, InFlight>,
 
     session: Option<SessionId>,
@@ -178,7 +177,6 @@ impl Member {
             commands: VecDeque::new(),
             fetches: VecDeque::new(),
             app: AppQueue::default(),
-            store_requests: 0,
             requests: BTreeMap::new(),
             session: None,
             last_heard: None,
@@ -297,7 +295,8 @@ impl Member {
     /// What the member has done since it was made.
     pub fn stats(&self) -> MemberStats {
         MemberStats {
-            store_requests: self.store_requests,
+            // Every request takes the next id, from 1.
+            store_requests: self.next_id - 1,
             ..self.app.stats
         }
     }
@@ -368,8 +367,7 @@ impl Member {
     /// Feeds in, at time `now`, what the store said: a request's result, a
     /// watch notification or a change of the session.
     pub fn handle_event(&mut self, now: Instant, event: Event) {
-        self.advance_clock(now);
-        if self.closed {
+        if !self.input(now) {
             return;
         }
         match event {
@@ -468,7 +466,6 @@ impl Member {
     fn request(&mut self, purpose: Purpose) -> RequestId {
         let id = RequestId(self.next_id);
         self.next_id += 1;
-        self.store_requests += 1;
         self.requests.insert(
             id,
             InFlight {
@@ -718,8 +715,6 @@ impl Member {
         }
     }
 
-    /// When the session should next be confirmed: a third of the session
-    /// timeout after the server last heard from us, while we hold claims.
     /// When each of the member's own requests — registration, the member
     /// list, the heartbeat, deregistration — is next held back until, by
     /// a backoff or (the heartbeat) its interval: only the ones
@@ -742,6 +737,8 @@ impl Member {
         ]
     }
 
+    /// When the session should next be confirmed: a third of the session
+    /// timeout after the server last heard from us, while we hold claims.
     fn heartbeat_due(&self) -> Option<Instant> {
         if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done
         {
@@ -927,23 +924,17 @@ impl Member {
                 };
                 match token {
                     Some(token) => {
-                        let mut since = None;
-                        if let Some(state) = self.partitions.get_mut(&partition) {
-                            state.token = token;
-                            since = Some(state.since);
-                        }
                         // A claim that took effect after all, only to be
                         // released at once.
-                        if let (Some(token), Some(since)) = (token, since) {
-                            self.app.push(AppEvent::Claimed {
-                                partition: partition.clone(),
-                                token,
-                                waited: self.now.saturating_duration_since(since),
-                            });
+                        if let Some(token) = token {
+                            self.announce_claim(&partition, token);
                             self.app.push(AppEvent::Releasing {
                                 partition: partition.clone(),
                                 token,
                             });
+                        }
+                        if let Some(state) = self.partitions.get_mut(&partition) {
+                            state.token = token;
                         }
                         self.send_release(&partition);
                     }
@@ -1006,14 +997,22 @@ impl Member {
         }
     }
 
-    fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
-        let id = self.request(Purpose::Partition(partition.clone()));
-        if let Some(state) = self.partitions.get_mut(partition) {
+    /// Tells the application that the claim of `partition` took effect
+    /// under `token`, with the time since it began.
+    fn announce_claim(&mut self, partition: &TopicPartition, token: FencingToken) {
+        if let Some(state) = self.partitions.get(partition) {
             self.app.push(AppEvent::Claimed {
                 partition: partition.clone(),
                 token,
                 waited: self.now.saturating_duration_since(state.since),
             });
+        }
+    }
+
+    fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
+        self.announce_claim(partition, token);
+        let id = self.request(Purpose::Partition(partition.clone()));
+        if let Some(state) = self.partitions.get_mut(partition) {
             state.phase = Phase::Owned(OwnedStep::ReadingOffset);
             state.token = Some(token);
             state.request = Some(id);
@@ -1188,16 +1187,29 @@ impl Member {
         }
         // A commit goes out only under a claim, and the claim of a
         // partition never changes while its state lives.
-        let token = state.token;
+        if let Some(token) = state.token {
+            let partition = partition.clone();
+            self.app.push(match &result {
+                Ok(()) => AppEvent::Committed {
+                    partition,
+                    token,
+                    offset,
+                },
+                Err(StoreError::NotOwner) => AppEvent::CommitFenced {
+                    partition,
+                    token,
+                    offset,
+                },
+                Err(error) => AppEvent::CommitFailed {
+                    partition,
+                    token,
+                    offset,
+                    error: error.clone(),
+                },
+            });
+        }
         match result {
             Ok(()) => {
-                if let Some(token) = token {
-                    self.app.push(AppEvent::Committed {
-                        partition: partition.clone(),
-                        token,
-                        offset,
-                    });
-                }
                 state.committed = Some(state.committed.map_or(offset, |c| c.max(offset)));
                 state.attempt = 0;
                 if final_commit || state.phase == Phase::Releasing(ReleaseStep::AwaitCommit) {
@@ -1208,13 +1220,6 @@ impl Member {
                 // The claim is gone: whatever we thought, we do not own the
                 // partition. Stop at once; claim again if it is still ours
                 // by the assignment.
-                if let Some(token) = token {
-                    self.app.push(AppEvent::CommitFenced {
-                        partition: partition.clone(),
-                        token,
-                        offset,
-                    });
-                }
                 self.report(Error::CommitFenced {
                     partition: partition.clone(),
                     offset,
@@ -1222,14 +1227,6 @@ impl Member {
                 self.lose(&partition);
             }
             Err(error) => {
-                if let Some(token) = token {
-                    self.app.push(AppEvent::CommitFailed {
-                        partition: partition.clone(),
-                        token,
-                        offset,
-                        error: error.clone(),
-                    });
-                }
                 // Only a release past its drain retries here; a draining
                 // one sends its final commit once the drain is over.
                 let releasing = matches!(
