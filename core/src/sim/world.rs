@@ -771,15 +771,7 @@ impl World {
             .map(|p| p.command)
             .collect();
         for command in failed {
-            let event = command.failed(StoreError::ConnectionLoss);
-            self.at(
-                now,
-                Action::Local {
-                    node: index,
-                    incarnation,
-                    event: Input::Store(event),
-                },
-            );
+            self.fail(index, incarnation, command, StoreError::ConnectionLoss);
         }
         self.at(
             now,
@@ -1391,6 +1383,21 @@ impl World {
         }
     }
 
+    /// Answers `command` with `error` at once, as a client does for a
+    /// request it could not send or whose connection broke.
+    fn fail(&mut self, index: usize, incarnation: u32, command: Command, error: StoreError) {
+        let now = self.now;
+        let event = Input::Store(command.failed(error));
+        self.at(
+            now,
+            Action::Local {
+                node: index,
+                incarnation,
+                event,
+            },
+        );
+    }
+
     /// Starts or stops the fetching of the member's application.
     fn fetch(&mut self, index: usize, command: FetchCommand) {
         self.trace(Some(index), &("->", &command));
@@ -1463,15 +1470,7 @@ impl World {
                 } else {
                     StoreError::ConnectionLoss
                 };
-                let event = store_command.failed(error);
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event: Input::Store(event),
-                    },
-                );
+                self.fail(index, incarnation, store_command, error);
             }
         }
     }
