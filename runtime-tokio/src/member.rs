@@ -239,7 +239,6 @@ impl GroupMemberBuilder {
             events: events_tx,
             errors: errors_tx,
             view: view_tx,
-            owned: BTreeMap::new(),
             closing: Vec::new(),
             auto_drain: self.auto_drain,
             view_log: self.view_log,
@@ -440,8 +439,6 @@ struct Driver {
     events: mpsc::UnboundedSender<AssignmentEvent>,
     errors: mpsc::UnboundedSender<Problem>,
     view: watch::Sender<View>,
-    /// The member's claims as of the last look, for the view.
-    owned: BTreeMap<TopicPartition, FencingToken>,
     closing: Vec<oneshot::Sender<()>>,
     auto_drain: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
@@ -615,14 +612,12 @@ impl Driver {
 
     /// Refreshes the view.
     fn publish(&mut self) {
-        self.owned = self.member.owned().map(|(p, t)| (p.clone(), t)).collect();
-        self.telemetry
-            .on_published(&self.member, self.owned.len(), now());
+        self.telemetry.on_published(&self.member, now());
         let view = View {
             session: self.member.session(),
             registered: self.member.is_registered(),
             assigned: self.member.assigned().clone(),
-            owned: self.owned.clone(),
+            owned: self.member.owned().map(|(p, t)| (p.clone(), t)).collect(),
             fetching: self.member.fetching().map(|(p, _)| p.clone()).collect(),
             settled: self.member.is_settled(),
             closed: self.member.is_closed(),

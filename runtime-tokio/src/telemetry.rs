@@ -113,6 +113,21 @@ pub(crate) fn member_span(group: &str, member: &MemberId) -> Span {
     tracing::info_span!("member", group = group, member = member.as_str())
 }
 
+/// A span of one partition's operation (`claim`, `drain`, `release`), under
+/// the claim `token` (`Empty` until known), its outcome recorded when it
+/// ends.
+macro_rules! partition_span {
+    ($name:literal, $partition:expr, $token:expr) => {
+        tracing::info_span!(
+            $name,
+            topic = &*$partition.topic,
+            partition = $partition.partition,
+            token = $token,
+            outcome = Empty,
+        )
+    };
+}
+
 /// A span with the moment it began, for a histogram when it ends.
 struct Timed {
     since: Instant,
@@ -264,13 +279,7 @@ impl Telemetry {
         if let FetchCommand::Stop { partition, token } = command {
             let state = self.partition(partition);
             if state.drain.is_none() {
-                let span = tracing::info_span!(
-                    "drain",
-                    topic = &*partition.topic,
-                    partition = partition.partition,
-                    token = token.0,
-                    outcome = Empty,
-                );
+                let span = partition_span!("drain", partition, token.0);
                 state.drain = Some((*token, Timed::start(now, span)));
             }
         }
@@ -311,13 +320,7 @@ impl Telemetry {
             AppEvent::Claiming { partition } => {
                 let state = self.partition(partition);
                 if state.claim.is_none() {
-                    state.claim = Some(tracing::info_span!(
-                        "claim",
-                        topic = &*partition.topic,
-                        partition = partition.partition,
-                        token = Empty,
-                        outcome = Empty,
-                    ));
+                    state.claim = Some(partition_span!("claim", partition, Empty));
                 }
             }
             AppEvent::Claimed {
@@ -395,13 +398,7 @@ impl Telemetry {
             AppEvent::Releasing { partition, token } => {
                 let state = self.partition(partition);
                 if state.release.is_none() {
-                    let span = tracing::info_span!(
-                        "release",
-                        topic = &*partition.topic,
-                        partition = partition.partition,
-                        token = token.0,
-                        outcome = Empty,
-                    );
+                    let span = partition_span!("release", partition, token.0);
                     state.release = Some(Timed::start(now, span));
                 }
             }
@@ -454,13 +451,13 @@ impl Telemetry {
     }
 
     /// Looks at the member's state after a round of events and commands:
-    /// how many partitions it owns (`owned`, as the driver just read it),
-    /// and whether its assignment changed or settled.
-    pub(crate) fn on_published(&mut self, member: &Member, owned: usize, now: Instant) {
+    /// how many partitions it owns, and whether its assignment changed or
+    /// settled.
+    pub(crate) fn on_published(&mut self, member: &Member, now: Instant) {
         if !std::mem::take(&mut self.dirty) {
             return;
         }
-        self.partitions_owned.set(owned as f64);
+        self.partitions_owned.set(member.owned().count() as f64);
         if *member.assigned() != self.assigned {
             self.assigned.clone_from(member.assigned());
             self.rebalancing_since.get_or_insert(now);
