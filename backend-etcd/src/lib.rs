@@ -245,7 +245,7 @@ pub(crate) struct Shared {
     /// A moment at or before the latest moment the server renewed our lease
     /// (a lease lives TTL after its last renewal; other requests do not
     /// renew it).
-    last_heard: LastHeard,
+    pub(crate) last_heard: LastHeard,
     /// Set by shutdown: the follower must not grant new leases any more.
     pub(crate) closing: AtomicBool,
     /// One lock per partition, held by claims, releases and commits.
@@ -253,7 +253,7 @@ pub(crate) struct Shared {
     /// Each of those is a single transaction, so no interleaving can break
     /// one; the lock keeps them in submission order (a commit submitted
     /// before a release reaches the server before it), as on ZooKeeper.
-    partition_locks: PartitionLocks,
+    pub(crate) partition_locks: PartitionLocks,
 }
 
 impl std::fmt::Debug for Shared {
@@ -290,23 +290,6 @@ impl Shared {
         // The sender lives as long as `self`: an error cannot happen while
         // we borrow it.
         let _ = changes.wait_for(|s| *s != Some(session)).await;
-    }
-
-    /// Notes that the server renewed our lease at or after `at`.
-    pub(crate) fn heard(&self, at: Instant) {
-        self.last_heard.heard(at);
-    }
-
-    pub(crate) fn last_heard(&self) -> Instant {
-        self.last_heard.get()
-    }
-
-    /// Takes the lock of `partition` (see `partition_locks`).
-    pub(crate) async fn lock_partition(
-        &self,
-        partition: &TopicPartition,
-    ) -> tokio::sync::OwnedMutexGuard<()> {
-        self.partition_locks.lock(partition).await
     }
 
     /// Counts requests sent to etcd.

@@ -123,7 +123,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Comm
         Command::Claim { partition, .. }
         | Command::Release { partition, .. }
         | Command::CommitOffset { partition, .. } => {
-            Some(ctx.shared.lock_partition(partition).await)
+            Some(ctx.shared.partition_locks.lock(partition).await)
         }
         _ => None,
     };
@@ -328,7 +328,7 @@ async fn heartbeat(ctx: &Ctx) -> Result<(), StoreError> {
     // renewed it no earlier than TTL - remaining before `sent`.
     let remaining = Duration::from_secs(u64::try_from(response.ttl()).unwrap_or(0));
     if let Some(renewed) = sent.checked_sub(ctx.current.ttl.saturating_sub(remaining)) {
-        ctx.shared.heard(renewed);
+        ctx.shared.last_heard.heard(renewed);
     }
     Ok(())
 }

@@ -209,7 +209,7 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
         }
         // Unheard of for a whole TTL: the server has dropped the lease, or
         // is about to (a new lease revokes it first to make sure).
-        if suspended && shared.last_heard() + current.ttl <= Instant::now() {
+        if suspended && shared.last_heard.get() + current.ttl <= Instant::now() {
             return Ended::Expired;
         }
         let sent = Instant::now();
@@ -220,7 +220,7 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
         let next = match renewal {
             Renewal::Alive => {
                 // The server renewed the lease after we sent the keep-alive.
-                shared.heard(sent);
+                shared.last_heard.heard(sent);
                 if suspended {
                     suspended = false;
                     tracing::info!("etcd answers keep-alives again; session resumed");
@@ -235,7 +235,7 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
                     suspended = true;
                     tracing::warn!(%why, "etcd lease keep-alive unanswered; session suspended");
                     shared.send(Event::SessionSuspended {
-                        last_heard: shared.last_heard(),
+                        last_heard: shared.last_heard.get(),
                     });
                 }
                 (sent + RETRY_WHILE_SUSPENDED).max(Instant::now())
@@ -304,7 +304,7 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
                     lease = %format_args!("{:x}", current.lease),
                     "new etcd lease granted"
                 );
-                shared.heard(before);
+                shared.last_heard.heard(before);
                 shared.set_current(Some(current));
                 shared.send(Event::SessionEstablished {
                     session: current.session,

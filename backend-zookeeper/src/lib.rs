@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
-use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError, TopicPartition};
+use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
 use tenure_tokio::{Backend, BackendError, EventSender, Joining, LastHeard, PartitionLocks};
 use tokio::task::{JoinHandle, JoinSet};
 use zookeeper_client as zk;
@@ -140,7 +140,7 @@ pub(crate) struct Shared {
     current: Mutex<Option<Current>>,
     /// A moment at or before the latest moment the server is known to have
     /// heard from this client.
-    last_heard: LastHeard,
+    pub(crate) last_heard: LastHeard,
     /// Set by shutdown: the follower must not reconnect any more.
     pub(crate) closing: AtomicBool,
     /// One lock per partition, held by claims, releases and commits.
@@ -151,7 +151,7 @@ pub(crate) struct Shared {
     /// release (by another member, or by our own next claim). Other
     /// members' deletions need our session to end, which fails the multi;
     /// our own release or claim in between is what this lock excludes.
-    partition_locks: PartitionLocks,
+    pub(crate) partition_locks: PartitionLocks,
 }
 
 impl Shared {
@@ -167,23 +167,6 @@ impl Shared {
 
     pub(crate) fn set_current(&self, current: Option<Current>) {
         *self.lock_current() = current;
-    }
-
-    /// Notes that the server heard from us at or after `at`.
-    pub(crate) fn heard(&self, at: Instant) {
-        self.last_heard.heard(at);
-    }
-
-    /// Takes the lock of `partition` (see `partition_locks`).
-    pub(crate) async fn lock_partition(
-        &self,
-        partition: &TopicPartition,
-    ) -> tokio::sync::OwnedMutexGuard<()> {
-        self.partition_locks.lock(partition).await
-    }
-
-    pub(crate) fn last_heard(&self) -> Instant {
-        self.last_heard.get()
     }
 
     /// Sends an event to the member; a closed channel means the runtime is

@@ -94,7 +94,7 @@ impl Ctx {
         let sent = Instant::now();
         let result = request().await;
         if answered(&result) {
-            self.shared.heard(sent);
+            self.shared.last_heard.heard(sent);
         }
         result
     }
@@ -152,7 +152,7 @@ pub(crate) async fn execute(
         Command::Claim { partition, .. }
         | Command::Release { partition, .. }
         | Command::CommitOffset { partition, .. } => {
-            Some(ctx.shared.lock_partition(partition).await)
+            Some(ctx.shared.partition_locks.lock(partition).await)
         }
         _ => None,
     };
@@ -304,7 +304,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
         let read = read.await;
         if answered(&read) {
-            ctx.shared.heard(sent);
+            ctx.shared.last_heard.heard(sent);
         }
         match read {
             Ok((data, _)) => match decode_registration(child, &data) {
@@ -446,7 +446,7 @@ async fn commit(
     ctx.count(1);
     let result = writer.commit().await;
     if multi_answered(&result) {
-        ctx.shared.heard(sent);
+        ctx.shared.last_heard.heard(sent);
     }
     match result {
         Ok(_) => Ok(()),

@@ -123,13 +123,13 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
             zk::SessionState::Disconnected => {
                 if !suspended {
                     suspended = true;
-                    let last_heard = shared.last_heard();
+                    let last_heard = shared.last_heard.get();
                     tracing::warn!("connection to ZooKeeper lost; session suspended");
                     shared.send(Event::SessionSuspended { last_heard });
                 }
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                shared.heard(waiting_since);
+                shared.last_heard.heard(waiting_since);
                 if suspended {
                     suspended = false;
                     tracing::info!("connection to ZooKeeper back; session resumed");
@@ -169,7 +169,7 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 let session = session_id(&client);
                 let watcher = client.state_watcher();
                 tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
-                shared.heard(before);
+                shared.last_heard.heard(before);
                 shared.set_current(Some(Current { client, session }));
                 shared.send(Event::SessionEstablished { session });
                 return Some(watcher);
