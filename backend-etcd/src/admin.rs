@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use crate::Keys;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
@@ -194,7 +195,7 @@ impl GroupAdmin for EtcdAdmin {
 
     async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
-        let base = format!("{}/{group}/", self.prefix);
+        let base = Keys::new(&self.prefix, group).all();
         let kvs = self.get(&base, false).await?;
         if kvs.is_empty() {
             return Err(AdminError::UnknownGroup {
@@ -270,16 +271,11 @@ impl GroupAdmin for EtcdAdmin {
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
-        let members = format!("{}/{group}/members/", self.prefix);
+        let keys = Keys::new(&self.prefix, group);
+        let members = keys.members();
         let puts: Vec<TxnOp> = offsets
             .iter()
-            .map(|(partition, offset)| {
-                let key = format!(
-                    "{}/{group}/offsets/{}/{}",
-                    self.prefix, partition.topic, partition.partition
-                );
-                TxnOp::put(key, offset.to_string(), None)
-            })
+            .map(|(partition, offset)| TxnOp::put(keys.offset(partition), offset.to_string(), None))
             .collect();
         // All at once where etcd allows it, so a reader sees old or new
         // offsets, not a mix; and, guarded, only while no member key exists

@@ -43,15 +43,16 @@ mod session;
 
 pub use admin::EtcdAdmin;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, StoreError, TopicPartition};
-use tenure_tokio::{Backend, BackendError, EventSender, Joining, LastHeard, PartitionLocks};
-use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, TopicPartition};
+use tenure_tokio::session::{
+    check_start, refuse_not_running, BackendTasks, SessionState, StoreSession,
+};
+use tenure_tokio::{Backend, BackendError, Joining};
 
 /// The lease TTL asked of the server when no session timeout is set (the
 /// core's default session timeout).
@@ -73,34 +74,9 @@ const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 // Test hooks are public only with the `testing` feature, which the
 // workspace's tests turn on: production builds cannot set them.
 #[cfg(feature = "testing")]
-pub use hooks::Hooks;
+pub use tenure_tokio::session::Hooks;
 #[cfg(not(feature = "testing"))]
-use hooks::Hooks;
-
-mod hooks {
-    use std::time::Duration;
-
-    /// Delays injected into command execution, for reproducing races in tests
-    /// (feature `testing`).
-    ///
-    /// Both default to zero (no delay); production code has no reason to set
-    /// them, and without the feature it cannot.
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct Hooks {
-        /// Sleep before a claim's transaction starts.
-        ///
-        /// On ZooKeeper this delay sits between a failed create and the separate
-        /// read of the owner, where the original system's NodeExists → NoNode
-        /// race lives. On etcd a claim is a single transaction ("create the key
-        /// if its create_revision is 0, else read it"), evaluated atomically by
-        /// the server: the owner cannot vanish between the failed compare and
-        /// the read, so that race cannot happen at all. The delay only widens
-        /// the window between the claim's submission and its evaluation.
-        pub delay_owner_read: Duration,
-        /// Sleep before a release's transaction starts.
-        pub delay_release: Duration,
-    }
-}
+use tenure_tokio::session::Hooks;
 
 /// A [`Backend`] that keeps a group member's records in etcd.
 ///
@@ -162,10 +138,7 @@ impl Config {
 #[derive(Debug)]
 struct Running {
     shared: Arc<Shared>,
-    /// Command tasks (and the watches they leave behind).
-    tasks: JoinSet<()>,
-    /// The task keeping the lease alive.
-    follower: JoinHandle<()>,
+    tasks: BackendTasks,
 }
 
 /// The live lease.
@@ -189,6 +162,12 @@ impl Current {
     }
 }
 
+impl StoreSession for Current {
+    fn id(&self) -> SessionId {
+        self.session
+    }
+}
+
 /// The keys of one group.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Keys {
@@ -200,6 +179,11 @@ impl Keys {
         Keys {
             base: format!("{}/{group}", prefix.trim_end_matches('/')),
         }
+    }
+
+    /// The prefix of every key of the group (with its trailing `/`).
+    pub(crate) fn all(&self) -> String {
+        format!("{}/", self.base)
     }
 
     /// The prefix of every member registration (with its trailing `/`).
@@ -230,30 +214,21 @@ impl Keys {
 }
 
 /// State shared by the backend, its command tasks and the lease follower.
+///
+/// Claims, releases and commits of a partition hold its lock (see
+/// [`tenure_tokio::session::execute`]). Each of those is a single
+/// transaction, so no interleaving can break one; the lock keeps them in
+/// submission order (a commit submitted before a release reaches the server
+/// before it), as on ZooKeeper. The lease's last renewal is what
+/// [`SessionState::last_heard`] tracks here: a lease lives TTL after its
+/// last renewal, and other requests do not renew it.
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) keys: Keys,
     pub(crate) member: MemberInfo,
-    pub(crate) events: EventSender,
     /// The client; it reconnects by itself and outlives leases.
     pub(crate) client: etcd_client::Client,
-    /// `None` while a new lease is being granted after an expiry, and after
-    /// shutdown.
-    current: Mutex<Option<Current>>,
-    /// The current session, for watches that must end with theirs.
-    session_changes: watch::Sender<Option<SessionId>>,
-    /// A moment at or before the latest moment the server renewed our lease
-    /// (a lease lives TTL after its last renewal; other requests do not
-    /// renew it).
-    pub(crate) last_heard: LastHeard,
-    /// Set by shutdown: the follower must not grant new leases any more.
-    pub(crate) closing: AtomicBool,
-    /// One lock per partition, held by claims, releases and commits.
-    ///
-    /// Each of those is a single transaction, so no interleaving can break
-    /// one; the lock keeps them in submission order (a commit submitted
-    /// before a release reaches the server before it), as on ZooKeeper.
-    pub(crate) partition_locks: PartitionLocks,
+    pub(crate) state: SessionState<Current>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -262,47 +237,15 @@ impl std::fmt::Debug for Shared {
             .field("config", &self.config)
             .field("keys", &self.keys)
             .field("member", &self.member.id)
-            .field("current", &self.current())
+            .field("current", &self.state.current())
             .finish_non_exhaustive()
     }
 }
 
 impl Shared {
-    fn lock_current(&self) -> MutexGuard<'_, Option<Current>> {
-        // A panic while holding the lock leaves a value that is still
-        // consistent (it is only ever replaced whole).
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn current(&self) -> Option<Current> {
-        *self.lock_current()
-    }
-
-    pub(crate) fn set_current(&self, current: Option<Current>) {
-        *self.lock_current() = current;
-        self.session_changes
-            .send_replace(current.map(|c| c.session));
-    }
-
-    /// Resolves once `session` is no longer the current session.
-    pub(crate) async fn session_ended(&self, session: SessionId) {
-        let mut changes = self.session_changes.subscribe();
-        // The sender lives as long as `self`: an error cannot happen while
-        // we borrow it.
-        let _ = changes.wait_for(|s| *s != Some(session)).await;
-    }
-
     /// Counts requests sent to etcd.
     pub(crate) fn count(&self, requests: u64) {
         self.config.requests.fetch_add(requests, Ordering::Relaxed);
-    }
-
-    /// Sends an event to the member; a closed channel means the runtime is
-    /// gone and there is no one left to tell.
-    pub(crate) fn send(&self, event: Event) {
-        if self.events.send(event).is_err() {
-            tracing::debug!("event channel closed; event dropped");
-        }
     }
 }
 
@@ -375,18 +318,7 @@ impl EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        let (group, member, events) = (joining.group, joining.member, joining.events);
-        let (group, member) = (group.as_str(), &member);
-        if self.running.is_some() {
-            return Err(BackendError::Config(
-                "the backend has been started already".to_owned(),
-            ));
-        }
-        if self.config.session_timeout.is_zero() {
-            return Err(BackendError::Config(
-                "session timeout must be greater than zero".to_owned(),
-            ));
-        }
+        check_start(self.running.is_some(), self.config.session_timeout)?;
         let endpoints = self.config.endpoint_list();
         if endpoints.is_empty() {
             return Err(BackendError::Config(format!(
@@ -404,15 +336,10 @@ impl Backend for EtcdBackend {
         let (client, current) = session::connect(&self.config, &endpoints).await?;
         let shared = Arc::new(Shared {
             config: self.config.clone(),
-            keys: Keys::new(&self.config.prefix, group),
-            member: member.clone(),
-            events,
+            keys: Keys::new(&self.config.prefix, &joining.group),
+            member: joining.member,
             client,
-            current: Mutex::new(Some(current)),
-            session_changes: watch::Sender::new(Some(current.session)),
-            last_heard: LastHeard::new(before),
-            closing: AtomicBool::new(false),
-            partition_locks: PartitionLocks::default(),
+            state: SessionState::new(joining.events, current, before),
         });
         tracing::info!(
             store = %self.config.store(),
@@ -420,52 +347,39 @@ impl Backend for EtcdBackend {
             ttl = ?current.ttl,
             "etcd lease granted"
         );
-        shared.send(Event::SessionEstablished {
+        shared.state.send(Event::SessionEstablished {
             session: current.session,
         });
         let follower = tokio::spawn(session::follow(shared.clone()));
         self.running = Some(Running {
             shared,
-            tasks: JoinSet::new(),
-            follower,
+            tasks: BackendTasks::new(follower),
         });
         Ok(())
     }
 
     fn submit(&mut self, command: Command) {
-        let (_, issued) = command.request();
         let Some(running) = self.running.as_mut() else {
-            // No lease yet (or any more): nothing can run under `issued`.
-            let event = command.failed(StoreError::SessionExpired);
-            tracing::warn!(?event, "command submitted to a backend that is not running");
-            return;
+            return refuse_not_running(command);
         };
-        // Forget finished tasks so the set does not grow.
-        while running.tasks.try_join_next().is_some() {}
         let shared = running.shared.clone();
-        match shared.current() {
-            Some(current) if current.session == issued => {
-                running.tasks.spawn(ops::execute(shared, current, command));
-            }
-            // Issued under a lease that ended: it must not act under the
-            // next one (a claim would leave a record no member tracks).
-            _ => shared.send(command.failed(StoreError::SessionExpired)),
-        }
+        running
+            .tasks
+            .submit(&running.shared.state, command, |current, command| {
+                ops::execute(shared, current, command)
+            });
     }
 
     async fn shutdown(&mut self) {
-        let Some(mut running) = self.running.take() else {
+        let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.closing.store(true, Ordering::SeqCst);
-        running.follower.abort();
-        let _ = (&mut running.follower).await;
-        running.tasks.abort_all();
-        while running.tasks.join_next().await.is_some() {}
-        let Some(current) = running.shared.current() else {
+        running.shared.state.close();
+        running.tasks.stop().await;
+        let Some(current) = running.shared.state.current() else {
             return;
         };
-        running.shared.set_current(None);
+        running.shared.state.set_current(None);
         // Revoking the lease deletes its keys now, not a TTL from now.
         let mut client = running.shared.client.clone();
         match tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await {
@@ -520,11 +434,10 @@ impl Drop for EtcdBackend {
         let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.closing.store(true, Ordering::SeqCst);
-        running.follower.abort();
-        // Dropping the set aborts the command tasks.
-        let current = running.shared.current();
-        running.shared.set_current(None);
+        running.shared.state.close();
+        running.tasks.abort();
+        let current = running.shared.state.current();
+        running.shared.state.set_current(None);
         // Without shutdown, revoke in the background if a runtime is still
         // there; otherwise the lease simply expires.
         if let (Some(current), Ok(handle)) = (current, tokio::runtime::Handle::try_current()) {

@@ -6,17 +6,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     TxnResponse, WatchOptions,
 };
-use tenure_core::records::{decode_registration, parse_offset};
+use tenure_core::records::{decode_registration, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberId, MemberInfo, Offset,
-    Operation, RegisterOutcome, SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberInfo, Offset, Operation,
+    RegisterOutcome, SessionId, StoreError, TopicPartition,
 };
 
 use crate::{Current, Shared};
+use tenure_tokio::session::{self, SessionState, StoreOps, Watch};
 
 /// The pause before a broken watch is opened again.
 const WATCH_RETRY: Duration = Duration::from_millis(500);
@@ -114,164 +116,193 @@ impl Ctx {
     }
 }
 
-/// Carries out `command` (issued under `current`, the live lease) and sends
-/// its result; for watches, goes on to wait for the notification.
+/// Carries out `command` under `current`, the lease it was issued under.
 pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
-    let ctx = Ctx { shared, current };
-    // Claims, releases and commits of one partition run one at a time.
-    let _partition = match &command {
-        Command::Claim { partition, .. }
-        | Command::Release { partition, .. }
-        | Command::CommitOffset { partition, .. } => {
-            Some(ctx.shared.partition_locks.lock(partition).await)
-        }
-        _ => None,
-    };
-    let event = match command {
-        Command::Register { id, member, .. } => Event::RegisterResult {
-            id,
-            result: register(&ctx, &member).await,
-        },
-        Command::Deregister { id, .. } => {
-            let key = ctx.shared.keys.member(&ctx.shared.member.id);
-            Event::DeregisterResult {
-                id,
-                result: delete_if_ours(&ctx, key, None).await,
-            }
-        }
-        Command::WatchMembers { id, .. } => {
-            match read_members(&ctx).await {
-                Ok((members, revision)) => {
-                    ctx.shared.send(Event::MembersResult {
-                        id,
-                        result: Ok(members),
-                    });
-                    let prefix = ctx.shared.keys.members();
-                    // One notification per WatchMembers, whatever changed.
-                    if let Watched::Fired = watch(&ctx, prefix, true, revision + 1, |_| true).await
-                    {
-                        ctx.shared.send(Event::MembersChanged);
-                    }
-                }
-                Err(e) => ctx.shared.send(Event::MembersResult { id, result: Err(e) }),
-            }
-            return;
-        }
-        Command::Heartbeat { id, .. } => Event::HeartbeatResult {
-            id,
-            result: heartbeat(&ctx).await,
-        },
-        Command::Claim { id, partition, .. } => Event::ClaimResult {
-            id,
-            result: claim(&ctx, &partition).await,
-        },
-        Command::WatchOwner { id, partition, .. } => {
-            let key = ctx.shared.keys.owner(&partition);
-            let read = ctx
-                .call(|mut client| {
-                    let key = key.clone();
-                    async move { client.get(key, None).await }
-                })
-                .await;
-            let (created, revision) = match read {
-                Err(e) => {
-                    ctx.shared
-                        .send(Event::OwnerWatchResult { id, result: Err(e) });
-                    return;
-                }
-                Ok(response) => match response.kvs().first() {
-                    None => {
-                        ctx.shared.send(Event::OwnerWatchResult {
-                            id,
-                            result: Ok(false),
-                        });
-                        return;
-                    }
-                    Some(kv) => (
-                        kv.create_revision(),
-                        response
-                            .header()
-                            .map_or(kv.mod_revision(), |h| h.revision()),
-                    ),
-                },
-            };
-            ctx.shared.send(Event::OwnerWatchResult {
-                id,
-                result: Ok(true),
-            });
-            // Gone, or made again by a later claim: either way the record
-            // that was watched is no more.
-            let gone = |event: &etcd_client::Event| {
-                event.event_type() == EventType::Delete
-                    || event.kv().map(|kv| kv.create_revision()) != Some(created)
-            };
-            if let Watched::Fired = watch(&ctx, key, false, revision + 1, gone).await {
-                ctx.shared.send(Event::OwnerDeleted { partition });
-            }
-            return;
-        }
-        Command::Release {
-            id,
-            partition,
-            token,
-            ..
-        } => {
-            let delay = ctx.shared.config.hooks.delay_release;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            let key = ctx.shared.keys.owner(&partition);
-            Event::ReleaseResult {
-                id,
-                result: delete_if_ours(&ctx, key, token).await,
-            }
-        }
-        Command::ReadOffset { id, partition, .. } => Event::OffsetResult {
-            id,
-            result: read_offset(&ctx, &partition).await,
-        },
-        Command::CommitOffset {
-            id,
-            partition,
-            offset,
-            token,
-            ..
-        } => Event::CommitResult {
-            id,
-            result: commit(&ctx, &partition, offset, token).await,
-        },
-    };
-    ctx.shared.send(event);
+    session::execute(Ctx { shared, current }, command).await
 }
 
-/// Creates the registration if there is none; otherwise says whose lease
-/// holds it. One transaction: the answer is about the record the compare saw.
-async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
-    let key = ctx.shared.keys.member(&info.id);
-    let data = tenure_tokio::registration_record(info);
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(
-            key.clone(),
-            data,
-            Some(PutOptions::new().with_lease(ctx.lease())),
-        )])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let response = ctx.txn(txn).await?;
-    if response.succeeded() {
-        return Ok(RegisterOutcome::Registered);
+#[async_trait]
+impl StoreOps for Ctx {
+    type Session = Current;
+
+    fn state(&self) -> &SessionState<Current> {
+        &self.shared.state
     }
-    match got(&response) {
-        Some(kv) if kv.lease() != 0 => Ok(RegisterOutcome::Exists {
-            session: SessionId(kv.lease() as u64),
-        }),
-        Some(_) => Err(StoreError::Corrupt {
-            path: key,
-            detail: "member registration has no lease".to_owned(),
-        }),
-        // The compare saw the key, the get in the same transaction did not:
-        // cannot happen; treated as gone.
-        None => Err(StoreError::NoNode),
+
+    /// Creates the registration if there is none; otherwise says whose lease
+    /// holds it. One transaction: the answer is about the record the compare saw.
+    async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
+        let key = self.shared.keys.member(&info.id);
+        let data = tenure_tokio::registration_record(info);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                data,
+                Some(PutOptions::new().with_lease(self.lease())),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let response = self.txn(txn).await?;
+        if response.succeeded() {
+            return Ok(RegisterOutcome::Registered);
+        }
+        match got(&response) {
+            Some(kv) if kv.lease() != 0 => Ok(RegisterOutcome::Exists {
+                session: SessionId(kv.lease() as u64),
+            }),
+            Some(_) => Err(StoreError::Corrupt {
+                path: key,
+                detail: "member registration has no lease".to_owned(),
+            }),
+            // The compare saw the key, the get in the same transaction did not:
+            // cannot happen; treated as gone.
+            None => Err(StoreError::NoNode),
+        }
+    }
+
+    async fn deregister(&self) -> Result<(), StoreError> {
+        let key = self.shared.keys.member(&self.shared.member.id);
+        delete_if_ours(self, key, None).await
+    }
+
+    /// Renews nothing, but proves the lease alive: its remaining TTL also
+    /// bounds when the server last renewed it.
+    async fn heartbeat(&self) -> Result<(), StoreError> {
+        let lease = self.lease();
+        let sent = Instant::now();
+        let response = self
+            .call(|mut client| async move { client.lease_time_to_live(lease, None).await })
+            .await?;
+        if response.ttl() <= 0 {
+            return Err(StoreError::SessionExpired);
+        }
+        // The server expires the lease `remaining` after it answered, so it
+        // renewed it no earlier than TTL - remaining before `sent`.
+        let remaining = Duration::from_secs(u64::try_from(response.ttl()).unwrap_or(0));
+        if let Some(renewed) = sent.checked_sub(self.current.ttl.saturating_sub(remaining)) {
+            self.shared.state.last_heard().heard(renewed);
+        }
+        Ok(())
+    }
+
+    async fn watch_members(&self) -> Result<(Vec<MemberInfo>, Watch), StoreError> {
+        let (members, revision) = read_members(self).await?;
+        let prefix = self.shared.keys.members();
+        // One notification per WatchMembers, whatever changed.
+        let watch = watch(self, prefix, true, revision + 1, |_| true);
+        Ok((members, watch))
+    }
+
+    /// Creates the owner key if there is none; otherwise reads it, in the same
+    /// transaction.
+    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+        self.shared.config.hooks.before_owner_read().await;
+        let key = self.shared.keys.owner(partition);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.clone(),
+                self.shared.member.id.as_str(),
+                Some(PutOptions::new().with_lease(self.lease())),
+            )])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let response = self.txn(txn).await?;
+        if response.succeeded() {
+            // The put is the transaction's only write: the key's create_revision
+            // is the revision the transaction made.
+            let revision = response.header().map(|h| h.revision()).ok_or_else(|| {
+                StoreError::Other(ClientError::message("etcd answered without a header"))
+            })?;
+            return Ok(ClaimOutcome::Created {
+                token: FencingToken(revision as u64),
+            });
+        }
+        match got(&response) {
+            Some(kv) => held_claim(
+                &key,
+                kv.value(),
+                (kv.lease() != 0).then_some(SessionId(kv.lease() as u64)),
+                FencingToken(kv.create_revision() as u64),
+            ),
+            None => Err(StoreError::NoNode),
+        }
+    }
+
+    async fn watch_owner(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<(bool, Option<Watch>), StoreError> {
+        let key = self.shared.keys.owner(partition);
+        let response = self
+            .call(|mut client| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
+        // Absent: no watch (etcd's watches are on keys, not on nodes that
+        // may appear).
+        let Some(kv) = response.kvs().first() else {
+            return Ok((false, None));
+        };
+        let created = kv.create_revision();
+        let revision = response
+            .header()
+            .map_or(kv.mod_revision(), |h| h.revision());
+        // Gone, or made again by a later claim: either way the record that
+        // was watched is no more.
+        let gone = move |event: &etcd_client::Event| {
+            event.event_type() == EventType::Delete
+                || event.kv().map(|kv| kv.create_revision()) != Some(created)
+        };
+        Ok((true, Some(watch(self, key, false, revision + 1, gone))))
+    }
+
+    async fn release(
+        &self,
+        partition: &TopicPartition,
+        token: Option<FencingToken>,
+    ) -> Result<(), StoreError> {
+        self.shared.config.hooks.before_release().await;
+        let key = self.shared.keys.owner(partition);
+        delete_if_ours(self, key, token).await
+    }
+
+    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
+        let key = self.shared.keys.offset(partition);
+        let response = self
+            .call(|mut client| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
+        match response.kvs().first() {
+            None => Ok(None),
+            Some(kv) => parse_offset(&key, kv.value()).map(Some),
+        }
+    }
+
+    /// Writes the offset only while the owner key is the claim `token` and is
+    /// attached to our lease, in one transaction: a released or re-made claim,
+    /// or an expired lease, fails it.
+    async fn commit(
+        &self,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let owner = self.shared.keys.owner(partition);
+        let key = self.shared.keys.offset(partition);
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
+                Compare::lease(owner, CompareOp::Equal, self.lease()),
+            ])
+            .and_then([TxnOp::put(key, offset.to_string(), None)]);
+        if self.txn(txn).await?.succeeded() {
+            Ok(())
+        } else {
+            Err(StoreError::NotOwner)
+        }
     }
 }
 
@@ -302,7 +333,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
             // but worth an operator's look.
             Err(detail) => {
                 tracing::warn!(%key, %detail, "ignoring corrupt member registration");
-                ctx.shared.send(Event::StoreProblem {
+                ctx.shared.state.send(Event::StoreProblem {
                     operation: Operation::ReadRegistration,
                     error: StoreError::Corrupt { path: key, detail },
                 });
@@ -311,69 +342,6 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
     }
     members.sort_by(|a, b| a.id.cmp(&b.id));
     Ok((members, revision))
-}
-
-/// Renews nothing, but proves the lease alive: its remaining TTL also
-/// bounds when the server last renewed it.
-async fn heartbeat(ctx: &Ctx) -> Result<(), StoreError> {
-    let lease = ctx.lease();
-    let sent = Instant::now();
-    let response = ctx
-        .call(|mut client| async move { client.lease_time_to_live(lease, None).await })
-        .await?;
-    if response.ttl() <= 0 {
-        return Err(StoreError::SessionExpired);
-    }
-    // The server expires the lease `remaining` after it answered, so it
-    // renewed it no earlier than TTL - remaining before `sent`.
-    let remaining = Duration::from_secs(u64::try_from(response.ttl()).unwrap_or(0));
-    if let Some(renewed) = sent.checked_sub(ctx.current.ttl.saturating_sub(remaining)) {
-        ctx.shared.last_heard.heard(renewed);
-    }
-    Ok(())
-}
-
-/// Creates the owner key if there is none; otherwise reads it, in the same
-/// transaction.
-async fn claim(ctx: &Ctx, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
-    let delay = ctx.shared.config.hooks.delay_owner_read;
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
-    let key = ctx.shared.keys.owner(partition);
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-        .and_then([TxnOp::put(
-            key.clone(),
-            ctx.shared.member.id.as_str(),
-            Some(PutOptions::new().with_lease(ctx.lease())),
-        )])
-        .or_else([TxnOp::get(key.clone(), None)]);
-    let response = ctx.txn(txn).await?;
-    if response.succeeded() {
-        // The put is the transaction's only write: the key's create_revision
-        // is the revision the transaction made.
-        let revision = response.header().map(|h| h.revision()).ok_or_else(|| {
-            StoreError::Other(ClientError::message("etcd answered without a header"))
-        })?;
-        return Ok(ClaimOutcome::Created {
-            token: FencingToken(revision as u64),
-        });
-    }
-    match got(&response) {
-        Some(kv) if kv.lease() != 0 => Ok(ClaimOutcome::Held {
-            owner: std::str::from_utf8(kv.value())
-                .ok()
-                .and_then(|s| MemberId::new(s).ok()),
-            session: SessionId(kv.lease() as u64),
-            token: FencingToken(kv.create_revision() as u64),
-        }),
-        Some(_) => Err(StoreError::Corrupt {
-            path: key,
-            detail: "owner record has no lease".to_owned(),
-        }),
-        None => Err(StoreError::NoNode),
-    }
 }
 
 /// Deletes `key` if it is attached to our lease and, if `token` is given,
@@ -398,120 +366,77 @@ async fn delete_if_ours(
     ctx.txn(txn).await.map(|_| ())
 }
 
-async fn read_offset(ctx: &Ctx, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
-    let key = ctx.shared.keys.offset(partition);
-    let response = ctx
-        .call(|mut client| {
-            let key = key.clone();
-            async move { client.get(key, None).await }
-        })
-        .await?;
-    match response.kvs().first() {
-        None => Ok(None),
-        Some(kv) => parse_offset(&key, kv.value()).map(Some),
-    }
-}
-
-/// Writes the offset only while the owner key is the claim `token` and is
-/// attached to our lease, in one transaction: a released or re-made claim,
-/// or an expired lease, fails it.
-async fn commit(
-    ctx: &Ctx,
-    partition: &TopicPartition,
-    offset: Offset,
-    token: FencingToken,
-) -> Result<(), StoreError> {
-    let owner = ctx.shared.keys.owner(partition);
-    let key = ctx.shared.keys.offset(partition);
-    let txn = Txn::new()
-        .when([
-            Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
-            Compare::lease(owner, CompareOp::Equal, ctx.lease()),
-        ])
-        .and_then([TxnOp::put(key, offset.to_string(), None)]);
-    if ctx.txn(txn).await?.succeeded() {
-        Ok(())
-    } else {
-        Err(StoreError::NotOwner)
-    }
-}
-
-/// How a watch ended.
-enum Watched {
-    /// An event `fires` accepted, or history lost to compaction (so such an
-    /// event may have been missed).
-    Fired,
-    /// The session the watch was set under ended (or the backend shut
-    /// down): nobody waits for it any more.
-    SessionEnded,
-}
-
 /// Watches `key` (a prefix if `prefix`) from revision `from` until an event
-/// `fires` accepts. A broken watch is opened again from the revision after
+/// `fires` accepts, or history is lost to compaction (so such an event may
+/// have been missed): the watch fires. It ends without firing when the
+/// session it was set under ends (or the backend shuts down): nobody waits
+/// for it any more. A broken watch is opened again from the revision after
 /// the last event seen, so nothing is missed across disconnects.
-async fn watch(
+fn watch(
     ctx: &Ctx,
     key: String,
     prefix: bool,
     mut from: i64,
-    mut fires: impl FnMut(&etcd_client::Event) -> bool,
-) -> Watched {
-    let shared = &ctx.shared;
+    mut fires: impl FnMut(&etcd_client::Event) -> bool + Send + 'static,
+) -> Watch {
+    let shared = ctx.shared.clone();
     let session = ctx.session();
-    let timeout = shared.config.request_timeout();
-    loop {
-        let mut options = WatchOptions::new().with_start_revision(from);
-        if prefix {
-            options = options.with_prefix();
-        }
-        shared.count(1);
-        let mut client = shared.client.clone();
-        let opened = tokio::select! {
-            () = shared.session_ended(session) => return Watched::SessionEnded,
-            opened = tokio::time::timeout(timeout, client.watch(key.clone(), Some(options))) => opened,
-        };
-        match opened {
-            Ok(Ok(mut stream)) => loop {
-                let message = tokio::select! {
-                    () = shared.session_ended(session) => return Watched::SessionEnded,
-                    message = stream.message() => message,
-                };
-                match message {
-                    Ok(Some(response)) => {
-                        if response.compact_revision() > 0 {
-                            tracing::debug!(
-                                %key,
-                                compacted = response.compact_revision(),
-                                "watched history compacted; reporting a change"
-                            );
-                            return Watched::Fired;
-                        }
-                        for event in response.events() {
-                            if fires(event) {
-                                return Watched::Fired;
+    Box::pin(async move {
+        let timeout = shared.config.request_timeout();
+        loop {
+            let mut options = WatchOptions::new().with_start_revision(from);
+            if prefix {
+                options = options.with_prefix();
+            }
+            shared.count(1);
+            let mut client = shared.client.clone();
+            let opened = tokio::select! {
+                () = shared.state.session_ended(session) => return false,
+                opened = tokio::time::timeout(timeout, client.watch(key.clone(), Some(options))) => opened,
+            };
+            match opened {
+                Ok(Ok(mut stream)) => loop {
+                    let message = tokio::select! {
+                        () = shared.state.session_ended(session) => return false,
+                        message = stream.message() => message,
+                    };
+                    match message {
+                        Ok(Some(response)) => {
+                            if response.compact_revision() > 0 {
+                                tracing::debug!(
+                                    %key,
+                                    compacted = response.compact_revision(),
+                                    "watched history compacted; reporting a change"
+                                );
+                                return true;
                             }
-                            if let Some(kv) = event.kv() {
-                                from = from.max(kv.mod_revision() + 1);
+                            for event in response.events() {
+                                if fires(event) {
+                                    return true;
+                                }
+                                if let Some(kv) = event.kv() {
+                                    from = from.max(kv.mod_revision() + 1);
+                                }
+                            }
+                            if response.canceled() {
+                                tracing::debug!(%key, reason = response.cancel_reason(), "watch canceled");
+                                break;
                             }
                         }
-                        if response.canceled() {
-                            tracing::debug!(%key, reason = response.cancel_reason(), "watch canceled");
+                        Ok(None) => break,
+                        Err(error) => {
+                            tracing::debug!(%key, %error, "watch broken");
                             break;
                         }
                     }
-                    Ok(None) => break,
-                    Err(error) => {
-                        tracing::debug!(%key, %error, "watch broken");
-                        break;
-                    }
-                }
-            },
-            Ok(Err(error)) => tracing::debug!(%key, %error, "cannot open watch"),
-            Err(_) => tracing::debug!(%key, "no answer to a watch within {timeout:?}"),
+                },
+                Ok(Err(error)) => tracing::debug!(%key, %error, "cannot open watch"),
+                Err(_) => tracing::debug!(%key, "no answer to a watch within {timeout:?}"),
+            }
+            tokio::select! {
+                () = shared.state.session_ended(session) => return false,
+                () = tokio::time::sleep(WATCH_RETRY) => {}
+            }
         }
-        tokio::select! {
-            () = shared.session_ended(session) => return Watched::SessionEnded,
-            () = tokio::time::sleep(WATCH_RETRY) => {}
-        }
-    }
+    })
 }

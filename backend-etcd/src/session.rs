@@ -3,7 +3,6 @@
 //! server says the lease is gone (or it must be by now), after which a new
 //! lease is granted.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,7 +126,7 @@ enum Ended {
 /// shutdown.
 pub(crate) async fn follow(shared: Arc<Shared>) {
     loop {
-        let Some(current) = shared.current() else {
+        let Some(current) = shared.state.current() else {
             return;
         };
         match keep_alive(&shared, current).await {
@@ -137,8 +136,8 @@ pub(crate) async fn follow(shared: Arc<Shared>) {
                     lease = %format_args!("{:x}", current.lease),
                     "etcd lease expired; granting a new one"
                 );
-                shared.set_current(None);
-                shared.send(Event::SessionExpired);
+                shared.state.set_current(None);
+                shared.state.send(Event::SessionExpired);
                 if !reopen(&shared, current).await {
                     return;
                 }
@@ -204,12 +203,12 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
     let mut stream: Option<Stream> = None;
     let mut suspended = false;
     loop {
-        if shared.closing.load(Ordering::SeqCst) {
+        if shared.state.is_closing() {
             return Ended::Closing;
         }
         // Unheard of for a whole TTL: the server has dropped the lease, or
         // is about to (a new lease revokes it first to make sure).
-        if suspended && shared.last_heard.get() + current.ttl <= Instant::now() {
+        if suspended && shared.state.last_heard().get() + current.ttl <= Instant::now() {
             return Ended::Expired;
         }
         let sent = Instant::now();
@@ -220,11 +219,11 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
         let next = match renewal {
             Renewal::Alive => {
                 // The server renewed the lease after we sent the keep-alive.
-                shared.last_heard.heard(sent);
+                shared.state.last_heard().heard(sent);
                 if suspended {
                     suspended = false;
                     tracing::info!("etcd answers keep-alives again; session resumed");
-                    shared.send(Event::SessionResumed);
+                    shared.state.send(Event::SessionResumed);
                 }
                 sent + interval
             }
@@ -234,8 +233,8 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
                 if !suspended {
                     suspended = true;
                     tracing::warn!(%why, "etcd lease keep-alive unanswered; session suspended");
-                    shared.send(Event::SessionSuspended {
-                        last_heard: shared.last_heard.get(),
+                    shared.state.send(Event::SessionSuspended {
+                        last_heard: shared.state.last_heard().get(),
                     });
                 }
                 (sent + RETRY_WHILE_SUSPENDED).max(Instant::now())
@@ -265,7 +264,7 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
     let mut backoff = RECONNECT_BACKOFF;
     let mut revoked = false;
     loop {
-        if shared.closing.load(Ordering::SeqCst) {
+        if shared.state.is_closing() {
             return false;
         }
         let before = Instant::now();
@@ -291,7 +290,7 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
         };
         match granted {
             Ok(current) => {
-                if shared.closing.load(Ordering::SeqCst) {
+                if shared.state.is_closing() {
                     let mut client = shared.client.clone();
                     let _ = tokio::time::timeout(
                         shared.config.request_timeout(),
@@ -304,9 +303,9 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
                     lease = %format_args!("{:x}", current.lease),
                     "new etcd lease granted"
                 );
-                shared.last_heard.heard(before);
-                shared.set_current(Some(current));
-                shared.send(Event::SessionEstablished {
+                shared.state.last_heard().heard(before);
+                shared.state.set_current(Some(current));
+                shared.state.send(Event::SessionEstablished {
                     session: current.session,
                 });
                 return true;

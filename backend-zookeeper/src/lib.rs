@@ -34,15 +34,17 @@ mod session;
 
 pub use admin::ZooKeeperAdmin;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
-use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
-use tenure_tokio::{Backend, BackendError, EventSender, Joining, LastHeard, PartitionLocks};
-use tokio::task::{JoinHandle, JoinSet};
+use tenure_core::{Command, Event, MemberInfo, SessionId};
+use tenure_tokio::session::{
+    check_start, refuse_not_running, BackendTasks, SessionState, StoreSession,
+};
+use tenure_tokio::{Backend, BackendError, Joining};
 use zookeeper_client as zk;
 
 /// The session timeout asked of the server when none is set (the core's
@@ -60,28 +62,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 // Test hooks are public only with the `testing` feature, which the
 // workspace's tests turn on: production builds cannot set them.
 #[cfg(feature = "testing")]
-pub use hooks::Hooks;
+pub use tenure_tokio::session::Hooks;
 #[cfg(not(feature = "testing"))]
-use hooks::Hooks;
-
-mod hooks {
-    use std::time::Duration;
-
-    /// Delays injected into command execution, for reproducing races in tests
-    /// (feature `testing`).
-    ///
-    /// Both default to zero (no delay); production code has no reason to set
-    /// them, and without the feature it cannot.
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct Hooks {
-        /// Sleep between a claim's create failing with NodeExists and its
-        /// follow-up read of the owner node: widens the window in which the
-        /// owner can release, so the read fails with NoNode.
-        pub delay_owner_read: Duration,
-        /// Sleep between a release's read of the owner node and its delete.
-        pub delay_release: Duration,
-    }
-}
+use tenure_tokio::session::Hooks;
 
 /// A [`Backend`] that keeps a group member's records in ZooKeeper.
 ///
@@ -115,10 +98,7 @@ impl Config {
 #[derive(Debug)]
 struct Running {
     shared: Arc<Shared>,
-    /// Command tasks (and the watches they leave behind).
-    tasks: JoinSet<()>,
-    /// The task following the session state.
-    follower: JoinHandle<()>,
+    tasks: BackendTasks,
 }
 
 /// The live client and its session.
@@ -128,54 +108,27 @@ pub(crate) struct Current {
     pub(crate) session: SessionId,
 }
 
+impl StoreSession for Current {
+    fn id(&self) -> SessionId {
+        self.session
+    }
+}
+
 /// State shared by the backend, its command tasks and the session follower.
+///
+/// Claims, releases and commits of a partition hold its lock (see
+/// [`tenure_tokio::session::execute`]). A commit reads the owner node, then
+/// writes in a multi guarded by the node's version. An owner node's version
+/// is 0 whoever created it, so the guard cannot tell our node from one
+/// re-created after our own release (by another member, or by our own next
+/// claim). Other members' deletions need our session to end, which fails the
+/// multi; our own release or claim in between is what the lock excludes.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) layout: Layout,
     pub(crate) member: MemberInfo,
-    pub(crate) events: EventSender,
-    /// `None` while a new session is being opened after an expiry, and after
-    /// shutdown.
-    current: Mutex<Option<Current>>,
-    /// A moment at or before the latest moment the server is known to have
-    /// heard from this client.
-    pub(crate) last_heard: LastHeard,
-    /// Set by shutdown: the follower must not reconnect any more.
-    pub(crate) closing: AtomicBool,
-    /// One lock per partition, held by claims, releases and commits.
-    ///
-    /// A commit reads the owner node, then writes in a multi guarded by the
-    /// node's version. An owner node's version is 0 whoever created it, so
-    /// the guard cannot tell our node from one re-created after our own
-    /// release (by another member, or by our own next claim). Other
-    /// members' deletions need our session to end, which fails the multi;
-    /// our own release or claim in between is what this lock excludes.
-    pub(crate) partition_locks: PartitionLocks,
-}
-
-impl Shared {
-    fn lock_current(&self) -> MutexGuard<'_, Option<Current>> {
-        // A panic while holding the lock leaves a value that is still
-        // consistent (it is only ever replaced whole).
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn current(&self) -> Option<Current> {
-        self.lock_current().clone()
-    }
-
-    pub(crate) fn set_current(&self, current: Option<Current>) {
-        *self.lock_current() = current;
-    }
-
-    /// Sends an event to the member; a closed channel means the runtime is
-    /// gone and there is no one left to tell.
-    pub(crate) fn send(&self, event: Event) {
-        if self.events.send(event).is_err() {
-            tracing::debug!("event channel closed; event dropped");
-        }
-    }
+    pub(crate) state: SessionState<Current>,
 }
 
 impl ZooKeeperBackend {
@@ -233,94 +186,60 @@ impl ZooKeeperBackend {
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        let (group, member, events) = (joining.group, joining.member, joining.events);
-        let (group, member) = (group.as_str(), &member);
-        if self.running.is_some() {
-            return Err(BackendError::Config(
-                "the backend has been started already".to_owned(),
-            ));
-        }
-        if self.config.session_timeout.is_zero() {
-            return Err(BackendError::Config(
-                "session timeout must be greater than zero".to_owned(),
-            ));
-        }
+        check_start(self.running.is_some(), self.config.session_timeout)?;
         let before = Instant::now();
         let client = session::connect(&self.config).await?;
         let current = Current {
             session: session_id(&client),
             client,
         };
-        let shared = Arc::new(Shared {
-            config: self.config.clone(),
-            // The client applies the chroot of the connect string.
-            layout: Layout::new("", group),
-            member: member.clone(),
-            events,
-            current: Mutex::new(Some(current.clone())),
-            last_heard: LastHeard::new(before),
-            closing: AtomicBool::new(false),
-            partition_locks: PartitionLocks::default(),
-        });
         let watcher = current.client.state_watcher();
         tracing::info!(
             store = %self.config.store(),
             session = %current.client.session_id(),
             "ZooKeeper session established"
         );
-        shared.send(Event::SessionEstablished {
-            session: current.session,
+        let session = current.session;
+        let shared = Arc::new(Shared {
+            config: self.config.clone(),
+            // The client applies the chroot of the connect string.
+            layout: Layout::new("", &joining.group),
+            member: joining.member,
+            state: SessionState::new(joining.events, current, before),
         });
-        drop(current);
+        shared.state.send(Event::SessionEstablished { session });
         let follower = tokio::spawn(session::follow(shared.clone(), watcher));
         self.running = Some(Running {
             shared,
-            tasks: JoinSet::new(),
-            follower,
+            tasks: BackendTasks::new(follower),
         });
         Ok(())
     }
 
     fn submit(&mut self, command: Command) {
-        let (_, issued) = command.request();
         let Some(running) = self.running.as_mut() else {
-            // No session yet (or any more): nothing can run under `issued`.
-            let event = command.failed(StoreError::SessionExpired);
-            tracing::warn!(?event, "command submitted to a backend that is not running");
-            return;
+            return refuse_not_running(command);
         };
-        // Forget finished tasks so the set does not grow.
-        while running.tasks.try_join_next().is_some() {}
         let shared = running.shared.clone();
-        match shared.current() {
-            Some(current) if current.session == issued => {
-                running.tasks.spawn(ops::execute(
-                    shared,
-                    current.client,
-                    current.session,
-                    command,
-                ));
-            }
-            // Issued under a session that ended: it must not act under the
-            // next one (a claim would leave a record no member tracks).
-            _ => shared.send(command.failed(StoreError::SessionExpired)),
-        }
+        running
+            .tasks
+            .submit(&running.shared.state, command, |current, command| {
+                ops::execute(shared, current, command)
+            });
     }
 
     async fn shutdown(&mut self) {
-        let Some(mut running) = self.running.take() else {
+        let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.closing.store(true, Ordering::SeqCst);
-        running.follower.abort();
-        let _ = (&mut running.follower).await;
+        running.shared.state.close();
         // The session closes when the last clone of its client is dropped:
         // stop every task that holds one, then drop ours.
-        running.tasks.abort_all();
-        while running.tasks.join_next().await.is_some() {}
-        let Some(current) = running.shared.lock_current().take() else {
+        running.tasks.stop().await;
+        let Some(current) = running.shared.state.current() else {
             return;
         };
+        running.shared.state.set_current(None);
         let mut watcher = current.client.state_watcher();
         let session = current.client.session_id();
         drop(current);
@@ -347,11 +266,11 @@ impl Backend for ZooKeeperBackend {
 impl Drop for ZooKeeperBackend {
     fn drop(&mut self) {
         if let Some(running) = self.running.take() {
-            running.shared.closing.store(true, Ordering::SeqCst);
-            running.follower.abort();
-            // Dropping the set aborts the command tasks; with the last
-            // client clone gone the session closes in the background.
-            running.shared.set_current(None);
+            running.shared.state.close();
+            running.tasks.abort();
+            // With the last client clone gone the session closes in the
+            // background.
+            running.shared.state.set_current(None);
         }
     }
 }

@@ -5,14 +5,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tenure_core::records::{decode_registration, parse_offset};
+use async_trait::async_trait;
+use tenure_core::records::{decode_registration, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberId, MemberInfo, Offset,
-    Operation, RegisterOutcome, SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberInfo, Offset, Operation,
+    RegisterOutcome, SessionId, StoreError, TopicPartition,
 };
+use tenure_tokio::session::{self, SessionState, StoreOps, Watch};
 use zookeeper_client as zk;
 
-use crate::Shared;
+use crate::{Current, Shared};
 
 /// One command's view of the store: the client of the session the command
 /// was issued under.
@@ -94,7 +96,7 @@ impl Ctx {
         let sent = Instant::now();
         let result = request().await;
         if answered(&result) {
-            self.shared.last_heard.heard(sent);
+            self.shared.state.last_heard().heard(sent);
         }
         result
     }
@@ -134,148 +136,178 @@ impl Ctx {
     }
 }
 
-/// Carries out `command` (issued under `session`, the session of `client`)
-/// and sends its result; for watches, goes on to wait for the notification.
-pub(crate) async fn execute(
-    shared: Arc<Shared>,
-    client: zk::Client,
-    session: SessionId,
-    command: Command,
-) {
+/// Carries out `command` under `current`, the session it was issued under.
+pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
     let ctx = Ctx {
         shared,
-        client,
-        session,
+        client: current.client,
+        session: current.session,
     };
-    // Claims, releases and commits of one partition run one at a time.
-    let _partition = match &command {
-        Command::Claim { partition, .. }
-        | Command::Release { partition, .. }
-        | Command::CommitOffset { partition, .. } => {
-            Some(ctx.shared.partition_locks.lock(partition).await)
-        }
-        _ => None,
-    };
-    let event = match command {
-        Command::Register { id, member, .. } => Event::RegisterResult {
-            id,
-            result: register(&ctx, &member).await,
-        },
-        Command::Deregister { id, .. } => {
-            let path = ctx.shared.layout.member(&ctx.shared.member.id);
-            Event::DeregisterResult {
-                id,
-                result: delete_if_ours(&ctx, &path, None, false).await,
-            }
-        }
-        Command::WatchMembers { id, .. } => {
-            let (result, watcher) = match read_members(&ctx).await {
-                Ok((members, watcher)) => (Ok(members), Some(watcher)),
-                Err(e) => (Err(e), None),
-            };
-            let Ctx { shared, client, .. } = ctx;
-            shared.send(Event::MembersResult { id, result });
-            if let Some(watcher) = watcher {
-                // The watch must not keep the session open at shutdown.
-                drop(client);
-                let event = watcher.changed().await;
-                if event.event_type != zk::EventType::Session {
-                    shared.send(Event::MembersChanged);
-                }
-            }
-            return;
-        }
-        Command::Heartbeat { id, .. } => {
-            // Any answer proves the session alive on the server.
-            let path = ctx.shared.layout.member(&ctx.shared.member.id);
-            let result = ctx
-                .call(|| ctx.client.check_stat(&path))
-                .await
-                .map(|_| ())
-                .map_err(store_error);
-            Event::HeartbeatResult { id, result }
-        }
-        Command::Claim { id, partition, .. } => Event::ClaimResult {
-            id,
-            result: claim(&ctx, &partition).await,
-        },
-        Command::WatchOwner { id, partition, .. } => {
-            let path = ctx.shared.layout.owner(&partition);
-            let watched = ctx.call(|| ctx.client.check_and_watch_stat(&path)).await;
-            let Ctx { shared, client, .. } = ctx;
-            match watched {
-                Ok((stat, watcher)) => {
-                    shared.send(Event::OwnerWatchResult {
-                        id,
-                        result: Ok(stat.is_some()),
-                    });
-                    drop(client);
-                    let event = watcher.changed().await;
-                    if event.event_type != zk::EventType::Session {
-                        shared.send(Event::OwnerDeleted { partition });
-                    }
-                }
-                Err(e) => shared.send(Event::OwnerWatchResult {
-                    id,
-                    result: Err(store_error(e)),
-                }),
-            }
-            return;
-        }
-        Command::Release {
-            id,
-            partition,
-            token,
-            ..
-        } => {
-            let path = ctx.shared.layout.owner(&partition);
-            Event::ReleaseResult {
-                id,
-                result: delete_if_ours(&ctx, &path, token, true).await,
-            }
-        }
-        Command::ReadOffset { id, partition, .. } => {
-            let path = ctx.shared.layout.offset(&partition);
-            let result = match ctx.call(|| ctx.client.get_data(&path)).await {
-                Ok((data, _)) => parse_offset(&path, &data).map(Some),
-                Err(zk::Error::NoNode) => Ok(None),
-                Err(e) => Err(store_error(e)),
-            };
-            Event::OffsetResult { id, result }
-        }
-        Command::CommitOffset {
-            id,
-            partition,
-            offset,
-            token,
-            ..
-        } => Event::CommitResult {
-            id,
-            result: commit(&ctx, &partition, offset, token).await,
-        },
-    };
-    ctx.shared.send(event);
+    session::execute(ctx, command).await
 }
 
-async fn register(ctx: &Ctx, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
-    let path = ctx.shared.layout.member(&info.id);
-    let data = tenure_tokio::registration_record(info);
-    match ctx.create(&path, &data, zk::CreateMode::Ephemeral).await {
-        Ok(_) => Ok(RegisterOutcome::Registered),
-        Err(zk::Error::NodeExists) => {
-            let (_, stat) = ctx
-                .call(|| ctx.client.get_data(&path))
-                .await
-                .map_err(store_error)?;
-            match owner_session(&stat) {
-                Some(session) => Ok(RegisterOutcome::Exists { session }),
-                None => Err(StoreError::Corrupt {
-                    path,
-                    detail: "member registration is not ephemeral".to_owned(),
-                }),
+/// Turns a one-shot watcher into a watch that fires on a change of the
+/// node, not on a change of the session (which ends the watch).
+fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
+    Box::pin(async move { watcher.changed().await.event_type != zk::EventType::Session })
+}
+
+#[async_trait]
+impl StoreOps for Ctx {
+    type Session = Current;
+
+    fn state(&self) -> &SessionState<Current> {
+        &self.shared.state
+    }
+
+    async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
+        let path = self.shared.layout.member(&info.id);
+        let data = tenure_tokio::registration_record(info);
+        match self.create(&path, &data, zk::CreateMode::Ephemeral).await {
+            Ok(_) => Ok(RegisterOutcome::Registered),
+            Err(zk::Error::NodeExists) => {
+                let (_, stat) = self
+                    .call(|| self.client.get_data(&path))
+                    .await
+                    .map_err(store_error)?;
+                match owner_session(&stat) {
+                    Some(session) => Ok(RegisterOutcome::Exists { session }),
+                    None => Err(StoreError::Corrupt {
+                        path,
+                        detail: "member registration is not ephemeral".to_owned(),
+                    }),
+                }
             }
+            Err(e) => Err(store_error(e)),
         }
-        Err(e) => Err(store_error(e)),
+    }
+
+    async fn deregister(&self) -> Result<(), StoreError> {
+        let path = self.shared.layout.member(&self.shared.member.id);
+        delete_if_ours(self, &path, None, false).await
+    }
+
+    async fn heartbeat(&self) -> Result<(), StoreError> {
+        // Any answer proves the session alive on the server.
+        let path = self.shared.layout.member(&self.shared.member.id);
+        self.call(|| self.client.check_stat(&path))
+            .await
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    async fn watch_members(&self) -> Result<(Vec<MemberInfo>, Watch), StoreError> {
+        let (members, watcher) = read_members(self).await?;
+        Ok((members, fires_on_change(watcher)))
+    }
+
+    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+        let path = self.shared.layout.owner(partition);
+        let data = self.shared.member.id.as_str().as_bytes();
+        match self.create(&path, data, zk::CreateMode::Ephemeral).await {
+            Ok(stat) => Ok(ClaimOutcome::Created {
+                token: token_of(&stat),
+            }),
+            Err(zk::Error::NodeExists) => {
+                self.shared.config.hooks.before_owner_read().await;
+                // NoNode here is the race where the owner released between our
+                // create and this read: reported as such, the core claims again.
+                let (data, stat) = self
+                    .call(|| self.client.get_data(&path))
+                    .await
+                    .map_err(store_error)?;
+                held_claim(&path, &data, owner_session(&stat), token_of(&stat))
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn watch_owner(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<(bool, Option<Watch>), StoreError> {
+        let path = self.shared.layout.owner(partition);
+        // On an absent node this is an `exists` watch: it fires when the
+        // node is created, which the core takes as "look again".
+        let (stat, watcher) = self
+            .call(|| self.client.check_and_watch_stat(&path))
+            .await
+            .map_err(store_error)?;
+        Ok((stat.is_some(), Some(fires_on_change(watcher))))
+    }
+
+    async fn release(
+        &self,
+        partition: &TopicPartition,
+        token: Option<FencingToken>,
+    ) -> Result<(), StoreError> {
+        let path = self.shared.layout.owner(partition);
+        delete_if_ours(self, &path, token, true).await
+    }
+
+    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
+        let path = self.shared.layout.offset(partition);
+        match self.call(|| self.client.get_data(&path)).await {
+            Ok((data, _)) => parse_offset(&path, &data).map(Some),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn commit(
+        &self,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+    ) -> Result<(), StoreError> {
+        let owner_path = self.shared.layout.owner(partition);
+        let owner = match self.call(|| self.client.check_stat(&owner_path)).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) => return Err(StoreError::NotOwner),
+            Err(e) => return Err(store_error(e)),
+        };
+        if owner_session(&owner) != Some(self.session) || token_of(&owner) != token {
+            return Err(StoreError::NotOwner);
+        }
+        let path = self.shared.layout.offset(partition);
+        let data = offset.to_string().into_bytes();
+        let existing = self
+            .call(|| self.client.check_stat(&path))
+            .await
+            .map_err(store_error)?;
+        if existing.is_none() {
+            self.create_parents(&path).await.map_err(store_error)?;
+        }
+        // The check ties the write to the owner record as read above: only our
+        // own release or the end of our session can remove it, and either makes
+        // this multi fail as a whole.
+        let mut writer = self.client.new_multi_writer();
+        let built = writer
+            .add_check_version(&owner_path, owner.version)
+            .and_then(|()| match &existing {
+                Some(stat) => writer.add_set_data(&path, &data, Some(stat.version)),
+                None => writer.add_create(
+                    &path,
+                    &data,
+                    &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                ),
+            });
+        built.map_err(store_error)?;
+        let sent = Instant::now();
+        self.count(1);
+        let result = writer.commit().await;
+        if multi_answered(&result) {
+            self.shared.state.last_heard().heard(sent);
+        }
+        match result {
+            Ok(_) => Ok(()),
+            Err(zk::MultiWriteError::OperationFailed {
+                index: 0,
+                source: zk::Error::NoNode | zk::Error::BadVersion,
+            }) => Err(StoreError::NotOwner),
+            Err(zk::MultiWriteError::OperationFailed { source, .. })
+            | Err(zk::MultiWriteError::RequestFailed { source }) => Err(store_error(source)),
+        }
     }
 }
 
@@ -304,7 +336,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
         let read = read.await;
         if answered(&read) {
-            ctx.shared.last_heard.heard(sent);
+            ctx.shared.state.last_heard().heard(sent);
         }
         match read {
             Ok((data, _)) => match decode_registration(child, &data) {
@@ -313,7 +345,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
                 // too), but worth an operator's look.
                 Err(detail) => {
                     tracing::warn!(%path, %detail, "ignoring corrupt member registration");
-                    let _ = ctx.shared.events.send(Event::StoreProblem {
+                    ctx.shared.state.send(Event::StoreProblem {
                         operation: Operation::ReadRegistration,
                         error: StoreError::Corrupt {
                             path: path.clone(),
@@ -329,42 +361,6 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
         }
     }
     Ok((members, watcher))
-}
-
-async fn claim(ctx: &Ctx, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
-    let path = ctx.shared.layout.owner(partition);
-    let data = ctx.shared.member.id.as_str().as_bytes();
-    match ctx.create(&path, data, zk::CreateMode::Ephemeral).await {
-        Ok(stat) => Ok(ClaimOutcome::Created {
-            token: token_of(&stat),
-        }),
-        Err(zk::Error::NodeExists) => {
-            let delay = ctx.shared.config.hooks.delay_owner_read;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            // NoNode here is the race where the owner released between our
-            // create and this read: reported as such, the core claims again.
-            let (data, stat) = ctx
-                .call(|| ctx.client.get_data(&path))
-                .await
-                .map_err(store_error)?;
-            match owner_session(&stat) {
-                Some(session) => Ok(ClaimOutcome::Held {
-                    owner: std::str::from_utf8(&data)
-                        .ok()
-                        .and_then(|s| MemberId::new(s).ok()),
-                    session,
-                    token: token_of(&stat),
-                }),
-                None => Err(StoreError::Corrupt {
-                    path,
-                    detail: "owner record is not ephemeral".to_owned(),
-                }),
-            }
-        }
-        Err(e) => Err(store_error(e)),
-    }
 }
 
 /// Deletes `path` if it belongs to our session and, if `token` is given,
@@ -385,9 +381,8 @@ async fn delete_if_ours(
     if !ours {
         return Ok(());
     }
-    let delay = ctx.shared.config.hooks.delay_release;
-    if release && !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    if release {
+        ctx.shared.config.hooks.before_release().await;
     }
     // The version guards against the record changing between the read and
     // the delete.
@@ -400,61 +395,5 @@ async fn delete_if_ours(
             "owner record changed during release",
         ))),
         Err(e) => Err(store_error(e)),
-    }
-}
-
-async fn commit(
-    ctx: &Ctx,
-    partition: &TopicPartition,
-    offset: Offset,
-    token: FencingToken,
-) -> Result<(), StoreError> {
-    let owner_path = ctx.shared.layout.owner(partition);
-    let owner = match ctx.call(|| ctx.client.check_stat(&owner_path)).await {
-        Ok(Some(stat)) => stat,
-        Ok(None) => return Err(StoreError::NotOwner),
-        Err(e) => return Err(store_error(e)),
-    };
-    if owner_session(&owner) != Some(ctx.session) || token_of(&owner) != token {
-        return Err(StoreError::NotOwner);
-    }
-    let path = ctx.shared.layout.offset(partition);
-    let data = offset.to_string().into_bytes();
-    let existing = ctx
-        .call(|| ctx.client.check_stat(&path))
-        .await
-        .map_err(store_error)?;
-    if existing.is_none() {
-        ctx.create_parents(&path).await.map_err(store_error)?;
-    }
-    // The check ties the write to the owner record as read above: only our
-    // own release or the end of our session can remove it, and either makes
-    // this multi fail as a whole.
-    let mut writer = ctx.client.new_multi_writer();
-    let built = writer
-        .add_check_version(&owner_path, owner.version)
-        .and_then(|()| match &existing {
-            Some(stat) => writer.add_set_data(&path, &data, Some(stat.version)),
-            None => writer.add_create(
-                &path,
-                &data,
-                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            ),
-        });
-    built.map_err(store_error)?;
-    let sent = Instant::now();
-    ctx.count(1);
-    let result = writer.commit().await;
-    if multi_answered(&result) {
-        ctx.shared.last_heard.heard(sent);
-    }
-    match result {
-        Ok(_) => Ok(()),
-        Err(zk::MultiWriteError::OperationFailed {
-            index: 0,
-            source: zk::Error::NoNode | zk::Error::BadVersion,
-        }) => Err(StoreError::NotOwner),
-        Err(zk::MultiWriteError::OperationFailed { source, .. })
-        | Err(zk::MultiWriteError::RequestFailed { source }) => Err(store_error(source)),
     }
 }

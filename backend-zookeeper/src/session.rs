@@ -2,7 +2,6 @@
 //! expiry (after which a new client is built: an expired ZooKeeper session is
 //! terminal for its client).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,31 +115,31 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
         // server after it.
         let waiting_since = Instant::now();
         let state = watcher.changed().await;
-        if shared.closing.load(Ordering::SeqCst) {
+        if shared.state.is_closing() {
             return;
         }
         match state {
             zk::SessionState::Disconnected => {
                 if !suspended {
                     suspended = true;
-                    let last_heard = shared.last_heard.get();
+                    let last_heard = shared.state.last_heard().get();
                     tracing::warn!("connection to ZooKeeper lost; session suspended");
-                    shared.send(Event::SessionSuspended { last_heard });
+                    shared.state.send(Event::SessionSuspended { last_heard });
                 }
             }
             zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                shared.last_heard.heard(waiting_since);
+                shared.state.last_heard().heard(waiting_since);
                 if suspended {
                     suspended = false;
                     tracing::info!("connection to ZooKeeper back; session resumed");
-                    shared.send(Event::SessionResumed);
+                    shared.state.send(Event::SessionResumed);
                 }
             }
             zk::SessionState::Expired | zk::SessionState::AuthFailed => {
                 suspended = false;
                 tracing::warn!(%state, "ZooKeeper session ended; opening a new one");
-                shared.set_current(None);
-                shared.send(Event::SessionExpired);
+                shared.state.set_current(None);
+                shared.state.send(Event::SessionExpired);
                 let Some(next) = reopen(&shared).await else {
                     return;
                 };
@@ -157,21 +156,21 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
     let mut backoff = RECONNECT_BACKOFF;
     let mut reported = false;
     loop {
-        if shared.closing.load(Ordering::SeqCst) {
+        if shared.state.is_closing() {
             return None;
         }
         let before = Instant::now();
         match connect(&shared.config).await {
             Ok(client) => {
-                if shared.closing.load(Ordering::SeqCst) {
+                if shared.state.is_closing() {
                     return None;
                 }
                 let session = session_id(&client);
                 let watcher = client.state_watcher();
                 tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
-                shared.last_heard.heard(before);
-                shared.set_current(Some(Current { client, session }));
-                shared.send(Event::SessionEstablished { session });
+                shared.state.last_heard().heard(before);
+                shared.state.set_current(Some(Current { client, session }));
+                shared.state.send(Event::SessionEstablished { session });
                 return Some(watcher);
             }
             Err(error) => {
@@ -180,7 +179,7 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 // the application must hear of it, not only the log.
                 if let (BackendError::Config(detail), false) = (&error, reported) {
                     reported = true;
-                    shared.send(Event::StoreProblem {
+                    shared.state.send(Event::StoreProblem {
                         operation: Operation::OpenSession,
                         error: StoreError::Other(ClientError::message(detail.clone())),
                     });

@@ -13,7 +13,8 @@
 use std::collections::BTreeSet;
 
 use crate::error::StoreError;
-use crate::types::{MemberId, MemberInfo, Offset, TopicPartition};
+use crate::protocol::ClaimOutcome;
+use crate::types::{FencingToken, MemberId, MemberInfo, Offset, SessionId, TopicPartition};
 
 /// The paths of one group's records.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,4 +192,31 @@ pub fn parse_offset(path: &str, data: &[u8]) -> Result<Offset, StoreError> {
         return Err(corrupt(format!("offset {offset} is negative")));
     }
     Ok(offset)
+}
+
+/// What a claim learns from an owner record it found in place: the member
+/// named in it (`None` if the id does not parse: the record still blocks
+/// the claim), the session it belongs to and its token. A record with no
+/// session (not ephemeral, no lease) is corrupt: no member could ever lose
+/// it.
+pub fn held_claim(
+    path: &str,
+    data: &[u8],
+    session: Option<SessionId>,
+    token: FencingToken,
+) -> Result<ClaimOutcome, StoreError> {
+    match session {
+        Some(session) => Ok(ClaimOutcome::Held {
+            owner: std::str::from_utf8(data)
+                .ok()
+                .and_then(|s| MemberId::new(s).ok()),
+            session,
+            token,
+        }),
+        None => Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            detail: "owner record belongs to no session (a znode that is not ephemeral, an etcd key with no lease)"
+                .to_owned(),
+        }),
+    }
 }

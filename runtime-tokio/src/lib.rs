@@ -15,6 +15,7 @@ mod backend;
 pub mod kafka;
 mod member;
 mod memory;
+pub mod session;
 mod telemetry;
 
 pub use backend::{

@@ -8,10 +8,10 @@
 use super::store::{CreateMode, Op, OpError, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
 use crate::protocol::{ClaimOutcome, Command, Event, RegisterOutcome};
-use crate::records::{decode_registration, encode_registration, parse_offset, Layout, Watched};
-use crate::types::{
-    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
+use crate::records::{
+    decode_registration, encode_registration, held_claim, parse_offset, Layout, Watched,
 };
+use crate::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
 
 /// The result of carrying out one command.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,20 +160,9 @@ pub fn claim_read_owner(
     id: RequestId,
     partition: &TopicPartition,
 ) -> Event {
-    let result = match store.get(&layout.owner(partition)) {
-        Ok((data, stat)) => match stat.ephemeral_owner {
-            Some(session) => Ok(ClaimOutcome::Held {
-                owner: std::str::from_utf8(&data)
-                    .ok()
-                    .and_then(|s| MemberId::new(s).ok()),
-                session,
-                token: token_of(&stat),
-            }),
-            None => Err(StoreError::Corrupt {
-                path: layout.owner(partition),
-                detail: "owner record is not ephemeral".to_owned(),
-            }),
-        },
+    let path = layout.owner(partition);
+    let result = match store.get(&path) {
+        Ok((data, stat)) => held_claim(&path, &data, stat.ephemeral_owner, token_of(&stat)),
         Err(error) => Err(store_error(error)),
     };
     Event::ClaimResult { id, result }

@@ -1,0 +1,394 @@
+//! What every store backend needs around its store-specific requests: the
+//! session it currently holds, the tasks that carry commands out under it,
+//! and the one way a command becomes its result event. A backend supplies
+//! its session type and its [`StoreOps`]; the rest is here, once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tenure_core::{
+    ClaimOutcome, Command, Event, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
+    StoreError, TopicPartition,
+};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::backend::{BackendError, EventSender, LastHeard, PartitionLocks};
+
+/// A store session as a backend holds it (a client and its session id, a
+/// lease): cheap to clone, and it knows the core's id of the session.
+pub trait StoreSession: Clone + Send + Sync + 'static {
+    /// The core's id of this session.
+    fn id(&self) -> SessionId;
+}
+
+/// Sends `event` to the member; a closed channel means the runtime is gone
+/// and there is no one left to tell.
+pub fn send_event(events: &EventSender, event: Event) {
+    if events.send(event).is_err() {
+        tracing::debug!("event channel closed; event dropped");
+    }
+}
+
+/// What a backend shares between itself, the tasks that carry out its
+/// commands and the task that follows its session.
+#[derive(Debug)]
+pub struct SessionState<S> {
+    events: EventSender,
+    /// `None` while a new session is being opened after an expiry, and after
+    /// shutdown. A watch channel, so that a task can wait for its session to
+    /// end.
+    current: watch::Sender<Option<S>>,
+    last_heard: LastHeard,
+    closing: AtomicBool,
+    partition_locks: PartitionLocks,
+}
+
+impl<S: StoreSession> SessionState<S> {
+    /// The state of a backend whose first session is `first`, opened at or
+    /// after `heard` (the moment the connection attempt began), whose
+    /// events go to `events`.
+    pub fn new(events: EventSender, first: S, heard: Instant) -> SessionState<S> {
+        SessionState {
+            events,
+            current: watch::Sender::new(Some(first)),
+            last_heard: LastHeard::new(heard),
+            closing: AtomicBool::new(false),
+            partition_locks: PartitionLocks::default(),
+        }
+    }
+
+    /// The session held now, if any.
+    pub fn current(&self) -> Option<S> {
+        self.current.borrow().clone()
+    }
+
+    /// Replaces the session held (`None`: none until a new one opens).
+    pub fn set_current(&self, session: Option<S>) {
+        self.current.send_replace(session);
+    }
+
+    /// Resolves once `session` is no longer the session held.
+    pub async fn session_ended(&self, session: SessionId) {
+        let mut changes = self.current.subscribe();
+        // The sender lives as long as `self`: it cannot close while we
+        // borrow it.
+        let _ = changes
+            .wait_for(|s| s.as_ref().map(StoreSession::id) != Some(session))
+            .await;
+    }
+
+    /// Sends an event to the member (see [`send_event`]).
+    pub fn send(&self, event: Event) {
+        send_event(&self.events, event);
+    }
+
+    /// Where events go.
+    pub fn events(&self) -> &EventSender {
+        &self.events
+    }
+
+    /// A moment at or before the latest moment the store heard from the
+    /// session: what [`Event::SessionSuspended`] reports.
+    pub fn last_heard(&self) -> &LastHeard {
+        &self.last_heard
+    }
+
+    /// One lock per partition, held while a claim, release or commit of it
+    /// runs (see [`execute`]).
+    pub fn partition_locks(&self) -> &PartitionLocks {
+        &self.partition_locks
+    }
+
+    /// Marks the backend as closing: its session follower must not open a
+    /// new session any more.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`SessionState::close`] was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+}
+
+/// Checks what every backend checks before it opens its first session.
+pub fn check_start(started: bool, session_timeout: Duration) -> Result<(), BackendError> {
+    if started {
+        return Err(BackendError::Config(
+            "the backend has been started already".to_owned(),
+        ));
+    }
+    if session_timeout.is_zero() {
+        return Err(BackendError::Config(
+            "session timeout must be greater than zero".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Answers a command submitted to a backend that has no session (not
+/// started, or shut down): nothing can run under the session it names, and
+/// there is no one to send the answer to.
+pub fn refuse_not_running(command: Command) {
+    let event = command.failed(StoreError::SessionExpired);
+    tracing::warn!(?event, "command submitted to a backend that is not running");
+}
+
+/// The tasks of a started backend: one per command in flight (and the
+/// watch it leaves behind), and the one that follows the session.
+#[derive(Debug)]
+pub struct BackendTasks {
+    commands: JoinSet<()>,
+    follower: JoinHandle<()>,
+}
+
+impl BackendTasks {
+    /// The tasks of a backend whose session `follower` follows.
+    pub fn new(follower: JoinHandle<()>) -> BackendTasks {
+        BackendTasks {
+            commands: JoinSet::new(),
+            follower,
+        }
+    }
+
+    /// Carries out `command` in a task of its own, by `execute`, under the
+    /// session held now if the command was issued under it. A command
+    /// issued under a session that ended fails with
+    /// [`StoreError::SessionExpired`]: it must not act under the next one (a
+    /// claim would leave a record no member tracks).
+    pub fn submit<S, F>(
+        &mut self,
+        state: &SessionState<S>,
+        command: Command,
+        execute: impl FnOnce(S, Command) -> F,
+    ) where
+        S: StoreSession,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        // Forget finished tasks so the set does not grow.
+        while self.commands.try_join_next().is_some() {}
+        let (_, issued) = command.request();
+        match state.current() {
+            Some(current) if current.id() == issued => {
+                self.commands.spawn(execute(current, command));
+            }
+            _ => state.send(command.failed(StoreError::SessionExpired)),
+        }
+    }
+
+    /// Stops the follower and every command task, and waits until they
+    /// have ended (and dropped what they held of the session).
+    pub async fn stop(mut self) {
+        self.follower.abort();
+        let _ = (&mut self.follower).await;
+        self.commands.abort_all();
+        while self.commands.join_next().await.is_some() {}
+    }
+
+    /// Stops the follower and every command task without waiting (for
+    /// `Drop`).
+    pub fn abort(self) {
+        self.follower.abort();
+        // Dropping the set aborts the command tasks.
+    }
+}
+
+/// A watch left behind by a request: resolves to `true` when what it
+/// watches changed, `false` when it ended without a change (the session
+/// ended, say). It must not keep the session open.
+pub type Watch = Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
+
+/// The core's store commands, carried out by one store under one session:
+/// each method is one command's work, with the semantics of the reference
+/// adapter (`tenure_core::model::adapter`). [`execute`] turns a command into
+/// calls of these and their results into events.
+#[async_trait]
+pub trait StoreOps: Send + Sync + Sized + 'static {
+    /// The backend's session type.
+    type Session: StoreSession;
+
+    /// The state of the backend these operations belong to.
+    fn state(&self) -> &SessionState<Self::Session>;
+
+    /// Creates the member's registration under this session, or says
+    /// whose session holds it.
+    async fn register(&self, member: &MemberInfo) -> Result<RegisterOutcome, StoreError>;
+
+    /// Deletes this member's registration if this session holds it.
+    async fn deregister(&self) -> Result<(), StoreError>;
+
+    /// Confirms the session is alive on the server.
+    async fn heartbeat(&self) -> Result<(), StoreError>;
+
+    /// Reads the registered members and watches their list.
+    async fn watch_members(&self) -> Result<(Vec<MemberInfo>, Watch), StoreError>;
+
+    /// Creates the owner record of `partition`, or reads the one there is.
+    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError>;
+
+    /// Whether the owner record of `partition` exists, and a watch on it:
+    /// a store may leave none when the record is absent, or one that fires
+    /// when it is created.
+    async fn watch_owner(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<(bool, Option<Watch>), StoreError>;
+
+    /// Deletes the owner record of `partition` if it is this session's
+    /// claim (with `token`, when given).
+    async fn release(
+        &self,
+        partition: &TopicPartition,
+        token: Option<FencingToken>,
+    ) -> Result<(), StoreError>;
+
+    /// Reads the committed offset of `partition`.
+    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError>;
+
+    /// Writes `offset` as the committed offset of `partition`, only while
+    /// its owner record is the claim `token` of this session.
+    async fn commit(
+        &self,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+    ) -> Result<(), StoreError>;
+}
+
+/// Carries out `command` by `ops` and sends its result event; for a watch,
+/// goes on (with `ops` dropped, so that it holds no session) to wait for
+/// the notification and send it.
+///
+/// Claims, releases and commits of one partition run one at a time, in the
+/// order they were submitted: a commit submitted before a release reaches
+/// the store before it.
+pub async fn execute<O: StoreOps>(ops: O, command: Command) {
+    let events = ops.state().events().clone();
+    let partition_turn = match &command {
+        Command::Claim { partition, .. }
+        | Command::Release { partition, .. }
+        | Command::CommitOffset { partition, .. } => {
+            Some(ops.state().partition_locks().lock(partition).await)
+        }
+        _ => None,
+    };
+    let (event, watch) = match command {
+        Command::Register { id, member, .. } => {
+            let result = ops.register(&member).await;
+            (Event::RegisterResult { id, result }, None)
+        }
+        Command::Deregister { id, .. } => {
+            let result = ops.deregister().await;
+            (Event::DeregisterResult { id, result }, None)
+        }
+        Command::Heartbeat { id, .. } => {
+            let result = ops.heartbeat().await;
+            (Event::HeartbeatResult { id, result }, None)
+        }
+        Command::WatchMembers { id, .. } => match ops.watch_members().await {
+            Ok((members, watch)) => (
+                Event::MembersResult {
+                    id,
+                    result: Ok(members),
+                },
+                Some((watch, Event::MembersChanged)),
+            ),
+            Err(e) => (Event::MembersResult { id, result: Err(e) }, None),
+        },
+        Command::Claim { id, partition, .. } => {
+            let result = ops.claim(&partition).await;
+            (Event::ClaimResult { id, result }, None)
+        }
+        Command::WatchOwner { id, partition, .. } => match ops.watch_owner(&partition).await {
+            Ok((exists, watch)) => (
+                Event::OwnerWatchResult {
+                    id,
+                    result: Ok(exists),
+                },
+                watch.map(|watch| (watch, Event::OwnerDeleted { partition })),
+            ),
+            Err(e) => (Event::OwnerWatchResult { id, result: Err(e) }, None),
+        },
+        Command::Release {
+            id,
+            partition,
+            token,
+            ..
+        } => {
+            let result = ops.release(&partition, token).await;
+            (Event::ReleaseResult { id, result }, None)
+        }
+        Command::ReadOffset { id, partition, .. } => {
+            let result = ops.read_offset(&partition).await;
+            (Event::OffsetResult { id, result }, None)
+        }
+        Command::CommitOffset {
+            id,
+            partition,
+            offset,
+            token,
+            ..
+        } => {
+            let result = ops.commit(&partition, offset, token).await;
+            (Event::CommitResult { id, result }, None)
+        }
+    };
+    send_event(&events, event);
+    if let Some((watch, notification)) = watch {
+        // The watch must not keep the session open (at shutdown, say), nor
+        // the partition's lock.
+        drop(partition_turn);
+        drop(ops);
+        if watch.await {
+            send_event(&events, notification);
+        }
+    }
+}
+
+/// Delays injected into command execution, for reproducing races in tests
+/// (a backend's `hooks` builder method, feature `testing`).
+///
+/// Both default to zero (no delay). Production code has no reason to set
+/// them, and without the feature no backend takes them.
+#[cfg_attr(not(feature = "testing"), doc(hidden))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// Sleep before a claim that met an existing owner record reads it.
+    ///
+    /// On ZooKeeper this delay sits between a failed create and the separate
+    /// read of the owner, where the original system's NodeExists → NoNode
+    /// race lives: it widens the window in which the owner can release, so
+    /// that the read fails with NoNode. On etcd a claim is a single
+    /// transaction ("create the key if its create_revision is 0, else read
+    /// it"), evaluated atomically by the server: the owner cannot vanish
+    /// between the failed compare and the read, so that race cannot happen
+    /// at all. There the delay comes before the transaction and only widens
+    /// the window between the claim's submission and its evaluation.
+    pub delay_owner_read: Duration,
+    /// Sleep before a release deletes the owner record (ZooKeeper: between
+    /// its read of the record and the delete; etcd: before its
+    /// transaction).
+    pub delay_release: Duration,
+}
+
+impl Hooks {
+    /// Waits [`Hooks::delay_owner_read`].
+    pub async fn before_owner_read(&self) {
+        pause(self.delay_owner_read).await;
+    }
+
+    /// Waits [`Hooks::delay_release`].
+    pub async fn before_release(&self) {
+        pause(self.delay_release).await;
+    }
+}
+
+async fn pause(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
