@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, TopicPartition};
 use tenure_tokio::session::{
-    check_start, refuse_not_running, BackendTasks, SessionState, StoreSession,
+    check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining};
 
@@ -86,7 +86,7 @@ use tenure_tokio::session::Hooks;
 #[derive(Debug)]
 pub struct EtcdBackend {
     config: Config,
-    running: Option<Running>,
+    running: Option<Running<Shared>>,
 }
 
 /// What a (re)connection needs.
@@ -133,12 +133,6 @@ impl Config {
             .map(str::to_owned)
             .collect()
     }
-}
-
-#[derive(Debug)]
-struct Running {
-    shared: Arc<Shared>,
-    tasks: BackendTasks,
 }
 
 /// The live lease.
@@ -229,6 +223,14 @@ pub(crate) struct Shared {
     /// The client; it reconnects by itself and outlives leases.
     pub(crate) client: etcd_client::Client,
     pub(crate) state: SessionState<Current>,
+}
+
+impl SharedState for Shared {
+    type Session = Current;
+
+    fn state(&self) -> &SessionState<Current> {
+        &self.state
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -351,37 +353,23 @@ impl Backend for EtcdBackend {
             session: current.session,
         });
         let follower = tokio::spawn(session::follow(shared.clone()));
-        self.running = Some(Running {
-            shared,
-            tasks: BackendTasks::new(follower),
-        });
+        self.running = Some(Running::new(shared, follower));
         Ok(())
     }
 
     fn submit(&mut self, command: Command) {
-        let Some(running) = self.running.as_mut() else {
-            return refuse_not_running(command);
-        };
-        let shared = running.shared.clone();
-        running
-            .tasks
-            .submit(&running.shared.state, command, |current, command| {
-                ops::execute(shared, current, command)
-            });
+        submit(self.running.as_mut(), command, ops::execute);
     }
 
     async fn shutdown(&mut self) {
         let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.state.close();
-        running.tasks.stop().await;
-        let Some(current) = running.shared.state.current() else {
+        let mut client = running.shared().client.clone();
+        let Some(current) = running.stop().await else {
             return;
         };
-        running.shared.state.set_current(None);
         // Revoking the lease deletes its keys now, not a TTL from now.
-        let mut client = running.shared.client.clone();
         match tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await {
             Ok(Ok(_)) => {
                 tracing::info!(lease = %format_args!("{:x}", current.lease), "etcd lease revoked")
@@ -434,14 +422,11 @@ impl Drop for EtcdBackend {
         let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.state.close();
-        running.tasks.abort();
-        let current = running.shared.state.current();
-        running.shared.state.set_current(None);
+        let mut client = running.shared().client.clone();
+        let current = running.abort();
         // Without shutdown, revoke in the background if a runtime is still
         // there; otherwise the lease simply expires.
         if let (Some(current), Ok(handle)) = (current, tokio::runtime::Handle::try_current()) {
-            let mut client = running.shared.client.clone();
             handle.spawn(async move {
                 let _ =
                     tokio::time::timeout(CLOSE_TIMEOUT, client.lease_revoke(current.lease)).await;

@@ -18,7 +18,7 @@ use tenure_core::{
 };
 
 use crate::{Current, Shared};
-use tenure_tokio::session::{self, SessionState, StoreOps, Watch};
+use tenure_tokio::session::{self, StoreOps, Watch};
 
 /// The pause before a broken watch is opened again.
 const WATCH_RETRY: Duration = Duration::from_millis(500);
@@ -123,10 +123,10 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Comm
 
 #[async_trait]
 impl StoreOps for Ctx {
-    type Session = Current;
+    type Shared = Shared;
 
-    fn state(&self) -> &SessionState<Current> {
-        &self.shared.state
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Creates the registration if there is none; otherwise says whose lease

@@ -42,7 +42,7 @@ use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Command, Event, MemberInfo, SessionId};
 use tenure_tokio::session::{
-    check_start, refuse_not_running, BackendTasks, SessionState, StoreSession,
+    check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining};
 use zookeeper_client as zk;
@@ -74,7 +74,7 @@ use tenure_tokio::session::Hooks;
 #[derive(Debug)]
 pub struct ZooKeeperBackend {
     config: Config,
-    running: Option<Running>,
+    running: Option<Running<Shared>>,
 }
 
 /// What a (re)connection needs.
@@ -93,12 +93,6 @@ impl Config {
     pub(crate) fn store(&self) -> String {
         format!("ZooKeeper at {}", self.connect_string)
     }
-}
-
-#[derive(Debug)]
-struct Running {
-    shared: Arc<Shared>,
-    tasks: BackendTasks,
 }
 
 /// The live client and its session.
@@ -129,6 +123,14 @@ pub(crate) struct Shared {
     pub(crate) layout: Layout,
     pub(crate) member: MemberInfo,
     pub(crate) state: SessionState<Current>,
+}
+
+impl SharedState for Shared {
+    type Session = Current;
+
+    fn state(&self) -> &SessionState<Current> {
+        &self.state
+    }
 }
 
 impl ZooKeeperBackend {
@@ -209,37 +211,23 @@ impl Backend for ZooKeeperBackend {
         });
         shared.state.send(Event::SessionEstablished { session });
         let follower = tokio::spawn(session::follow(shared.clone(), watcher));
-        self.running = Some(Running {
-            shared,
-            tasks: BackendTasks::new(follower),
-        });
+        self.running = Some(Running::new(shared, follower));
         Ok(())
     }
 
     fn submit(&mut self, command: Command) {
-        let Some(running) = self.running.as_mut() else {
-            return refuse_not_running(command);
-        };
-        let shared = running.shared.clone();
-        running
-            .tasks
-            .submit(&running.shared.state, command, |current, command| {
-                ops::execute(shared, current, command)
-            });
+        submit(self.running.as_mut(), command, ops::execute);
     }
 
     async fn shutdown(&mut self) {
         let Some(running) = self.running.take() else {
             return;
         };
-        running.shared.state.close();
         // The session closes when the last clone of its client is dropped:
         // stop every task that holds one, then drop ours.
-        running.tasks.stop().await;
-        let Some(current) = running.shared.state.current() else {
+        let Some(current) = running.stop().await else {
             return;
         };
-        running.shared.state.set_current(None);
         let mut watcher = current.client.state_watcher();
         let session = current.client.session_id();
         drop(current);
@@ -266,11 +254,9 @@ impl Backend for ZooKeeperBackend {
 impl Drop for ZooKeeperBackend {
     fn drop(&mut self) {
         if let Some(running) = self.running.take() {
-            running.shared.state.close();
-            running.tasks.abort();
             // With the last client clone gone the session closes in the
             // background.
-            running.shared.state.set_current(None);
+            drop(running.abort());
         }
     }
 }

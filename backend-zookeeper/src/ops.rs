@@ -11,7 +11,7 @@ use tenure_core::{
     ClaimOutcome, ClientError, Command, Event, FencingToken, MemberInfo, Offset, Operation,
     RegisterOutcome, SessionId, StoreError, TopicPartition,
 };
-use tenure_tokio::session::{self, SessionState, StoreOps, Watch};
+use tenure_tokio::session::{self, StoreOps, Watch};
 use zookeeper_client as zk;
 
 use crate::{Current, Shared};
@@ -154,10 +154,10 @@ fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
 
 #[async_trait]
 impl StoreOps for Ctx {
-    type Session = Current;
+    type Shared = Shared;
 
-    fn state(&self) -> &SessionState<Current> {
-        &self.shared.state
+    fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -130,70 +131,103 @@ pub fn check_start(started: bool, session_timeout: Duration) -> Result<(), Backe
     Ok(())
 }
 
-/// Answers a command submitted to a backend that has no session (not
-/// started, or shut down): nothing can run under the session it names, and
-/// there is no one to send the answer to.
-pub fn refuse_not_running(command: Command) {
-    let event = command.failed(StoreError::SessionExpired);
-    tracing::warn!(?event, "command submitted to a backend that is not running");
+/// What a backend shares between itself, the tasks that carry out its
+/// commands and the task that follows its session: its configuration and
+/// layout, and a [`SessionState`].
+pub trait SharedState: Send + Sync + 'static {
+    /// The backend's session type.
+    type Session: StoreSession;
+
+    /// The session state.
+    fn state(&self) -> &SessionState<Self::Session>;
 }
 
-/// The tasks of a started backend: one per command in flight (and the
-/// watch it leaves behind), and the one that follows the session.
+/// A started backend: what it shares, and its tasks — one per command in
+/// flight (and the watch it leaves behind), and the one that follows the
+/// session.
 #[derive(Debug)]
-pub struct BackendTasks {
+pub struct Running<T> {
+    shared: Arc<T>,
     commands: JoinSet<()>,
     follower: JoinHandle<()>,
 }
 
-impl BackendTasks {
-    /// The tasks of a backend whose session `follower` follows.
-    pub fn new(follower: JoinHandle<()>) -> BackendTasks {
-        BackendTasks {
+impl<T: SharedState> Running<T> {
+    /// A backend sharing `shared`, whose session `follower` follows.
+    pub fn new(shared: Arc<T>, follower: JoinHandle<()>) -> Running<T> {
+        Running {
+            shared,
             commands: JoinSet::new(),
             follower,
         }
     }
 
-    /// Carries out `command` in a task of its own, by `execute`, under the
-    /// session held now if the command was issued under it. A command
-    /// issued under a session that ended fails with
-    /// [`StoreError::SessionExpired`]: it must not act under the next one (a
-    /// claim would leave a record no member tracks).
-    pub fn submit<S, F>(
-        &mut self,
-        state: &SessionState<S>,
-        command: Command,
-        execute: impl FnOnce(S, Command) -> F,
-    ) where
-        S: StoreSession,
-        F: Future<Output = ()> + Send + 'static,
-    {
-        // Forget finished tasks so the set does not grow.
-        while self.commands.try_join_next().is_some() {}
-        let (_, issued) = command.request();
-        match state.current() {
-            Some(current) if current.id() == issued => {
-                self.commands.spawn(execute(current, command));
-            }
-            _ => state.send(command.failed(StoreError::SessionExpired)),
-        }
+    /// What the backend shares.
+    pub fn shared(&self) -> &Arc<T> {
+        &self.shared
     }
 
-    /// Stops the follower and every command task, and waits until they
-    /// have ended (and dropped what they held of the session).
-    pub async fn stop(mut self) {
+    /// Stops the follower and every command task, waits until they have
+    /// ended (and dropped what they held of the session), and takes the
+    /// session held, if any, for the backend to close.
+    pub async fn stop(mut self) -> Option<T::Session> {
+        self.shared.state().close();
         self.follower.abort();
         let _ = (&mut self.follower).await;
         self.commands.abort_all();
         while self.commands.join_next().await.is_some() {}
+        self.take_session()
     }
 
     /// Stops the follower and every command task without waiting (for
-    /// `Drop`).
-    pub fn abort(self) {
+    /// `Drop`), and takes the session held, if any.
+    pub fn abort(mut self) -> Option<T::Session> {
+        self.shared.state().close();
         self.follower.abort();
         // Dropping the set aborts the command tasks.
+        self.commands.abort_all();
+        self.take_session()
+    }
+
+    fn take_session(&self) -> Option<T::Session> {
+        let state = self.shared.state();
+        let current = state.current();
+        state.set_current(None);
+        current
+    }
+}
+
+/// Carries out `command` on the backend `running`, in a task of its own, by
+/// `execute`, if it was issued under the session held now.
+///
+/// A command issued under a session that ended fails with
+/// [`StoreError::SessionExpired`]: it must not act under the next one (a
+/// claim would leave a record no member tracks). A backend that is not
+/// running (not started, or shut down) has no one to answer: the command is
+/// logged and dropped.
+pub fn submit<T, F>(
+    running: Option<&mut Running<T>>,
+    command: Command,
+    execute: impl FnOnce(Arc<T>, T::Session, Command) -> F,
+) where
+    T: SharedState,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let Some(running) = running else {
+        let event = command.failed(StoreError::SessionExpired);
+        tracing::warn!(?event, "command submitted to a backend that is not running");
+        return;
+    };
+    // Forget finished tasks so the set does not grow.
+    while running.commands.try_join_next().is_some() {}
+    let (_, issued) = command.request();
+    let state = running.shared.state();
+    match state.current() {
+        Some(current) if current.id() == issued => {
+            let task = execute(running.shared.clone(), current, command);
+            running.commands.spawn(task);
+        }
+        _ => state.send(command.failed(StoreError::SessionExpired)),
     }
 }
 
@@ -208,11 +242,11 @@ pub type Watch = Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
 /// calls of these and their results into events.
 #[async_trait]
 pub trait StoreOps: Send + Sync + Sized + 'static {
-    /// The backend's session type.
-    type Session: StoreSession;
+    /// What the backend shares.
+    type Shared: SharedState;
 
-    /// The state of the backend these operations belong to.
-    fn state(&self) -> &SessionState<Self::Session>;
+    /// What the backend these operations belong to shares.
+    fn shared(&self) -> &Self::Shared;
 
     /// Creates the member's registration under this session, or says
     /// whose session holds it.
@@ -267,12 +301,12 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
 /// order they were submitted: a commit submitted before a release reaches
 /// the store before it.
 pub async fn execute<O: StoreOps>(ops: O, command: Command) {
-    let events = ops.state().events().clone();
+    let events = ops.shared().state().events().clone();
     let partition_turn = match &command {
         Command::Claim { partition, .. }
         | Command::Release { partition, .. }
         | Command::CommitOffset { partition, .. } => {
-            Some(ops.state().partition_locks().lock(partition).await)
+            Some(ops.shared().state().partition_locks().lock(partition).await)
         }
         _ => None,
     };
