@@ -2,18 +2,16 @@
 //! under `<prefix>/<group>/` read and (offsets only) written.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use crate::ops::bad_endpoint;
 use crate::Keys;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 };
-use tenure_core::records::{decode_registration_record, parse_offset};
-use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
-use tenure_tokio::admin::{
-    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,
-};
+use tenure_core::{FencingToken, Offset, TopicPartition};
+use tenure_tokio::admin::{AdminError, GroupAdmin, GroupRecords, WriteGuard};
 
 /// etcd's default bound on the operations of one transaction
 /// (`--max-txn-ops`).
@@ -71,21 +69,13 @@ impl EtcdAdmin {
                         detail: format!("no connection within {timeout:?}"),
                     })
                 }
-                Ok(Err(
-                    error @ (etcd_client::Error::InvalidUri(_)
-                    | etcd_client::Error::InvalidArgs(_)
-                    | etcd_client::Error::EndpointError(_)),
-                )) => {
-                    return Err(AdminError::BadAddress {
-                        store,
-                        detail: error.to_string(),
-                    })
-                }
                 Ok(Err(error)) => {
-                    return Err(AdminError::Unreachable {
-                        store,
-                        detail: error.to_string(),
-                    })
+                    let detail = error.to_string();
+                    return Err(if bad_endpoint(&error) {
+                        AdminError::BadAddress { store, detail }
+                    } else {
+                        AdminError::Unreachable { store, detail }
+                    });
                 }
                 Ok(Ok(client)) => client,
             };
@@ -206,57 +196,19 @@ impl GroupAdmin for EtcdAdmin {
         let mut records = GroupRecords::default();
         for (key, value, created) in kvs {
             let rest = &key[base.len()..];
-            let corrupt = |detail: &str| CorruptRecord {
-                path: key.clone(),
-                detail: detail.to_owned(),
-            };
             if let Some(id) = rest.strip_prefix("members/") {
-                match decode_registration_record(id, &value) {
-                    Ok(registration) => records.members.push(MemberRecord {
-                        id: id.to_owned(),
-                        host: registration.host,
-                        strategy: registration.info.strategy,
-                        topics: registration.info.topics,
-                        since: registration
-                            .timestamp_secs
-                            .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s)),
-                    }),
-                    Err(detail) => records.corrupt.push(corrupt(&detail)),
-                }
+                records.add_member(&key, id, &value, None);
             } else if let Some(rest) = rest.strip_prefix("owners/") {
-                let Some(partition) = partition_of(rest) else {
-                    records
-                        .corrupt
-                        .push(corrupt("not an owners/<topic>/<partition> key"));
-                    continue;
-                };
-                match String::from_utf8(value) {
-                    Ok(member) => {
-                        records.owners.insert(
-                            partition,
-                            OwnerRecord {
-                                member,
-                                token: FencingToken(created as u64),
-                            },
-                        );
+                match partition_of(rest) {
+                    Some(partition) => {
+                        records.add_owner(partition, &key, value, FencingToken(created as u64))
                     }
-                    Err(_) => records.corrupt.push(corrupt("the owner's id is not UTF-8")),
+                    None => records.add_corrupt(&key, "not an owners/<topic>/<partition> key"),
                 }
             } else if let Some(rest) = rest.strip_prefix("offsets/") {
-                let Some(partition) = partition_of(rest) else {
-                    records
-                        .corrupt
-                        .push(corrupt("not an offsets/<topic>/<partition> key"));
-                    continue;
-                };
-                match parse_offset(&key, &value) {
-                    Ok(offset) => {
-                        records.offsets.insert(partition, offset);
-                    }
-                    Err(StoreError::Corrupt { detail, .. }) => {
-                        records.corrupt.push(corrupt(&detail))
-                    }
-                    Err(other) => records.corrupt.push(corrupt(&other.to_string())),
+                match partition_of(rest) {
+                    Some(partition) => records.add_offset(partition, &key, &value),
+                    None => records.add_corrupt(&key, "not an offsets/<topic>/<partition> key"),
                 }
             }
         }

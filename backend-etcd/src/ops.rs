@@ -40,6 +40,17 @@ pub(crate) fn lease_not_found(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether the client refused to connect for the endpoints it was given
+/// (rather than for a server that does not answer).
+pub(crate) fn bad_endpoint(error: &etcd_client::Error) -> bool {
+    matches!(
+        error,
+        etcd_client::Error::InvalidUri(_)
+            | etcd_client::Error::InvalidArgs(_)
+            | etcd_client::Error::EndpointError(_)
+    )
+}
+
 /// Whether `error` is an answer (rather than a failure of the connection,
 /// after which the request's outcome is unknown).
 pub(crate) fn answered(error: &etcd_client::Error) -> bool {
@@ -108,6 +119,13 @@ impl Ctx {
             Err(_) => Err(StoreError::ConnectionLoss),
             Ok(result) => result.map_err(store_error),
         }
+    }
+
+    /// Reads one key.
+    async fn get(&self, key: &str) -> Result<etcd_client::GetResponse, StoreError> {
+        let key = key.to_owned();
+        self.call(|mut client| async move { client.get(key, None).await })
+            .await
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
@@ -233,12 +251,7 @@ impl StoreOps for Ctx {
         partition: &TopicPartition,
     ) -> Result<(bool, Option<Watch>), StoreError> {
         let key = self.shared.keys.owner(partition);
-        let response = self
-            .call(|mut client| {
-                let key = key.clone();
-                async move { client.get(key, None).await }
-            })
-            .await?;
+        let response = self.get(&key).await?;
         // Absent: no watch (etcd's watches are on keys, not on nodes that
         // may appear).
         let Some(kv) = response.kvs().first() else {
@@ -269,12 +282,7 @@ impl StoreOps for Ctx {
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
         let key = self.shared.keys.offset(partition);
-        let response = self
-            .call(|mut client| {
-                let key = key.clone();
-                async move { client.get(key, None).await }
-            })
-            .await?;
+        let response = self.get(&key).await?;
         match response.kvs().first() {
             None => Ok(None),
             Some(kv) => parse_offset(&key, kv.value()).map(Some),

@@ -10,7 +10,7 @@ use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
 use tenure_core::Event;
 use tenure_tokio::BackendError;
 
-use crate::ops::lease_not_found;
+use crate::ops::{bad_endpoint, lease_not_found};
 use crate::{Config, Current, Shared};
 
 /// The pause between two attempts to grant a new lease after an expiry.
@@ -73,11 +73,7 @@ pub(crate) async fn connect(
         Err(_) => {
             return Err(ConnectError::Timeout(config.connect_timeout).into_backend_error(config))
         }
-        Ok(Err(
-            source @ (etcd_client::Error::InvalidUri(_)
-            | etcd_client::Error::InvalidArgs(_)
-            | etcd_client::Error::EndpointError(_)),
-        )) => {
+        Ok(Err(source)) if bad_endpoint(&source) => {
             return Err(ConnectError::BadEndpoint {
                 endpoints: config.endpoints.clone(),
                 source,
@@ -136,8 +132,7 @@ pub(crate) async fn follow(shared: Arc<Shared>) {
                     lease = %format_args!("{:x}", current.lease),
                     "etcd lease expired; granting a new one"
                 );
-                shared.state.set_current(None);
-                shared.state.send(Event::SessionExpired);
+                shared.state.expired();
                 if !reopen(&shared, current).await {
                     return;
                 }
@@ -303,11 +298,7 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
                     lease = %format_args!("{:x}", current.lease),
                     "new etcd lease granted"
                 );
-                shared.state.last_heard().heard(before);
-                shared.state.set_current(Some(current));
-                shared.state.send(Event::SessionEstablished {
-                    session: current.session,
-                });
+                shared.state.established(current, before);
                 return true;
             }
             Err(error) => {

@@ -6,11 +6,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use tenure_core::records::{decode_registration_record, parse_offset, Layout};
-use tenure_core::{FencingToken, Offset, StoreError, TopicPartition};
-use tenure_tokio::admin::{
-    AdminError, CorruptRecord, GroupAdmin, GroupRecords, MemberRecord, OwnerRecord, WriteGuard,
-};
+use tenure_core::records::Layout;
+use tenure_core::{FencingToken, Offset, TopicPartition};
+use tenure_tokio::admin::{AdminError, GroupAdmin, GroupRecords, WriteGuard};
 use zookeeper_client as zk;
 
 /// Reads and writes the records of the groups in one ZooKeeper ensemble (a
@@ -110,7 +108,7 @@ impl ZooKeeperAdmin {
     async fn partition_nodes(
         &self,
         base: &str,
-        corrupt: &mut Vec<CorruptRecord>,
+        records: &mut GroupRecords,
     ) -> Result<Vec<(TopicPartition, String)>, AdminError> {
         let mut nodes = Vec::new();
         for topic in self.children(base).await? {
@@ -118,10 +116,7 @@ impl ZooKeeperAdmin {
                 let path = format!("{base}/{topic}/{child}");
                 match child.parse::<u32>() {
                     Ok(number) => nodes.push((TopicPartition::new(&topic, number), path)),
-                    Err(_) => corrupt.push(CorruptRecord {
-                        path,
-                        detail: "the partition is not a number".to_owned(),
-                    }),
+                    Err(_) => records.add_corrupt(&path, "the partition is not a number"),
                 }
             }
         }
@@ -164,62 +159,27 @@ impl GroupAdmin for ZooKeeperAdmin {
             .collect();
         for (path, data, stat) in self.read_all(paths).await? {
             let id = path.rsplit('/').next().unwrap_or_default();
-            match decode_registration_record(id, &data) {
-                Ok(registration) => records.members.push(MemberRecord {
-                    id: id.to_owned(),
-                    host: registration.host,
-                    strategy: registration.info.strategy,
-                    topics: registration.info.topics,
-                    // The server's clock when the registration was made.
-                    since: u64::try_from(stat.ctime)
-                        .ok()
-                        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
-                }),
-                Err(detail) => records.corrupt.push(CorruptRecord { path, detail }),
-            }
+            // The server's clock when the registration was made.
+            let created = u64::try_from(stat.ctime)
+                .ok()
+                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+            records.add_member(&path, id, &data, created);
         }
 
-        let owners = self
-            .partition_nodes(&layout.owners(), &mut records.corrupt)
-            .await?;
+        let owners = self.partition_nodes(&layout.owners(), &mut records).await?;
         let (partitions, paths): (Vec<_>, Vec<_>) = owners.into_iter().unzip();
         let read = self.read_all(paths).await?;
         for (partition, (path, data, stat)) in partitions.into_iter().zip(read) {
-            match String::from_utf8(data) {
-                Ok(member) => {
-                    records.owners.insert(
-                        partition,
-                        OwnerRecord {
-                            member,
-                            token: FencingToken(stat.czxid as u64),
-                        },
-                    );
-                }
-                Err(_) => records.corrupt.push(CorruptRecord {
-                    path,
-                    detail: "the owner's id is not UTF-8".to_owned(),
-                }),
-            }
+            records.add_owner(partition, &path, data, FencingToken(stat.czxid as u64));
         }
 
         let offsets = self
-            .partition_nodes(&layout.offsets(), &mut records.corrupt)
+            .partition_nodes(&layout.offsets(), &mut records)
             .await?;
         let (partitions, paths): (Vec<_>, Vec<_>) = offsets.into_iter().unzip();
         let read = self.read_all(paths).await?;
         for (partition, (path, data, _)) in partitions.into_iter().zip(read) {
-            match parse_offset(&path, &data) {
-                Ok(offset) => {
-                    records.offsets.insert(partition, offset);
-                }
-                Err(StoreError::Corrupt { path, detail }) => {
-                    records.corrupt.push(CorruptRecord { path, detail })
-                }
-                Err(other) => records.corrupt.push(CorruptRecord {
-                    path,
-                    detail: other.to_string(),
-                }),
-            }
+            records.add_offset(partition, &path, &data);
         }
         Ok(records)
     }

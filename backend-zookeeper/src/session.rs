@@ -138,8 +138,7 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
             zk::SessionState::Expired | zk::SessionState::AuthFailed => {
                 suspended = false;
                 tracing::warn!(%state, "ZooKeeper session ended; opening a new one");
-                shared.state.set_current(None);
-                shared.state.send(Event::SessionExpired);
+                shared.state.expired();
                 let Some(next) = reopen(&shared).await else {
                     return;
                 };
@@ -168,9 +167,9 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 let session = session_id(&client);
                 let watcher = client.state_watcher();
                 tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
-                shared.state.last_heard().heard(before);
-                shared.state.set_current(Some(Current { client, session }));
-                shared.state.send(Event::SessionEstablished { session });
+                shared
+                    .state
+                    .established(Current { client, session }, before);
                 return Some(watcher);
             }
             Err(error) => {

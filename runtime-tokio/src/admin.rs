@@ -20,7 +20,8 @@ use rskafka::client::Client;
 /// The Kafka client [`describe`] and [`plan_reset`] take (from
 /// [`crate::kafka::connect`]).
 pub use rskafka::client::Client as KafkaClient;
-use tenure_core::{FencingToken, NameError, Offset, TopicPartition};
+use tenure_core::records::{decode_registration_record, parse_offset};
+use tenure_core::{FencingToken, NameError, Offset, StoreError, TopicPartition};
 
 use crate::kafka::KafkaError;
 
@@ -78,6 +79,72 @@ pub struct GroupRecords {
     pub offsets: BTreeMap<TopicPartition, Offset>,
     /// Records that could not be read.
     pub corrupt: Vec<CorruptRecord>,
+}
+
+impl GroupRecords {
+    /// Adds the registration of member `id`, read at `path`. `registered`
+    /// is when the store says it was made (ZooKeeper: the node's creation
+    /// time, the server's clock); without it, the registration's own
+    /// timestamp. One that cannot be read is noted as corrupt.
+    pub fn add_member(
+        &mut self,
+        path: &str,
+        id: &str,
+        data: &[u8],
+        registered: Option<SystemTime>,
+    ) {
+        match decode_registration_record(id, data) {
+            Ok(registration) => self.members.push(MemberRecord {
+                id: id.to_owned(),
+                host: registration.host,
+                strategy: registration.info.strategy,
+                topics: registration.info.topics,
+                since: registered.or_else(|| {
+                    registration
+                        .timestamp_secs
+                        .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+                }),
+            }),
+            Err(detail) => self.add_corrupt(path, detail),
+        }
+    }
+
+    /// Adds the owner record of `partition`, read at `path`, whose claim is
+    /// `token`. One that cannot be read is noted as corrupt.
+    pub fn add_owner(
+        &mut self,
+        partition: TopicPartition,
+        path: &str,
+        data: Vec<u8>,
+        token: FencingToken,
+    ) {
+        match String::from_utf8(data) {
+            Ok(member) => {
+                self.owners.insert(partition, OwnerRecord { member, token });
+            }
+            Err(_) => self.add_corrupt(path, "the owner's id is not UTF-8"),
+        }
+    }
+
+    /// Adds the committed offset of `partition`, read at `path`. One that
+    /// cannot be read is noted as corrupt.
+    pub fn add_offset(&mut self, partition: TopicPartition, path: &str, data: &[u8]) {
+        match parse_offset(path, data) {
+            Ok(offset) => {
+                self.offsets.insert(partition, offset);
+            }
+            Err(StoreError::Corrupt { detail, .. }) => self.add_corrupt(path, detail),
+            Err(other) => self.add_corrupt(path, other.to_string()),
+        }
+    }
+
+    /// Notes the record at `path` as corrupt, for `detail`.
+    pub fn add_corrupt(&mut self, path: &str, detail: impl Into<String>) {
+        self.corrupt.push(CorruptRecord {
+            path: path.to_owned(),
+            detail: detail.into(),
+        });
+    }
 }
 
 /// A member's registration.

@@ -72,6 +72,21 @@ impl<S: StoreSession> SessionState<S> {
         self.current.send_replace(session);
     }
 
+    /// A new session is open (after an expiry), at or after `opened`:
+    /// holds it and tells the member.
+    pub fn established(&self, session: S, opened: Instant) {
+        let id = session.id();
+        self.last_heard.heard(opened);
+        self.set_current(Some(session));
+        self.send(Event::SessionEstablished { session: id });
+    }
+
+    /// The session held is gone: holds none and tells the member.
+    pub fn expired(&self) {
+        self.set_current(None);
+        self.send(Event::SessionExpired);
+    }
+
     /// Resolves once `session` is no longer the session held.
     pub async fn session_ended(&self, session: SessionId) {
         let mut changes = self.current.subscribe();
