@@ -677,25 +677,8 @@ mod tests {
                 },
                 now,
             );
-            let partition = p.clone();
-            let event = match outcome {
-                None => AppEvent::Committed {
-                    partition,
-                    token,
-                    offset,
-                },
-                Some(StoreError::NotOwner) => AppEvent::CommitFenced {
-                    partition,
-                    token,
-                    offset,
-                },
-                Some(error) => AppEvent::CommitFailed {
-                    partition,
-                    token,
-                    offset,
-                    error,
-                },
-            };
+            let result = outcome.map_or(Ok(()), Err);
+            let event = AppEvent::commit_outcome(p.clone(), token, offset, &result);
             telemetry.on_app_event(&event, now);
         };
         metrics::with_local_recorder(&values, || commit(&mut telemetry, 20, None));

@@ -452,3 +452,35 @@ pub enum AppEvent {
     /// A problem worth telling the application about.
     Problem(Error),
 }
+
+impl AppEvent {
+    /// What the application is told of the commit of `offset` to
+    /// `partition` under `token`, once the store has answered `result`:
+    /// [`AppEvent::Committed`], [`AppEvent::CommitFenced`] (the store said
+    /// [`StoreError::NotOwner`]) or [`AppEvent::CommitFailed`].
+    pub fn commit_outcome(
+        partition: TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+        result: &Result<(), StoreError>,
+    ) -> AppEvent {
+        match result {
+            Ok(()) => AppEvent::Committed {
+                partition,
+                token,
+                offset,
+            },
+            Err(StoreError::NotOwner) => AppEvent::CommitFenced {
+                partition,
+                token,
+                offset,
+            },
+            Err(error) => AppEvent::CommitFailed {
+                partition,
+                token,
+                offset,
+                error: error.clone(),
+            },
+        }
+    }
+}
