@@ -433,6 +433,22 @@ impl World {
         self.actions.insert(self.seq, action);
     }
 
+    /// Hands `event` to the member running on node `index` at `time`. It
+    /// goes to the process running now: if the node restarts before `time`,
+    /// the new process never sees it, as a real one never sees what its
+    /// predecessor was told.
+    fn local(&mut self, time: Instant, index: usize, event: Input) {
+        let incarnation = self.nodes[index].incarnation;
+        self.at(
+            time,
+            Action::Local {
+                node: index,
+                incarnation,
+                event,
+            },
+        );
+    }
+
     fn delay(&mut self) -> Duration {
         let max = self.config.max_delay.as_micros() as u64;
         Duration::from_micros(1 + self.rng.below(max.max(1)))
@@ -514,17 +530,8 @@ impl World {
         node.app.claiming.clear();
         node.app.held.clear();
         self.open_session(index);
-        let incarnation = self.nodes[index].incarnation;
         let counts = self.counts.clone();
-        let now = self.now;
-        self.at(
-            now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Counts(counts),
-            },
-        );
+        self.local(self.now, index, Input::Counts(counts));
         Ok(())
     }
 
@@ -539,14 +546,10 @@ impl World {
         node.connected = true;
         node.epoch += 1;
         node.last_contact = now;
-        let incarnation = node.incarnation;
-        self.at(
+        self.local(
             now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Store(Event::SessionEstablished { session }),
-            },
+            index,
+            Input::Store(Event::SessionEstablished { session }),
         );
     }
 
@@ -641,15 +644,7 @@ impl World {
                 // The client gives up on its session by its own clock, which
                 // can be before the server has deleted its records.
                 self.nodes[node].session = None;
-                let incarnation = self.nodes[node].incarnation;
-                self.at(
-                    now,
-                    Action::Local {
-                        node,
-                        incarnation,
-                        event: Input::Store(Event::SessionExpired),
-                    },
-                );
+                self.local(now, node, Input::Store(Event::SessionExpired));
             }
             Fault::Pause { node, length } => {
                 let Some(n) = self.nodes.get_mut(node) else {
@@ -718,15 +713,7 @@ impl World {
                     return;
                 }
                 self.nodes[node].leaving = true;
-                let incarnation = self.nodes[node].incarnation;
-                self.at(
-                    now,
-                    Action::Local {
-                        node,
-                        incarnation,
-                        event: Input::Shutdown,
-                    },
-                );
+                self.local(now, node, Input::Shutdown);
             }
             Fault::GrowPartitions { topic } => {
                 let Some((name, _)) = self.config.topics.get(topic) else {
@@ -742,16 +729,8 @@ impl World {
                 for index in 0..self.nodes.len() {
                     if self.nodes[index].member.is_some() && !self.nodes[index].gone {
                         let when = now + Duration::from_millis(self.rng.below(500));
-                        let incarnation = self.nodes[index].incarnation;
                         let counts = self.counts.clone();
-                        self.at(
-                            when,
-                            Action::Local {
-                                node: index,
-                                incarnation,
-                                event: Input::Counts(counts),
-                            },
-                        );
+                        self.local(when, index, Input::Counts(counts));
                     }
                 }
             }
@@ -764,29 +743,24 @@ impl World {
         let node = &mut self.nodes[index];
         node.connected = false;
         node.epoch += 1;
-        let incarnation = node.incarnation;
         let last_heard = node.last_contact;
         let failed: Vec<Command> = std::mem::take(&mut node.in_flight)
             .into_values()
             .map(|p| p.command)
             .collect();
         for command in failed {
-            self.fail(index, incarnation, command, StoreError::ConnectionLoss);
+            self.fail(index, command, StoreError::ConnectionLoss);
         }
-        self.at(
+        self.local(
             now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Store(Event::SessionSuspended { last_heard }),
-            },
+            index,
+            Input::Store(Event::SessionSuspended { last_heard }),
         );
     }
 
     fn reconnect(&mut self, index: usize) {
         let now = self.now;
         self.trace(Some(index), &("reconnecting", self.nodes[index].session));
-        let incarnation = self.nodes[index].incarnation;
         match self.nodes[index].session {
             Some(session) if self.store.session_alive(session) => {
                 let node = &mut self.nodes[index];
@@ -794,25 +768,11 @@ impl World {
                 node.epoch += 1;
                 node.last_contact = now;
                 let _ = self.store.touch(session, now);
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event: Input::Store(Event::SessionResumed),
-                    },
-                );
+                self.local(now, index, Input::Store(Event::SessionResumed));
             }
             Some(_) => {
                 self.nodes[index].session = None;
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event: Input::Store(Event::SessionExpired),
-                    },
-                );
+                self.local(now, index, Input::Store(Event::SessionExpired));
                 self.open_session(index);
             }
             None => self.open_session(index),
@@ -1385,17 +1345,8 @@ impl World {
 
     /// Answers `command` with `error` at once, as a client does for a
     /// request it could not send or whose connection broke.
-    fn fail(&mut self, index: usize, incarnation: u32, command: Command, error: StoreError) {
-        let now = self.now;
-        let event = Input::Store(command.failed(error));
-        self.at(
-            now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event,
-            },
-        );
+    fn fail(&mut self, index: usize, command: Command, error: StoreError) {
+        self.local(self.now, index, Input::Store(command.failed(error)));
     }
 
     /// Starts or stops the fetching of the member's application.
@@ -1437,7 +1388,6 @@ impl World {
         let now = self.now;
         self.trace(Some(index), &("->", &store_command));
         let node = &self.nodes[index];
-        let incarnation = node.incarnation;
         match (node.connected, node.session) {
             (true, Some(session)) => {
                 let delay = self.delay();
@@ -1445,7 +1395,7 @@ impl World {
                 // Requests on one connection arrive in order.
                 let arrival = (now + delay).max(node.last_request_arrival);
                 node.last_request_arrival = arrival;
-                let epoch = node.epoch;
+                let (incarnation, epoch) = (node.incarnation, node.epoch);
                 let (id, _) = store_command.request();
                 node.in_flight.insert(
                     id,
@@ -1470,7 +1420,7 @@ impl World {
                 } else {
                     StoreError::ConnectionLoss
                 };
-                self.fail(index, incarnation, store_command, error);
+                self.fail(index, store_command, error);
             }
         }
     }
@@ -1478,7 +1428,6 @@ impl World {
     fn app_tick(&mut self, index: usize) {
         let now = self.now;
         let node = &mut self.nodes[index];
-        let incarnation = node.incarnation;
         let mut done = Vec::new();
         node.app.batches.retain(|b| {
             if b.done_at <= now {
@@ -1497,18 +1446,12 @@ impl World {
                 }
                 counts[slot] += 1;
             }
-            self.at(
-                now,
-                Action::Local {
-                    node: index,
-                    incarnation,
-                    event: Input::Processed {
-                        partition: batch.partition,
-                        token: batch.token,
-                        offset: batch.end - 1,
-                    },
-                },
-            );
+            let processed = Input::Processed {
+                partition: batch.partition,
+                token: batch.token,
+                offset: batch.end - 1,
+            };
+            self.local(now, index, processed);
         }
         let node = &mut self.nodes[index];
         let busy: BTreeSet<TopicPartition> = node
@@ -1541,7 +1484,6 @@ impl World {
     fn finish_drains(&mut self, index: usize) {
         let now = self.now;
         let node = &mut self.nodes[index];
-        let incarnation = node.incarnation;
         let drained: Vec<(TopicPartition, FencingToken)> = node
             .app
             .stopping
@@ -1559,14 +1501,7 @@ impl World {
             node.app.stopping.remove(key);
         }
         for (partition, token) in drained {
-            self.at(
-                now,
-                Action::Local {
-                    node: index,
-                    incarnation,
-                    event: Input::Drained { partition, token },
-                },
-            );
+            self.local(now, index, Input::Drained { partition, token });
         }
     }
 
