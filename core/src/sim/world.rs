@@ -236,9 +236,26 @@ struct Node {
 }
 
 impl Node {
+    /// The connection this node has now.
+    fn link(&self) -> Link {
+        Link {
+            incarnation: self.incarnation,
+            epoch: self.epoch,
+        }
+    }
+
     fn running(&self, now: Instant) -> bool {
         self.member.is_some() && !self.gone && self.paused_until.is_none_or(|t| now >= t)
     }
+}
+
+/// One connection of one process of a node: what travels over it is lost
+/// when the process restarts (a new incarnation) or the connection breaks
+/// (a new epoch).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Link {
+    incarnation: u32,
+    epoch: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -290,24 +307,21 @@ enum Action {
     /// A store command reaches the server.
     Request {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         session: SessionId,
         command: Command,
     },
     /// The second round trip of a claim that met an existing record.
     ReadOwner {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         id: RequestId,
         partition: TopicPartition,
     },
     /// A reply reaches the member (dropped if the connection changed).
     Reply {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         event: Event,
     },
     /// A watch notification reaches the member's session.
@@ -924,52 +938,30 @@ impl World {
         let now = self.now;
         match action {
             Action::Fault(fault) => self.apply_fault(fault),
+            // Sent over a connection the node no longer has: lost with it, a
+            // request never applied, a reply never delivered.
+            Action::Request { node, link, .. }
+            | Action::ReadOwner { node, link, .. }
+            | Action::Reply { node, link, .. }
+                if self.nodes[node].link() != link => {}
             Action::Request {
                 node,
-                incarnation,
-                epoch,
                 session,
                 command,
-            } => {
-                if self.nodes[node].incarnation != incarnation || self.nodes[node].epoch != epoch {
-                    // Lost with its connection: never applied.
-                    return;
-                }
-                self.serve(node, session, command);
-            }
+                ..
+            } => self.serve(node, session, command),
             Action::ReadOwner {
                 node,
-                incarnation,
-                epoch,
                 id,
                 partition,
+                ..
             } => {
-                if self.nodes[node].incarnation != incarnation || self.nodes[node].epoch != epoch {
-                    return;
-                }
                 let event = adapter::claim_read_owner(&self.store, &self.layout, id, &partition);
                 self.reply(node, event);
             }
-            Action::Reply {
-                node,
-                incarnation,
-                epoch,
-                event,
-            } => {
-                let n = &self.nodes[node];
-                if n.incarnation != incarnation || n.epoch != epoch {
-                    return;
-                }
-                if let Some(until) = n.paused_until.filter(|t| *t > now) {
-                    self.at(
-                        until,
-                        Action::Reply {
-                            node,
-                            incarnation,
-                            epoch,
-                            event,
-                        },
-                    );
+            Action::Reply { node, link, event } => {
+                if let Some(until) = self.nodes[node].paused_until.filter(|t| *t > now) {
+                    self.at(until, Action::Reply { node, link, event });
                     return;
                 }
                 if let Some(id) = event.request_id() {
@@ -1073,13 +1065,12 @@ impl World {
         // Replies on one connection arrive in order, as over TCP.
         let when = (self.now + delay).max(node.last_reply_delivery);
         node.last_reply_delivery = when;
-        let (incarnation, epoch) = (node.incarnation, node.epoch);
+        let link = node.link();
         self.at(
             when,
             Action::Reply {
                 node: index,
-                incarnation,
-                epoch,
+                link,
                 event,
             },
         );
@@ -1195,13 +1186,12 @@ impl World {
             Execution::ReadOwner { id, partition } => {
                 let delay = self.delay() * 2;
                 let node = &self.nodes[index];
-                let (incarnation, epoch) = (node.incarnation, node.epoch);
+                let link = node.link();
                 self.at(
                     now + delay,
                     Action::ReadOwner {
                         node: index,
-                        incarnation,
-                        epoch,
+                        link,
                         id,
                         partition,
                     },
@@ -1395,7 +1385,7 @@ impl World {
                 // Requests on one connection arrive in order.
                 let arrival = (now + delay).max(node.last_request_arrival);
                 node.last_request_arrival = arrival;
-                let (incarnation, epoch) = (node.incarnation, node.epoch);
+                let link = node.link();
                 let (id, _) = store_command.request();
                 node.in_flight.insert(
                     id,
@@ -1407,8 +1397,7 @@ impl World {
                     arrival,
                     Action::Request {
                         node: index,
-                        incarnation,
-                        epoch,
+                        link,
                         session,
                         command: store_command,
                     },
