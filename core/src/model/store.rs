@@ -438,12 +438,9 @@ impl Store {
         data: Vec<u8>,
         mode: CreateMode,
     ) -> Result<(Stat, Vec<WatchEvent>), OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        let stat = self.atomically(|store, undo| {
-            store.apply_create(session, path, data, mode, undo, &mut triggers)
-        })?;
-        Ok((stat, self.fire(triggers)))
+        self.write(session, |store, undo, triggers| {
+            store.apply_create(session, path, data, mode, undo, triggers)
+        })
     }
 
     /// Creates every missing ancestor of `path` (not `path` itself) as an
@@ -454,10 +451,8 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Vec<WatchEvent>, OpError> {
-        self.check_session(session)?;
-        validate_path(path)?;
-        let mut triggers = Vec::new();
-        self.atomically(|store, undo| {
+        let ((), events) = self.write(session, |store, undo, triggers| {
+            validate_path(path)?;
             let ends = path.match_indices('/').map(|(i, _)| i).skip(1);
             for end in ends {
                 let ancestor = &path[..end];
@@ -467,7 +462,7 @@ impl Store {
                     Vec::new(),
                     CreateMode::Persistent,
                     undo,
-                    &mut triggers,
+                    triggers,
                 ) {
                     Ok(_) | Err(OpError::NodeExists) => {}
                     Err(e) => return Err(e),
@@ -475,7 +470,7 @@ impl Store {
             }
             Ok(())
         })?;
-        Ok(self.fire(triggers))
+        Ok(events)
     }
 
     /// Deletes the node at `path`, if it has `version` when one is given.
@@ -487,10 +482,10 @@ impl Store {
         path: &str,
         version: Option<u32>,
     ) -> Result<Vec<WatchEvent>, OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        self.atomically(|store, undo| store.apply_delete(path, version, undo, &mut triggers))?;
-        Ok(self.fire(triggers))
+        let ((), events) = self.write(session, |store, undo, triggers| {
+            store.apply_delete(path, version, undo, triggers)
+        })?;
+        Ok(events)
     }
 
     /// Replaces the data of the node at `path`, if it has `version` when one
@@ -502,12 +497,9 @@ impl Store {
         data: Vec<u8>,
         version: Option<u32>,
     ) -> Result<(Stat, Vec<WatchEvent>), OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        let stat = self.atomically(|store, undo| {
-            store.apply_set_data(path, data, version, undo, &mut triggers)
-        })?;
-        Ok((stat, self.fire(triggers)))
+        self.write(session, |store, undo, triggers| {
+            store.apply_set_data(path, data, version, undo, triggers)
+        })
     }
 
     /// Applies `ops` in order as one atomic step: either all succeed, each
@@ -557,6 +549,20 @@ impl Store {
         } else {
             Err(OpError::SessionExpired)
         }
+    }
+
+    /// Runs `write` for `session` as one transaction: refused if the
+    /// session is not alive, taken back whole if it fails, and the watches
+    /// it triggers fired only once it has succeeded.
+    fn write<T>(
+        &mut self,
+        session: SessionId,
+        write: impl FnOnce(&mut Store, &mut Vec<Undo>, &mut Vec<Trigger>) -> Result<T, OpError>,
+    ) -> Result<(T, Vec<WatchEvent>), OpError> {
+        self.check_session(session)?;
+        let mut triggers = Vec::new();
+        let value = self.atomically(|store, undo| write(store, undo, &mut triggers))?;
+        Ok((value, self.fire(triggers)))
     }
 
     /// Runs `write` and takes back everything it changed if it fails.
