@@ -931,6 +931,37 @@ mod tests {
         (store, s, t0)
     }
 
+    /// A store with two live sessions, for the tests of what one session
+    /// sees of the other's doings.
+    fn store_with_two_sessions() -> (Store, SessionId, SessionId) {
+        let (mut store, first, t0) = store_with_session();
+        let second = store.open_session(t0, TIMEOUT);
+        (store, first, second)
+    }
+
+    /// Creates `path` with no data as `session`, failing the test if the
+    /// store refuses, and returns the watch events the creation fired.
+    fn create(
+        store: &mut Store,
+        session: SessionId,
+        path: &str,
+        mode: CreateMode,
+    ) -> Vec<WatchEvent> {
+        match store.create(session, path, vec![], mode) {
+            Ok((_, events)) => events,
+            Err(error) => panic!("create {path}: {error:?}"),
+        }
+    }
+
+    /// The step of a multi that creates `path` with no data.
+    fn create_op(path: &str, mode: CreateMode) -> Op {
+        Op::Create {
+            path: path.into(),
+            data: vec![],
+            mode,
+        }
+    }
+
     fn ev(session: SessionId, path: &str, kind: WatchEventKind) -> WatchEvent {
         WatchEvent {
             session,
@@ -992,12 +1023,8 @@ mod tests {
             Err(OpError::NodeExists)
         );
         assert_eq!(store.get("/a").map(|(d, _)| d), Ok(b"x".to_vec()));
-        store
-            .create(s, "/a/c", vec![], CreateMode::Persistent)
-            .expect("create /a/c");
-        store
-            .create(s, "/a/b", vec![], CreateMode::Persistent)
-            .expect("create /a/b");
+        create(&mut store, s, "/a/c", CreateMode::Persistent);
+        create(&mut store, s, "/a/b", CreateMode::Persistent);
         assert_eq!(store.children("/a"), Ok(vec!["b".into(), "c".into()]));
         let parent = store.exists("/a").expect("/a");
         assert_eq!((parent.cversion, parent.num_children), (2, 2));
@@ -1008,9 +1035,7 @@ mod tests {
     #[test]
     fn ephemeral_cannot_have_children() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/e", vec![], CreateMode::Ephemeral)
-            .expect("create /e");
+        create(&mut store, s, "/e", CreateMode::Ephemeral);
         assert_eq!(
             store.create(s, "/e/c", vec![], CreateMode::Persistent),
             Err(OpError::NoChildrenForEphemerals)
@@ -1026,9 +1051,7 @@ mod tests {
     fn ephemeral_deleted_on_expiry_with_watch_events() {
         let (mut store, owner, t0) = store_with_session();
         let watcher = store.open_session(t0, TIMEOUT * 2);
-        store
-            .create(owner, "/g", vec![], CreateMode::Persistent)
-            .expect("create /g");
+        create(&mut store, owner, "/g", CreateMode::Persistent);
         let (stat, _) = store
             .create(owner, "/g/m", vec![], CreateMode::Ephemeral)
             .expect("create /g/m");
@@ -1056,17 +1079,10 @@ mod tests {
 
     #[test]
     fn close_session_deletes_ephemerals_now() {
-        let (mut store, s, t0) = store_with_session();
-        let other = store.open_session(t0, TIMEOUT);
-        store
-            .create(s, "/a", vec![], CreateMode::Ephemeral)
-            .expect("create /a");
-        store
-            .create(s, "/b", vec![], CreateMode::Ephemeral)
-            .expect("create /b");
-        store
-            .create(other, "/c", vec![], CreateMode::Ephemeral)
-            .expect("create /c");
+        let (mut store, s, other) = store_with_two_sessions();
+        create(&mut store, s, "/a", CreateMode::Ephemeral);
+        create(&mut store, s, "/b", CreateMode::Ephemeral);
+        create(&mut store, other, "/c", CreateMode::Ephemeral);
         store.children_watch(other, "/").expect("watch /");
         let events = store.close_session(s);
         // One-shot: the second deletion finds the child watch already gone.
@@ -1132,11 +1148,8 @@ mod tests {
 
     #[test]
     fn watches_fire_once_and_only_for_their_session() {
-        let (mut store, a, t0) = store_with_session();
-        let b = store.open_session(t0, TIMEOUT);
-        store
-            .create(a, "/n", vec![], CreateMode::Persistent)
-            .expect("create");
+        let (mut store, a, b) = store_with_two_sessions();
+        create(&mut store, a, "/n", CreateMode::Persistent);
         store.get_watch(a, "/n").expect("a watches");
         store.get_watch(a, "/n").expect("a watches again");
         let (_, events) = store.set_data(b, "/n", b"1".to_vec(), None).expect("set");
@@ -1154,21 +1167,16 @@ mod tests {
         // No watch is left on a missing node by get or children.
         assert_eq!(store.get_watch(a, "/n"), Err(OpError::NoNode));
         assert_eq!(store.children_watch(a, "/n"), Err(OpError::NoNode));
-        let (_, events) = store
-            .create(b, "/n", vec![], CreateMode::Persistent)
-            .expect("re-create");
+        let events = create(&mut store, b, "/n", CreateMode::Persistent);
         assert!(events.is_empty());
     }
 
     #[test]
     fn exists_watch_on_missing_node_fires_created() {
-        let (mut store, a, t0) = store_with_session();
-        let b = store.open_session(t0, TIMEOUT);
+        let (mut store, a, b) = store_with_two_sessions();
         assert_eq!(store.exists_watch(a, "/late"), Ok(None));
         assert_eq!(store.exists_watch(b, "/late"), Ok(None));
-        let (_, events) = store
-            .create(a, "/late", vec![], CreateMode::Persistent)
-            .expect("create");
+        let events = create(&mut store, a, "/late", CreateMode::Persistent);
         assert_eq!(
             events,
             vec![
@@ -1184,13 +1192,9 @@ mod tests {
     #[test]
     fn children_watch_fires_on_child_add_and_remove() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/g", vec![], CreateMode::Persistent)
-            .expect("create /g");
+        create(&mut store, s, "/g", CreateMode::Persistent);
         assert_eq!(store.children_watch(s, "/g"), Ok(vec![]));
-        let (_, events) = store
-            .create(s, "/g/m1", vec![], CreateMode::Ephemeral)
-            .expect("add");
+        let events = create(&mut store, s, "/g/m1", CreateMode::Ephemeral);
         assert_eq!(
             events,
             vec![ev(s, "/g", WatchEventKind::NodeChildrenChanged)]
@@ -1211,8 +1215,7 @@ mod tests {
 
     #[test]
     fn multi_is_atomic() {
-        let (mut store, s, t0) = store_with_session();
-        let w = store.open_session(t0, TIMEOUT);
+        let (mut store, s, w) = store_with_two_sessions();
         store
             .create(s, "/p", b"v".to_vec(), CreateMode::Persistent)
             .expect("create");
@@ -1221,11 +1224,7 @@ mod tests {
         let before_zxid = store.zxid();
         let before = store.get("/p").expect("get");
         let ops = vec![
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Ephemeral,
-            },
+            create_op("/q", CreateMode::Ephemeral),
             Op::SetData {
                 path: "/p".into(),
                 data: b"new".to_vec(),
@@ -1253,11 +1252,7 @@ mod tests {
                 path: "/p".into(),
                 version: 7,
             },
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/q", CreateMode::Persistent),
         ];
         assert_eq!(store.multi(s, ops), Err((0, OpError::BadVersion)));
         assert_eq!(store.exists("/q"), None);
@@ -1269,11 +1264,7 @@ mod tests {
                 path: "/p".into(),
                 version: 0,
             },
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Ephemeral,
-            },
+            create_op("/q", CreateMode::Ephemeral),
             Op::SetData {
                 path: "/p".into(),
                 data: b"new".to_vec(),
@@ -1315,16 +1306,8 @@ mod tests {
                 path: "/g/e".into(),
                 version: Some(0),
             },
-            Op::Create {
-                path: "/g/e".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
-            Op::Create {
-                path: "/g/e".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/g/e", CreateMode::Persistent),
+            create_op("/g/e", CreateMode::Persistent),
         ];
         assert_eq!(store.multi(s, ops), Err((2, OpError::NodeExists)));
         let after: Vec<_> = store.paths().iter().map(|p| store.get(p)).collect();
@@ -1339,16 +1322,8 @@ mod tests {
     fn multi_sees_its_own_earlier_ops() {
         let (mut store, s, _) = store_with_session();
         let ops = vec![
-            Op::Create {
-                path: "/a".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
-            Op::Create {
-                path: "/a/b".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/a", CreateMode::Persistent),
+            create_op("/a/b", CreateMode::Persistent),
         ];
         store.multi(s, ops).expect("multi");
         assert_eq!(store.paths(), vec!["/", "/a", "/a/b"]);
@@ -1408,9 +1383,7 @@ mod tests {
         let early = store.open_session(t0, Duration::from_secs(3));
         let watcher = store.open_session(t0, Duration::from_secs(60));
         for (s, p) in [(late, "/late"), (early, "/early")] {
-            store
-                .create(s, p, vec![], CreateMode::Ephemeral)
-                .expect("create");
+            create(&mut store, s, p, CreateMode::Ephemeral);
             store.exists_watch(watcher, p).expect("watch");
         }
         let events = store.expire_due(t0 + Duration::from_secs(5));
@@ -1426,11 +1399,8 @@ mod tests {
 
     #[test]
     fn dead_session_cannot_write_and_its_watches_never_fire() {
-        let (mut store, dead, t0) = store_with_session();
-        let live = store.open_session(t0, TIMEOUT);
-        store
-            .create(live, "/n", vec![], CreateMode::Persistent)
-            .expect("create");
+        let (mut store, dead, live) = store_with_two_sessions();
+        create(&mut store, live, "/n", CreateMode::Persistent);
         store.get_watch(dead, "/n").expect("watch");
         store.children_watch(dead, "/n").expect("watch");
         store.exists_watch(dead, "/m").expect("watch");
@@ -1463,12 +1433,8 @@ mod tests {
 
         let (_, events) = store.set_data(live, "/n", vec![1], None).expect("set");
         assert!(events.is_empty());
-        store
-            .create(live, "/n/c", vec![], CreateMode::Persistent)
-            .expect("create");
-        let (_, events) = store
-            .create(live, "/m", vec![], CreateMode::Persistent)
-            .expect("create");
+        create(&mut store, live, "/n/c", CreateMode::Persistent);
+        let events = create(&mut store, live, "/m", CreateMode::Persistent);
         assert!(events.is_empty());
         // Reads need no session.
         assert!(store.get("/n").is_ok());
@@ -1499,8 +1465,7 @@ mod tests {
 
     #[test]
     fn create_parents_is_idempotent() {
-        let (mut store, s, t0) = store_with_session();
-        let w = store.open_session(t0, TIMEOUT);
+        let (mut store, s, w) = store_with_two_sessions();
         store.children_watch(w, "/").expect("watch");
         let events = store.create_parents(s, "/a/b/c").expect("first");
         assert_eq!(
