@@ -856,10 +856,7 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<(Vec<u8>, Stat), OpError> {
-        self.check_session(session)?;
-        let found = self.get(path)?;
-        watch(&mut self.data_watches, path, session);
-        Ok(found)
+        self.read_and_watch(session, path, Store::get, |store| &mut store.data_watches)
     }
 
     /// As [`Store::exists`], and sets a one-shot data watch for `session`
@@ -870,10 +867,12 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Option<Stat>, OpError> {
-        self.check_session(session)?;
-        validate_path(path)?;
-        watch(&mut self.data_watches, path, session);
-        Ok(self.exists(path))
+        // Only a bad path fails, so a missing node is watched too.
+        let exists = |store: &Store, path: &str| {
+            validate_path(path)?;
+            Ok(store.exists(path))
+        };
+        self.read_and_watch(session, path, exists, |store| &mut store.data_watches)
     }
 
     /// As [`Store::children`], and sets a one-shot child watch for
@@ -885,10 +884,28 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Vec<String>, OpError> {
+        self.read_and_watch(session, path, Store::children, |store| {
+            &mut store.child_watches
+        })
+    }
+
+    /// Reads `path` with `read` for `session` and, if the read succeeds,
+    /// leaves a one-shot watch for the session on `path` in the table
+    /// `table` picks.
+    fn read_and_watch<T>(
+        &mut self,
+        session: SessionId,
+        path: &str,
+        read: impl FnOnce(&Store, &str) -> Result<T, OpError>,
+        table: fn(&mut Store) -> &mut BTreeMap<String, BTreeSet<SessionId>>,
+    ) -> Result<T, OpError> {
         self.check_session(session)?;
-        let names = self.children(path)?;
-        watch(&mut self.child_watches, path, session);
-        Ok(names)
+        let found = read(self, path)?;
+        table(self)
+            .entry(path.to_owned())
+            .or_default()
+            .insert(session);
+        Ok(found)
     }
 
     /// The id of the last transaction that changed the tree (0 for a fresh
@@ -901,10 +918,6 @@ impl Store {
     pub fn paths(&self) -> Vec<String> {
         self.nodes.keys().cloned().collect()
     }
-}
-
-fn watch(table: &mut BTreeMap<String, BTreeSet<SessionId>>, path: &str, session: SessionId) {
-    table.entry(path.to_owned()).or_default().insert(session);
 }
 
 /// An order on event kinds, so that events can be deduplicated in an
