@@ -952,15 +952,16 @@ mod tests {
         (store, first, second)
     }
 
-    /// Creates `path` with no data as `session`, failing the test if the
+    /// Creates `path` with `data` as `session`, failing the test if the
     /// store refuses, and returns the watch events the creation fired.
     fn create(
         store: &mut Store,
         session: SessionId,
         path: &str,
+        data: &[u8],
         mode: CreateMode,
     ) -> Vec<WatchEvent> {
-        match store.create(session, path, vec![], mode) {
+        match store.create(session, path, data.to_vec(), mode) {
             Ok((_, events)) => events,
             Err(error) => panic!("create {path}: {error:?}"),
         }
@@ -1036,8 +1037,8 @@ mod tests {
             Err(OpError::NodeExists)
         );
         assert_eq!(store.get("/a").map(|(d, _)| d), Ok(b"x".to_vec()));
-        create(&mut store, s, "/a/c", CreateMode::Persistent);
-        create(&mut store, s, "/a/b", CreateMode::Persistent);
+        create(&mut store, s, "/a/c", b"", CreateMode::Persistent);
+        create(&mut store, s, "/a/b", b"", CreateMode::Persistent);
         assert_eq!(store.children("/a"), Ok(vec!["b".into(), "c".into()]));
         let parent = store.exists("/a").expect("/a");
         assert_eq!((parent.cversion, parent.num_children), (2, 2));
@@ -1048,7 +1049,7 @@ mod tests {
     #[test]
     fn ephemeral_cannot_have_children() {
         let (mut store, s, _) = store_with_session();
-        create(&mut store, s, "/e", CreateMode::Ephemeral);
+        create(&mut store, s, "/e", b"", CreateMode::Ephemeral);
         assert_eq!(
             store.create(s, "/e/c", vec![], CreateMode::Persistent),
             Err(OpError::NoChildrenForEphemerals)
@@ -1064,7 +1065,7 @@ mod tests {
     fn ephemeral_deleted_on_expiry_with_watch_events() {
         let (mut store, owner, t0) = store_with_session();
         let watcher = store.open_session(t0, TIMEOUT * 2);
-        create(&mut store, owner, "/g", CreateMode::Persistent);
+        create(&mut store, owner, "/g", b"", CreateMode::Persistent);
         let (stat, _) = store
             .create(owner, "/g/m", vec![], CreateMode::Ephemeral)
             .expect("create /g/m");
@@ -1093,9 +1094,9 @@ mod tests {
     #[test]
     fn close_session_deletes_ephemerals_now() {
         let (mut store, s, other) = store_with_two_sessions();
-        create(&mut store, s, "/a", CreateMode::Ephemeral);
-        create(&mut store, s, "/b", CreateMode::Ephemeral);
-        create(&mut store, other, "/c", CreateMode::Ephemeral);
+        create(&mut store, s, "/a", b"", CreateMode::Ephemeral);
+        create(&mut store, s, "/b", b"", CreateMode::Ephemeral);
+        create(&mut store, other, "/c", b"", CreateMode::Ephemeral);
         store.children_watch(other, "/").expect("watch /");
         let events = store.close_session(s);
         // One-shot: the second deletion finds the child watch already gone.
@@ -1110,9 +1111,7 @@ mod tests {
     #[test]
     fn versions_and_bad_version() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/n", b"0".to_vec(), CreateMode::Persistent)
-            .expect("create");
+        create(&mut store, s, "/n", b"0", CreateMode::Persistent);
         assert_eq!(
             store.set_data(s, "/n", b"x".to_vec(), Some(1)),
             Err(OpError::BadVersion)
@@ -1162,7 +1161,7 @@ mod tests {
     #[test]
     fn watches_fire_once_and_only_for_their_session() {
         let (mut store, a, b) = store_with_two_sessions();
-        create(&mut store, a, "/n", CreateMode::Persistent);
+        create(&mut store, a, "/n", b"", CreateMode::Persistent);
         store.get_watch(a, "/n").expect("a watches");
         store.get_watch(a, "/n").expect("a watches again");
         let (_, events) = store.set_data(b, "/n", b"1".to_vec(), None).expect("set");
@@ -1180,7 +1179,7 @@ mod tests {
         // No watch is left on a missing node by get or children.
         assert_eq!(store.get_watch(a, "/n"), Err(OpError::NoNode));
         assert_eq!(store.children_watch(a, "/n"), Err(OpError::NoNode));
-        let events = create(&mut store, b, "/n", CreateMode::Persistent);
+        let events = create(&mut store, b, "/n", b"", CreateMode::Persistent);
         assert!(events.is_empty());
     }
 
@@ -1189,7 +1188,7 @@ mod tests {
         let (mut store, a, b) = store_with_two_sessions();
         assert_eq!(store.exists_watch(a, "/late"), Ok(None));
         assert_eq!(store.exists_watch(b, "/late"), Ok(None));
-        let events = create(&mut store, a, "/late", CreateMode::Persistent);
+        let events = create(&mut store, a, "/late", b"", CreateMode::Persistent);
         assert_eq!(
             events,
             vec![
@@ -1205,9 +1204,9 @@ mod tests {
     #[test]
     fn children_watch_fires_on_child_add_and_remove() {
         let (mut store, s, _) = store_with_session();
-        create(&mut store, s, "/g", CreateMode::Persistent);
+        create(&mut store, s, "/g", b"", CreateMode::Persistent);
         assert_eq!(store.children_watch(s, "/g"), Ok(vec![]));
-        let events = create(&mut store, s, "/g/m1", CreateMode::Ephemeral);
+        let events = create(&mut store, s, "/g/m1", b"", CreateMode::Ephemeral);
         assert_eq!(
             events,
             vec![ev(s, "/g", WatchEventKind::NodeChildrenChanged)]
@@ -1229,9 +1228,7 @@ mod tests {
     #[test]
     fn multi_is_atomic() {
         let (mut store, s, w) = store_with_two_sessions();
-        store
-            .create(s, "/p", b"v".to_vec(), CreateMode::Persistent)
-            .expect("create");
+        create(&mut store, s, "/p", b"v", CreateMode::Persistent);
         store.exists_watch(w, "/q").expect("watch /q");
         store.get_watch(w, "/p").expect("watch /p");
         let before_zxid = store.zxid();
@@ -1310,9 +1307,7 @@ mod tests {
     fn multi_rolls_back_deletes_and_ephemeral_ownership() {
         let (mut store, s, _) = store_with_session();
         store.create_parents(s, "/g/x").expect("parents");
-        store
-            .create(s, "/g/e", b"d".to_vec(), CreateMode::Ephemeral)
-            .expect("create");
+        create(&mut store, s, "/g/e", b"d", CreateMode::Ephemeral);
         let before: Vec<_> = store.paths().iter().map(|p| store.get(p)).collect();
         let ops = vec![
             Op::Delete {
@@ -1396,7 +1391,7 @@ mod tests {
         let early = store.open_session(t0, Duration::from_secs(3));
         let watcher = store.open_session(t0, Duration::from_secs(60));
         for (s, p) in [(late, "/late"), (early, "/early")] {
-            create(&mut store, s, p, CreateMode::Ephemeral);
+            create(&mut store, s, p, b"", CreateMode::Ephemeral);
             store.exists_watch(watcher, p).expect("watch");
         }
         let events = store.expire_due(t0 + Duration::from_secs(5));
@@ -1413,7 +1408,7 @@ mod tests {
     #[test]
     fn dead_session_cannot_write_and_its_watches_never_fire() {
         let (mut store, dead, live) = store_with_two_sessions();
-        create(&mut store, live, "/n", CreateMode::Persistent);
+        create(&mut store, live, "/n", b"", CreateMode::Persistent);
         store.get_watch(dead, "/n").expect("watch");
         store.children_watch(dead, "/n").expect("watch");
         store.exists_watch(dead, "/m").expect("watch");
@@ -1446,8 +1441,8 @@ mod tests {
 
         let (_, events) = store.set_data(live, "/n", vec![1], None).expect("set");
         assert!(events.is_empty());
-        create(&mut store, live, "/n/c", CreateMode::Persistent);
-        let events = create(&mut store, live, "/m", CreateMode::Persistent);
+        create(&mut store, live, "/n/c", b"", CreateMode::Persistent);
+        let events = create(&mut store, live, "/m", b"", CreateMode::Persistent);
         assert!(events.is_empty());
         // Reads need no session.
         assert!(store.get("/n").is_ok());
