@@ -26,11 +26,5 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("etcd_consumer: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    consumer::exit_code("etcd_consumer", run().await)
 }

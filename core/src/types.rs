@@ -22,55 +22,66 @@ pub const MAX_TOPIC_LEN: usize = 249;
 /// a member id): non-empty, at most [`MAX_NAME_LEN`] bytes, not `.` or `..`,
 /// and made of printable characters other than `/`.
 pub fn validate_path_element(kind: &'static str, name: &str) -> Result<(), NameError> {
-    let bad = |reason: &'static str| NameError {
+    check_rules(
         kind,
-        name: name.to_owned(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(bad("it is empty"));
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(bad("it is longer than 255 bytes"));
-    }
-    if name == "." || name == ".." {
-        return Err(bad("`.` and `..` are not path elements"));
-    }
-    if name.contains('/') {
-        return Err(bad("it contains `/`"));
-    }
-    if name.chars().any(|c| c.is_control()) {
-        return Err(bad("it contains a control character"));
-    }
-    Ok(())
+        name,
+        &[
+            (name.is_empty(), "it is empty"),
+            (name.len() > MAX_NAME_LEN, "it is longer than 255 bytes"),
+            (
+                name == "." || name == "..",
+                "`.` and `..` are not path elements",
+            ),
+            (name.contains('/'), "it contains `/`"),
+            (
+                name.chars().any(|c| c.is_control()),
+                "it contains a control character",
+            ),
+        ],
+    )
 }
 
 /// Checks a topic name by Kafka's rules: 1 to 249 characters of ASCII
 /// letters, digits, `.`, `_` and `-`, and not `.` or `..`.
 pub fn validate_topic(name: &str) -> Result<(), NameError> {
-    let bad = |reason: &'static str| NameError {
-        kind: "topic",
-        name: name.to_owned(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(bad("it is empty"));
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-';
+    check_rules(
+        "topic",
+        name,
+        &[
+            (name.is_empty(), "it is empty"),
+            (
+                name.len() > MAX_TOPIC_LEN,
+                "it is longer than 249 characters",
+            ),
+            (
+                name == "." || name == "..",
+                "`.` and `..` are not topic names",
+            ),
+            (
+                !name.bytes().all(allowed),
+                "only ASCII letters, digits, `.`, `_` and `-` are allowed",
+            ),
+        ],
+    )
+}
+
+/// Refuses `name`, a `kind`, for the first of `rules` it breaks; a rule is
+/// whether the name breaks it and the reason to give. The order of the
+/// rules decides which reason a name that breaks several gets.
+fn check_rules(
+    kind: &'static str,
+    name: &str,
+    rules: &[(bool, &'static str)],
+) -> Result<(), NameError> {
+    match rules.iter().find(|(broken, _)| *broken) {
+        Some(&(_, reason)) => Err(NameError {
+            kind,
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
     }
-    if name.len() > MAX_TOPIC_LEN {
-        return Err(bad("it is longer than 249 characters"));
-    }
-    if name == "." || name == ".." {
-        return Err(bad("`.` and `..` are not topic names"));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-    {
-        return Err(bad(
-            "only ASCII letters, digits, `.`, `_` and `-` are allowed",
-        ));
-    }
-    Ok(())
 }
 
 /// The id of one member of a group, unique within the group. It is a path

@@ -1,6 +1,7 @@
 //! The consumer shared by the `zookeeper_consumer` and `etcd_consumer`
 //! examples: flags, the consuming loop, a clean leave on Ctrl-C or SIGTERM.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use tenure::core::Config;
@@ -52,6 +53,18 @@ pub fn parse(example: &str) -> Result<Args, String> {
         ));
     }
     Ok(args)
+}
+
+/// The exit status for what the example's run returned, printing its error
+/// after the example's name.
+pub fn exit_code(example: &str, result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{example}: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The address of a server of `scripts/services`, from its variable.

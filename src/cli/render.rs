@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use crate::tokio::admin::{format_rfc3339, GroupDescription, ResetPlan};
+use crate::tokio::admin::{
+    format_rfc3339, GroupDescription, MemberRecord, PartitionDescription, ResetPlan,
+};
 use serde_json::{json, Value};
 
 /// Left-aligned columns two spaces apart, headers first.
@@ -45,39 +47,61 @@ pub fn groups(groups: &[String], json: bool) -> String {
     groups.iter().map(|g| format!("{g}\n")).collect()
 }
 
+/// A member in `tenure describe --json`.
+fn member_json(m: &MemberRecord) -> Value {
+    json!({
+        "id": m.id,
+        "host": m.host,
+        "strategy": m.strategy,
+        "topics": m.topics,
+        "since": m.since.map(format_rfc3339),
+        "since_ms": m.since.and_then(millis),
+    })
+}
+
+/// A member's row in `tenure describe`.
+fn member_row(m: &MemberRecord) -> Vec<String> {
+    vec![
+        m.id.clone(),
+        or_dash(m.host.as_deref()),
+        m.strategy.clone(),
+        m.topics.iter().cloned().collect::<Vec<_>>().join(","),
+        or_dash(m.since.map(format_rfc3339)),
+    ]
+}
+
+/// A partition in `tenure describe --json`.
+fn partition_json(p: &PartitionDescription) -> Value {
+    json!({
+        "topic": &*p.partition.topic,
+        "partition": p.partition.partition,
+        "owner": p.owner.as_ref().map(|o| &o.member),
+        "token": p.owner.as_ref().map(|o| o.token.0),
+        "committed": p.committed,
+        "log_start": p.log_start,
+        "log_end": p.log_end,
+        "lag": p.lag,
+    })
+}
+
+/// A partition's row in `tenure describe`.
+fn partition_row(p: &PartitionDescription) -> Vec<String> {
+    vec![
+        p.partition.topic.to_string(),
+        p.partition.partition.to_string(),
+        or_dash(p.owner.as_ref().map(|o| o.member.clone())),
+        or_dash(p.owner.as_ref().map(|o| o.token.0)),
+        or_dash(p.committed),
+        or_dash(p.log_end),
+        or_dash(p.lag),
+    ]
+}
+
 /// `tenure describe`.
 pub fn description(description: &GroupDescription, json: bool, with_kafka: bool) -> String {
     if json {
-        let members: Vec<Value> = description
-            .members
-            .iter()
-            .map(|m| {
-                json!({
-                    "id": m.id,
-                    "host": m.host,
-                    "strategy": m.strategy,
-                    "topics": m.topics,
-                    "since": m.since.map(format_rfc3339),
-                    "since_ms": m.since.and_then(millis),
-                })
-            })
-            .collect();
-        let partitions: Vec<Value> = description
-            .partitions
-            .iter()
-            .map(|p| {
-                json!({
-                    "topic": &*p.partition.topic,
-                    "partition": p.partition.partition,
-                    "owner": p.owner.as_ref().map(|o| &o.member),
-                    "token": p.owner.as_ref().map(|o| o.token.0),
-                    "committed": p.committed,
-                    "log_start": p.log_start,
-                    "log_end": p.log_end,
-                    "lag": p.lag,
-                })
-            })
-            .collect();
+        let members: Vec<Value> = description.members.iter().map(member_json).collect();
+        let partitions: Vec<Value> = description.partitions.iter().map(partition_json).collect();
         let corrupt: Vec<Value> = description
             .corrupt
             .iter()
@@ -99,40 +123,14 @@ pub fn description(description: &GroupDescription, json: bool, with_kafka: bool)
         description.members.len()
     );
     if !description.members.is_empty() {
-        let rows: Vec<Vec<String>> = description
-            .members
-            .iter()
-            .map(|m| {
-                vec![
-                    m.id.clone(),
-                    or_dash(m.host.as_deref()),
-                    m.strategy.clone(),
-                    m.topics.iter().cloned().collect::<Vec<_>>().join(","),
-                    or_dash(m.since.map(format_rfc3339)),
-                ]
-            })
-            .collect();
+        let rows: Vec<Vec<String>> = description.members.iter().map(member_row).collect();
         out.push_str(&table(
             &["MEMBER", "HOST", "STRATEGY", "TOPICS", "SINCE"],
             &rows,
         ));
         out.push('\n');
     }
-    let rows: Vec<Vec<String>> = description
-        .partitions
-        .iter()
-        .map(|p| {
-            vec![
-                p.partition.topic.to_string(),
-                p.partition.partition.to_string(),
-                or_dash(p.owner.as_ref().map(|o| o.member.clone())),
-                or_dash(p.owner.as_ref().map(|o| o.token.0)),
-                or_dash(p.committed),
-                or_dash(p.log_end),
-                or_dash(p.lag),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = description.partitions.iter().map(partition_row).collect();
     out.push_str(&table(
         &[
             "TOPIC",

@@ -438,12 +438,9 @@ impl Store {
         data: Vec<u8>,
         mode: CreateMode,
     ) -> Result<(Stat, Vec<WatchEvent>), OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        let stat = self.atomically(|store, undo| {
-            store.apply_create(session, path, data, mode, undo, &mut triggers)
-        })?;
-        Ok((stat, self.fire(triggers)))
+        self.write(session, |store, undo, triggers| {
+            store.apply_create(session, path, data, mode, undo, triggers)
+        })
     }
 
     /// Creates every missing ancestor of `path` (not `path` itself) as an
@@ -454,10 +451,8 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Vec<WatchEvent>, OpError> {
-        self.check_session(session)?;
-        validate_path(path)?;
-        let mut triggers = Vec::new();
-        self.atomically(|store, undo| {
+        let ((), events) = self.write(session, |store, undo, triggers| {
+            validate_path(path)?;
             let ends = path.match_indices('/').map(|(i, _)| i).skip(1);
             for end in ends {
                 let ancestor = &path[..end];
@@ -467,7 +462,7 @@ impl Store {
                     Vec::new(),
                     CreateMode::Persistent,
                     undo,
-                    &mut triggers,
+                    triggers,
                 ) {
                     Ok(_) | Err(OpError::NodeExists) => {}
                     Err(e) => return Err(e),
@@ -475,7 +470,7 @@ impl Store {
             }
             Ok(())
         })?;
-        Ok(self.fire(triggers))
+        Ok(events)
     }
 
     /// Deletes the node at `path`, if it has `version` when one is given.
@@ -487,10 +482,10 @@ impl Store {
         path: &str,
         version: Option<u32>,
     ) -> Result<Vec<WatchEvent>, OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        self.atomically(|store, undo| store.apply_delete(path, version, undo, &mut triggers))?;
-        Ok(self.fire(triggers))
+        let ((), events) = self.write(session, |store, undo, triggers| {
+            store.apply_delete(path, version, undo, triggers)
+        })?;
+        Ok(events)
     }
 
     /// Replaces the data of the node at `path`, if it has `version` when one
@@ -502,12 +497,9 @@ impl Store {
         data: Vec<u8>,
         version: Option<u32>,
     ) -> Result<(Stat, Vec<WatchEvent>), OpError> {
-        self.check_session(session)?;
-        let mut triggers = Vec::new();
-        let stat = self.atomically(|store, undo| {
-            store.apply_set_data(path, data, version, undo, &mut triggers)
-        })?;
-        Ok((stat, self.fire(triggers)))
+        self.write(session, |store, undo, triggers| {
+            store.apply_set_data(path, data, version, undo, triggers)
+        })
     }
 
     /// Applies `ops` in order as one atomic step: either all succeed, each
@@ -557,6 +549,20 @@ impl Store {
         } else {
             Err(OpError::SessionExpired)
         }
+    }
+
+    /// Runs `write` for `session` as one transaction: refused if the
+    /// session is not alive, taken back whole if it fails, and the watches
+    /// it triggers fired only once it has succeeded.
+    fn write<T>(
+        &mut self,
+        session: SessionId,
+        write: impl FnOnce(&mut Store, &mut Vec<Undo>, &mut Vec<Trigger>) -> Result<T, OpError>,
+    ) -> Result<(T, Vec<WatchEvent>), OpError> {
+        self.check_session(session)?;
+        let mut triggers = Vec::new();
+        let value = self.atomically(|store, undo| write(store, undo, &mut triggers))?;
+        Ok((value, self.fire(triggers)))
     }
 
     /// Runs `write` and takes back everything it changed if it fails.
@@ -850,10 +856,7 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<(Vec<u8>, Stat), OpError> {
-        self.check_session(session)?;
-        let found = self.get(path)?;
-        watch(&mut self.data_watches, path, session);
-        Ok(found)
+        self.read_and_watch(session, path, Store::get, |store| &mut store.data_watches)
     }
 
     /// As [`Store::exists`], and sets a one-shot data watch for `session`
@@ -864,10 +867,12 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Option<Stat>, OpError> {
-        self.check_session(session)?;
-        validate_path(path)?;
-        watch(&mut self.data_watches, path, session);
-        Ok(self.exists(path))
+        // Only a bad path fails, so a missing node is watched too.
+        let exists = |store: &Store, path: &str| {
+            validate_path(path)?;
+            Ok(store.exists(path))
+        };
+        self.read_and_watch(session, path, exists, |store| &mut store.data_watches)
     }
 
     /// As [`Store::children`], and sets a one-shot child watch for
@@ -879,10 +884,28 @@ impl Store {
         session: SessionId,
         path: &str,
     ) -> Result<Vec<String>, OpError> {
+        self.read_and_watch(session, path, Store::children, |store| {
+            &mut store.child_watches
+        })
+    }
+
+    /// Reads `path` with `read` for `session` and, if the read succeeds,
+    /// leaves a one-shot watch for the session on `path` in the table
+    /// `table` picks.
+    fn read_and_watch<T>(
+        &mut self,
+        session: SessionId,
+        path: &str,
+        read: impl FnOnce(&Store, &str) -> Result<T, OpError>,
+        table: fn(&mut Store) -> &mut BTreeMap<String, BTreeSet<SessionId>>,
+    ) -> Result<T, OpError> {
         self.check_session(session)?;
-        let names = self.children(path)?;
-        watch(&mut self.child_watches, path, session);
-        Ok(names)
+        let found = read(self, path)?;
+        table(self)
+            .entry(path.to_owned())
+            .or_default()
+            .insert(session);
+        Ok(found)
     }
 
     /// The id of the last transaction that changed the tree (0 for a fresh
@@ -895,10 +918,6 @@ impl Store {
     pub fn paths(&self) -> Vec<String> {
         self.nodes.keys().cloned().collect()
     }
-}
-
-fn watch(table: &mut BTreeMap<String, BTreeSet<SessionId>>, path: &str, session: SessionId) {
-    table.entry(path.to_owned()).or_default().insert(session);
 }
 
 /// An order on event kinds, so that events can be deduplicated in an
@@ -923,6 +942,38 @@ mod tests {
         let mut store = Store::new();
         let s = store.open_session(t0, TIMEOUT);
         (store, s, t0)
+    }
+
+    /// A store with two live sessions, for the tests of what one session
+    /// sees of the other's doings.
+    fn store_with_two_sessions() -> (Store, SessionId, SessionId) {
+        let (mut store, first, t0) = store_with_session();
+        let second = store.open_session(t0, TIMEOUT);
+        (store, first, second)
+    }
+
+    /// Creates `path` with `data` as `session`, failing the test if the
+    /// store refuses, and returns the watch events the creation fired.
+    fn create(
+        store: &mut Store,
+        session: SessionId,
+        path: &str,
+        data: &[u8],
+        mode: CreateMode,
+    ) -> Vec<WatchEvent> {
+        match store.create(session, path, data.to_vec(), mode) {
+            Ok((_, events)) => events,
+            Err(error) => panic!("create {path}: {error:?}"),
+        }
+    }
+
+    /// The step of a multi that creates `path` with no data.
+    fn create_op(path: &str, mode: CreateMode) -> Op {
+        Op::Create {
+            path: path.into(),
+            data: vec![],
+            mode,
+        }
     }
 
     fn ev(session: SessionId, path: &str, kind: WatchEventKind) -> WatchEvent {
@@ -986,12 +1037,8 @@ mod tests {
             Err(OpError::NodeExists)
         );
         assert_eq!(store.get("/a").map(|(d, _)| d), Ok(b"x".to_vec()));
-        store
-            .create(s, "/a/c", vec![], CreateMode::Persistent)
-            .expect("create /a/c");
-        store
-            .create(s, "/a/b", vec![], CreateMode::Persistent)
-            .expect("create /a/b");
+        create(&mut store, s, "/a/c", b"", CreateMode::Persistent);
+        create(&mut store, s, "/a/b", b"", CreateMode::Persistent);
         assert_eq!(store.children("/a"), Ok(vec!["b".into(), "c".into()]));
         let parent = store.exists("/a").expect("/a");
         assert_eq!((parent.cversion, parent.num_children), (2, 2));
@@ -1002,9 +1049,7 @@ mod tests {
     #[test]
     fn ephemeral_cannot_have_children() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/e", vec![], CreateMode::Ephemeral)
-            .expect("create /e");
+        create(&mut store, s, "/e", b"", CreateMode::Ephemeral);
         assert_eq!(
             store.create(s, "/e/c", vec![], CreateMode::Persistent),
             Err(OpError::NoChildrenForEphemerals)
@@ -1020,9 +1065,7 @@ mod tests {
     fn ephemeral_deleted_on_expiry_with_watch_events() {
         let (mut store, owner, t0) = store_with_session();
         let watcher = store.open_session(t0, TIMEOUT * 2);
-        store
-            .create(owner, "/g", vec![], CreateMode::Persistent)
-            .expect("create /g");
+        create(&mut store, owner, "/g", b"", CreateMode::Persistent);
         let (stat, _) = store
             .create(owner, "/g/m", vec![], CreateMode::Ephemeral)
             .expect("create /g/m");
@@ -1050,17 +1093,10 @@ mod tests {
 
     #[test]
     fn close_session_deletes_ephemerals_now() {
-        let (mut store, s, t0) = store_with_session();
-        let other = store.open_session(t0, TIMEOUT);
-        store
-            .create(s, "/a", vec![], CreateMode::Ephemeral)
-            .expect("create /a");
-        store
-            .create(s, "/b", vec![], CreateMode::Ephemeral)
-            .expect("create /b");
-        store
-            .create(other, "/c", vec![], CreateMode::Ephemeral)
-            .expect("create /c");
+        let (mut store, s, other) = store_with_two_sessions();
+        create(&mut store, s, "/a", b"", CreateMode::Ephemeral);
+        create(&mut store, s, "/b", b"", CreateMode::Ephemeral);
+        create(&mut store, other, "/c", b"", CreateMode::Ephemeral);
         store.children_watch(other, "/").expect("watch /");
         let events = store.close_session(s);
         // One-shot: the second deletion finds the child watch already gone.
@@ -1075,9 +1111,7 @@ mod tests {
     #[test]
     fn versions_and_bad_version() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/n", b"0".to_vec(), CreateMode::Persistent)
-            .expect("create");
+        create(&mut store, s, "/n", b"0", CreateMode::Persistent);
         assert_eq!(
             store.set_data(s, "/n", b"x".to_vec(), Some(1)),
             Err(OpError::BadVersion)
@@ -1126,11 +1160,8 @@ mod tests {
 
     #[test]
     fn watches_fire_once_and_only_for_their_session() {
-        let (mut store, a, t0) = store_with_session();
-        let b = store.open_session(t0, TIMEOUT);
-        store
-            .create(a, "/n", vec![], CreateMode::Persistent)
-            .expect("create");
+        let (mut store, a, b) = store_with_two_sessions();
+        create(&mut store, a, "/n", b"", CreateMode::Persistent);
         store.get_watch(a, "/n").expect("a watches");
         store.get_watch(a, "/n").expect("a watches again");
         let (_, events) = store.set_data(b, "/n", b"1".to_vec(), None).expect("set");
@@ -1148,21 +1179,16 @@ mod tests {
         // No watch is left on a missing node by get or children.
         assert_eq!(store.get_watch(a, "/n"), Err(OpError::NoNode));
         assert_eq!(store.children_watch(a, "/n"), Err(OpError::NoNode));
-        let (_, events) = store
-            .create(b, "/n", vec![], CreateMode::Persistent)
-            .expect("re-create");
+        let events = create(&mut store, b, "/n", b"", CreateMode::Persistent);
         assert!(events.is_empty());
     }
 
     #[test]
     fn exists_watch_on_missing_node_fires_created() {
-        let (mut store, a, t0) = store_with_session();
-        let b = store.open_session(t0, TIMEOUT);
+        let (mut store, a, b) = store_with_two_sessions();
         assert_eq!(store.exists_watch(a, "/late"), Ok(None));
         assert_eq!(store.exists_watch(b, "/late"), Ok(None));
-        let (_, events) = store
-            .create(a, "/late", vec![], CreateMode::Persistent)
-            .expect("create");
+        let events = create(&mut store, a, "/late", b"", CreateMode::Persistent);
         assert_eq!(
             events,
             vec![
@@ -1178,13 +1204,9 @@ mod tests {
     #[test]
     fn children_watch_fires_on_child_add_and_remove() {
         let (mut store, s, _) = store_with_session();
-        store
-            .create(s, "/g", vec![], CreateMode::Persistent)
-            .expect("create /g");
+        create(&mut store, s, "/g", b"", CreateMode::Persistent);
         assert_eq!(store.children_watch(s, "/g"), Ok(vec![]));
-        let (_, events) = store
-            .create(s, "/g/m1", vec![], CreateMode::Ephemeral)
-            .expect("add");
+        let events = create(&mut store, s, "/g/m1", b"", CreateMode::Ephemeral);
         assert_eq!(
             events,
             vec![ev(s, "/g", WatchEventKind::NodeChildrenChanged)]
@@ -1205,21 +1227,14 @@ mod tests {
 
     #[test]
     fn multi_is_atomic() {
-        let (mut store, s, t0) = store_with_session();
-        let w = store.open_session(t0, TIMEOUT);
-        store
-            .create(s, "/p", b"v".to_vec(), CreateMode::Persistent)
-            .expect("create");
+        let (mut store, s, w) = store_with_two_sessions();
+        create(&mut store, s, "/p", b"v", CreateMode::Persistent);
         store.exists_watch(w, "/q").expect("watch /q");
         store.get_watch(w, "/p").expect("watch /p");
         let before_zxid = store.zxid();
         let before = store.get("/p").expect("get");
         let ops = vec![
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Ephemeral,
-            },
+            create_op("/q", CreateMode::Ephemeral),
             Op::SetData {
                 path: "/p".into(),
                 data: b"new".to_vec(),
@@ -1247,11 +1262,7 @@ mod tests {
                 path: "/p".into(),
                 version: 7,
             },
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/q", CreateMode::Persistent),
         ];
         assert_eq!(store.multi(s, ops), Err((0, OpError::BadVersion)));
         assert_eq!(store.exists("/q"), None);
@@ -1263,11 +1274,7 @@ mod tests {
                 path: "/p".into(),
                 version: 0,
             },
-            Op::Create {
-                path: "/q".into(),
-                data: vec![],
-                mode: CreateMode::Ephemeral,
-            },
+            create_op("/q", CreateMode::Ephemeral),
             Op::SetData {
                 path: "/p".into(),
                 data: b"new".to_vec(),
@@ -1300,25 +1307,15 @@ mod tests {
     fn multi_rolls_back_deletes_and_ephemeral_ownership() {
         let (mut store, s, _) = store_with_session();
         store.create_parents(s, "/g/x").expect("parents");
-        store
-            .create(s, "/g/e", b"d".to_vec(), CreateMode::Ephemeral)
-            .expect("create");
+        create(&mut store, s, "/g/e", b"d", CreateMode::Ephemeral);
         let before: Vec<_> = store.paths().iter().map(|p| store.get(p)).collect();
         let ops = vec![
             Op::Delete {
                 path: "/g/e".into(),
                 version: Some(0),
             },
-            Op::Create {
-                path: "/g/e".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
-            Op::Create {
-                path: "/g/e".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/g/e", CreateMode::Persistent),
+            create_op("/g/e", CreateMode::Persistent),
         ];
         assert_eq!(store.multi(s, ops), Err((2, OpError::NodeExists)));
         let after: Vec<_> = store.paths().iter().map(|p| store.get(p)).collect();
@@ -1333,16 +1330,8 @@ mod tests {
     fn multi_sees_its_own_earlier_ops() {
         let (mut store, s, _) = store_with_session();
         let ops = vec![
-            Op::Create {
-                path: "/a".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
-            Op::Create {
-                path: "/a/b".into(),
-                data: vec![],
-                mode: CreateMode::Persistent,
-            },
+            create_op("/a", CreateMode::Persistent),
+            create_op("/a/b", CreateMode::Persistent),
         ];
         store.multi(s, ops).expect("multi");
         assert_eq!(store.paths(), vec!["/", "/a", "/a/b"]);
@@ -1402,9 +1391,7 @@ mod tests {
         let early = store.open_session(t0, Duration::from_secs(3));
         let watcher = store.open_session(t0, Duration::from_secs(60));
         for (s, p) in [(late, "/late"), (early, "/early")] {
-            store
-                .create(s, p, vec![], CreateMode::Ephemeral)
-                .expect("create");
+            create(&mut store, s, p, b"", CreateMode::Ephemeral);
             store.exists_watch(watcher, p).expect("watch");
         }
         let events = store.expire_due(t0 + Duration::from_secs(5));
@@ -1420,11 +1407,8 @@ mod tests {
 
     #[test]
     fn dead_session_cannot_write_and_its_watches_never_fire() {
-        let (mut store, dead, t0) = store_with_session();
-        let live = store.open_session(t0, TIMEOUT);
-        store
-            .create(live, "/n", vec![], CreateMode::Persistent)
-            .expect("create");
+        let (mut store, dead, live) = store_with_two_sessions();
+        create(&mut store, live, "/n", b"", CreateMode::Persistent);
         store.get_watch(dead, "/n").expect("watch");
         store.children_watch(dead, "/n").expect("watch");
         store.exists_watch(dead, "/m").expect("watch");
@@ -1457,12 +1441,8 @@ mod tests {
 
         let (_, events) = store.set_data(live, "/n", vec![1], None).expect("set");
         assert!(events.is_empty());
-        store
-            .create(live, "/n/c", vec![], CreateMode::Persistent)
-            .expect("create");
-        let (_, events) = store
-            .create(live, "/m", vec![], CreateMode::Persistent)
-            .expect("create");
+        create(&mut store, live, "/n/c", b"", CreateMode::Persistent);
+        let events = create(&mut store, live, "/m", b"", CreateMode::Persistent);
         assert!(events.is_empty());
         // Reads need no session.
         assert!(store.get("/n").is_ok());
@@ -1493,8 +1473,7 @@ mod tests {
 
     #[test]
     fn create_parents_is_idempotent() {
-        let (mut store, s, t0) = store_with_session();
-        let w = store.open_session(t0, TIMEOUT);
+        let (mut store, s, w) = store_with_two_sessions();
         store.children_watch(w, "/").expect("watch");
         let events = store.create_parents(s, "/a/b/c").expect("first");
         assert_eq!(

@@ -236,9 +236,26 @@ struct Node {
 }
 
 impl Node {
+    /// The connection this node has now.
+    fn link(&self) -> Link {
+        Link {
+            incarnation: self.incarnation,
+            epoch: self.epoch,
+        }
+    }
+
     fn running(&self, now: Instant) -> bool {
         self.member.is_some() && !self.gone && self.paused_until.is_none_or(|t| now >= t)
     }
+}
+
+/// One connection of one process of a node: what travels over it is lost
+/// when the process restarts (a new incarnation) or the connection breaks
+/// (a new epoch).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Link {
+    incarnation: u32,
+    epoch: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -290,24 +307,21 @@ enum Action {
     /// A store command reaches the server.
     Request {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         session: SessionId,
         command: Command,
     },
     /// The second round trip of a claim that met an existing record.
     ReadOwner {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         id: RequestId,
         partition: TopicPartition,
     },
     /// A reply reaches the member (dropped if the connection changed).
     Reply {
         node: usize,
-        incarnation: u32,
-        epoch: u64,
+        link: Link,
         event: Event,
     },
     /// A watch notification reaches the member's session.
@@ -433,6 +447,22 @@ impl World {
         self.actions.insert(self.seq, action);
     }
 
+    /// Hands `event` to the member running on node `index` at `time`. It
+    /// goes to the process running now: if the node restarts before `time`,
+    /// the new process never sees it, as a real one never sees what its
+    /// predecessor was told.
+    fn local(&mut self, time: Instant, index: usize, event: Input) {
+        let incarnation = self.nodes[index].incarnation;
+        self.at(
+            time,
+            Action::Local {
+                node: index,
+                incarnation,
+                event,
+            },
+        );
+    }
+
     fn delay(&mut self) -> Duration {
         let max = self.config.max_delay.as_micros() as u64;
         Duration::from_micros(1 + self.rng.below(max.max(1)))
@@ -514,17 +544,8 @@ impl World {
         node.app.claiming.clear();
         node.app.held.clear();
         self.open_session(index);
-        let incarnation = self.nodes[index].incarnation;
         let counts = self.counts.clone();
-        let now = self.now;
-        self.at(
-            now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Counts(counts),
-            },
-        );
+        self.local(self.now, index, Input::Counts(counts));
         Ok(())
     }
 
@@ -539,14 +560,10 @@ impl World {
         node.connected = true;
         node.epoch += 1;
         node.last_contact = now;
-        let incarnation = node.incarnation;
-        self.at(
+        self.local(
             now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Store(Event::SessionEstablished { session }),
-            },
+            index,
+            Input::Store(Event::SessionEstablished { session }),
         );
     }
 
@@ -641,15 +658,7 @@ impl World {
                 // The client gives up on its session by its own clock, which
                 // can be before the server has deleted its records.
                 self.nodes[node].session = None;
-                let incarnation = self.nodes[node].incarnation;
-                self.at(
-                    now,
-                    Action::Local {
-                        node,
-                        incarnation,
-                        event: Input::Store(Event::SessionExpired),
-                    },
-                );
+                self.local(now, node, Input::Store(Event::SessionExpired));
             }
             Fault::Pause { node, length } => {
                 let Some(n) = self.nodes.get_mut(node) else {
@@ -718,15 +727,7 @@ impl World {
                     return;
                 }
                 self.nodes[node].leaving = true;
-                let incarnation = self.nodes[node].incarnation;
-                self.at(
-                    now,
-                    Action::Local {
-                        node,
-                        incarnation,
-                        event: Input::Shutdown,
-                    },
-                );
+                self.local(now, node, Input::Shutdown);
             }
             Fault::GrowPartitions { topic } => {
                 let Some((name, _)) = self.config.topics.get(topic) else {
@@ -742,16 +743,8 @@ impl World {
                 for index in 0..self.nodes.len() {
                     if self.nodes[index].member.is_some() && !self.nodes[index].gone {
                         let when = now + Duration::from_millis(self.rng.below(500));
-                        let incarnation = self.nodes[index].incarnation;
                         let counts = self.counts.clone();
-                        self.at(
-                            when,
-                            Action::Local {
-                                node: index,
-                                incarnation,
-                                event: Input::Counts(counts),
-                            },
-                        );
+                        self.local(when, index, Input::Counts(counts));
                     }
                 }
             }
@@ -764,29 +757,24 @@ impl World {
         let node = &mut self.nodes[index];
         node.connected = false;
         node.epoch += 1;
-        let incarnation = node.incarnation;
         let last_heard = node.last_contact;
         let failed: Vec<Command> = std::mem::take(&mut node.in_flight)
             .into_values()
             .map(|p| p.command)
             .collect();
         for command in failed {
-            self.fail(index, incarnation, command, StoreError::ConnectionLoss);
+            self.fail(index, command, StoreError::ConnectionLoss);
         }
-        self.at(
+        self.local(
             now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event: Input::Store(Event::SessionSuspended { last_heard }),
-            },
+            index,
+            Input::Store(Event::SessionSuspended { last_heard }),
         );
     }
 
     fn reconnect(&mut self, index: usize) {
         let now = self.now;
         self.trace(Some(index), &("reconnecting", self.nodes[index].session));
-        let incarnation = self.nodes[index].incarnation;
         match self.nodes[index].session {
             Some(session) if self.store.session_alive(session) => {
                 let node = &mut self.nodes[index];
@@ -794,25 +782,11 @@ impl World {
                 node.epoch += 1;
                 node.last_contact = now;
                 let _ = self.store.touch(session, now);
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event: Input::Store(Event::SessionResumed),
-                    },
-                );
+                self.local(now, index, Input::Store(Event::SessionResumed));
             }
             Some(_) => {
                 self.nodes[index].session = None;
-                self.at(
-                    now,
-                    Action::Local {
-                        node: index,
-                        incarnation,
-                        event: Input::Store(Event::SessionExpired),
-                    },
-                );
+                self.local(now, index, Input::Store(Event::SessionExpired));
                 self.open_session(index);
             }
             None => self.open_session(index),
@@ -964,52 +938,30 @@ impl World {
         let now = self.now;
         match action {
             Action::Fault(fault) => self.apply_fault(fault),
+            // Sent over a connection the node no longer has: lost with it, a
+            // request never applied, a reply never delivered.
+            Action::Request { node, link, .. }
+            | Action::ReadOwner { node, link, .. }
+            | Action::Reply { node, link, .. }
+                if self.nodes[node].link() != link => {}
             Action::Request {
                 node,
-                incarnation,
-                epoch,
                 session,
                 command,
-            } => {
-                if self.nodes[node].incarnation != incarnation || self.nodes[node].epoch != epoch {
-                    // Lost with its connection: never applied.
-                    return;
-                }
-                self.serve(node, session, command);
-            }
+                ..
+            } => self.serve(node, session, command),
             Action::ReadOwner {
                 node,
-                incarnation,
-                epoch,
                 id,
                 partition,
+                ..
             } => {
-                if self.nodes[node].incarnation != incarnation || self.nodes[node].epoch != epoch {
-                    return;
-                }
                 let event = adapter::claim_read_owner(&self.store, &self.layout, id, &partition);
                 self.reply(node, event);
             }
-            Action::Reply {
-                node,
-                incarnation,
-                epoch,
-                event,
-            } => {
-                let n = &self.nodes[node];
-                if n.incarnation != incarnation || n.epoch != epoch {
-                    return;
-                }
-                if let Some(until) = n.paused_until.filter(|t| *t > now) {
-                    self.at(
-                        until,
-                        Action::Reply {
-                            node,
-                            incarnation,
-                            epoch,
-                            event,
-                        },
-                    );
+            Action::Reply { node, link, event } => {
+                if let Some(until) = self.nodes[node].paused_until.filter(|t| *t > now) {
+                    self.at(until, Action::Reply { node, link, event });
                     return;
                 }
                 if let Some(id) = event.request_id() {
@@ -1113,13 +1065,12 @@ impl World {
         // Replies on one connection arrive in order, as over TCP.
         let when = (self.now + delay).max(node.last_reply_delivery);
         node.last_reply_delivery = when;
-        let (incarnation, epoch) = (node.incarnation, node.epoch);
+        let link = node.link();
         self.at(
             when,
             Action::Reply {
                 node: index,
-                incarnation,
-                epoch,
+                link,
                 event,
             },
         );
@@ -1235,13 +1186,12 @@ impl World {
             Execution::ReadOwner { id, partition } => {
                 let delay = self.delay() * 2;
                 let node = &self.nodes[index];
-                let (incarnation, epoch) = (node.incarnation, node.epoch);
+                let link = node.link();
                 self.at(
                     now + delay,
                     Action::ReadOwner {
                         node: index,
-                        incarnation,
-                        epoch,
+                        link,
                         id,
                         partition,
                     },
@@ -1385,17 +1335,8 @@ impl World {
 
     /// Answers `command` with `error` at once, as a client does for a
     /// request it could not send or whose connection broke.
-    fn fail(&mut self, index: usize, incarnation: u32, command: Command, error: StoreError) {
-        let now = self.now;
-        let event = Input::Store(command.failed(error));
-        self.at(
-            now,
-            Action::Local {
-                node: index,
-                incarnation,
-                event,
-            },
-        );
+    fn fail(&mut self, index: usize, command: Command, error: StoreError) {
+        self.local(self.now, index, Input::Store(command.failed(error)));
     }
 
     /// Starts or stops the fetching of the member's application.
@@ -1437,7 +1378,6 @@ impl World {
         let now = self.now;
         self.trace(Some(index), &("->", &store_command));
         let node = &self.nodes[index];
-        let incarnation = node.incarnation;
         match (node.connected, node.session) {
             (true, Some(session)) => {
                 let delay = self.delay();
@@ -1445,7 +1385,7 @@ impl World {
                 // Requests on one connection arrive in order.
                 let arrival = (now + delay).max(node.last_request_arrival);
                 node.last_request_arrival = arrival;
-                let epoch = node.epoch;
+                let link = node.link();
                 let (id, _) = store_command.request();
                 node.in_flight.insert(
                     id,
@@ -1457,8 +1397,7 @@ impl World {
                     arrival,
                     Action::Request {
                         node: index,
-                        incarnation,
-                        epoch,
+                        link,
                         session,
                         command: store_command,
                     },
@@ -1470,7 +1409,7 @@ impl World {
                 } else {
                     StoreError::ConnectionLoss
                 };
-                self.fail(index, incarnation, store_command, error);
+                self.fail(index, store_command, error);
             }
         }
     }
@@ -1478,7 +1417,6 @@ impl World {
     fn app_tick(&mut self, index: usize) {
         let now = self.now;
         let node = &mut self.nodes[index];
-        let incarnation = node.incarnation;
         let mut done = Vec::new();
         node.app.batches.retain(|b| {
             if b.done_at <= now {
@@ -1497,18 +1435,12 @@ impl World {
                 }
                 counts[slot] += 1;
             }
-            self.at(
-                now,
-                Action::Local {
-                    node: index,
-                    incarnation,
-                    event: Input::Processed {
-                        partition: batch.partition,
-                        token: batch.token,
-                        offset: batch.end - 1,
-                    },
-                },
-            );
+            let processed = Input::Processed {
+                partition: batch.partition,
+                token: batch.token,
+                offset: batch.end - 1,
+            };
+            self.local(now, index, processed);
         }
         let node = &mut self.nodes[index];
         let busy: BTreeSet<TopicPartition> = node
@@ -1541,7 +1473,6 @@ impl World {
     fn finish_drains(&mut self, index: usize) {
         let now = self.now;
         let node = &mut self.nodes[index];
-        let incarnation = node.incarnation;
         let drained: Vec<(TopicPartition, FencingToken)> = node
             .app
             .stopping
@@ -1559,14 +1490,7 @@ impl World {
             node.app.stopping.remove(key);
         }
         for (partition, token) in drained {
-            self.at(
-                now,
-                Action::Local {
-                    node: index,
-                    incarnation,
-                    event: Input::Drained { partition, token },
-                },
-            );
+            self.local(now, index, Input::Drained { partition, token });
         }
     }
 
