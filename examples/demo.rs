@@ -153,18 +153,15 @@ impl Store {
         }
     }
 
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
+    fn backend(&self) -> Box<dyn Backend> {
         match self {
-            Store::Memory(store) => Box::new(store.backend(session_timeout)),
+            Store::Memory(store) => Box::new(store.backend()),
             #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(address) => Box::new(
-                tenure::zookeeper::ZooKeeperBackend::new(address.clone())
-                    .session_timeout(session_timeout),
-            ),
+            Store::ZooKeeper(address) => {
+                Box::new(tenure::zookeeper::ZooKeeperBackend::new(address.clone()))
+            }
             #[cfg(feature = "etcd")]
-            Store::Etcd(endpoint) => Box::new(
-                tenure::etcd::EtcdBackend::new(endpoint.clone()).session_timeout(session_timeout),
-            ),
+            Store::Etcd(endpoint) => Box::new(tenure::etcd::EtcdBackend::new(endpoint.clone())),
         }
     }
 
@@ -421,7 +418,7 @@ impl Worker {
         let member = GroupMember::builder(config)
             .partitions([(TOPIC.to_owned(), setup.partitions)].into())
             .view_log(setup.log)
-            .join(setup.store.backend(SESSION))
+            .join(setup.store.backend())
             .await
             .map_err(|e| format!("{name} cannot join: {e}"))?;
         let id = member.id().clone();

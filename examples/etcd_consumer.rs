@@ -19,8 +19,7 @@ mod consumer;
 async fn run() -> Result<(), String> {
     let args = consumer::parse("etcd_consumer")?;
     let config = consumer::config(&args)?;
-    let store =
-        EtcdBackend::new(consumer::env("TENURE_ETCD")?).session_timeout(config.session_timeout);
+    let store = EtcdBackend::new(consumer::env("TENURE_ETCD")?);
     consumer::consume(args, config, store).await
 }
 

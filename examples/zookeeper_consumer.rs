@@ -19,8 +19,7 @@ mod consumer;
 async fn run() -> Result<(), String> {
     let args = consumer::parse("zookeeper_consumer")?;
     let config = consumer::config(&args)?;
-    let store = ZooKeeperBackend::new(consumer::env("TENURE_ZOOKEEPER")?)
-        .session_timeout(config.session_timeout);
+    let store = ZooKeeperBackend::new(consumer::env("TENURE_ZOOKEEPER")?);
     consumer::consume(args, config, store).await
 }
 

@@ -31,7 +31,7 @@
 //! use tenure_etcd::EtcdBackend;
 //!
 //! let backend = EtcdBackend::new("http://etcd1:2379,http://etcd2:2379")
-//!     .session_timeout(Duration::from_secs(10));
+//!     .connect_timeout(Duration::from_secs(10));
 //! # drop(backend);
 //! ```
 
@@ -53,10 +53,6 @@ use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining};
-
-/// The lease TTL asked of the server when no session timeout is set (the
-/// core's default session timeout).
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long [`Backend::start`] waits for a server to grant the first lease
 /// when no other bound is set.
@@ -260,7 +256,8 @@ impl EtcdBackend {
             config: Config {
                 endpoints: endpoints.into(),
                 prefix: DEFAULT_PREFIX.to_owned(),
-                session_timeout: DEFAULT_SESSION_TIMEOUT,
+                // The member's, set when it starts the backend.
+                session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 request_timeout: None,
                 hooks: Hooks::default(),
@@ -274,15 +271,6 @@ impl EtcdBackend {
     /// the group's keys are under `<prefix>/<group>/`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.config.prefix = prefix.into();
-        self
-    }
-
-    /// The lease TTL to ask of the server; use the member's configured
-    /// session timeout (default [`DEFAULT_SESSION_TIMEOUT`]). It is rounded
-    /// up to whole seconds; the server may grant more (etcd has a minimum
-    /// TTL of about 1.5 election timeouts), which is logged as a warning.
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.config.session_timeout = timeout;
         self
     }
 
@@ -320,7 +308,8 @@ impl EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        check_start(self.running.is_some(), self.config.session_timeout)?;
+        check_start(self.running.is_some(), joining.session_timeout)?;
+        self.config.session_timeout = joining.session_timeout;
         let endpoints = self.config.endpoint_list();
         if endpoints.is_empty() {
             return Err(BackendError::Config(format!(

@@ -33,6 +33,8 @@ enum ConnectError {
         endpoints: String,
         source: etcd_client::Error,
     },
+    #[error("the server granted a shorter lease than asked")]
+    ShorterLease { asked: Duration, granted: Duration },
     #[error("{0}")]
     Client(etcd_client::Error),
 }
@@ -43,6 +45,11 @@ impl ConnectError {
             ConnectError::BadEndpoint { .. } => {
                 BackendError::Config(format!("{}: {self}", config.store()))
             }
+            ConnectError::ShorterLease { asked, granted } => BackendError::SessionTimeout {
+                store: config.store(),
+                asked,
+                granted,
+            },
             ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
                 store: config.store(),
                 detail: self.to_string(),
@@ -99,15 +106,28 @@ async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError
             Ok(Err(e)) => return Err(ConnectError::Client(e)),
             Ok(Ok(granted)) => granted,
         };
+    let current = Current::new(granted.id(), granted.ttl());
+    if current.ttl < config.session_timeout {
+        // The member stops consuming by its own timeout's arithmetic; with a
+        // shorter lease the server could hand its partitions to another
+        // member first. Revoke what was granted: nobody will keep it alive.
+        let _ =
+            tokio::time::timeout(config.connect_timeout, client.lease_revoke(current.lease)).await;
+        return Err(ConnectError::ShorterLease {
+            asked: config.session_timeout,
+            granted: current.ttl,
+        });
+    }
     if granted.ttl() != ttl {
         tracing::warn!(
             asked = ttl,
             granted = granted.ttl(),
-            "etcd granted another lease TTL (seconds) than the member's session timeout; \
-             the member's suspension arithmetic assumes the one it was configured with"
+            "etcd granted a longer lease TTL (seconds) than the member's session timeout: \
+             the member stops consuming earlier than it must, and takeovers of its \
+             partitions wait longer"
         );
     }
-    Ok(Current::new(granted.id(), granted.ttl()))
+    Ok(current)
 }
 
 /// How keeping one lease alive ended.

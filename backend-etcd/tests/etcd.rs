@@ -529,7 +529,15 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend =
         EtcdBackend::new("http://127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
+    match backend
+        .start(Joining::new(
+            GROUP,
+            member.clone(),
+            common::SESSION_TIMEOUT,
+            tx,
+        ))
+        .await
+    {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
         }
@@ -543,7 +551,15 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = EtcdBackend::new("127.0.0.1:notaport");
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
+    match backend
+        .start(Joining::new(
+            GROUP,
+            member.clone(),
+            common::SESSION_TIMEOUT,
+            tx,
+        ))
+        .await
+    {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
         }
@@ -553,7 +569,14 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = EtcdBackend::new(" , ");
     assert!(matches!(
-        backend.start(Joining::new(GROUP, member.clone(), tx)).await,
+        backend
+            .start(Joining::new(
+                GROUP,
+                member.clone(),
+                common::SESSION_TIMEOUT,
+                tx
+            ))
+            .await,
         Err(BackendError::Config(_))
     ));
 }
@@ -564,10 +587,9 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 #[tokio::test]
 async fn a_revoked_lease_expires_the_session_and_a_new_one_is_granted() {
     let sandbox = Sandbox::new("expiry").await;
-    let backend = sandbox
-        .backend(&sandbox.address)
-        .session_timeout(Duration::from_secs(3));
-    let mut a = common::Driver::start("etcd", backend, common::info("a")).await;
+    let backend = sandbox.backend(&sandbox.address);
+    let session_timeout = Duration::from_secs(3);
+    let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
     let first = a.session;
     registered(a.register().await);
 
@@ -627,9 +649,9 @@ async fn session_suspends_resumes_and_expires() {
     let proxy = common::proxy::Proxy::start(&upstream).await;
     let backend = sandbox
         .backend(&format!("http://{}", proxy.address))
-        .session_timeout(Duration::from_secs(8))
         .request_timeout(Duration::from_secs(1));
-    let mut a = common::Driver::start("etcd", backend, common::info("a")).await;
+    let session_timeout = Duration::from_secs(8);
+    let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
     let first = a.session;
     registered(a.register().await);
     assert_eq!(a.watch_members().await, vec!["a"]);

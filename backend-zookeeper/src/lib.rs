@@ -22,7 +22,7 @@
 //! use tenure_zookeeper::ZooKeeperBackend;
 //!
 //! let backend = ZooKeeperBackend::new("zk1:2181,zk2:2181/kafka")
-//!     .session_timeout(Duration::from_secs(10));
+//!     .connect_timeout(Duration::from_secs(10));
 //! # drop(backend);
 //! ```
 
@@ -46,10 +46,6 @@ use tenure_tokio::session::{
 };
 use tenure_tokio::{Backend, BackendError, Joining};
 use zookeeper_client as zk;
-
-/// The session timeout asked of the server when none is set (the core's
-/// default session timeout).
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long [`Backend::start`] waits for a server to answer when no other
 /// bound is set.
@@ -140,25 +136,14 @@ impl ZooKeeperBackend {
         ZooKeeperBackend {
             config: Config {
                 connect_string: connect_string.into(),
-                session_timeout: DEFAULT_SESSION_TIMEOUT,
+                // The member's, set when it starts the backend.
+                session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
             },
             running: None,
         }
-    }
-
-    /// The session timeout to ask of the server; use the member's configured
-    /// session timeout (default [`DEFAULT_SESSION_TIMEOUT`]). The server
-    /// bounds it (to 2–20 ticks by default). A shorter grant is refused with
-    /// [`BackendError::Config`]: the server could then expire the session,
-    /// and hand its partitions on, before the member stopped consuming. A
-    /// longer one is logged as a warning (the member stops earlier than it
-    /// must).
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.config.session_timeout = timeout;
-        self
     }
 
     /// How long [`Backend::start`] (and each reconnection after a session
@@ -188,7 +173,8 @@ impl ZooKeeperBackend {
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
-        check_start(self.running.is_some(), self.config.session_timeout)?;
+        check_start(self.running.is_some(), joining.session_timeout)?;
+        self.config.session_timeout = joining.session_timeout;
         let before = Instant::now();
         let client = session::connect(&self.config).await?;
         let current = Current {

@@ -28,12 +28,7 @@ enum ConnectError {
     },
     #[error("chroot {0:?} does not exist; create it first")]
     NoChroot(String),
-    #[error(
-        "the server granted a session timeout of {granted:?}, shorter than the member's \
-         {asked:?}: a member that lost contact would go on consuming after its session \
-         expired. Set the member's session timeout to at most {granted:?}, or raise the \
-         server's maxSessionTimeout"
-    )]
+    #[error("the server granted a shorter session than asked")]
     ShorterSession { asked: Duration, granted: Duration },
     #[error("{0}")]
     Client(zk::Error),
@@ -42,11 +37,14 @@ enum ConnectError {
 impl ConnectError {
     fn into_backend_error(self, config: &Config) -> BackendError {
         match self {
-            ConnectError::BadConnectString { .. }
-            | ConnectError::NoChroot(_)
-            | ConnectError::ShorterSession { .. } => {
+            ConnectError::BadConnectString { .. } | ConnectError::NoChroot(_) => {
                 BackendError::Config(format!("{}: {self}", config.store()))
             }
+            ConnectError::ShorterSession { asked, granted } => BackendError::SessionTimeout {
+                store: config.store(),
+                asked,
+                granted,
+            },
             ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
                 store: config.store(),
                 detail: self.to_string(),
@@ -176,11 +174,15 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {backoff:?}");
                 // Retrying will not mend a configuration the server refuses:
                 // the application must hear of it, not only the log.
-                if let (BackendError::Config(detail), false) = (&error, reported) {
+                let permanent = matches!(
+                    error,
+                    BackendError::Config(_) | BackendError::SessionTimeout { .. }
+                );
+                if permanent && !reported {
                     reported = true;
                     shared.state.send(Event::StoreProblem {
                         operation: Operation::OpenSession,
-                        error: StoreError::Other(ClientError::message(detail.clone())),
+                        error: StoreError::Other(ClientError::new(error)),
                     });
                 }
                 tokio::time::sleep(backoff).await;

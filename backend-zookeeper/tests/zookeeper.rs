@@ -538,7 +538,15 @@ async fn start_errors_name_the_address_and_are_bounded() {
     let started = Instant::now();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
+    match backend
+        .start(Joining::new(
+            GROUP,
+            member.clone(),
+            common::SESSION_TIMEOUT,
+            tx,
+        ))
+        .await
+    {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
         }
@@ -552,7 +560,15 @@ async fn start_errors_name_the_address_and_are_bounded() {
 
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new("127.0.0.1:notaport");
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
+    match backend
+        .start(Joining::new(
+            GROUP,
+            member.clone(),
+            common::SESSION_TIMEOUT,
+            tx,
+        ))
+        .await
+    {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
         }
@@ -564,7 +580,15 @@ async fn start_errors_name_the_address_and_are_bounded() {
     let _server = common::raw_client(&common::address()).await;
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
     let mut backend = ZooKeeperBackend::new(connect.clone());
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
+    match backend
+        .start(Joining::new(
+            GROUP,
+            member.clone(),
+            common::SESSION_TIMEOUT,
+            tx,
+        ))
+        .await
+    {
         Err(BackendError::Config(message)) => {
             assert!(message.contains(&connect), "{message}");
             assert!(message.contains("chroot"), "{message}");
@@ -576,12 +600,22 @@ async fn start_errors_name_the_address_and_are_bounded() {
     // scripts/services): the server would expire the session before the
     // member stopped consuming, so the session is refused.
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend =
-        ZooKeeperBackend::new(common::address()).session_timeout(Duration::from_secs(90));
-    match backend.start(Joining::new(GROUP, member.clone(), tx)).await {
-        Err(BackendError::Config(message)) => {
-            assert!(message.contains("shorter than the member's"), "{message}");
-            assert!(message.contains("maxSessionTimeout"), "{message}");
+    let mut backend = ZooKeeperBackend::new(common::address());
+    let asked = Duration::from_secs(90);
+    match backend
+        .start(Joining::new(GROUP, member.clone(), asked, tx))
+        .await
+    {
+        Err(
+            error @ BackendError::SessionTimeout {
+                asked: refused,
+                granted,
+                ..
+            },
+        ) => {
+            assert_eq!(refused, asked);
+            assert_eq!(granted, Duration::from_secs(60));
+            assert!(error.to_string().contains("maxSessionTimeout"), "{error}");
         }
         other => panic!("a shorter granted session: {other:?}"),
     }
@@ -596,9 +630,9 @@ async fn session_suspends_resumes_and_expires() {
     let sandbox = Sandbox::new("session").await;
     let proxy = common::proxy::Proxy::start(&common::address()).await;
     let session_timeout = Duration::from_secs(3);
-    let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, sandbox.chroot))
-        .session_timeout(session_timeout);
-    let mut a = common::Driver::start("zookeeper", backend, common::info("a")).await;
+    let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, sandbox.chroot));
+    let mut a =
+        common::Driver::start("zookeeper", backend, common::info("a"), session_timeout).await;
     let first = a.session;
     assert!(matches!(
         a.register().await,

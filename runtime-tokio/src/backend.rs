@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{Command, Event, MemberInfo, TopicPartition};
@@ -47,16 +47,28 @@ pub struct Joining {
     pub group: String,
     /// The member, as it registers.
     pub member: MemberInfo,
+    /// The session timeout to ask of the store: the member's
+    /// ([`tenure_core::Config::session_timeout`]), the one setting for it.
+    /// A store that grants less fails the start with
+    /// [`BackendError::SessionTimeout`].
+    pub session_timeout: Duration,
     /// Where every event goes from then on.
     pub events: EventSender,
 }
 
 impl Joining {
-    /// Member `member` of `group`, its events going to `events`.
-    pub fn new(group: impl Into<String>, member: MemberInfo, events: EventSender) -> Joining {
+    /// Member `member` of `group`, with sessions of `session_timeout`, its
+    /// events going to `events`.
+    pub fn new(
+        group: impl Into<String>,
+        member: MemberInfo,
+        session_timeout: Duration,
+        events: EventSender,
+    ) -> Joining {
         Joining {
             group: group.into(),
             member,
+            session_timeout,
             events,
         }
     }
@@ -64,6 +76,7 @@ impl Joining {
 
 /// Why a backend could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackendError {
     /// The store could not be reached or refused the session.
     #[error("cannot connect to {store}: {detail}")]
@@ -76,6 +89,24 @@ pub enum BackendError {
     /// The backend's own configuration is unusable (bad address, chroot...).
     #[error("invalid backend configuration: {0}")]
     Config(String),
+    /// The store granted a shorter session than the member's session
+    /// timeout. The member would go on consuming after the store had
+    /// expired its session and handed its partitions on, so it does not
+    /// start: lower the member's session timeout, or raise the store's
+    /// bound (ZooKeeper: `maxSessionTimeout`).
+    #[error(
+        "{store} granted a session timeout of {granted:?}, shorter than the member's \
+         {asked:?}; lower the member's session timeout or raise the server's bound \
+         (ZooKeeper: maxSessionTimeout)"
+    )]
+    SessionTimeout {
+        /// Which store.
+        store: String,
+        /// The member's session timeout.
+        asked: Duration,
+        /// What the store granted.
+        granted: Duration,
+    },
 }
 
 /// A coordination store seen from one member: it carries the core's store

@@ -221,6 +221,7 @@ impl GroupMemberBuilder {
             .start(Joining::new(
                 group.as_str(),
                 member.info().clone(),
+                member.config().session_timeout,
                 store_tx,
             ))
             .await?;

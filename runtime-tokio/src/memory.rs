@@ -15,6 +15,7 @@ use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, BackendError, EventSender, Joining};
+use crate::session::check_start;
 
 /// An in-memory coordination store. Clone it to share it between the
 /// members of one process; each member gets its own [`MemoryBackend`].
@@ -36,11 +37,12 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    /// A backend for one member, with sessions of `session_timeout`.
-    pub fn backend(&self, session_timeout: Duration) -> MemoryBackend {
+    /// A backend for one member; its sessions last the member's session
+    /// timeout.
+    pub fn backend(&self) -> MemoryBackend {
         MemoryBackend {
             store: self.clone(),
-            session_timeout,
+            session_timeout: Duration::ZERO,
             session: Arc::new(AtomicU64::new(0)),
             member: None,
             layout: None,
@@ -146,6 +148,7 @@ fn now() -> std::time::Instant {
 /// member) lets the session expire after its timeout, like a real store.
 pub struct MemoryBackend {
     store: MemoryStore,
+    /// The member's, set when it starts the backend.
     session_timeout: Duration,
     /// The current session (0: none): the keep-alive task replaces it
     /// after an expiry.
@@ -167,6 +170,8 @@ impl Drop for MemoryBackend {
 #[async_trait]
 impl Backend for MemoryBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
+        check_start(self.member.is_some(), joining.session_timeout)?;
+        self.session_timeout = joining.session_timeout;
         let (group, member, events) = (joining.group, joining.member, joining.events);
         let (group, member) = (group.as_str(), &member);
         tenure_core::types::validate_path_element("group", group)

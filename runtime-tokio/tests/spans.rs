@@ -131,7 +131,7 @@ async fn a_member_spans_its_claims_commits_drains_and_releases() {
     let member = GroupMember::builder(config)
         .partitions([("t".to_owned(), 2)].into())
         .auto_drain(true)
-        .join(store.backend(Duration::from_secs(5)))
+        .join(store.backend())
         .await
         .expect("joins");
     let mut view = member.watch_view();

@@ -52,11 +52,17 @@ pub struct Driver<B> {
 }
 
 impl<B: Backend> Driver<B> {
-    /// Starts `backend` as `info` in [`GROUP`] and waits for its first
-    /// session.
-    pub async fn start(store: &'static str, mut backend: B, info: MemberInfo) -> Driver<B> {
+    /// Starts `backend` as `info` in [`GROUP`], with sessions of
+    /// `session_timeout`, and waits for its first session.
+    pub async fn start(
+        store: &'static str,
+        mut backend: B,
+        info: MemberInfo,
+        session_timeout: Duration,
+    ) -> Driver<B> {
         let (tx, events) = mpsc::unbounded_channel();
-        if let Err(e) = backend.start(Joining::new(GROUP, info.clone(), tx)).await {
+        let joining = Joining::new(GROUP, info.clone(), session_timeout, tx);
+        if let Err(e) = backend.start(joining).await {
             panic!(
                 "the {store} backend does not start ({e}); start the servers with \
                  `eval \"$(scripts/services start)\"` and run the tests again"

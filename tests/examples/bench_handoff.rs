@@ -157,7 +157,7 @@ impl ZooKeeperPlace {
 #[async_trait]
 impl Place for ZooKeeperPlace {
     fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>) {
-        let backend = ZooKeeperBackend::new(self.connect.clone()).session_timeout(SESSION);
+        let backend = ZooKeeperBackend::new(self.connect.clone());
         let requests = backend.request_counter();
         (Box::new(backend), requests)
     }
@@ -228,9 +228,8 @@ impl EtcdPlace {
 #[async_trait]
 impl Place for EtcdPlace {
     fn backend(&self) -> (Box<dyn Backend>, Arc<AtomicU64>) {
-        let backend = tenure::etcd::EtcdBackend::new(self.endpoint.clone())
-            .prefix(self.prefix.clone())
-            .session_timeout(SESSION);
+        let backend =
+            tenure::etcd::EtcdBackend::new(self.endpoint.clone()).prefix(self.prefix.clone());
         let requests = backend.request_counter();
         (Box::new(backend), requests)
     }

@@ -166,8 +166,7 @@ async fn through_tenure(
         let mut config =
             Config::new("bench", &format!("m{n}"), [topic]).map_err(|e| e.to_string())?;
         config.commit_interval = Duration::from_secs(1);
-        let backend =
-            ZooKeeperBackend::new(connect.clone()).session_timeout(config.session_timeout);
+        let backend = ZooKeeperBackend::new(connect.clone());
         let member = GroupMember::builder(config)
             .kafka(KafkaConfig::new(bootstrap))
             .view_log(log.clone())

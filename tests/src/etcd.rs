@@ -49,12 +49,11 @@ impl Etcd {
     }
 
     /// A backend that reaches etcd through a proxy the test can stall or cut.
-    pub async fn through_proxy(&self, session_timeout: Duration) -> (EtcdBackend, proxy::Proxy) {
+    pub async fn through_proxy(&self) -> (EtcdBackend, proxy::Proxy) {
         let address = self.endpoint.trim_start_matches("http://").to_owned();
         let proxy = proxy::Proxy::start(&address).await;
-        let backend = EtcdBackend::new(format!("http://{}", proxy.address))
-            .prefix(self.prefix.clone())
-            .session_timeout(session_timeout);
+        let backend =
+            EtcdBackend::new(format!("http://{}", proxy.address)).prefix(self.prefix.clone());
         (backend, proxy)
     }
 
@@ -80,26 +79,17 @@ impl Etcd {
 
 #[async_trait]
 impl Stores for Etcd {
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
-        Box::new(
-            EtcdBackend::new(self.endpoint.clone())
-                .prefix(self.prefix.clone())
-                .session_timeout(session_timeout),
-        )
+    fn backend(&self) -> Box<dyn Backend> {
+        Box::new(EtcdBackend::new(self.endpoint.clone()).prefix(self.prefix.clone()))
     }
 
-    async fn doomed(
-        &self,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+    async fn doomed(&self) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
         // Through a proxy that can be cut: the dying member's lease is
         // never revoked, it has to lapse, as after a crash.
         let address = self.endpoint.trim_start_matches("http://").to_owned();
         let proxy = proxy::Proxy::start(&address).await;
         let backend = Box::new(
-            EtcdBackend::new(format!("http://{}", proxy.address))
-                .prefix(self.prefix.clone())
-                .session_timeout(session_timeout),
+            EtcdBackend::new(format!("http://{}", proxy.address)).prefix(self.prefix.clone()),
         );
         (backend, Box::new(move || proxy.down()))
     }
@@ -113,5 +103,18 @@ impl Stores for Etcd {
         let key = self.key(group, "offsets", partition);
         let data = self.get(&key).await?;
         parse_offset(&key, &data).ok()
+    }
+
+    /// Asks the server for the TTL it granted the lease the registration
+    /// is attached to.
+    async fn granted_session_timeout(&self, group: &str, member: &str) -> Option<Duration> {
+        let mut raw = self.raw.clone();
+        let key = format!("{}/{group}/members/{member}", self.prefix);
+        let response = raw.get(key, None).await.ok()?;
+        let lease = response.kvs().first()?.lease();
+        let alive = raw.lease_time_to_live(lease, None).await.ok()?;
+        Some(Duration::from_secs(
+            u64::try_from(alive.granted_ttl()).ok()?,
+        ))
     }
 }

@@ -27,17 +27,20 @@ use tokio::sync::mpsc;
 #[async_trait]
 pub trait Stores: Send + Sync {
     /// A backend for one more member.
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend>;
+    fn backend(&self) -> Box<dyn Backend>;
     /// A backend for a member that will die, and what makes its death look
     /// like a crash to the store (no goodbye: its session must expire).
-    async fn doomed(
-        &self,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>);
+    async fn doomed(&self) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>);
     /// The member id the store names as owner of `partition` in `group`.
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String>;
     /// The committed offset of `partition` in `group`.
     async fn committed(&self, group: &str, partition: &TopicPartition) -> Option<Offset>;
+    /// The session timeout the server granted the session that holds
+    /// `member`'s registration in `group`, as the server tells it (`None`
+    /// where there is no server to ask).
+    async fn granted_session_timeout(&self, _group: &str, _member: &str) -> Option<Duration> {
+        None
+    }
 }
 
 pub const TOPIC: &str = "t";
@@ -302,7 +305,7 @@ pub async fn join(
         .auto_drain(true)
         .view_log(monitor.log())
         .seed(7)
-        .join(stores.backend(SESSION))
+        .join(stores.backend())
         .await
         .unwrap_or_else(|e| panic!("{name} cannot join: {e}"))
 }
@@ -462,7 +465,7 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
         let member = join(stores, &monitor, &group, name, 12).await;
         members.push(member);
     }
-    let (backend, crash) = stores.doomed(SESSION).await;
+    let (backend, crash) = stores.doomed().await;
     let dead = GroupMember::builder(config(&group, "m3"))
         .partitions([(TOPIC.to_owned(), 12)].into())
         .auto_drain(true)
@@ -500,4 +503,29 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
     for member in members {
         member.close().await.expect("close");
     }
+}
+
+/// One member joins with only its config's session timeout set (to a value
+/// that is no default anywhere): the store must grant exactly that.
+pub async fn the_store_grants_the_configs_session_timeout(stores: &dyn Stores) {
+    let group = group("session");
+    let timeout = Duration::from_secs(7);
+    let config = config(&group, "m1").with_session_timeout(timeout);
+    let member = GroupMember::builder(config)
+        .partitions([(TOPIC.to_owned(), 2)].into())
+        .auto_drain(true)
+        .join(stores.backend())
+        .await
+        .unwrap_or_else(|e| panic!("m1 cannot join: {e}"));
+    let mut view = member.watch_view();
+    tokio::time::timeout(Duration::from_secs(10), view.wait_for(|v| v.registered))
+        .await
+        .expect("m1 registers within 10 s")
+        .expect("m1's view is published");
+    let granted = stores
+        .granted_session_timeout(&group, "m1")
+        .await
+        .expect("the server tells the session's timeout");
+    assert_eq!(granted, timeout, "the store's session is not the member's");
+    member.close().await.expect("closes");
 }

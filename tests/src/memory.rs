@@ -1,7 +1,5 @@
 //! The embedded in-memory store as a store under test.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use tenure::core::{Offset, TopicPartition};
 use tenure::tokio::{Backend, MemoryStore};
@@ -25,17 +23,14 @@ impl Memory {
 
 #[async_trait]
 impl Stores for Memory {
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
-        Box::new(self.0.backend(session_timeout))
+    fn backend(&self) -> Box<dyn Backend> {
+        Box::new(self.0.backend())
     }
 
-    async fn doomed(
-        &self,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+    async fn doomed(&self) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
         // A dropped in-memory backend stops keeping its session alive: it
         // expires after its timeout, as a crashed process's would.
-        (self.backend(session_timeout), Box::new(|| {}))
+        (self.backend(), Box::new(|| {}))
     }
 
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {

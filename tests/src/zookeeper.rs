@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure::core::records::{parse_offset, Layout};
-use tenure::core::{Offset, TopicPartition};
+use tenure::core::{MemberId, Offset, TopicPartition};
 use tenure::tokio::Backend;
 use tenure::zookeeper::ZooKeeperBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use zookeeper_client as zk;
 
 use super::Stores;
@@ -28,16 +30,10 @@ pub struct ZooKeeper {
 impl ZooKeeper {
     /// A backend that reaches the server through a proxy the test can
     /// stall or cut.
-    pub async fn through_proxy(
-        &self,
-        session_timeout: Duration,
-    ) -> (ZooKeeperBackend, proxy::Proxy) {
+    pub async fn through_proxy(&self) -> (ZooKeeperBackend, proxy::Proxy) {
         let proxy = proxy::Proxy::start(&self.address).await;
         let connect = format!("{}{}", proxy.address, self.chroot);
-        (
-            ZooKeeperBackend::new(connect).session_timeout(session_timeout),
-            proxy,
-        )
+        (ZooKeeperBackend::new(connect), proxy)
     }
 
     /// The connect string of the test's chroot (`host:port/chroot`).
@@ -65,19 +61,16 @@ impl ZooKeeper {
 
 #[async_trait]
 impl Stores for ZooKeeper {
-    fn backend(&self, session_timeout: Duration) -> Box<dyn Backend> {
-        Box::new(ZooKeeperBackend::new(self.connect.clone()).session_timeout(session_timeout))
+    fn backend(&self) -> Box<dyn Backend> {
+        Box::new(ZooKeeperBackend::new(self.connect.clone()))
     }
 
-    async fn doomed(
-        &self,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
+    async fn doomed(&self) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
         // Through a proxy that can be cut: the dying member's goodbye
         // (closing its session) never reaches the server, as with a crash.
         let proxy = proxy::Proxy::start(&self.address).await;
         let connect = format!("{}{}", proxy.address, self.chroot);
-        let backend = Box::new(ZooKeeperBackend::new(connect).session_timeout(session_timeout));
+        let backend = Box::new(ZooKeeperBackend::new(connect));
         (backend, Box::new(move || proxy.down()))
     }
 
@@ -91,5 +84,22 @@ impl Stores for ZooKeeper {
         let path = Layout::new("", group).offset(partition);
         let (data, _) = self.raw.get_data(&path).await.ok()?;
         parse_offset(&path, &data).ok()
+    }
+
+    /// Asks the server itself (the `cons` four-letter command lists every
+    /// connection with its session id and negotiated timeout).
+    async fn granted_session_timeout(&self, group: &str, member: &str) -> Option<Duration> {
+        let path = Layout::new("", group).member(&MemberId::new(member).ok()?);
+        let (_, stat) = self.raw.get_data(&path).await.ok()?;
+        let sid = format!("sid=0x{:x},", stat.ephemeral_owner);
+        let mut stream = TcpStream::connect(&self.address).await.ok()?;
+        stream.write_all(b"cons").await.ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        let line = answer.lines().find(|line| line.contains(&sid))?;
+        let to = line
+            .split(['(', ',', ')'])
+            .find_map(|f| f.strip_prefix("to="))?;
+        Some(Duration::from_millis(to.parse().ok()?))
     }
 }

@@ -361,12 +361,7 @@ async fn describe_and_reset_on_zookeeper() {
     let store = vec!["--zookeeper".to_owned(), connect.clone()];
     describe_and_reset(
         store,
-        || {
-            Box::new(
-                tenure::zookeeper::ZooKeeperBackend::new(connect.clone())
-                    .session_timeout(common::SESSION),
-            )
-        },
+        || Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone())),
         "cli-zk",
     )
     .await;
@@ -384,13 +379,7 @@ async fn describe_and_reset_on_etcd() {
     let (endpoint, prefix) = (etcd.endpoint().to_owned(), etcd.prefix().to_owned());
     describe_and_reset(
         store,
-        || {
-            Box::new(
-                tenure::etcd::EtcdBackend::new(endpoint.clone())
-                    .prefix(prefix.clone())
-                    .session_timeout(common::SESSION),
-            )
-        },
+        || Box::new(tenure::etcd::EtcdBackend::new(endpoint.clone()).prefix(prefix.clone())),
         "cli-etcd",
     )
     .await;
@@ -535,8 +524,7 @@ async fn guarded_writes_on_zookeeper() {
     let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&connect, Duration::from_secs(5))
         .await
         .expect("admin session");
-    let backend =
-        tenure::zookeeper::ZooKeeperBackend::new(connect).session_timeout(common::SESSION);
+    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect);
     guarded_writes(&admin, Box::new(backend)).await;
 }
 
@@ -547,8 +535,6 @@ async fn guarded_writes_on_etcd() {
         tenure::etcd::EtcdAdmin::connect(etcd.endpoint(), etcd.prefix(), Duration::from_secs(5))
             .await
             .expect("admin connection");
-    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint())
-        .prefix(etcd.prefix())
-        .session_timeout(common::SESSION);
+    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
     guarded_writes(&admin, Box::new(backend)).await;
 }

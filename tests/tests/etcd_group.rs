@@ -25,3 +25,8 @@ async fn a_closing_member_hands_over_with_its_final_offsets() {
 async fn a_dead_member_is_replaced_within_the_session_timeout() {
     common::a_dead_member_is_replaced_within_the_session_timeout(&Etcd::new("kill").await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_grants_the_configs_session_timeout() {
+    common::the_store_grants_the_configs_session_timeout(&Etcd::new("session").await).await;
+}

@@ -119,14 +119,14 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
     let mut tasks = Vec::new();
     for name in ["m1", "m2", "m3"] {
         let backend = if name == "m2" {
-            let (backend, crash) = stores.doomed(common::SESSION).await;
+            let (backend, crash) = stores.doomed().await;
             let (tx, rx) = mpsc::unbounded_channel();
             let member = join(backend, &monitor, &group, name, &topic).await;
             tasks.push(consume(member, processed.clone(), rx));
             controls.insert(name, (tx, Some(crash)));
             continue;
         } else {
-            stores.backend(common::SESSION)
+            stores.backend()
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let member = join(backend, &monitor, &group, name, &topic).await;
@@ -136,14 +136,7 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
 
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (tx, rx) = mpsc::unbounded_channel();
-    let fourth = join(
-        stores.backend(common::SESSION),
-        &monitor,
-        &group,
-        "m4",
-        &topic,
-    )
-    .await;
+    let fourth = join(stores.backend(), &monitor, &group, "m4", &topic).await;
     tasks.push(consume(fourth, processed.clone(), rx));
     controls.insert("m4", (tx, None));
 
@@ -247,7 +240,7 @@ async fn bad_input_gets_clear_typed_errors() {
     let missing = kafka::topic("missing");
     let joined = GroupMember::builder(common::config_for("bad", "m1", &missing))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
-        .join(stores.backend(common::SESSION))
+        .join(stores.backend())
         .await;
     match joined {
         Err(JoinError::Kafka(KafkaError::UnknownTopic { topic, .. })) => assert_eq!(topic, missing),
@@ -266,7 +259,7 @@ async fn bad_input_gets_clear_typed_errors() {
     let started = tokio::time::Instant::now();
     let joined = GroupMember::builder(common::config_for("bad", "m2", "t"))
         .kafka(silent)
-        .join(stores.backend(common::SESSION))
+        .join(stores.backend())
         .await;
     assert!(
         matches!(
@@ -301,7 +294,7 @@ trait Revisions: Stores {
 #[async_trait::async_trait]
 impl Revisions for ZooKeeper {
     async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
-        let (backend, proxy) = self.through_proxy(common::SESSION).await;
+        let (backend, proxy) = self.through_proxy().await;
         (Box::new(backend), proxy)
     }
 
@@ -344,7 +337,7 @@ impl Revisions for ZooKeeper {
 #[async_trait::async_trait]
 impl Revisions for common::etcd::Etcd {
     async fn proxied(&self) -> (Box<dyn Backend>, common::proxy::Proxy) {
-        let (backend, proxy) = self.through_proxy(common::SESSION).await;
+        let (backend, proxy) = self.through_proxy().await;
         (Box::new(backend), proxy)
     }
 
@@ -514,14 +507,7 @@ async fn an_offset_out_of_range_is_reset_and_reported() {
         let _ = raw.create(&prefix, data, &persistent).await;
     }
     let monitor = Monitor::new();
-    let mut member = join(
-        stores.backend(common::SESSION),
-        &monitor,
-        &group,
-        "m1",
-        &topic,
-    )
-    .await;
+    let mut member = join(stores.backend(), &monitor, &group, "m1", &topic).await;
     let first = tokio::time::timeout(Duration::from_secs(20), member.next_message())
         .await
         .expect("messages flow")
@@ -558,7 +544,7 @@ async fn partitions_added_to_a_topic_get_consumed() {
     kafka_config.metadata_refresh = Duration::from_millis(500);
     let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
         .kafka(kafka_config)
-        .join(stores.backend(common::SESSION))
+        .join(stores.backend())
         .await
         .expect("join");
     kafka::add_partitions(&topic, 4);
@@ -598,7 +584,7 @@ async fn per_partition_streams_end_when_their_partition_is_revoked() {
     let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .per_partition_streams(true)
-        .join(stores.backend(common::SESSION))
+        .join(stores.backend())
         .await
         .expect("join");
     let mut readers = Vec::new();

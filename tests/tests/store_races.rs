@@ -51,11 +51,7 @@ async fn join(
 }
 
 fn zookeeper(connect: &str, hooks: Hooks) -> Box<dyn Backend> {
-    Box::new(
-        ZooKeeperBackend::new(connect)
-            .session_timeout(SESSION)
-            .hooks(hooks),
-    )
+    Box::new(ZooKeeperBackend::new(connect).hooks(hooks))
 }
 
 fn etcd(prefix: &str, slow_claim: Duration) -> Box<dyn Backend> {
@@ -69,7 +65,6 @@ fn etcd(prefix: &str, slow_claim: Duration) -> Box<dyn Backend> {
     Box::new(
         tenure::etcd::EtcdBackend::new(endpoint)
             .prefix(prefix)
-            .session_timeout(SESSION)
             .hooks(hooks),
     )
 }

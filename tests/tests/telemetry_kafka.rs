@@ -78,7 +78,7 @@ async fn lag_is_the_log_end_minus_the_committed_offset() {
     let store = MemoryStore::new();
     let mut member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
-        .join(store.backend(Duration::from_secs(5)))
+        .join(store.backend())
         .await
         .expect("joins");
 

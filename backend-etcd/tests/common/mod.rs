@@ -13,6 +13,9 @@ use etcd_client::{Client, KeyValue};
 use tenure_core::SessionId;
 use tenure_etcd::{EtcdBackend, Hooks};
 
+/// The session timeout of the sandbox's members.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub use driver::{info, partition, EVENT_TIMEOUT, GROUP, TOPIC};
 pub use server::{client as raw_client, endpoint as address};
 
@@ -66,9 +69,7 @@ impl Sandbox {
 
     /// A backend in this sandbox, not started.
     pub fn backend(&self, address: &str) -> EtcdBackend {
-        EtcdBackend::new(address)
-            .prefix(self.prefix.clone())
-            .session_timeout(Duration::from_secs(10))
+        EtcdBackend::new(address).prefix(self.prefix.clone())
     }
 
     /// Starts a backend for `member` in this sandbox.
@@ -79,7 +80,7 @@ impl Sandbox {
     /// Starts a backend for `member` with test hooks.
     pub async fn member_with(&self, member: &str, hooks: Hooks) -> Driver {
         let backend = self.backend(&self.address).hooks(hooks);
-        Driver::start("etcd", backend, info(member)).await
+        Driver::start("etcd", backend, info(member), SESSION_TIMEOUT).await
     }
 }
 

@@ -12,6 +12,9 @@ use std::time::Duration;
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
 
+/// The session timeout of the sandbox's members.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub use driver::{info, partition, GROUP, TOPIC};
 pub use server::{address, client as raw_client};
 
@@ -60,9 +63,7 @@ impl Sandbox {
 
     /// Starts a backend for `member` with test hooks.
     pub async fn member_with(&self, member: &str, hooks: Hooks) -> Driver {
-        let backend = ZooKeeperBackend::new(self.connect.clone())
-            .session_timeout(Duration::from_secs(10))
-            .hooks(hooks);
-        Driver::start("zookeeper", backend, info(member)).await
+        let backend = ZooKeeperBackend::new(self.connect.clone()).hooks(hooks);
+        Driver::start("zookeeper", backend, info(member), SESSION_TIMEOUT).await
     }
 }

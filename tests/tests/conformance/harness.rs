@@ -55,11 +55,17 @@ impl DerefMut for Driver {
 }
 
 impl Driver {
-    /// Starts `backend` for `member` of [`GROUP`] and waits for its first
-    /// session.
-    pub async fn start(store: &'static str, backend: Box<dyn Backend>, member: &str) -> Driver {
+    /// Starts `backend` for `member` of [`GROUP`], with sessions of
+    /// `session_timeout`, and waits for its first session.
+    pub async fn start(
+        store: &'static str,
+        backend: Box<dyn Backend>,
+        member: &str,
+        session_timeout: Duration,
+    ) -> Driver {
+        let info = driver::info(member);
         Driver {
-            driver: driver::Driver::start(store, backend, driver::info(member)).await,
+            driver: driver::Driver::start(store, backend, info, session_timeout).await,
             ender: None,
         }
     }

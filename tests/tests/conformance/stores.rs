@@ -71,11 +71,7 @@ pub trait Store: Send + Sync {
     fn backend(&self, member: &str) -> Box<dyn Backend>;
     /// A backend with a session of `session_timeout` whose session the
     /// test can end on the server.
-    async fn mortal_backend(
-        &self,
-        member: &str,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn EndSession>);
+    async fn mortal_backend(&self, member: &str) -> (Box<dyn Backend>, Box<dyn EndSession>);
     /// The path or key a `StoreError::Corrupt` names for an offset.
     fn offset_path(&self, group: &str, p: u32) -> String;
     /// Writes garbage as the committed offset of partition `p`.
@@ -90,13 +86,13 @@ pub trait Store: Send + Sync {
 
     /// A started member.
     async fn member(&self, member: &str) -> Driver {
-        Driver::start(self.name(), self.backend(member), member).await
+        Driver::start(self.name(), self.backend(member), member, SESSION).await
     }
 
     /// A started member whose session the test can end.
     async fn mortal(&self, member: &str) -> Driver {
-        let (backend, ender) = self.mortal_backend(member, SHORT_SESSION).await;
-        let mut driver = Driver::start(self.name(), backend, member).await;
+        let (backend, ender) = self.mortal_backend(member).await;
+        let mut driver = Driver::start(self.name(), backend, member, SHORT_SESSION).await;
         driver.ender = Some(ender);
         driver
     }
@@ -221,22 +217,18 @@ impl Store for Memory {
     }
 
     fn backend(&self, _member: &str) -> Box<dyn Backend> {
-        Box::new(self.store.backend(SESSION))
+        Box::new(self.store.backend())
     }
 
-    async fn mortal_backend(
-        &self,
-        _member: &str,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+    async fn mortal_backend(&self, _member: &str) -> (Box<dyn Backend>, Box<dyn EndSession>) {
         let side = Arc::new(SideRuntime::new());
         let backend = MemoryOnSideRuntime {
-            inner: Some(self.store.backend(session_timeout)),
+            inner: Some(self.store.backend()),
             side: side.clone(),
         };
         let ender = Freeze {
             side,
-            session_timeout,
+            session_timeout: SHORT_SESSION,
         };
         (Box::new(backend), Box::new(ender))
     }
@@ -333,19 +325,13 @@ impl Store for ZooKeeper {
     fn backend(&self, _member: &str) -> Box<dyn Backend> {
         Box::new(
             ZooKeeperBackend::new(format!("{}{}", self.address, self.chroot))
-                .session_timeout(SESSION)
                 .hooks(tenure::zookeeper::Hooks::default()),
         )
     }
 
-    async fn mortal_backend(
-        &self,
-        _member: &str,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+    async fn mortal_backend(&self, _member: &str) -> (Box<dyn Backend>, Box<dyn EndSession>) {
         let proxy = Proxy::start(&self.address).await;
-        let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, self.chroot))
-            .session_timeout(session_timeout);
+        let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, self.chroot));
         (Box::new(backend), Box::new(Cut(proxy)))
     }
 
@@ -419,10 +405,9 @@ impl Etcd {
         raw.put(key, data, None).await.expect("write garbage");
     }
 
-    fn backend_at(&self, endpoint: &str, session_timeout: Duration) -> EtcdBackend {
+    fn backend_at(&self, endpoint: &str) -> EtcdBackend {
         EtcdBackend::new(endpoint)
             .prefix(self.prefix.clone())
-            .session_timeout(session_timeout)
             .hooks(tenure::etcd::Hooks::default())
     }
 }
@@ -459,15 +444,11 @@ impl Store for Etcd {
     }
 
     fn backend(&self, _member: &str) -> Box<dyn Backend> {
-        Box::new(self.backend_at(&self.endpoint, SESSION))
+        Box::new(self.backend_at(&self.endpoint))
     }
 
-    async fn mortal_backend(
-        &self,
-        _member: &str,
-        session_timeout: Duration,
-    ) -> (Box<dyn Backend>, Box<dyn EndSession>) {
-        let backend = self.backend_at(&self.endpoint, session_timeout);
+    async fn mortal_backend(&self, _member: &str) -> (Box<dyn Backend>, Box<dyn EndSession>) {
+        let backend = self.backend_at(&self.endpoint);
         (Box::new(backend), Box::new(Revoke(self.raw.clone())))
     }
 
