@@ -8,55 +8,20 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
 use tenure_core::Event;
+use tenure_tokio::session::{OpenError, ReconnectBackoff};
 use tenure_tokio::BackendError;
 
 use crate::ops::{bad_endpoint, lease_not_found};
 use crate::{Config, Current, Shared};
 
-/// The pause between two attempts to grant a new lease after an expiry.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
-/// The longest such pause.
-const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The pause between two attempts to reach the server while suspended.
 const RETRY_WHILE_SUSPENDED: Duration = Duration::from_millis(500);
 /// HTTP/2 pings on an idle connection: etcd refuses them more often than
 /// every 5 s by default (`--grpc-keepalive-min-time`).
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Why a connection attempt failed, in the backend's terms.
-#[derive(Debug, thiserror::Error)]
-enum ConnectError {
-    #[error("no server granted a lease within {0:?}")]
-    Timeout(Duration),
-    #[error("invalid endpoint {endpoints:?}: {source}")]
-    BadEndpoint {
-        endpoints: String,
-        source: etcd_client::Error,
-    },
-    #[error("the server granted a shorter lease than asked")]
-    ShorterLease { asked: Duration, granted: Duration },
-    #[error("{0}")]
-    Client(etcd_client::Error),
-}
-
-impl ConnectError {
-    fn into_backend_error(self, config: &Config) -> BackendError {
-        match self {
-            ConnectError::BadEndpoint { .. } => {
-                BackendError::Config(format!("{}: {self}", config.store()))
-            }
-            ConnectError::ShorterLease { asked, granted } => BackendError::SessionTimeout {
-                store: config.store(),
-                asked,
-                granted,
-            },
-            ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
-                store: config.store(),
-                detail: self.to_string(),
-            },
-        }
-    }
-}
+/// Why a connection attempt failed.
+type ConnectError = OpenError<etcd_client::Error>;
 
 /// Builds a client for `endpoints` and grants the first lease, within the
 /// connect timeout.
@@ -78,21 +43,23 @@ pub(crate) async fn connect(
     .await
     {
         Err(_) => {
-            return Err(ConnectError::Timeout(config.connect_timeout).into_backend_error(config))
+            return Err(
+                ConnectError::Timeout(config.connect_timeout).into_backend_error(config.store())
+            )
         }
         Ok(Err(source)) if bad_endpoint(&source) => {
-            return Err(ConnectError::BadEndpoint {
-                endpoints: config.endpoints.clone(),
+            return Err(ConnectError::BadAddress {
+                address: config.endpoints.clone(),
                 source,
             }
-            .into_backend_error(config))
+            .into_backend_error(config.store()))
         }
-        Ok(Err(e)) => return Err(ConnectError::Client(e).into_backend_error(config)),
+        Ok(Err(e)) => return Err(ConnectError::Client(e).into_backend_error(config.store())),
         Ok(Ok(client)) => client,
     };
     let current = grant(config, &client)
         .await
-        .map_err(|e| e.into_backend_error(config))?;
+        .map_err(|e| e.into_backend_error(config.store()))?;
     Ok((client, current))
 }
 
@@ -113,7 +80,7 @@ async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError
         // member first. Revoke what was granted: nobody will keep it alive.
         let _ =
             tokio::time::timeout(config.connect_timeout, client.lease_revoke(current.lease)).await;
-        return Err(ConnectError::ShorterLease {
+        return Err(ConnectError::ShorterSession {
             asked: config.session_timeout,
             granted: current.ttl,
         });
@@ -276,7 +243,7 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
 /// Grants a new lease after `old` expired, retrying until it works or the
 /// backend shuts down; sends `SessionEstablished`. Returns whether it did.
 async fn reopen(shared: &Shared, old: Current) -> bool {
-    let mut backoff = RECONNECT_BACKOFF;
+    let mut backoff = ReconnectBackoff::new();
     let mut revoked = false;
     loop {
         if shared.state.is_closing() {
@@ -322,9 +289,8 @@ async fn reopen(shared: &Shared, old: Current) -> bool {
                 return true;
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot grant a new etcd lease; retrying in {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                tracing::warn!(%error, "cannot grant a new etcd lease; retrying in {:?}", backoff.next());
+                backoff.wait().await;
             }
         }
     }

@@ -3,61 +3,23 @@
 //! terminal for its client).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tenure_core::{ClientError, Event, Operation, StoreError};
+use tenure_tokio::session::{OpenError, ReconnectBackoff};
 use tenure_tokio::BackendError;
 use zookeeper_client as zk;
 
 use crate::{session_id, Config, Current, Shared};
 
-/// The pause between two attempts to open a new session after an expiry.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(500);
-/// The longest such pause.
-const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-/// Why a connection attempt failed, in the backend's terms.
-#[derive(Debug, thiserror::Error)]
-enum ConnectError {
-    #[error("no server answered within {0:?}")]
-    Timeout(Duration),
-    #[error("invalid connect string {connect_string:?}: {source}")]
-    BadConnectString {
-        connect_string: String,
-        source: zk::Error,
-    },
-    #[error("chroot {0:?} does not exist; create it first")]
-    NoChroot(String),
-    #[error("the server granted a shorter session than asked")]
-    ShorterSession { asked: Duration, granted: Duration },
-    #[error("{0}")]
-    Client(zk::Error),
-}
-
-impl ConnectError {
-    fn into_backend_error(self, config: &Config) -> BackendError {
-        match self {
-            ConnectError::BadConnectString { .. } | ConnectError::NoChroot(_) => {
-                BackendError::Config(format!("{}: {self}", config.store()))
-            }
-            ConnectError::ShorterSession { asked, granted } => BackendError::SessionTimeout {
-                store: config.store(),
-                asked,
-                granted,
-            },
-            ConnectError::Timeout(_) | ConnectError::Client(_) => BackendError::Connect {
-                store: config.store(),
-                detail: self.to_string(),
-            },
-        }
-    }
-}
+/// Why a connection attempt failed.
+type ConnectError = OpenError<zk::Error>;
 
 /// Opens a session with the configured timeout, within the connect timeout.
 pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError> {
     try_connect(config)
         .await
-        .map_err(|e| e.into_backend_error(config))
+        .map_err(|e| e.into_backend_error(config.store()))
 }
 
 async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
@@ -66,8 +28,8 @@ async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
     let client = match tokio::time::timeout(config.connect_timeout, attempt).await {
         Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
         Ok(Err(source @ zk::Error::BadArguments(_))) => {
-            return Err(ConnectError::BadConnectString {
-                connect_string: config.connect_string.clone(),
+            return Err(ConnectError::BadAddress {
+                address: config.connect_string.clone(),
                 source,
             })
         }
@@ -80,7 +42,12 @@ async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
     match root {
         Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
         Ok(Err(e)) => return Err(ConnectError::Client(e)),
-        Ok(Ok(None)) => return Err(ConnectError::NoChroot(client.path().to_owned())),
+        Ok(Ok(None)) => {
+            return Err(ConnectError::Unusable(format!(
+                "chroot {:?} does not exist; create it first",
+                client.path()
+            )))
+        }
         Ok(Ok(Some(_))) => {}
     }
     let granted = client.session_timeout();
@@ -150,7 +117,7 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
 /// Opens a new session after an expiry, retrying until it works or the
 /// backend shuts down; sends `SessionEstablished`.
 async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
-    let mut backoff = RECONNECT_BACKOFF;
+    let mut backoff = ReconnectBackoff::new();
     let mut reported = false;
     loop {
         if shared.state.is_closing() {
@@ -171,7 +138,7 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                 return Some(watcher);
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {backoff:?}");
+                tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {:?}", backoff.next());
                 // Retrying will not mend a configuration the server refuses:
                 // the application must hear of it, not only the log.
                 let permanent = matches!(
@@ -185,8 +152,7 @@ async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
                         error: StoreError::Other(ClientError::new(error)),
                     });
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                backoff.wait().await;
             }
         }
     }

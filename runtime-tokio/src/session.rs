@@ -441,3 +441,89 @@ async fn pause(delay: Duration) {
         tokio::time::sleep(delay).await;
     }
 }
+
+/// Why opening a session failed, before it becomes a [`BackendError`]; `E`
+/// is the store client's error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError<E> {
+    /// No server answered within the connect timeout.
+    #[error("no server answered within {0:?}")]
+    Timeout(Duration),
+    /// The client refused the address it was given.
+    #[error("invalid address {address:?}: {source}")]
+    BadAddress {
+        /// The address, as given.
+        address: String,
+        /// What the client said.
+        source: E,
+    },
+    /// The store is reachable but cannot be used as configured (a missing
+    /// ZooKeeper chroot, say).
+    #[error("{0}")]
+    Unusable(String),
+    /// The store granted a shorter session than asked.
+    #[error("the server granted a session of {granted:?}, shorter than the {asked:?} asked")]
+    ShorterSession {
+        /// The member's session timeout.
+        asked: Duration,
+        /// What the store granted.
+        granted: Duration,
+    },
+    /// The client failed otherwise.
+    #[error("{0}")]
+    Client(E),
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> OpenError<E> {
+    /// The error as the runtime sees it, naming `store`: configuration
+    /// errors (retrying cannot help) apart from failures to connect.
+    pub fn into_backend_error(self, store: String) -> BackendError {
+        match self {
+            OpenError::BadAddress { .. } | OpenError::Unusable(_) => {
+                BackendError::Config(format!("{store}: {self}"))
+            }
+            OpenError::ShorterSession { asked, granted } => BackendError::SessionTimeout {
+                store,
+                asked,
+                granted,
+            },
+            OpenError::Timeout(_) | OpenError::Client(_) => BackendError::Connect {
+                store,
+                detail: self.to_string(),
+            },
+        }
+    }
+}
+
+/// The growing pause between attempts to open a new session after an
+/// expiry: from half a second, doubling, up to five.
+#[derive(Debug)]
+pub struct ReconnectBackoff(Duration);
+
+impl ReconnectBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(5);
+
+    /// The first pause.
+    pub fn new() -> ReconnectBackoff {
+        ReconnectBackoff(Self::FIRST)
+    }
+
+    /// The next pause.
+    pub fn next(&self) -> Duration {
+        self.0
+    }
+
+    /// Waits the next pause, and makes the one after it longer.
+    pub async fn wait(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Self::MAX);
+    }
+}
+
+impl Default for ReconnectBackoff {
+    fn default() -> Self {
+        ReconnectBackoff::new()
+    }
+}
