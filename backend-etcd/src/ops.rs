@@ -136,17 +136,15 @@ impl Ctx {
 
 /// Carries out `command` under `current`, the lease it was issued under.
 pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
-    session::execute(Ctx { shared, current }, command).await
+    let ctx = Ctx {
+        shared: shared.clone(),
+        current,
+    };
+    session::execute(&shared.state, ctx, command).await
 }
 
 #[async_trait]
 impl StoreOps for Ctx {
-    type Shared = Shared;
-
-    fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
     /// Creates the registration if there is none; otherwise says whose lease
     /// holds it. One transaction: the answer is about the record the compare saw.
     async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {

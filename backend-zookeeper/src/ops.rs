@@ -139,11 +139,11 @@ impl Ctx {
 /// Carries out `command` under `current`, the session it was issued under.
 pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
     let ctx = Ctx {
-        shared,
+        shared: shared.clone(),
         client: current.client,
         session: current.session,
     };
-    session::execute(ctx, command).await
+    session::execute(&shared.state, ctx, command).await
 }
 
 /// Turns a one-shot watcher into a watch that fires on a change of the
@@ -154,12 +154,6 @@ fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
 
 #[async_trait]
 impl StoreOps for Ctx {
-    type Shared = Shared;
-
-    fn shared(&self) -> &Shared {
-        &self.shared
-    }
-
     async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
         let path = self.shared.layout.member(&info.id);
         let data = tenure_tokio::registration_record(info);

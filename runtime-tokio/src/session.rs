@@ -257,12 +257,6 @@ pub type Watch = Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
 /// calls of these and their results into events.
 #[async_trait]
 pub trait StoreOps: Send + Sync + Sized + 'static {
-    /// What the backend shares.
-    type Shared: SharedState;
-
-    /// What the backend these operations belong to shares.
-    fn shared(&self) -> &Self::Shared;
-
     /// Creates the member's registration under this session, or says
     /// whose session holds it.
     async fn register(&self, member: &MemberInfo) -> Result<RegisterOutcome, StoreError>;
@@ -308,20 +302,24 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     ) -> Result<(), StoreError>;
 }
 
-/// Carries out `command` by `ops` and sends its result event; for a watch,
-/// goes on (with `ops` dropped, so that it holds no session) to wait for
-/// the notification and send it.
+/// Carries out `command` by `ops` and sends its result event to the member
+/// of `state`; for a watch, goes on (with `ops` dropped, so that it holds no
+/// session) to wait for the notification and send it.
 ///
 /// Claims, releases and commits of one partition run one at a time, in the
 /// order they were submitted: a commit submitted before a release reaches
 /// the store before it.
-pub async fn execute<O: StoreOps>(ops: O, command: Command) {
-    let events = ops.shared().state().events().clone();
+pub async fn execute<S: StoreSession, O: StoreOps>(
+    state: &SessionState<S>,
+    ops: O,
+    command: Command,
+) {
+    let events = state.events().clone();
     let partition_turn = match &command {
         Command::Claim { partition, .. }
         | Command::Release { partition, .. }
         | Command::CommitOffset { partition, .. } => {
-            Some(ops.shared().state().partition_locks().lock(partition).await)
+            Some(state.partition_locks().lock(partition).await)
         }
         _ => None,
     };
