@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, RegisterOutcome};
-use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep};
+use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, PartitionTimer, Phase, ReleaseStep};
 
 use crate::assignment::PartitionCounts;
 use crate::backoff;
@@ -430,29 +430,7 @@ impl Member {
         if self.closed {
             return None;
         }
-        let mut next: Option<Instant> = None;
-        let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        for t in self.own_deadlines().into_iter().flatten() {
-            at(t);
-        }
-        let mut fetching = false;
-        let mut owned = false;
-        for state in self.partitions.values() {
-            if let Some(t) = state.deadline(self.config.claim_stall_threshold) {
-                at(t);
-            }
-            fetching |= state.fetch == Fetch::Fetching;
-            owned |= matches!(state.phase, Phase::Owned(OwnedStep::Ready));
-        }
-        if fetching {
-            if let Some(end) = self.lease_end() {
-                at(end);
-            }
-        }
-        if owned {
-            at(self.next_commit);
-        }
-        next
+        self.timers().map(|(at, _)| at).min()
     }
 
     fn advance_clock(&mut self, now: Instant) {
@@ -715,35 +693,69 @@ impl Member {
         }
     }
 
-    /// When each of the member's own requests — registration, the member
-    /// list, the heartbeat, deregistration — is next held back until, by
-    /// a backoff or (the heartbeat) its interval: only the ones
-    /// `own_requests` and `tick` would act on. Both `poll_timeout` and the
-    /// firing read it.
-    fn own_deadlines(&self) -> [Option<Instant>; 4] {
-        let backoff = |step: Step| match step {
+    /// The timer table: every deadline the member has, with what it is
+    /// for, in the order the due ones fire. [`Member::poll_timeout`] is its
+    /// earliest entry and `tick` fires its due entries, so no deadline is
+    /// worked out in two places. A step with nothing to wait for is due at
+    /// once (`now`); the firing leaves none of those behind.
+    fn timers(&self) -> impl Iterator<Item = (Instant, Timer<&TopicPartition>)> {
+        let due = |step: Step| match step {
+            Step::Idle => Some(self.now),
             Step::Backoff(at) => Some(at),
-            _ => None,
+            Step::Pending(_) | Step::Done => None,
         };
         let joining = self.session.is_some() && !self.shutting_down;
         let registered = self.session.is_some() && self.registration == Step::Done;
-        [
-            backoff(self.registration).filter(|_| joining),
-            backoff(self.members_watch).filter(|_| joining),
-            backoff(self.heartbeat)
-                .or_else(|| self.heartbeat_due())
-                .filter(|_| registered),
-            backoff(self.deregistration).filter(|_| registered && self.shutting_down),
-        ]
+        let heartbeat = match self.heartbeat {
+            Step::Backoff(at) => Some(at),
+            Step::Idle => self.heartbeat_due(),
+            Step::Pending(_) | Step::Done => None,
+        };
+        let fetching = || self.partitions.values().any(|s| s.fetch == Fetch::Fetching);
+        // The interval's end wakes the member only while a partition is
+        // ready to commit from; once passed it is due all the same, and
+        // its firing starts the next interval from that moment.
+        let commit_interval = Some(self.next_commit).filter(|&at| {
+            at <= self.now
+                || self
+                    .partitions
+                    .values()
+                    .any(|s| s.phase == Phase::Owned(OwnedStep::Ready))
+        });
+        let leaving = registered && self.shutting_down && self.partitions.is_empty();
+        let first = [
+            (due(self.registration).filter(|_| joining), Timer::Register),
+            (due(self.members_watch).filter(|_| joining), Timer::Members),
+            (heartbeat.filter(|_| registered), Timer::Heartbeat),
+            (self.lease_end().filter(|_| fetching()), Timer::LeaseEnd),
+        ];
+        let threshold = self.config.claim_stall_threshold;
+        let partitions = self.partitions.iter().flat_map(move |(partition, state)| {
+            state
+                .timers(threshold)
+                .map(move |(at, timer)| (at, Timer::Partition(partition, timer)))
+        });
+        let last = [
+            (commit_interval, Timer::CommitInterval),
+            (
+                due(self.deregistration).filter(|_| leaving),
+                Timer::Deregister,
+            ),
+        ];
+        first
+            .into_iter()
+            .filter_map(|(at, timer)| Some((at?, timer)))
+            .chain(partitions)
+            .chain(
+                last.into_iter()
+                    .filter_map(|(at, timer)| Some((at?, timer))),
+            )
     }
 
-    /// When the session should next be confirmed: a third of the session
-    /// timeout after the server last heard from us, while we hold claims.
+    /// When the session should next be confirmed, while the heartbeat is
+    /// idle: a third of the session timeout after the server last heard
+    /// from us (at once if it never did), while we hold claims.
     fn heartbeat_due(&self) -> Option<Instant> {
-        if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done
-        {
-            return None;
-        }
         let holds = self
             .partitions
             .values()
@@ -1460,80 +1472,69 @@ impl Member {
     // ----- timers -----
 
     /// Everything that depends on time or on the state as a whole, run
-    /// after every input.
+    /// after every input: the due timers fire, then the fetches follow the
+    /// lease and a shutdown with nothing left to deregister ends.
     fn tick(&mut self) {
         let now = self.now;
-        self.own_requests();
+        // Taken out of the table first: firing changes what it lists.
+        let due: Vec<Timer<TopicPartition>> = self
+            .timers()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, timer)| timer.map_partition(TopicPartition::clone))
+            .collect();
+        for timer in due {
+            self.fire(timer);
+        }
         self.enforce_lease();
-        self.partition_timers();
-        if now >= self.next_commit {
-            self.next_commit = now + self.config.commit_interval;
-            self.interval_commits();
+        if self.shutting_down
+            && self.partitions.is_empty()
+            && !self.closed
+            && !matches!(self.registration, Step::Done | Step::Pending(_))
+        {
+            // Never registered (or the record is gone): nothing to undo.
+            self.closed = true;
         }
-        if self.shutting_down && self.partitions.is_empty() && !self.closed {
-            match (self.registration, self.deregistration) {
-                (Step::Done, Step::Idle) => {
-                    let id = self.request(Purpose::Deregister);
-                    self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister {
-                        id,
-                        session: self.session_tag(),
-                    });
-                }
-                (Step::Done, Step::Backoff(at)) if now >= at => {
-                    let id = self.request(Purpose::Deregister);
-                    self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister {
-                        id,
-                        session: self.session_tag(),
-                    });
-                }
-                (Step::Done, _) => {}
-                // Never registered (or the record is gone): nothing to undo.
-                _ if !matches!(self.registration, Step::Pending(_)) => self.closed = true,
-                _ => {}
+    }
+
+    /// Does what a due entry of the timer table is for.
+    fn fire(&mut self, timer: Timer<TopicPartition>) {
+        let session = self.session_tag();
+        match timer {
+            Timer::Register => {
+                let id = self.request(Purpose::Register);
+                self.registration = Step::Pending(id);
+                let member = self.info.clone();
+                self.commands.push_back(Command::Register {
+                    id,
+                    session,
+                    member,
+                });
             }
-        }
-    }
-
-    fn due(step: Step, now: Instant) -> bool {
-        match step {
-            Step::Idle => true,
-            Step::Backoff(at) => now >= at,
-            Step::Pending(_) | Step::Done => false,
-        }
-    }
-
-    fn own_requests(&mut self) {
-        let now = self.now;
-        if self.session.is_none() || self.shutting_down && self.registration != Step::Done {
-            return;
-        }
-        if Self::due(self.registration, now) && !self.shutting_down {
-            let id = self.request(Purpose::Register);
-            self.registration = Step::Pending(id);
-            self.commands.push_back(Command::Register {
-                id,
-                session: self.session_tag(),
-                member: self.info.clone(),
-            });
-        }
-        if Self::due(self.members_watch, now) && !self.shutting_down {
-            let id = self.request(Purpose::Members);
-            self.members_watch = Step::Pending(id);
-            self.commands.push_back(Command::WatchMembers {
-                id,
-                session: self.session_tag(),
-            });
-        }
-        let [_, _, heartbeat, _] = self.own_deadlines();
-        if heartbeat.is_some_and(|t| now >= t) {
-            let id = self.request(Purpose::Heartbeat);
-            self.heartbeat = Step::Pending(id);
-            self.commands.push_back(Command::Heartbeat {
-                id,
-                session: self.session_tag(),
-            });
+            Timer::Members => {
+                let id = self.request(Purpose::Members);
+                self.members_watch = Step::Pending(id);
+                self.commands
+                    .push_back(Command::WatchMembers { id, session });
+            }
+            Timer::Heartbeat => {
+                let id = self.request(Purpose::Heartbeat);
+                self.heartbeat = Step::Pending(id);
+                self.commands.push_back(Command::Heartbeat { id, session });
+            }
+            // Consumption also ends with no deadline passing (the
+            // registration found gone), so the lease is enforced after
+            // every input; this entry only makes the member wake for it.
+            Timer::LeaseEnd => {}
+            Timer::Partition(partition, timer) => self.fire_partition(partition, timer),
+            Timer::CommitInterval => {
+                self.next_commit = self.now + self.config.commit_interval;
+                self.interval_commits();
+            }
+            Timer::Deregister => {
+                let id = self.request(Purpose::Deregister);
+                self.deregistration = Step::Pending(id);
+                self.commands.push_back(Command::Deregister { id, session });
+            }
         }
     }
 
@@ -1574,36 +1575,23 @@ impl Member {
         self.fetches.extend(fetches);
     }
 
-    fn partition_timers(&mut self) {
+    fn fire_partition(&mut self, partition: TopicPartition, timer: PartitionTimer) {
         let now = self.now;
-        let threshold = self.config.claim_stall_threshold;
-        let due: Vec<TopicPartition> = self
-            .partitions
-            .iter()
-            .filter(|(_, s)| s.deadline(threshold).is_some_and(|t| now >= t))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for partition in due {
-            let Some(state) = self.partitions.get_mut(&partition) else {
-                continue;
-            };
-            if matches!(state.phase, Phase::Claiming(_))
-                && !state.stall_reported
-                && now >= state.since + threshold
-            {
+        let Some(state) = self.partitions.get_mut(&partition) else {
+            return;
+        };
+        match timer {
+            PartitionTimer::Stall => {
                 state.stall_reported = true;
                 let waited = now.saturating_duration_since(state.since);
                 let holder = state.holder.clone();
                 self.report(Error::ClaimStalled {
-                    partition: partition.clone(),
+                    partition,
                     waited,
                     holder,
                 });
             }
-            let Some(state) = self.partitions.get_mut(&partition) else {
-                continue;
-            };
-            if state.retry_at.is_some_and(|t| now >= t) {
+            PartitionTimer::Retry => {
                 state.retry_at = None;
                 match state.phase {
                     Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => {
@@ -1625,9 +1613,8 @@ impl Member {
                     Phase::Releasing(ReleaseStep::DeleteBackoff) => self.send_release(&partition),
                     _ => {}
                 }
-            } else if state.drain_deadline.is_some_and(|t| now >= t) {
-                self.advance_release(&partition);
             }
+            PartitionTimer::DrainEnd => self.advance_release(&partition),
         }
     }
 
@@ -1646,6 +1633,42 @@ impl Member {
             .collect();
         for (partition, offset, token) in due {
             self.send_commit(&partition, offset, token, false);
+        }
+    }
+}
+
+/// What a deadline of the member's timer table is for. `P` names a
+/// partition: borrowed in the table, owned once a due timer is taken out
+/// to fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer<P> {
+    /// The registration is due, or its backoff ends.
+    Register,
+    /// The read (and watch) of the member list is due, or its backoff ends.
+    Members,
+    /// The session is due to be confirmed, or the heartbeat's backoff ends.
+    Heartbeat,
+    /// The lease runs out: fetching must stop.
+    LeaseEnd,
+    /// One of a partition's own deadlines.
+    Partition(P, PartitionTimer),
+    /// The commit interval ends: commit what was processed.
+    CommitInterval,
+    /// A shutdown with every claim released deregisters, or its backoff
+    /// ends.
+    Deregister,
+}
+
+impl<P> Timer<P> {
+    fn map_partition<Q>(self, f: impl FnOnce(P) -> Q) -> Timer<Q> {
+        match self {
+            Timer::Register => Timer::Register,
+            Timer::Members => Timer::Members,
+            Timer::Heartbeat => Timer::Heartbeat,
+            Timer::LeaseEnd => Timer::LeaseEnd,
+            Timer::Partition(partition, timer) => Timer::Partition(f(partition), timer),
+            Timer::CommitInterval => Timer::CommitInterval,
+            Timer::Deregister => Timer::Deregister,
         }
     }
 }

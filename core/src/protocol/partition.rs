@@ -1,4 +1,9 @@
-//! The state one member keeps for one partition it claims, owns or releases.
+//! The state one member keeps for one partition it claims, owns or
+//! releases, and the partition's life: every transition of its phase, and
+//! what each one asks of the member. The member owns the queues, the
+//! request ids, the clock and the jitter; a transition here changes the
+//! partition and returns what the member must do about it (send a request,
+//! tell the application, start or stop the fetcher).
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +79,17 @@ pub(crate) enum Fetch {
     Stopped,
 }
 
+/// What one of a partition's deadlines is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PartitionTimer {
+    /// The claim has waited the stall threshold: report it, once.
+    Stall,
+    /// A backoff, re-check or retry ends (`retry_at`).
+    Retry,
+    /// A release stops waiting for the application's drain.
+    DrainEnd,
+}
+
 /// One partition's state.
 #[derive(Clone, Debug)]
 pub(crate) struct PartitionState {
@@ -112,24 +128,26 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
-    /// The next moment this partition has something to do by itself: a
-    /// backoff, re-check or retry ending, a drain that must stop waiting,
-    /// or a claim to report as stalled after `stall_threshold`. Both
-    /// `Member::poll_timeout` and the firing of partition timers read it.
-    pub fn deadline(&self, stall_threshold: Duration) -> Option<Instant> {
-        let draining = self.phase == Phase::Releasing(ReleaseStep::Draining);
+    /// The partition's deadlines, each with what it is for, in the order
+    /// they fire when due together: a backoff, re-check or retry ending, a
+    /// drain that must stop waiting, a claim to report as stalled after
+    /// `stall_threshold`. The member's timer table lists them.
+    pub fn timers(
+        &self,
+        stall_threshold: Duration,
+    ) -> impl Iterator<Item = (Instant, PartitionTimer)> {
         let stall = (matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported)
-            .then(|| self.since + stall_threshold);
-        [
-            self.retry_at,
-            self.drain_deadline.filter(|_| draining),
-            stall,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+            .then(|| (self.since + stall_threshold, PartitionTimer::Stall));
+        let draining = self.phase == Phase::Releasing(ReleaseStep::Draining);
+        let drain_end = self
+            .drain_deadline
+            .filter(|_| draining)
+            .map(|at| (at, PartitionTimer::DrainEnd));
+        let retry = self.retry_at.map(|at| (at, PartitionTimer::Retry));
+        [stall, retry, drain_end].into_iter().flatten()
     }
 
+    /// A partition the assignment just gave us: its claim starts at `now`.
     pub fn claiming(now: Instant) -> Self {
         PartitionState {
             phase: Phase::Claiming(ClaimStep::Backoff),
