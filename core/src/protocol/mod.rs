@@ -433,7 +433,9 @@ impl Member {
         if self.closed {
             return None;
         }
-        self.timers().map(|(at, _)| at).min()
+        let mut next: Option<Instant> = None;
+        self.timers(|at, _| next = Some(next.map_or(at, |n| n.min(at))));
+        next
     }
 
     fn advance_clock(&mut self, now: Instant) {
@@ -687,12 +689,20 @@ impl Member {
         }
     }
 
-    /// The timer table: every deadline the member has, with what it is
-    /// for, in the order the due ones fire. [`Member::poll_timeout`] is its
-    /// earliest entry and `tick` fires its due entries, so no deadline is
-    /// worked out in two places. A step with nothing to wait for is due at
-    /// once (`now`); the firing leaves none of those behind.
-    fn timers(&self) -> impl Iterator<Item = (Instant, Timer<&TopicPartition>)> {
+    /// The timer table: shows `visit` every deadline the member has, with
+    /// what it is for, in the order the due ones fire.
+    /// [`Member::poll_timeout`] is its earliest entry and `tick` fires its
+    /// due entries, so no deadline is worked out in two places. A step with
+    /// nothing to wait for is due at once (`now`); the firing leaves none
+    /// of those behind. (A visit rather than an iterator: it runs twice per
+    /// input, and a chained iterator over the partitions costs more than
+    /// the rest of a plain acknowledgement.)
+    fn timers<'a>(&'a self, mut visit: impl FnMut(Instant, Timer<&'a TopicPartition>)) {
+        let mut entry = |at: Option<Instant>, timer: Timer<&'a TopicPartition>| {
+            if let Some(at) = at {
+                visit(at, timer);
+            }
+        };
         let due = |step: Step| match step {
             Step::Idle => Some(self.now),
             Step::Backoff(at) => Some(at),
@@ -700,50 +710,37 @@ impl Member {
         };
         let joining = self.session.is_some() && !self.shutting_down;
         let registered = self.session.is_some() && self.registration == Step::Done;
-        let heartbeat = match self.heartbeat {
-            Step::Backoff(at) => Some(at),
-            Step::Idle => self.heartbeat_due(),
-            Step::Pending(_) | Step::Done => None,
-        };
-        let fetching = || self.partitions.values().any(|s| s.fetch == Fetch::Fetching);
+        if joining {
+            entry(due(self.registration), Timer::Register);
+            entry(due(self.members_watch), Timer::Members);
+        }
+        if registered {
+            let heartbeat = match self.heartbeat {
+                Step::Backoff(at) => Some(at),
+                Step::Idle => self.heartbeat_due(),
+                Step::Pending(_) | Step::Done => None,
+            };
+            entry(heartbeat, Timer::Heartbeat);
+        }
+        if self.partitions.values().any(|s| s.fetch == Fetch::Fetching) {
+            entry(self.lease_end(), Timer::LeaseEnd);
+        }
+        let threshold = self.config.claim_stall_threshold;
+        for (partition, state) in &self.partitions {
+            state.timers(threshold, |at, timer| {
+                entry(Some(at), Timer::Partition(partition, timer));
+            });
+        }
         // The interval's end wakes the member only while a partition is
         // ready to commit from; once passed it is due all the same, and
         // its firing starts the next interval from that moment.
-        let commit_interval = Some(self.next_commit).filter(|&at| {
-            at <= self.now
-                || self
-                    .partitions
-                    .values()
-                    .any(|s| s.phase == Phase::Owned(OwnedStep::Ready))
-        });
-        let leaving = registered && self.shutting_down && self.partitions.is_empty();
-        let first = [
-            (due(self.registration).filter(|_| joining), Timer::Register),
-            (due(self.members_watch).filter(|_| joining), Timer::Members),
-            (heartbeat.filter(|_| registered), Timer::Heartbeat),
-            (self.lease_end().filter(|_| fetching()), Timer::LeaseEnd),
-        ];
-        let threshold = self.config.claim_stall_threshold;
-        let partitions = self.partitions.iter().flat_map(move |(partition, state)| {
-            state
-                .timers(threshold)
-                .map(move |(at, timer)| (at, Timer::Partition(partition, timer)))
-        });
-        let last = [
-            (commit_interval, Timer::CommitInterval),
-            (
-                due(self.deregistration).filter(|_| leaving),
-                Timer::Deregister,
-            ),
-        ];
-        first
-            .into_iter()
-            .filter_map(|(at, timer)| Some((at?, timer)))
-            .chain(partitions)
-            .chain(
-                last.into_iter()
-                    .filter_map(|(at, timer)| Some((at?, timer))),
-            )
+        let commit_from = |s: &PartitionState| s.phase == Phase::Owned(OwnedStep::Ready);
+        if self.next_commit <= self.now || self.partitions.values().any(commit_from) {
+            entry(Some(self.next_commit), Timer::CommitInterval);
+        }
+        if registered && self.shutting_down && self.partitions.is_empty() {
+            entry(due(self.deregistration), Timer::Deregister);
+        }
     }
 
     /// When the session should next be confirmed, while the heartbeat is
@@ -1195,12 +1192,14 @@ impl Member {
     /// lease and a shutdown with nothing left to deregister ends.
     fn tick(&mut self) {
         let now = self.now;
-        // Taken out of the table first: firing changes what it lists.
-        let due: Vec<Timer<TopicPartition>> = self
-            .timers()
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, timer)| timer.map_partition(TopicPartition::clone))
-            .collect();
+        // Taken out of the table first: firing changes what it lists. Most
+        // inputs find nothing due, and an empty list allocates nothing.
+        let mut due: Vec<Timer<TopicPartition>> = Vec::new();
+        self.timers(|at, timer| {
+            if at <= now {
+                due.push(timer.map_partition(TopicPartition::clone));
+            }
+        });
         for timer in due {
             self.fire(timer);
         }

@@ -271,23 +271,27 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
-    /// The partition's deadlines, each with what it is for, in the order
-    /// they fire when due together: a backoff, re-check or retry ending, a
-    /// drain that must stop waiting, a claim to report as stalled after
-    /// `stall_threshold`. The member's timer table lists them.
+    /// Shows `visit` the partition's deadlines, each with what it is for,
+    /// in the order they fire when due together: a claim to report as
+    /// stalled after `stall_threshold`, a backoff, re-check or retry
+    /// ending, a drain that must stop waiting. The member's timer table
+    /// lists them.
     pub fn timers(
         &self,
         stall_threshold: Duration,
-    ) -> impl Iterator<Item = (Instant, PartitionTimer)> {
-        let stall = (matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported)
-            .then(|| (self.since + stall_threshold, PartitionTimer::Stall));
-        let draining = self.phase == Phase::Releasing(ReleaseStep::Draining);
-        let drain_end = self
-            .drain_deadline
-            .filter(|_| draining)
-            .map(|at| (at, PartitionTimer::DrainEnd));
-        let retry = self.retry_at.map(|at| (at, PartitionTimer::Retry));
-        [stall, retry, drain_end].into_iter().flatten()
+        mut visit: impl FnMut(Instant, PartitionTimer),
+    ) {
+        if matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported {
+            visit(self.since + stall_threshold, PartitionTimer::Stall);
+        }
+        if let Some(at) = self.retry_at {
+            visit(at, PartitionTimer::Retry);
+        }
+        if let (Some(at), Phase::Releasing(ReleaseStep::Draining)) =
+            (self.drain_deadline, self.phase)
+        {
+            visit(at, PartitionTimer::DrainEnd);
+        }
     }
 
     /// A partition the assignment just gave us: its claim starts at `now`.
