@@ -20,7 +20,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, RegisterOutcome};
-use partition::{ClaimStep, Fetch, OwnedStep, PartitionState, Phase, ReleaseStep};
+use partition::{
+    AfterClaim, AfterCommit, AfterLetGo, AfterOffset, AfterRelease, DrainEnd, Fetch, Fired, Next,
+    OwnedStep, PartitionState, PartitionTimer, Phase, StoreRequest,
+};
 
 use crate::assignment::PartitionCounts;
 use crate::backoff;
@@ -431,27 +434,7 @@ impl Member {
             return None;
         }
         let mut next: Option<Instant> = None;
-        let mut at = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
-        for t in self.own_deadlines().into_iter().flatten() {
-            at(t);
-        }
-        let mut fetching = false;
-        let mut owned = false;
-        for state in self.partitions.values() {
-            if let Some(t) = state.deadline(self.config.claim_stall_threshold) {
-                at(t);
-            }
-            fetching |= state.fetch == Fetch::Fetching;
-            owned |= matches!(state.phase, Phase::Owned(OwnedStep::Ready));
-        }
-        if fetching {
-            if let Some(end) = self.lease_end() {
-                at(end);
-            }
-        }
-        if owned {
-            at(self.next_commit);
-        }
+        self.timers(|at, _| next = Some(next.map_or(at, |n| n.min(at))));
         next
     }
 
@@ -512,13 +495,7 @@ impl Member {
     }
 
     fn backoff(&mut self, attempt: u32) -> Instant {
-        self.now
-            + backoff::delay(
-                &mut self.rng,
-                self.config.backoff_min,
-                self.config.backoff_max,
-                attempt,
-            )
+        backoff_end(&mut self.rng, &self.config, self.now, attempt)
     }
 
     /// The session store commands are issued under. Commands are only
@@ -567,14 +544,11 @@ impl Member {
     fn on_session_expired(&mut self) {
         let dropped = self.partitions.len();
         let partitions = std::mem::take(&mut self.partitions);
-        for (partition, state) in partitions {
-            if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.fetches.push_back(FetchCommand::Stop {
-                    partition: partition.clone(),
-                    token,
-                });
+        for (partition, mut state) in partitions {
+            if let Some(stop) = state.stop_fetching(&partition) {
+                self.fetches.push_back(stop);
             }
-            self.gone(partition, &state, false);
+            self.app.push(state.gone(partition, false));
         }
         self.report(Error::SessionExpired {
             partitions: dropped,
@@ -715,35 +689,64 @@ impl Member {
         }
     }
 
-    /// When each of the member's own requests — registration, the member
-    /// list, the heartbeat, deregistration — is next held back until, by
-    /// a backoff or (the heartbeat) its interval: only the ones
-    /// `own_requests` and `tick` would act on. Both `poll_timeout` and the
-    /// firing read it.
-    fn own_deadlines(&self) -> [Option<Instant>; 4] {
-        let backoff = |step: Step| match step {
+    /// The timer table: shows `visit` every deadline the member has, with
+    /// what it is for, in the order the due ones fire.
+    /// [`Member::poll_timeout`] is its earliest entry and `tick` fires its
+    /// due entries, so no deadline is worked out in two places. A step with
+    /// nothing to wait for is due at once (`now`); the firing leaves none
+    /// of those behind. (A visit rather than an iterator: it runs twice per
+    /// input, and a chained iterator over the partitions costs more than
+    /// the rest of a plain acknowledgement.)
+    fn timers<'a>(&'a self, mut visit: impl FnMut(Instant, Timer<&'a TopicPartition>)) {
+        let mut entry = |at: Option<Instant>, timer: Timer<&'a TopicPartition>| {
+            if let Some(at) = at {
+                visit(at, timer);
+            }
+        };
+        let due = |step: Step| match step {
+            Step::Idle => Some(self.now),
             Step::Backoff(at) => Some(at),
-            _ => None,
+            Step::Pending(_) | Step::Done => None,
         };
         let joining = self.session.is_some() && !self.shutting_down;
         let registered = self.session.is_some() && self.registration == Step::Done;
-        [
-            backoff(self.registration).filter(|_| joining),
-            backoff(self.members_watch).filter(|_| joining),
-            backoff(self.heartbeat)
-                .or_else(|| self.heartbeat_due())
-                .filter(|_| registered),
-            backoff(self.deregistration).filter(|_| registered && self.shutting_down),
-        ]
+        if joining {
+            entry(due(self.registration), Timer::Register);
+            entry(due(self.members_watch), Timer::Members);
+        }
+        if registered {
+            let heartbeat = match self.heartbeat {
+                Step::Backoff(at) => Some(at),
+                Step::Idle => self.heartbeat_due(),
+                Step::Pending(_) | Step::Done => None,
+            };
+            entry(heartbeat, Timer::Heartbeat);
+        }
+        if self.partitions.values().any(|s| s.fetch == Fetch::Fetching) {
+            entry(self.lease_end(), Timer::LeaseEnd);
+        }
+        let threshold = self.config.claim_stall_threshold;
+        for (partition, state) in &self.partitions {
+            state.timers(threshold, |at, timer| {
+                entry(Some(at), Timer::Partition(partition, timer));
+            });
+        }
+        // The interval's end wakes the member only while a partition is
+        // ready to commit from; once passed it is due all the same, and
+        // its firing starts the next interval from that moment.
+        let commit_from = |s: &PartitionState| s.phase == Phase::Owned(OwnedStep::Ready);
+        if self.next_commit <= self.now || self.partitions.values().any(commit_from) {
+            entry(Some(self.next_commit), Timer::CommitInterval);
+        }
+        if registered && self.shutting_down && self.partitions.is_empty() {
+            entry(due(self.deregistration), Timer::Deregister);
+        }
     }
 
-    /// When the session should next be confirmed: a third of the session
-    /// timeout after the server last heard from us, while we hold claims.
+    /// When the session should next be confirmed, while the heartbeat is
+    /// idle: a third of the session timeout after the server last heard
+    /// from us (at once if it never did), while we hold claims.
     fn heartbeat_due(&self) -> Option<Instant> {
-        if self.heartbeat != Step::Idle || self.session.is_none() || self.registration != Step::Done
-        {
-            return None;
-        }
         let holds = self
             .partitions
             .values()
@@ -818,7 +821,11 @@ impl Member {
         Some(assignment.partitions_of(&self.info.id))
     }
 
-    // ----- claims -----
+    // ----- partitions -----
+    //
+    // A partition's transitions are `PartitionState`'s; the member routes
+    // the inputs to them and does what they return: send requests, tell
+    // the application, drive the fetcher, add and drop partitions.
 
     /// Starts claiming a partition the assignment gives us and we do not
     /// hold.
@@ -828,204 +835,75 @@ impl Member {
         self.app.push(AppEvent::Claiming {
             partition: partition.clone(),
         });
-        self.send_claim(partition);
+        self.send(partition, StoreRequest::Claim);
     }
 
-    /// Tells what became of a partition whose state was just dropped:
-    /// released or lost if it was held, abandoned if it never was.
-    fn gone(&mut self, partition: TopicPartition, state: &PartitionState, released: bool) {
-        self.app.push(match state.token {
-            Some(token) if released => AppEvent::Released { partition, token },
-            Some(token) => AppEvent::Lost { partition, token },
-            None => AppEvent::ClaimAbandoned { partition },
-        });
-    }
-
-    fn send_claim(&mut self, partition: &TopicPartition) {
+    /// Sends the store request a step of `partition` needs.
+    fn send(&mut self, partition: &TopicPartition, request: StoreRequest) {
         let id = self.request(Purpose::Partition(partition.clone()));
-        if let Some(state) = self.partitions.get_mut(partition) {
-            state.phase = Phase::Claiming(ClaimStep::Claiming);
-            state.request = Some(id);
-            state.retry_at = None;
-        }
-        self.commands.push_back(Command::Claim {
-            id,
-            session: self.session_tag(),
-            partition: partition.clone(),
+        let held = self.partitions.get_mut(partition).and_then(|state| {
+            state.sent(id, request);
+            state.token
         });
-    }
-
-    fn claim_backoff(&mut self, partition: &TopicPartition) {
-        let attempt = self.partitions.get(partition).map_or(0, |s| s.attempt);
-        let at = self.backoff(attempt);
-        if let Some(state) = self.partitions.get_mut(partition) {
-            state.phase = Phase::Claiming(ClaimStep::Backoff);
-            state.request = None;
-            state.retry_at = Some(at);
-            state.attempt = state.attempt.saturating_add(1);
-        }
-    }
-
-    fn on_claim_result(&mut self, id: RequestId, result: Result<ClaimOutcome, StoreError>) {
-        let partition = match self.partition_request(id, &result) {
-            Some(p) => p,
-            None => return,
-        };
-        let Some(state) = self.partitions.get(&partition) else {
-            return;
-        };
-        let session = self.session;
-        match state.phase {
-            Phase::Claiming(ClaimStep::Claiming) => match result {
-                Ok(ClaimOutcome::Created { token }) => self.become_owner(&partition, token),
-                // A claim whose reply was lost: the record carries our
-                // session, so it is ours.
-                Ok(ClaimOutcome::Held {
-                    session: s, token, ..
-                }) if Some(s) == session => self.become_owner(&partition, token),
-                Ok(ClaimOutcome::Held { owner, .. }) => {
-                    let watch = self.request(Purpose::Partition(partition.clone()));
-                    if let Some(state) = self.partitions.get_mut(&partition) {
-                        state.holder = owner;
-                        state.maybe_ours = false;
-                        state.phase = Phase::Claiming(ClaimStep::WatchPending);
-                        state.request = Some(watch);
-                    }
-                    self.commands.push_back(Command::WatchOwner {
-                        id: watch,
-                        session: self.session_tag(),
-                        partition,
-                    });
-                }
-                Err(error) => {
-                    match error {
-                        // The owner vanished between our create and our read
-                        // of it: the way is clear, try again shortly.
-                        StoreError::NoNode | StoreError::SessionExpired => {}
-                        StoreError::ConnectionLoss => {
-                            if let Some(state) = self.partitions.get_mut(&partition) {
-                                state.maybe_ours = true;
-                            }
-                        }
-                        other => self.report_store(Operation::Claim, Some(&partition), other),
-                    }
-                    self.claim_backoff(&partition);
-                }
+        let session = self.session_tag();
+        let partition = partition.clone();
+        let command = match request {
+            StoreRequest::Claim => Command::Claim {
+                id,
+                session,
+                partition,
             },
-            Phase::Releasing(ReleaseStep::AwaitClaim) => {
-                let token = match result {
-                    Ok(ClaimOutcome::Created { token }) => Some(Some(token)),
-                    Ok(ClaimOutcome::Held {
-                        session: s, token, ..
-                    }) if Some(s) == session => Some(Some(token)),
-                    Ok(ClaimOutcome::Held { .. }) | Err(StoreError::NoNode) => None,
-                    // Unknown outcome: delete the record if it is ours.
-                    Err(_) => Some(None),
-                };
-                match token {
-                    Some(token) => {
-                        // A claim that took effect after all, only to be
-                        // released at once.
-                        if let Some(token) = token {
-                            self.announce_claim(&partition, token);
-                            self.app.push(AppEvent::Releasing {
-                                partition: partition.clone(),
-                                token,
-                            });
-                        }
-                        if let Some(state) = self.partitions.get_mut(&partition) {
-                            state.token = token;
-                        }
-                        self.send_release(&partition);
-                    }
-                    None => self.finish_release(&partition, false),
+            StoreRequest::WatchOwner => Command::WatchOwner {
+                id,
+                session,
+                partition,
+            },
+            StoreRequest::ReadOffset => Command::ReadOffset {
+                id,
+                session,
+                partition,
+            },
+            StoreRequest::Commit { offset, token, .. } => {
+                self.app.push(AppEvent::Committing {
+                    partition: partition.clone(),
+                    token,
+                    offset,
+                });
+                Command::CommitOffset {
+                    id,
+                    session,
+                    partition,
+                    offset,
+                    token,
                 }
             }
-            _ => {}
-        }
-    }
-
-    fn on_owner_watch_result(&mut self, id: RequestId, result: Result<bool, StoreError>) {
-        let partition = match self.partition_request(id, &result) {
-            Some(p) => p,
-            None => return,
+            StoreRequest::Release => Command::Release {
+                id,
+                session,
+                partition,
+                token: held,
+            },
         };
-        let recheck = self.now + self.config.session_timeout;
-        let Some(state) = self.partitions.get_mut(&partition) else {
-            return;
+        self.commands.push_back(command);
+    }
+
+    /// Runs `transition` on the state of `partition` with what transitions
+    /// may need of the member: the clock, whether it may write offsets,
+    /// and the backoff for so many failures; `None` if the partition has
+    /// no state.
+    fn transition<R>(
+        &mut self,
+        partition: &TopicPartition,
+        transition: impl FnOnce(&mut PartitionState, Context<'_>) -> R,
+    ) -> Option<R> {
+        let context = Context {
+            now: self.now,
+            may_consume: self.may_consume(),
+            rng: &mut self.rng,
+            config: &self.config,
         };
-        if state.phase != Phase::Claiming(ClaimStep::WatchPending) {
-            return;
-        }
-        match result {
-            Ok(true) => {
-                state.phase = Phase::Claiming(ClaimStep::Watching);
-                state.request = None;
-                // A lost notification must not strand the claim: look
-                // again once a session timeout has passed.
-                state.retry_at = Some(recheck);
-                state.attempt = 0;
-            }
-            Ok(false) => self.send_claim(&partition),
-            Err(error) => {
-                if !matches!(
-                    error,
-                    StoreError::ConnectionLoss | StoreError::SessionExpired
-                ) {
-                    self.report_store(Operation::WatchOwner, Some(&partition), error);
-                }
-                self.claim_backoff(&partition);
-            }
-        }
-    }
-
-    fn on_owner_deleted(&mut self, partition: &TopicPartition) {
-        let waiting = self.partitions.get(partition).is_some_and(|s| {
-            matches!(
-                s.phase,
-                Phase::Claiming(ClaimStep::WatchPending | ClaimStep::Watching)
-            )
-        });
-        if waiting {
-            if let Some(state) = self.partitions.get_mut(partition) {
-                if let Some(old) = state.request.take() {
-                    self.requests.remove(&old);
-                }
-                state.attempt = 0;
-            }
-            self.send_claim(partition);
-        }
-    }
-
-    /// Tells the application that the claim of `partition` took effect
-    /// under `token`, with the time since it began.
-    fn announce_claim(&mut self, partition: &TopicPartition, token: FencingToken) {
-        if let Some(state) = self.partitions.get(partition) {
-            self.app.push(AppEvent::Claimed {
-                partition: partition.clone(),
-                token,
-                waited: self.now.saturating_duration_since(state.since),
-            });
-        }
-    }
-
-    fn become_owner(&mut self, partition: &TopicPartition, token: FencingToken) {
-        self.announce_claim(partition, token);
-        let id = self.request(Purpose::Partition(partition.clone()));
-        if let Some(state) = self.partitions.get_mut(partition) {
-            state.phase = Phase::Owned(OwnedStep::ReadingOffset);
-            state.token = Some(token);
-            state.request = Some(id);
-            state.retry_at = None;
-            state.attempt = 0;
-            state.maybe_ours = false;
-            state.holder = None;
-        }
-        self.commands.push_back(Command::ReadOffset {
-            id,
-            session: self.session_tag(),
-            partition: partition.clone(),
-        });
+        let state = self.partitions.get_mut(partition)?;
+        Some(transition(state, context))
     }
 
     /// The partition request `id` was for, if it is still awaited by that
@@ -1046,179 +924,151 @@ impl Member {
         }
     }
 
-    // ----- owned partitions and offsets -----
+    fn on_claim_result(&mut self, id: RequestId, result: Result<ClaimOutcome, StoreError>) {
+        let Some(partition) = self.partition_request(id, &result) else {
+            return;
+        };
+        let session = self.session;
+        let Some(next) = self.transition(&partition, |state, cx| {
+            state.claim_result(result, session, cx.backoff())
+        }) else {
+            return;
+        };
+        match next {
+            AfterClaim::Ignored => {}
+            AfterClaim::Owned(token) => {
+                self.announce_claim(&partition, token);
+                self.send(&partition, StoreRequest::ReadOffset);
+            }
+            AfterClaim::Watch => self.send(&partition, StoreRequest::WatchOwner),
+            AfterClaim::Failed(error) => {
+                if let Some(error) = error {
+                    self.report_store(Operation::Claim, Some(&partition), error);
+                }
+            }
+            AfterClaim::ReleaseClaimed(token) => {
+                // A claim that took effect after all, only to be released
+                // at once.
+                self.announce_claim(&partition, token);
+                self.app.push(AppEvent::Releasing {
+                    partition: partition.clone(),
+                    token,
+                });
+                self.send(&partition, StoreRequest::Release);
+            }
+            AfterClaim::Release => self.send(&partition, StoreRequest::Release),
+            AfterClaim::Abandoned => self.finish_release(&partition, false),
+        }
+    }
+
+    fn on_owner_watch_result(&mut self, id: RequestId, result: Result<bool, StoreError>) {
+        let Some(partition) = self.partition_request(id, &result) else {
+            return;
+        };
+        // A lost notification must not strand the claim: look again once
+        // a session timeout has passed.
+        let recheck = self.now + self.config.session_timeout;
+        let next = self.transition(&partition, |state, cx| {
+            state.watch_result(result, recheck, cx.backoff())
+        });
+        self.follow(&partition, Operation::WatchOwner, next);
+    }
+
+    /// Does what a partition's step asks after `operation`.
+    fn follow(&mut self, partition: &TopicPartition, operation: Operation, next: Option<Next>) {
+        match next {
+            Some(Next::Send(request)) => self.send(partition, request),
+            Some(Next::Report(error)) => self.report_store(operation, Some(partition), error),
+            Some(Next::Nothing) | None => {}
+        }
+    }
+
+    fn on_owner_deleted(&mut self, partition: &TopicPartition) {
+        let Some(stale) = self
+            .partitions
+            .get_mut(partition)
+            .and_then(PartitionState::owner_deleted)
+        else {
+            return;
+        };
+        if let Some(old) = stale {
+            self.requests.remove(&old);
+        }
+        self.send(partition, StoreRequest::Claim);
+    }
+
+    /// Tells the application that the claim of `partition` took effect
+    /// under `token`, with the time since it began.
+    fn announce_claim(&mut self, partition: &TopicPartition, token: FencingToken) {
+        if let Some(state) = self.partitions.get(partition) {
+            self.app.push(AppEvent::Claimed {
+                partition: partition.clone(),
+                token,
+                waited: self.now.saturating_duration_since(state.since),
+            });
+        }
+    }
 
     fn on_offset_result(&mut self, id: RequestId, result: Result<Option<Offset>, StoreError>) {
-        let partition = match self.partition_request(id, &result) {
-            Some(p) => p,
-            None => return,
+        let Some(partition) = self.partition_request(id, &result) else {
+            return;
         };
         let initial = match self.config.initial_offset {
             InitialOffset::Oldest => FetchFrom::Oldest,
             InitialOffset::Newest => FetchFrom::Newest,
         };
-        let Some(state) = self.partitions.get_mut(&partition) else {
-            return;
-        };
-        if state.phase != Phase::Owned(OwnedStep::ReadingOffset) {
-            return;
-        }
-        match result {
-            Ok(committed) => {
-                state.committed = committed;
-                state.start = Some(committed.map_or(initial, FetchFrom::Offset));
-                state.phase = Phase::Owned(OwnedStep::Ready);
-                state.request = None;
-                state.attempt = 0;
-                if let Some(token) = state.token {
-                    self.app.push(AppEvent::OffsetRead {
-                        partition,
-                        token,
-                        committed,
-                    });
-                }
+        let next = self.transition(&partition, |state, cx| {
+            let next = state.offset_result(result, initial, cx.backoff());
+            (next, state.token)
+        });
+        match next {
+            Some((AfterOffset::Read(committed), Some(token))) => {
+                self.app.push(AppEvent::OffsetRead {
+                    partition,
+                    token,
+                    committed,
+                });
             }
-            Err(error) => {
-                let corrupt = matches!(error, StoreError::Corrupt { .. });
-                // Corrupt data is reported once and never overwritten: the
-                // partition waits for an operator rather than guess where
-                // to start.
-                let report = !corrupt || !state.corrupt_reported;
-                state.corrupt_reported |= corrupt;
-                let attempt = state.attempt;
-                state.attempt = state.attempt.saturating_add(1);
-                state.phase = Phase::Owned(OwnedStep::ReadBackoff);
-                state.request = None;
-                if report
-                    && !matches!(
-                        error,
-                        StoreError::ConnectionLoss | StoreError::SessionExpired
-                    )
-                {
-                    self.report_store(Operation::ReadOffset, Some(&partition), error);
-                }
-                let at = self.backoff(attempt);
-                if let Some(state) = self.partitions.get_mut(&partition) {
-                    state.retry_at = Some(at);
-                }
+            Some((AfterOffset::Failed(Some(error)), _)) => {
+                self.report_store(Operation::ReadOffset, Some(&partition), error);
             }
+            _ => {}
         }
     }
 
     fn on_processed(&mut self, partition: &TopicPartition, token: FencingToken, offset: Offset) {
-        let Some(state) = self.partitions.get_mut(partition) else {
-            return;
-        };
-        // Acknowledgements count only under the claim they were fetched
-        // under, and only until the release's final commit is decided:
-        // late ones are ignored so nothing is written for a partition we
-        // are letting go.
-        let open = matches!(
-            state.phase,
-            Phase::Owned(_) | Phase::Releasing(ReleaseStep::Draining)
-        );
-        if open
-            && state.token == Some(token)
-            && matches!(state.fetch, Fetch::Fetching | Fetch::Stopping)
-        {
-            state.processed = Some(state.processed.map_or(offset, |p| p.max(offset)));
+        if let Some(state) = self.partitions.get_mut(partition) {
+            state.processed(token, offset);
         }
     }
 
     fn on_drained(&mut self, partition: &TopicPartition, token: FencingToken) {
-        if let Some(state) = self.partitions.get_mut(partition) {
-            if state.token == Some(token) && state.fetch == Fetch::Stopping {
-                state.fetch = Fetch::Stopped;
-            }
-        }
-        if self
+        let releasing = self
             .partitions
-            .get(partition)
-            .is_some_and(|s| s.phase == Phase::Releasing(ReleaseStep::Draining))
-        {
-            self.advance_release(partition);
+            .get_mut(partition)
+            .is_some_and(|state| state.drained(token));
+        if releasing {
+            self.end_drain(partition);
         }
-    }
-
-    fn send_commit(
-        &mut self,
-        partition: &TopicPartition,
-        offset: Offset,
-        token: FencingToken,
-        final_commit: bool,
-    ) {
-        let id = self.request(Purpose::Partition(partition.clone()));
-        if let Some(state) = self.partitions.get_mut(partition) {
-            if final_commit {
-                state.phase = Phase::Releasing(ReleaseStep::Committing);
-                state.request = Some(id);
-                state.retry_at = None;
-            }
-            state.commit = Some((id, offset));
-        }
-        self.app.push(AppEvent::Committing {
-            partition: partition.clone(),
-            token,
-            offset,
-        });
-        self.commands.push_back(Command::CommitOffset {
-            id,
-            session: self.session_tag(),
-            partition: partition.clone(),
-            offset,
-            token,
-        });
     }
 
     fn on_commit_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
-        let partition = match self.partition_request(id, &result) {
-            Some(p) => p,
-            None => return,
-        };
-        let Some(state) = self.partitions.get_mut(&partition) else {
+        let Some(partition) = self.partition_request(id, &result) else {
             return;
         };
-        let Some((_, offset)) = state.commit.take() else {
+        let Some((event, next)) = self.transition(&partition, |state, cx| {
+            state.commit_result(&partition, id, result, cx.may_consume, cx.backoff())
+        }) else {
             return;
         };
-        let final_commit = state.request == Some(id);
-        if final_commit {
-            state.request = None;
+        if let Some(event) = event {
+            self.app.push(event);
         }
-        // A commit goes out only under a claim, and the claim of a
-        // partition never changes while its state lives.
-        if let Some(token) = state.token {
-            let partition = partition.clone();
-            self.app.push(match &result {
-                Ok(()) => AppEvent::Committed {
-                    partition,
-                    token,
-                    offset,
-                },
-                Err(StoreError::NotOwner) => AppEvent::CommitFenced {
-                    partition,
-                    token,
-                    offset,
-                },
-                Err(error) => AppEvent::CommitFailed {
-                    partition,
-                    token,
-                    offset,
-                    error: error.clone(),
-                },
-            });
-        }
-        match result {
-            Ok(()) => {
-                state.committed = Some(state.committed.map_or(offset, |c| c.max(offset)));
-                state.attempt = 0;
-                if final_commit || state.phase == Phase::Releasing(ReleaseStep::AwaitCommit) {
-                    self.advance_release_after_commit(&partition);
-                }
-            }
-            Err(StoreError::NotOwner) => {
-                // The claim is gone: whatever we thought, we do not own the
-                // partition. Stop at once; claim again if it is still ours
+        match next {
+            AfterCommit::Nothing => {}
+            AfterCommit::Send(request) => self.send(&partition, request),
+            AfterCommit::Fenced(offset) => {
+                // Stop at once; claim again if the partition is still ours
                 // by the assignment.
                 self.report(Error::CommitFenced {
                     partition: partition.clone(),
@@ -1226,222 +1076,100 @@ impl Member {
                 });
                 self.lose(&partition);
             }
-            Err(error) => {
-                // Only a release past its drain retries here; a draining
-                // one sends its final commit once the drain is over.
-                let releasing = matches!(
-                    state.phase,
-                    Phase::Releasing(
-                        ReleaseStep::AwaitCommit
-                            | ReleaseStep::Committing
-                            | ReleaseStep::CommitBackoff
-                    )
-                );
-                if !matches!(
-                    error,
-                    StoreError::ConnectionLoss | StoreError::SessionExpired
-                ) {
-                    self.report_store(Operation::Commit, Some(&partition), error);
-                }
-                if releasing {
-                    // The final commit keeps the duplicates of the next
-                    // owner down; retry it, the owner record still guards.
-                    let attempt = self.partitions.get(&partition).map_or(0, |s| s.attempt);
-                    let at = self.backoff(attempt);
-                    if let Some(state) = self.partitions.get_mut(&partition) {
-                        state.phase = Phase::Releasing(ReleaseStep::CommitBackoff);
-                        state.retry_at = Some(at);
-                        state.attempt = state.attempt.saturating_add(1);
-                    }
-                }
+            AfterCommit::Report(error) => {
+                self.report_store(Operation::Commit, Some(&partition), error);
             }
         }
     }
 
     /// Forgets a partition whose claim turned out not to be ours any more.
     fn lose(&mut self, partition: &TopicPartition) {
-        if let Some(state) = self.partitions.remove(partition) {
-            if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                self.fetches.push_back(FetchCommand::Stop {
-                    partition: partition.clone(),
-                    token,
-                });
+        if let Some(mut state) = self.partitions.remove(partition) {
+            if let Some(stop) = state.stop_fetching(partition) {
+                self.fetches.push_back(stop);
             }
             if let Some(id) = state.request {
                 self.requests.remove(&id);
             }
-            self.gone(partition.clone(), &state, false);
+            self.app.push(state.gone(partition.clone(), false));
         }
         if self.assigned.contains(partition) {
             self.start_claiming(partition);
         }
     }
 
-    // ----- releases -----
-
     /// Stops claiming or owning a partition the assignment no longer gives
     /// us.
     fn let_go(&mut self, partition: &TopicPartition) {
-        let now = self.now;
-        let processing_timeout = self.config.processing_timeout;
+        let drain_deadline = self.now + self.config.processing_timeout;
         let Some(state) = self.partitions.get_mut(partition) else {
             return;
         };
-        match state.phase {
-            Phase::Claiming(ClaimStep::Claiming) => {
-                state.phase = Phase::Releasing(ReleaseStep::AwaitClaim);
-                state.reclaim = false;
-            }
-            Phase::Claiming(_) => {
-                if state.maybe_ours {
-                    state.phase = Phase::Releasing(ReleaseStep::Deleting);
-                    state.reclaim = false;
-                    self.send_release(partition);
-                } else {
-                    if let Some(id) = state.request {
-                        self.requests.remove(&id);
-                    }
-                    if let Some(state) = self.partitions.remove(partition) {
-                        self.gone(partition.clone(), &state, false);
-                    }
+        match state.let_go(partition, drain_deadline) {
+            AfterLetGo::Nothing => {}
+            AfterLetGo::Release => self.send(partition, StoreRequest::Release),
+            AfterLetGo::Abandon { forget } => {
+                if let Some(id) = forget {
+                    self.requests.remove(&id);
+                }
+                if let Some(state) = self.partitions.remove(partition) {
+                    self.app.push(state.gone(partition.clone(), false));
                 }
             }
-            Phase::Owned(_) => {
-                if let Some(id) = state.request.take() {
-                    // An offset read in flight no longer matters.
-                    if state.commit.is_none_or(|(c, _)| c != id) {
-                        self.requests.remove(&id);
-                    }
+            AfterLetGo::Drain { forget, stop } => {
+                if let Some(id) = forget {
+                    self.requests.remove(&id);
                 }
-                state.retry_at = None;
-                state.reclaim = false;
-                state.drain_deadline = Some(now + processing_timeout);
-                state.phase = Phase::Releasing(ReleaseStep::Draining);
                 if let Some(token) = state.token {
                     self.app.push(AppEvent::Releasing {
                         partition: partition.clone(),
                         token,
                     });
                 }
-                if let (Fetch::Fetching, Some(token)) = (state.fetch, state.token) {
-                    state.fetch = Fetch::Stopping;
-                    self.fetches.push_back(FetchCommand::Stop {
-                        partition: partition.clone(),
-                        token,
-                    });
+                if let Some(stop) = stop {
+                    self.fetches.push_back(stop);
                 }
-                self.advance_release(partition);
-            }
-            Phase::Releasing(_) => state.reclaim = false,
-        }
-    }
-
-    /// Moves a draining release on once the drain is done or timed out.
-    fn advance_release(&mut self, partition: &TopicPartition) {
-        let now = self.now;
-        let Some(state) = self.partitions.get_mut(partition) else {
-            return;
-        };
-        if state.phase != Phase::Releasing(ReleaseStep::Draining) {
-            return;
-        }
-        if state.fetch == Fetch::Stopping {
-            match state.drain_deadline {
-                Some(deadline) if now < deadline => return,
-                _ => {
-                    state.fetch = Fetch::Stopped;
-                    let timeout = self.config.processing_timeout;
-                    self.report(Error::DrainTimeout {
-                        partition: partition.clone(),
-                        timeout,
-                    });
-                }
+                self.end_drain(partition);
             }
         }
-        let Some(state) = self.partitions.get_mut(partition) else {
-            return;
-        };
-        state.drain_deadline = None;
-        if state.commit.is_some() {
-            state.phase = Phase::Releasing(ReleaseStep::AwaitCommit);
-            return;
-        }
-        self.final_commit(partition);
     }
 
-    fn final_commit(&mut self, partition: &TopicPartition) {
-        let Some(state) = self.partitions.get(partition) else {
-            return;
-        };
-        match (state.commit_due(), state.token) {
-            (Some(_), Some(_)) if !self.may_consume() => {
-                // A member that may have lost its session writes nothing
-                // until it is confirmed alive; look again after a backoff.
-                let attempt = state.attempt;
-                let at = self.backoff(attempt);
-                if let Some(state) = self.partitions.get_mut(partition) {
-                    state.phase = Phase::Releasing(ReleaseStep::CommitBackoff);
-                    state.request = None;
-                    state.retry_at = Some(at);
-                    state.attempt = state.attempt.saturating_add(1);
-                }
-            }
-            (Some(offset), Some(token)) => self.send_commit(partition, offset, token, true),
-            _ => self.send_release(partition),
+    /// Moves a draining release on if the drain is done or timed out.
+    fn end_drain(&mut self, partition: &TopicPartition) {
+        if let Some(Some(end)) = self.transition(partition, |state, cx| {
+            state.end_drain(cx.now, cx.may_consume, cx.backoff())
+        }) {
+            self.drain_ended(partition, end);
         }
     }
 
-    fn advance_release_after_commit(&mut self, partition: &TopicPartition) {
-        let step = self.partitions.get(partition).map(|s| s.phase);
-        match step {
-            Some(Phase::Releasing(ReleaseStep::AwaitCommit)) => self.final_commit(partition),
-            Some(Phase::Releasing(ReleaseStep::Committing)) => self.send_release(partition),
-            _ => {}
+    fn drain_ended(&mut self, partition: &TopicPartition, end: DrainEnd) {
+        if end.timed_out {
+            self.report(Error::DrainTimeout {
+                partition: partition.clone(),
+                timeout: self.config.processing_timeout,
+            });
         }
-    }
-
-    fn send_release(&mut self, partition: &TopicPartition) {
-        let id = self.request(Purpose::Partition(partition.clone()));
-        let Some(state) = self.partitions.get_mut(partition) else {
-            return;
-        };
-        state.phase = Phase::Releasing(ReleaseStep::Deleting);
-        state.request = Some(id);
-        state.retry_at = None;
-        let token = state.token;
-        self.commands.push_back(Command::Release {
-            id,
-            session: self.session_tag(),
-            partition: partition.clone(),
-            token,
-        });
+        if let Some(request) = end.send {
+            self.send(partition, request);
+        }
     }
 
     fn on_release_result(&mut self, id: RequestId, result: Result<(), StoreError>) {
-        let partition = match self.partition_request(id, &result) {
-            Some(p) => p,
-            None => return,
+        let Some(partition) = self.partition_request(id, &result) else {
+            return;
         };
-        match result {
-            // NoNode: an earlier attempt whose reply was lost deleted it.
-            Ok(()) | Err(StoreError::NoNode) => self.finish_release(&partition, true),
-            // The claim was gone before the release: lost, not handed over.
-            Err(StoreError::NotOwner) => self.finish_release(&partition, false),
-            // The backend announces the expiry, which drops everything.
-            Err(StoreError::SessionExpired) => {}
-            Err(error) => {
-                if error != StoreError::ConnectionLoss {
-                    self.report_store(Operation::Release, Some(&partition), error);
-                }
-                let attempt = self.partitions.get(&partition).map_or(0, |s| s.attempt);
-                let at = self.backoff(attempt);
-                if let Some(state) = self.partitions.get_mut(&partition) {
-                    state.phase = Phase::Releasing(ReleaseStep::DeleteBackoff);
-                    state.request = None;
-                    state.retry_at = Some(at);
-                    state.attempt = state.attempt.saturating_add(1);
-                }
+        let next = self.transition(&partition, |state, cx| {
+            state.release_result(result, cx.backoff())
+        });
+        match next {
+            Some(AfterRelease::Finished { released }) => {
+                self.finish_release(&partition, released);
             }
+            Some(AfterRelease::Report(error)) => {
+                self.report_store(Operation::Release, Some(&partition), error);
+            }
+            Some(AfterRelease::Nothing) | None => {}
         }
     }
 
@@ -1451,7 +1179,7 @@ impl Member {
         let Some(state) = self.partitions.remove(partition) else {
             return;
         };
-        self.gone(partition.clone(), &state, released);
+        self.app.push(state.gone(partition.clone(), released));
         if state.reclaim && self.assigned.contains(partition) {
             self.start_claiming(partition);
         }
@@ -1460,80 +1188,71 @@ impl Member {
     // ----- timers -----
 
     /// Everything that depends on time or on the state as a whole, run
-    /// after every input.
+    /// after every input: the due timers fire, then the fetches follow the
+    /// lease and a shutdown with nothing left to deregister ends.
     fn tick(&mut self) {
         let now = self.now;
-        self.own_requests();
-        self.enforce_lease();
-        self.partition_timers();
-        if now >= self.next_commit {
-            self.next_commit = now + self.config.commit_interval;
-            self.interval_commits();
-        }
-        if self.shutting_down && self.partitions.is_empty() && !self.closed {
-            match (self.registration, self.deregistration) {
-                (Step::Done, Step::Idle) => {
-                    let id = self.request(Purpose::Deregister);
-                    self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister {
-                        id,
-                        session: self.session_tag(),
-                    });
-                }
-                (Step::Done, Step::Backoff(at)) if now >= at => {
-                    let id = self.request(Purpose::Deregister);
-                    self.deregistration = Step::Pending(id);
-                    self.commands.push_back(Command::Deregister {
-                        id,
-                        session: self.session_tag(),
-                    });
-                }
-                (Step::Done, _) => {}
-                // Never registered (or the record is gone): nothing to undo.
-                _ if !matches!(self.registration, Step::Pending(_)) => self.closed = true,
-                _ => {}
+        // Taken out of the table first: firing changes what it lists. Most
+        // inputs find nothing due, and an empty list allocates nothing.
+        let mut due: Vec<Timer<TopicPartition>> = Vec::new();
+        self.timers(|at, timer| {
+            if at <= now {
+                due.push(timer.map_partition(TopicPartition::clone));
             }
+        });
+        for timer in due {
+            self.fire(timer);
+        }
+        self.enforce_lease();
+        if self.shutting_down
+            && self.partitions.is_empty()
+            && !self.closed
+            && !matches!(self.registration, Step::Done | Step::Pending(_))
+        {
+            // Never registered (or the record is gone): nothing to undo.
+            self.closed = true;
         }
     }
 
-    fn due(step: Step, now: Instant) -> bool {
-        match step {
-            Step::Idle => true,
-            Step::Backoff(at) => now >= at,
-            Step::Pending(_) | Step::Done => false,
-        }
-    }
-
-    fn own_requests(&mut self) {
-        let now = self.now;
-        if self.session.is_none() || self.shutting_down && self.registration != Step::Done {
-            return;
-        }
-        if Self::due(self.registration, now) && !self.shutting_down {
-            let id = self.request(Purpose::Register);
-            self.registration = Step::Pending(id);
-            self.commands.push_back(Command::Register {
-                id,
-                session: self.session_tag(),
-                member: self.info.clone(),
-            });
-        }
-        if Self::due(self.members_watch, now) && !self.shutting_down {
-            let id = self.request(Purpose::Members);
-            self.members_watch = Step::Pending(id);
-            self.commands.push_back(Command::WatchMembers {
-                id,
-                session: self.session_tag(),
-            });
-        }
-        let [_, _, heartbeat, _] = self.own_deadlines();
-        if heartbeat.is_some_and(|t| now >= t) {
-            let id = self.request(Purpose::Heartbeat);
-            self.heartbeat = Step::Pending(id);
-            self.commands.push_back(Command::Heartbeat {
-                id,
-                session: self.session_tag(),
-            });
+    /// Does what a due entry of the timer table is for.
+    fn fire(&mut self, timer: Timer<TopicPartition>) {
+        let session = self.session_tag();
+        match timer {
+            Timer::Register => {
+                let id = self.request(Purpose::Register);
+                self.registration = Step::Pending(id);
+                let member = self.info.clone();
+                self.commands.push_back(Command::Register {
+                    id,
+                    session,
+                    member,
+                });
+            }
+            Timer::Members => {
+                let id = self.request(Purpose::Members);
+                self.members_watch = Step::Pending(id);
+                self.commands
+                    .push_back(Command::WatchMembers { id, session });
+            }
+            Timer::Heartbeat => {
+                let id = self.request(Purpose::Heartbeat);
+                self.heartbeat = Step::Pending(id);
+                self.commands.push_back(Command::Heartbeat { id, session });
+            }
+            // Consumption also ends with no deadline passing (the
+            // registration found gone), so the lease is enforced after
+            // every input; this entry only makes the member wake for it.
+            Timer::LeaseEnd => {}
+            Timer::Partition(partition, timer) => self.fire_partition(partition, timer),
+            Timer::CommitInterval => {
+                self.next_commit = self.now + self.config.commit_interval;
+                self.interval_commits();
+            }
+            Timer::Deregister => {
+                let id = self.request(Purpose::Deregister);
+                self.deregistration = Step::Pending(id);
+                self.commands.push_back(Command::Deregister { id, session });
+            }
         }
     }
 
@@ -1544,90 +1263,26 @@ impl Member {
         // A suspended session keeps what it fetches until the lease runs
         // out, but starts nothing new until the store answers again.
         let start = consume && !self.suspended;
-        let mut fetches = Vec::new();
         for (partition, state) in self.partitions.iter_mut() {
-            let Some(token) = state.token else {
-                continue;
-            };
-            if !consume {
-                if state.fetch == Fetch::Fetching {
-                    state.fetch = Fetch::Stopping;
-                    fetches.push(FetchCommand::Stop {
-                        partition: partition.clone(),
-                        token,
-                    });
-                }
-            } else if start
-                && state.phase == Phase::Owned(OwnedStep::Ready)
-                && matches!(state.fetch, Fetch::Idle | Fetch::Stopped)
-            {
-                if let Some(from) = state.resume_from() {
-                    state.fetch = Fetch::Fetching;
-                    fetches.push(FetchCommand::Start {
-                        partition: partition.clone(),
-                        from,
-                        token,
-                    });
-                }
+            if let Some(fetch) = state.follow_lease(partition, consume, start) {
+                self.fetches.push_back(fetch);
             }
         }
-        self.fetches.extend(fetches);
     }
 
-    fn partition_timers(&mut self) {
-        let now = self.now;
-        let threshold = self.config.claim_stall_threshold;
-        let due: Vec<TopicPartition> = self
-            .partitions
-            .iter()
-            .filter(|(_, s)| s.deadline(threshold).is_some_and(|t| now >= t))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for partition in due {
-            let Some(state) = self.partitions.get_mut(&partition) else {
-                continue;
-            };
-            if matches!(state.phase, Phase::Claiming(_))
-                && !state.stall_reported
-                && now >= state.since + threshold
-            {
-                state.stall_reported = true;
-                let waited = now.saturating_duration_since(state.since);
-                let holder = state.holder.clone();
-                self.report(Error::ClaimStalled {
-                    partition: partition.clone(),
-                    waited,
-                    holder,
-                });
-            }
-            let Some(state) = self.partitions.get_mut(&partition) else {
-                continue;
-            };
-            if state.retry_at.is_some_and(|t| now >= t) {
-                state.retry_at = None;
-                match state.phase {
-                    Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => {
-                        self.send_claim(&partition)
-                    }
-                    Phase::Owned(OwnedStep::ReadBackoff) => {
-                        let id = self.request(Purpose::Partition(partition.clone()));
-                        if let Some(state) = self.partitions.get_mut(&partition) {
-                            state.phase = Phase::Owned(OwnedStep::ReadingOffset);
-                            state.request = Some(id);
-                        }
-                        self.commands.push_back(Command::ReadOffset {
-                            id,
-                            session: self.session_tag(),
-                            partition,
-                        });
-                    }
-                    Phase::Releasing(ReleaseStep::CommitBackoff) => self.final_commit(&partition),
-                    Phase::Releasing(ReleaseStep::DeleteBackoff) => self.send_release(&partition),
-                    _ => {}
-                }
-            } else if state.drain_deadline.is_some_and(|t| now >= t) {
-                self.advance_release(&partition);
-            }
+    fn fire_partition(&mut self, partition: TopicPartition, timer: PartitionTimer) {
+        let fired = self.transition(&partition, |state, cx| {
+            state.fire(timer, cx.now, cx.may_consume, cx.backoff())
+        });
+        match fired {
+            Some(Fired::Stalled { waited, holder }) => self.report(Error::ClaimStalled {
+                partition,
+                waited,
+                holder,
+            }),
+            Some(Fired::Send(request)) => self.send(&partition, request),
+            Some(Fired::Drain(end)) => self.drain_ended(&partition, end),
+            Some(Fired::Nothing) | None => {}
         }
     }
 
@@ -1638,14 +1293,72 @@ impl Member {
             // it is confirmed alive.
             return;
         }
-        let due: Vec<(TopicPartition, Offset, FencingToken)> = self
+        let due: Vec<(TopicPartition, StoreRequest)> = self
             .partitions
             .iter()
-            .filter(|(_, s)| matches!(s.phase, Phase::Owned(_)) && s.commit.is_none())
-            .filter_map(|(p, s)| Some((p.clone(), s.commit_due()?, s.token?)))
+            .filter_map(|(partition, state)| Some((partition.clone(), state.interval_commit()?)))
             .collect();
-        for (partition, offset, token) in due {
-            self.send_commit(&partition, offset, token, false);
+        for (partition, commit) in due {
+            self.send(&partition, commit);
+        }
+    }
+}
+
+/// What a partition's transition may need of the member.
+struct Context<'a> {
+    now: Instant,
+    /// Whether the member may consume, and so write offsets.
+    may_consume: bool,
+    rng: &'a mut SplitMix64,
+    config: &'a Config,
+}
+
+impl<'a> Context<'a> {
+    /// When a backoff after so many failures ends. The jitter is drawn
+    /// only if the transition does back off: every draw moves the
+    /// generator a run replays from.
+    fn backoff(self) -> impl FnOnce(u32) -> Instant + 'a {
+        move |attempt| backoff_end(self.rng, self.config, self.now, attempt)
+    }
+}
+
+/// When a backoff that starts at `now` after `attempt` failures ends.
+fn backoff_end(rng: &mut SplitMix64, config: &Config, now: Instant, attempt: u32) -> Instant {
+    now + backoff::delay(rng, config.backoff_min, config.backoff_max, attempt)
+}
+
+/// What a deadline of the member's timer table is for. `P` names a
+/// partition: borrowed in the table, owned once a due timer is taken out
+/// to fire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timer<P> {
+    /// The registration is due, or its backoff ends.
+    Register,
+    /// The read (and watch) of the member list is due, or its backoff ends.
+    Members,
+    /// The session is due to be confirmed, or the heartbeat's backoff ends.
+    Heartbeat,
+    /// The lease runs out: fetching must stop.
+    LeaseEnd,
+    /// One of a partition's own deadlines.
+    Partition(P, PartitionTimer),
+    /// The commit interval ends: commit what was processed.
+    CommitInterval,
+    /// A shutdown with every claim released deregisters, or its backoff
+    /// ends.
+    Deregister,
+}
+
+impl<P> Timer<P> {
+    fn map_partition<Q>(self, f: impl FnOnce(P) -> Q) -> Timer<Q> {
+        match self {
+            Timer::Register => Timer::Register,
+            Timer::Members => Timer::Members,
+            Timer::Heartbeat => Timer::Heartbeat,
+            Timer::LeaseEnd => Timer::LeaseEnd,
+            Timer::Partition(partition, timer) => Timer::Partition(f(partition), timer),
+            Timer::CommitInterval => Timer::CommitInterval,
+            Timer::Deregister => Timer::Deregister,
         }
     }
 }

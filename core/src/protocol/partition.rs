@@ -1,9 +1,15 @@
-//! The state one member keeps for one partition it claims, owns or releases.
+//! The state one member keeps for one partition it claims, owns or
+//! releases, and the partition's life: every transition of its phase, and
+//! what each one asks of the member. The member owns the queues, the
+//! request ids, the clock and the jitter; a transition here changes the
+//! partition and returns what the member must do about it (send a request,
+//! tell the application, start or stop the fetcher).
 
 use std::time::{Duration, Instant};
 
-use crate::protocol::FetchFrom;
-use crate::types::{FencingToken, MemberId, Offset, RequestId};
+use crate::error::StoreError;
+use crate::protocol::{AppEvent, ClaimOutcome, FetchCommand, FetchFrom};
+use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
 /// Where a partition stands in its life with this member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +80,159 @@ pub(crate) enum Fetch {
     Stopped,
 }
 
+/// What one of a partition's deadlines is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PartitionTimer {
+    /// The claim has waited the stall threshold: report it, once.
+    Stall,
+    /// A backoff, re-check or retry ends (`retry_at`).
+    Retry,
+    /// A release stops waiting for the application's drain.
+    DrainEnd,
+}
+
+/// A store request a partition's step needs. The member gives it an id,
+/// records it with [`PartitionState::sent`] and queues the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreRequest {
+    /// Create the owner record.
+    Claim,
+    /// Watch the record of the member that owns the partition.
+    WatchOwner,
+    /// Read the committed offset.
+    ReadOffset,
+    /// Commit `offset` under `token`. A release waits for its `last`
+    /// commit; an interval commit runs beside the current step.
+    Commit {
+        offset: Offset,
+        token: FencingToken,
+        last: bool,
+    },
+    /// Delete our owner record.
+    Release,
+}
+
+/// What the member must do once a release stopped waiting for the drain.
+#[derive(Debug)]
+pub(crate) struct DrainEnd {
+    /// The application did not drain in time: report it.
+    pub timed_out: bool,
+    /// The request the release goes on with, if it sends one now.
+    pub send: Option<StoreRequest>,
+}
+
+/// What a partition's due timer asks of the member.
+#[derive(Debug)]
+pub(crate) enum Fired {
+    /// Nothing more.
+    Nothing,
+    /// Report the claim as stalled.
+    Stalled {
+        waited: Duration,
+        holder: Option<MemberId>,
+    },
+    /// Send this request.
+    Send(StoreRequest),
+    /// The release stopped waiting for the drain.
+    Drain(DrainEnd),
+}
+
+/// What the member must do after the result of a claim request.
+#[derive(Debug)]
+pub(crate) enum AfterClaim {
+    /// The result is for no step any more.
+    Ignored,
+    /// The claim took effect under this token: tell the application, then
+    /// read the committed offset.
+    Owned(FencingToken),
+    /// Another member holds the partition: watch its record.
+    Watch,
+    /// The claim failed and waits out a backoff; report the error, if one
+    /// is worth reporting.
+    Failed(Option<StoreError>),
+    /// A claim abandoned in flight took effect after all, under this
+    /// token: tell the application it was claimed and is released, and
+    /// delete the record.
+    ReleaseClaimed(FencingToken),
+    /// An abandoned claim's outcome is unknown: delete the record in case
+    /// it is ours.
+    Release,
+    /// An abandoned claim never took effect: nothing is left to do.
+    Abandoned,
+}
+
+/// What the member must do after the result of an owner watch, a retry
+/// fired or another step that may send one request.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Nothing more.
+    Nothing,
+    /// Send this request.
+    Send(StoreRequest),
+    /// The step failed and waits out a backoff: report the error.
+    Report(StoreError),
+}
+
+/// What the member must do after the result of an offset read.
+#[derive(Debug)]
+pub(crate) enum AfterOffset {
+    /// The result is for no step any more.
+    Ignored,
+    /// The committed offset is known (`None`: none is stored): tell the
+    /// application.
+    Read(Option<Offset>),
+    /// The read failed and waits out a backoff; report the error, if one
+    /// is worth reporting.
+    Failed(Option<StoreError>),
+}
+
+/// What the member must do after the result of a commit.
+#[derive(Debug)]
+pub(crate) enum AfterCommit {
+    /// Nothing more.
+    Nothing,
+    /// The release goes on with this request.
+    Send(StoreRequest),
+    /// The claim is gone: report the fenced commit of this offset and
+    /// forget the partition.
+    Fenced(Offset),
+    /// Report this error.
+    Report(StoreError),
+}
+
+/// What the member must do after the result of a release.
+#[derive(Debug)]
+pub(crate) enum AfterRelease {
+    /// Nothing more.
+    Nothing,
+    /// The release is over: drop the partition, `released` when its claim
+    /// was deleted by us rather than found gone.
+    Finished { released: bool },
+    /// The delete failed and waits out a backoff: report the error.
+    Report(StoreError),
+}
+
+/// What the member must do once the assignment no longer gives us the
+/// partition.
+#[derive(Debug)]
+pub(crate) enum AfterLetGo {
+    /// Nothing more (the release is under way, or waits for a claim's
+    /// result).
+    Nothing,
+    /// Delete the record a claim with an unknown outcome may have left.
+    Release,
+    /// The claim never took effect: drop the partition and forget its
+    /// request.
+    Abandon { forget: Option<RequestId> },
+    /// An owned partition starts draining: forget the request it no longer
+    /// waits for, tell the application, stop the fetcher, and see whether
+    /// the drain is over already.
+    Drain {
+        forget: Option<RequestId>,
+        stop: Option<FetchCommand>,
+    },
+}
+
 /// One partition's state.
 #[derive(Clone, Debug)]
 pub(crate) struct PartitionState {
@@ -112,24 +271,30 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
-    /// The next moment this partition has something to do by itself: a
-    /// backoff, re-check or retry ending, a drain that must stop waiting,
-    /// or a claim to report as stalled after `stall_threshold`. Both
-    /// `Member::poll_timeout` and the firing of partition timers read it.
-    pub fn deadline(&self, stall_threshold: Duration) -> Option<Instant> {
-        let draining = self.phase == Phase::Releasing(ReleaseStep::Draining);
-        let stall = (matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported)
-            .then(|| self.since + stall_threshold);
-        [
-            self.retry_at,
-            self.drain_deadline.filter(|_| draining),
-            stall,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+    /// Shows `visit` the partition's deadlines, each with what it is for,
+    /// in the order they fire when due together: a claim to report as
+    /// stalled after `stall_threshold`, a backoff, re-check or retry
+    /// ending, a drain that must stop waiting. The member's timer table
+    /// lists them.
+    pub fn timers(
+        &self,
+        stall_threshold: Duration,
+        mut visit: impl FnMut(Instant, PartitionTimer),
+    ) {
+        if matches!(self.phase, Phase::Claiming(_)) && !self.stall_reported {
+            visit(self.since + stall_threshold, PartitionTimer::Stall);
+        }
+        if let Some(at) = self.retry_at {
+            visit(at, PartitionTimer::Retry);
+        }
+        if let (Some(at), Phase::Releasing(ReleaseStep::Draining)) =
+            (self.drain_deadline, self.phase)
+        {
+            visit(at, PartitionTimer::DrainEnd);
+        }
     }
 
+    /// A partition the assignment just gave us: its claim starts at `now`.
     pub fn claiming(now: Instant) -> Self {
         PartitionState {
             phase: Phase::Claiming(ClaimStep::Backoff),
@@ -168,6 +333,516 @@ impl PartitionState {
         match self.processed {
             Some(done) => Some(FetchFrom::Offset(done.saturating_add(1))),
             None => self.start,
+        }
+    }
+
+    /// Records that the request `id` went out for `request`, and moves to
+    /// the step that waits for it.
+    pub fn sent(&mut self, id: RequestId, request: StoreRequest) {
+        self.phase = match request {
+            StoreRequest::Claim => Phase::Claiming(ClaimStep::Claiming),
+            StoreRequest::WatchOwner => Phase::Claiming(ClaimStep::WatchPending),
+            StoreRequest::ReadOffset => Phase::Owned(OwnedStep::ReadingOffset),
+            StoreRequest::Commit { offset, last, .. } => {
+                self.commit = Some((id, offset));
+                if !last {
+                    return;
+                }
+                Phase::Releasing(ReleaseStep::Committing)
+            }
+            StoreRequest::Release => Phase::Releasing(ReleaseStep::Deleting),
+        };
+        self.request = Some(id);
+        self.retry_at = None;
+    }
+
+    /// Waits in `step` until the backoff `backoff` gives for the failures
+    /// so far ends.
+    fn back_off(&mut self, step: Phase, backoff: impl FnOnce(u32) -> Instant) {
+        self.phase = step;
+        self.request = None;
+        self.retry_at = Some(backoff(self.attempt));
+        self.attempt = self.attempt.saturating_add(1);
+    }
+
+    /// Fires `timer`, which is due at `now`. `may_consume` is whether the
+    /// member may write offsets; `backoff` gives the end of a backoff after
+    /// so many failures.
+    pub fn fire(
+        &mut self,
+        timer: PartitionTimer,
+        now: Instant,
+        may_consume: bool,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> Fired {
+        match timer {
+            PartitionTimer::Stall => {
+                self.stall_reported = true;
+                Fired::Stalled {
+                    waited: now.saturating_duration_since(self.since),
+                    holder: self.holder.clone(),
+                }
+            }
+            PartitionTimer::Retry => {
+                self.retry_at = None;
+                let request = match self.phase {
+                    Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => {
+                        Some(StoreRequest::Claim)
+                    }
+                    Phase::Owned(OwnedStep::ReadBackoff) => Some(StoreRequest::ReadOffset),
+                    Phase::Releasing(ReleaseStep::CommitBackoff) => {
+                        self.final_commit(may_consume, backoff)
+                    }
+                    Phase::Releasing(ReleaseStep::DeleteBackoff) => Some(StoreRequest::Release),
+                    _ => None,
+                };
+                request.map_or(Fired::Nothing, Fired::Send)
+            }
+            PartitionTimer::DrainEnd => self
+                .end_drain(now, may_consume, backoff)
+                .map_or(Fired::Nothing, Fired::Drain),
+        }
+    }
+
+    // ----- claiming -----
+
+    /// The result of the claim request this partition waits for; `session`
+    /// is the member's, to tell a lost reply of our own claim from another
+    /// owner.
+    pub fn claim_result(
+        &mut self,
+        result: Result<ClaimOutcome, StoreError>,
+        session: Option<SessionId>,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> AfterClaim {
+        // A record carrying our session is ours, whichever reply made it.
+        let ours = |outcome: &ClaimOutcome| match *outcome {
+            ClaimOutcome::Created { token } => Some(token),
+            ClaimOutcome::Held {
+                session: s, token, ..
+            } if Some(s) == session => Some(token),
+            ClaimOutcome::Held { .. } => None,
+        };
+        match self.phase {
+            Phase::Claiming(ClaimStep::Claiming) => match result {
+                Ok(outcome) => match ours(&outcome) {
+                    Some(token) => {
+                        self.token = Some(token);
+                        self.attempt = 0;
+                        self.maybe_ours = false;
+                        self.holder = None;
+                        AfterClaim::Owned(token)
+                    }
+                    None => {
+                        if let ClaimOutcome::Held { owner, .. } = outcome {
+                            self.holder = owner;
+                        }
+                        self.maybe_ours = false;
+                        AfterClaim::Watch
+                    }
+                },
+                Err(error) => {
+                    let report = match error {
+                        // The owner vanished between our create and our
+                        // read of it: the way is clear, try again shortly.
+                        StoreError::NoNode | StoreError::SessionExpired => None,
+                        StoreError::ConnectionLoss => {
+                            self.maybe_ours = true;
+                            None
+                        }
+                        other => Some(other),
+                    };
+                    self.back_off(Phase::Claiming(ClaimStep::Backoff), backoff);
+                    AfterClaim::Failed(report)
+                }
+            },
+            Phase::Releasing(ReleaseStep::AwaitClaim) => match result {
+                Ok(outcome) => match ours(&outcome) {
+                    Some(token) => {
+                        self.token = Some(token);
+                        AfterClaim::ReleaseClaimed(token)
+                    }
+                    None => AfterClaim::Abandoned,
+                },
+                Err(StoreError::NoNode) => AfterClaim::Abandoned,
+                Err(_) => AfterClaim::Release,
+            },
+            _ => AfterClaim::Ignored,
+        }
+    }
+
+    /// The result of the watch on the owner's record; `recheck` is when a
+    /// watched claim looks again in case a notification is lost.
+    pub fn watch_result(
+        &mut self,
+        result: Result<bool, StoreError>,
+        recheck: Instant,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> Next {
+        // Only a claim waiting for its watch takes the result.
+        let Phase::Claiming(ClaimStep::WatchPending) = self.phase else {
+            return Next::Nothing;
+        };
+        match result {
+            Ok(true) => {
+                self.phase = Phase::Claiming(ClaimStep::Watching);
+                self.request = None;
+                self.retry_at = Some(recheck);
+                self.attempt = 0;
+                Next::Nothing
+            }
+            // The record is gone already.
+            Ok(false) => Next::Send(StoreRequest::Claim),
+            Err(error) => {
+                self.back_off(Phase::Claiming(ClaimStep::Backoff), backoff);
+                match error {
+                    StoreError::ConnectionLoss | StoreError::SessionExpired => Next::Nothing,
+                    other => Next::Report(other),
+                }
+            }
+        }
+    }
+
+    /// The owner's record is deleted: claim again at once if we were
+    /// waiting for that, forgetting the request of the wait (returned).
+    pub fn owner_deleted(&mut self) -> Option<Option<RequestId>> {
+        let waiting = matches!(
+            self.phase,
+            Phase::Claiming(ClaimStep::WatchPending | ClaimStep::Watching)
+        );
+        waiting.then(|| {
+            self.attempt = 0;
+            self.request.take()
+        })
+    }
+
+    // ----- owned -----
+
+    /// The result of the offset read this partition waits for; `initial`
+    /// is where fetching starts when no offset is stored.
+    pub fn offset_result(
+        &mut self,
+        result: Result<Option<Offset>, StoreError>,
+        initial: FetchFrom,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> AfterOffset {
+        if self.phase != Phase::Owned(OwnedStep::ReadingOffset) {
+            return AfterOffset::Ignored;
+        }
+        match result {
+            Ok(committed) => {
+                self.committed = committed;
+                self.start = Some(committed.map_or(initial, FetchFrom::Offset));
+                self.phase = Phase::Owned(OwnedStep::Ready);
+                self.request = None;
+                self.attempt = 0;
+                AfterOffset::Read(committed)
+            }
+            Err(error) => {
+                let corrupt = matches!(error, StoreError::Corrupt { .. });
+                // Corrupt data is reported once and never overwritten: the
+                // partition waits for an operator rather than guess where
+                // to start.
+                let report = !corrupt || !self.corrupt_reported;
+                self.corrupt_reported |= corrupt;
+                self.back_off(Phase::Owned(OwnedStep::ReadBackoff), backoff);
+                let quiet = matches!(
+                    error,
+                    StoreError::ConnectionLoss | StoreError::SessionExpired
+                );
+                AfterOffset::Failed((report && !quiet).then_some(error))
+            }
+        }
+    }
+
+    /// The application processed every message up to `offset`, fetched
+    /// under `token`.
+    pub fn processed(&mut self, token: FencingToken, offset: Offset) {
+        // Acknowledgements count only under the claim they were fetched
+        // under, and only until the release's final commit is decided:
+        // late ones are ignored so nothing is written for a partition we
+        // are letting go.
+        let open = matches!(
+            self.phase,
+            Phase::Owned(_) | Phase::Releasing(ReleaseStep::Draining)
+        );
+        if open
+            && self.token == Some(token)
+            && matches!(self.fetch, Fetch::Fetching | Fetch::Stopping)
+        {
+            self.processed = Some(self.processed.map_or(offset, |p| p.max(offset)));
+        }
+    }
+
+    /// The application finished what it had after a stop under `token`;
+    /// `true` when a release waits for that.
+    pub fn drained(&mut self, token: FencingToken) -> bool {
+        if self.token == Some(token) && self.fetch == Fetch::Stopping {
+            self.fetch = Fetch::Stopped;
+        }
+        self.phase == Phase::Releasing(ReleaseStep::Draining)
+    }
+
+    /// Stops the fetcher if it is feeding the application, with the
+    /// command that tells it.
+    pub fn stop_fetching(&mut self, partition: &TopicPartition) -> Option<FetchCommand> {
+        match (self.fetch, self.token) {
+            (Fetch::Fetching, Some(token)) => {
+                self.fetch = Fetch::Stopping;
+                Some(FetchCommand::Stop {
+                    partition: partition.clone(),
+                    token,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Follows the lease: stops fetching when the member may not
+    /// `consume`, and (re)starts an owned partition's fetch when it may
+    /// `start` one; returns the command for the fetcher.
+    pub fn follow_lease(
+        &mut self,
+        partition: &TopicPartition,
+        consume: bool,
+        start: bool,
+    ) -> Option<FetchCommand> {
+        let token = self.token?;
+        if !consume {
+            return self.stop_fetching(partition);
+        }
+        if !start
+            || self.phase != Phase::Owned(OwnedStep::Ready)
+            || !matches!(self.fetch, Fetch::Idle | Fetch::Stopped)
+        {
+            return None;
+        }
+        let from = self.resume_from()?;
+        self.fetch = Fetch::Fetching;
+        Some(FetchCommand::Start {
+            partition: partition.clone(),
+            from,
+            token,
+        })
+    }
+
+    /// The interval commit an owned partition needs, if it has processed
+    /// past the committed offset and no commit is in flight.
+    pub fn interval_commit(&self) -> Option<StoreRequest> {
+        if !matches!(self.phase, Phase::Owned(_)) || self.commit.is_some() {
+            return None;
+        }
+        Some(StoreRequest::Commit {
+            offset: self.commit_due()?,
+            token: self.token?,
+            last: false,
+        })
+    }
+
+    /// The result of commit `id` (an interval or final commit in flight):
+    /// the event that tells the application, and what follows.
+    /// `may_consume` and `backoff` are as for [`PartitionState::fire`].
+    pub fn commit_result(
+        &mut self,
+        partition: &TopicPartition,
+        id: RequestId,
+        result: Result<(), StoreError>,
+        may_consume: bool,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> (Option<AppEvent>, AfterCommit) {
+        let Some((_, offset)) = self.commit.take() else {
+            return (None, AfterCommit::Nothing);
+        };
+        let last = self.request == Some(id);
+        if last {
+            self.request = None;
+        }
+        // A commit goes out only under a claim, and the claim of a
+        // partition never changes while its state lives.
+        let event = self.token.map(|token| {
+            let partition = partition.clone();
+            match &result {
+                Ok(()) => AppEvent::Committed {
+                    partition,
+                    token,
+                    offset,
+                },
+                Err(StoreError::NotOwner) => AppEvent::CommitFenced {
+                    partition,
+                    token,
+                    offset,
+                },
+                Err(error) => AppEvent::CommitFailed {
+                    partition,
+                    token,
+                    offset,
+                    error: error.clone(),
+                },
+            }
+        });
+        let next = match result {
+            Ok(()) => {
+                self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
+                self.attempt = 0;
+                let request = match self.phase {
+                    Phase::Releasing(ReleaseStep::AwaitCommit) => {
+                        self.final_commit(may_consume, backoff)
+                    }
+                    Phase::Releasing(ReleaseStep::Committing) if last => {
+                        Some(StoreRequest::Release)
+                    }
+                    _ => None,
+                };
+                request.map_or(AfterCommit::Nothing, AfterCommit::Send)
+            }
+            // The claim is gone: whatever we thought, we do not own the
+            // partition.
+            Err(StoreError::NotOwner) => AfterCommit::Fenced(offset),
+            Err(error) => {
+                // Only a release past its drain retries here; a draining
+                // one sends its final commit once the drain is over.
+                let releasing = matches!(
+                    self.phase,
+                    Phase::Releasing(
+                        ReleaseStep::AwaitCommit
+                            | ReleaseStep::Committing
+                            | ReleaseStep::CommitBackoff
+                    )
+                );
+                if releasing {
+                    // The final commit keeps the duplicates of the next
+                    // owner down; retry it, the owner record still guards.
+                    self.back_off(Phase::Releasing(ReleaseStep::CommitBackoff), backoff);
+                }
+                match error {
+                    StoreError::ConnectionLoss | StoreError::SessionExpired => AfterCommit::Nothing,
+                    other => AfterCommit::Report(other),
+                }
+            }
+        };
+        (event, next)
+    }
+
+    // ----- releasing -----
+
+    /// The assignment no longer gives us the partition; an owned one
+    /// drains until `drain_deadline`.
+    pub fn let_go(&mut self, partition: &TopicPartition, drain_deadline: Instant) -> AfterLetGo {
+        self.reclaim = false;
+        match self.phase {
+            // Its result decides whether there is a record to delete.
+            Phase::Claiming(ClaimStep::Claiming) => {
+                self.phase = Phase::Releasing(ReleaseStep::AwaitClaim);
+                AfterLetGo::Nothing
+            }
+            Phase::Claiming(_) if self.maybe_ours => AfterLetGo::Release,
+            Phase::Claiming(_) => AfterLetGo::Abandon {
+                forget: self.request,
+            },
+            Phase::Owned(_) => {
+                // An offset read in flight no longer matters; an interval
+                // commit does.
+                let forget = self
+                    .request
+                    .take()
+                    .filter(|&id| self.commit.is_none_or(|(c, _)| c != id));
+                self.retry_at = None;
+                self.drain_deadline = Some(drain_deadline);
+                self.phase = Phase::Releasing(ReleaseStep::Draining);
+                AfterLetGo::Drain {
+                    forget,
+                    stop: self.stop_fetching(partition),
+                }
+            }
+            Phase::Releasing(_) => AfterLetGo::Nothing,
+        }
+    }
+
+    /// Ends a release's wait for the drain if the application drained or
+    /// the drain deadline passed at `now`; `None` while it still waits.
+    /// `may_consume` and `backoff` are as for [`PartitionState::fire`].
+    pub fn end_drain(
+        &mut self,
+        now: Instant,
+        may_consume: bool,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> Option<DrainEnd> {
+        if self.phase != Phase::Releasing(ReleaseStep::Draining) {
+            return None;
+        }
+        let timed_out = self.fetch == Fetch::Stopping;
+        if timed_out {
+            if self.drain_deadline.is_some_and(|deadline| now < deadline) {
+                return None;
+            }
+            self.fetch = Fetch::Stopped;
+        }
+        self.drain_deadline = None;
+        let send = if self.commit.is_some() {
+            self.phase = Phase::Releasing(ReleaseStep::AwaitCommit);
+            None
+        } else {
+            self.final_commit(may_consume, backoff)
+        };
+        Some(DrainEnd { timed_out, send })
+    }
+
+    /// The release's next request once nothing is left to drain: the final
+    /// commit if one is due, else the delete of the record. A member that
+    /// may not consume (`may_consume` false) may have lost its session and
+    /// writes nothing until it is confirmed alive: it looks again after a
+    /// backoff.
+    pub fn final_commit(
+        &mut self,
+        may_consume: bool,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> Option<StoreRequest> {
+        match (self.commit_due(), self.token) {
+            (Some(_), Some(_)) if !may_consume => {
+                self.back_off(Phase::Releasing(ReleaseStep::CommitBackoff), backoff);
+                None
+            }
+            (Some(offset), Some(token)) => Some(StoreRequest::Commit {
+                offset,
+                token,
+                last: true,
+            }),
+            _ => Some(StoreRequest::Release),
+        }
+    }
+
+    /// The result of the delete of our owner record.
+    pub fn release_result(
+        &mut self,
+        result: Result<(), StoreError>,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> AfterRelease {
+        match result {
+            // NoNode: an earlier attempt whose reply was lost deleted it.
+            Ok(()) | Err(StoreError::NoNode) => AfterRelease::Finished { released: true },
+            // The claim was gone before the release: lost, not handed over.
+            Err(StoreError::NotOwner) => AfterRelease::Finished { released: false },
+            // The backend announces the expiry, which drops everything.
+            Err(StoreError::SessionExpired) => AfterRelease::Nothing,
+            Err(error) => {
+                self.back_off(Phase::Releasing(ReleaseStep::DeleteBackoff), backoff);
+                if error == StoreError::ConnectionLoss {
+                    AfterRelease::Nothing
+                } else {
+                    AfterRelease::Report(error)
+                }
+            }
+        }
+    }
+
+    /// The event that tells what became of the partition once its state
+    /// is dropped: released (`released`) or lost if it was held, abandoned
+    /// if it never was.
+    pub fn gone(&self, partition: TopicPartition, released: bool) -> AppEvent {
+        match self.token {
+            Some(token) if released => AppEvent::Released { partition, token },
+            Some(token) => AppEvent::Lost { partition, token },
+            None => AppEvent::ClaimAbandoned { partition },
         }
     }
 }
