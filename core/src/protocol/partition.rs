@@ -659,27 +659,9 @@ impl PartitionState {
         }
         // A commit goes out only under a claim, and the claim of a
         // partition never changes while its state lives.
-        let event = self.token.map(|token| {
-            let partition = partition.clone();
-            match &result {
-                Ok(()) => AppEvent::Committed {
-                    partition,
-                    token,
-                    offset,
-                },
-                Err(StoreError::NotOwner) => AppEvent::CommitFenced {
-                    partition,
-                    token,
-                    offset,
-                },
-                Err(error) => AppEvent::CommitFailed {
-                    partition,
-                    token,
-                    offset,
-                    error: error.clone(),
-                },
-            }
-        });
+        let event = self
+            .token
+            .map(|token| AppEvent::commit_outcome(partition.clone(), token, offset, &result));
         let next = match result {
             Ok(()) => {
                 self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
