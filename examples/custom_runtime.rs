@@ -88,7 +88,7 @@ fn main() -> Result<(), String> {
                     }
                 }
             }
-            while let Some(store_command) = node.member.poll_command() {
+            while let Some(store_command) = node.member.poll_store_request() {
                 let reply = match adapter::execute(
                     &mut store,
                     &layout,

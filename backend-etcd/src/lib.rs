@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure_core::{Command, Event, MemberId, MemberInfo, SessionId, TopicPartition};
+use tenure_core::{Event, MemberId, MemberInfo, SessionId, StoreRequest, TopicPartition};
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
@@ -346,7 +346,7 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    fn submit(&mut self, command: Command) {
+    fn submit(&mut self, command: StoreRequest) {
         submit(self.running.as_mut(), command, ops::execute);
     }
 

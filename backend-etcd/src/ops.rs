@@ -13,8 +13,8 @@ use etcd_client::{
 };
 use tenure_core::records::{decode_registration, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberInfo, Offset, Operation,
-    RegisterOutcome, SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
+    SessionId, StoreError, StoreRequest, TopicPartition,
 };
 
 use crate::{Current, Shared};
@@ -135,7 +135,7 @@ impl Ctx {
 }
 
 /// Carries out `command` under `current`, the lease it was issued under.
-pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
+pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: StoreRequest) {
     let ctx = Ctx {
         shared: shared.clone(),
         current,

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use common::{lease, partition, Sandbox, GROUP};
 use etcd_client::{EventType, PutOptions, WatchOptions};
 use tenure_core::{
-    ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
+    ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
+    StoreRequest,
 };
 use tenure_etcd::{EtcdBackend, Hooks};
 use tenure_tokio::{Backend, BackendError, Joining};
@@ -97,7 +98,11 @@ async fn registration_members_and_membership_watch() {
     assert_eq!(a.watch_members().await, vec!["a", "b"]);
 
     // Deregistering removes the record and wakes the watch again.
-    let id = b.submit(|id, session| Command::Deregister { id, session });
+    let id = b.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Deregister,
+    });
     assert!(matches!(
         b.result(id).await,
         Event::DeregisterResult { result: Ok(()), .. }
@@ -323,12 +328,14 @@ async fn commits_are_fenced_by_the_claim() {
         .await
         .expect("revoke b's lease");
     let id = b.id();
-    b.backend.submit(Command::CommitOffset {
+    b.backend.submit(StoreRequest {
         id,
         session: b.session,
-        partition: partition(0),
-        offset: 99,
-        token: next,
+        op: StoreOp::CommitOffset {
+            partition: partition(0),
+            offset: 99,
+            token: next,
+        },
     });
     match b.result(id).await {
         // Fenced by the transaction, or refused because the lease is gone
@@ -392,10 +399,12 @@ async fn commands_of_another_session_fail_as_expired() {
     let mut a = sandbox.member("a").await;
     let stale = SessionId(a.session.0 ^ 1);
     let id = a.id();
-    a.backend.submit(Command::Claim {
+    a.backend.submit(StoreRequest {
         id,
         session: stale,
-        partition: partition(0),
+        op: StoreOp::Claim {
+            partition: partition(0),
+        },
     });
     assert!(matches!(
         a.result(id).await,
@@ -405,10 +414,12 @@ async fn commands_of_another_session_fail_as_expired() {
         }
     ));
     let id = a.id();
-    a.backend.submit(Command::Register {
+    a.backend.submit(StoreRequest {
         id,
         session: stale,
-        member: a.info.clone(),
+        op: StoreOp::Register {
+            member: a.info.clone(),
+        },
     });
     assert!(matches!(
         a.result(id).await,
@@ -451,10 +462,12 @@ async fn a_claim_is_one_transaction_so_the_owner_cannot_vanish_in_between() {
     let token = created(a.claim(0).await);
 
     let submitted = Instant::now();
-    let claim = b.submit(|id, session| Command::Claim {
+    let claim = b.submit(|id, session| StoreRequest {
         id,
         session,
-        partition: partition(0),
+        op: StoreOp::Claim {
+            partition: partition(0),
+        },
     });
     assert!(matches!(
         a.release(0, Some(token)).await,
@@ -513,9 +526,10 @@ async fn shutdown_revokes_the_lease_at_once() {
 
     // After shutdown, commands go nowhere and nothing panics.
     let id = a.id();
-    a.backend.submit(Command::Heartbeat {
+    a.backend.submit(StoreRequest {
         id,
         session: a.session,
+        op: StoreOp::Heartbeat,
     });
     a.backend.shutdown().await;
 }
@@ -659,7 +673,11 @@ async fn session_suspends_resumes_and_expires() {
     let before_stall = Instant::now();
     // Stalled: requests go out and never come back.
     proxy.stall();
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     match a.result(id).await {
         Event::HeartbeatResult {
             result: Err(StoreError::ConnectionLoss),

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
-use tenure_core::{Command, Event, MemberInfo, SessionId};
+use tenure_core::{Event, MemberInfo, SessionId, StoreRequest};
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
@@ -201,7 +201,7 @@ impl Backend for ZooKeeperBackend {
         Ok(())
     }
 
-    fn submit(&mut self, command: Command) {
+    fn submit(&mut self, command: StoreRequest) {
         submit(self.running.as_mut(), command, ops::execute);
     }
 

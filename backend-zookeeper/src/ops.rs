@@ -8,8 +8,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tenure_core::records::{decode_registration, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Command, Event, FencingToken, MemberInfo, Offset, Operation,
-    RegisterOutcome, SessionId, StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
+    SessionId, StoreError, StoreRequest, TopicPartition,
 };
 use tenure_tokio::session::{self, StoreOps, Watch};
 use zookeeper_client as zk;
@@ -137,7 +137,7 @@ impl Ctx {
 }
 
 /// Carries out `command` under `current`, the session it was issued under.
-pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Command) {
+pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: StoreRequest) {
     let ctx = Ctx {
         shared: shared.clone(),
         client: current.client,

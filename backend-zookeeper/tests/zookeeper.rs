@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{partition, Sandbox, GROUP};
 use tenure_core::{
-    ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
+    ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
+    StoreRequest,
 };
 use tenure_tokio::{Backend, BackendError, Joining};
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
@@ -105,7 +106,11 @@ async fn registration_members_and_membership_watch() {
     assert_eq!(a.watch_members().await, vec!["a", "b"]);
 
     // Deregistering removes the record and wakes the watch again.
-    let id = b.submit(|id, session| Command::Deregister { id, session });
+    let id = b.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Deregister,
+    });
     assert!(matches!(
         b.result(id).await,
         Event::DeregisterResult { result: Ok(()), .. }
@@ -116,7 +121,11 @@ async fn registration_members_and_membership_watch() {
     .await;
     assert_eq!(a.watch_members().await, vec!["a"]);
 
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult { result: Ok(()), .. }
@@ -374,10 +383,12 @@ async fn commands_of_another_session_fail_as_expired() {
     let mut a = sandbox.member("a").await;
     let stale = SessionId(a.session.0 ^ 1);
     let id = a.id();
-    a.backend.submit(Command::Claim {
+    a.backend.submit(StoreRequest {
         id,
         session: stale,
-        partition: partition(0),
+        op: StoreOp::Claim {
+            partition: partition(0),
+        },
     });
     assert!(matches!(
         a.result(id).await,
@@ -387,10 +398,12 @@ async fn commands_of_another_session_fail_as_expired() {
         }
     ));
     let id = a.id();
-    a.backend.submit(Command::Register {
+    a.backend.submit(StoreRequest {
         id,
         session: stale,
-        member: a.info.clone(),
+        op: StoreOp::Register {
+            member: a.info.clone(),
+        },
     });
     assert!(matches!(
         a.result(id).await,
@@ -414,7 +427,11 @@ async fn commands_of_another_session_fail_as_expired() {
         .await
         .expect("stat")
         .is_none());
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult { result: Ok(()), .. }
@@ -442,15 +459,21 @@ async fn owner_read_hook_reproduces_node_exists_then_no_node() {
         .await;
     let token = created(a.claim(0).await);
 
-    let claim = b.submit(|id, session| Command::Claim {
+    let claim = b.submit(|id, session| StoreRequest {
         id,
         session,
-        partition: partition(0),
+        op: StoreOp::Claim {
+            partition: partition(0),
+        },
     });
     // A session's requests are answered in order: once this heartbeat
     // (submitted after the claim, on a current-thread runtime that runs
     // tasks in spawn order) is answered, the claim's create has failed.
-    let beat = b.submit(|id, session| Command::Heartbeat { id, session });
+    let beat = b.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         b.result(beat).await,
         Event::HeartbeatResult { result: Ok(()), .. }
@@ -523,9 +546,10 @@ async fn shutdown_removes_ephemerals_at_once() {
 
     // After shutdown, commands go nowhere and nothing panics.
     let id = a.id();
-    a.backend.submit(Command::Heartbeat {
+    a.backend.submit(StoreRequest {
         id,
         session: a.session,
+        op: StoreOp::Heartbeat,
     });
     a.backend.shutdown().await;
 }
@@ -643,7 +667,11 @@ async fn session_suspends_resumes_and_expires() {
     ));
 
     let before_beat = Instant::now();
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult { result: Ok(()), .. }
@@ -652,7 +680,11 @@ async fn session_suspends_resumes_and_expires() {
     // Stalled: the request goes out and never comes back; the client gives
     // up on the connection.
     proxy.stall();
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     match a.result(id).await {
         Event::HeartbeatResult {
             result: Err(StoreError::ConnectionLoss),
@@ -677,7 +709,11 @@ async fn session_suspends_resumes_and_expires() {
         matches!(e, Event::SessionResumed).then_some(())
     })
     .await;
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult { result: Ok(()), .. }
@@ -709,7 +745,11 @@ async fn session_suspends_resumes_and_expires() {
     );
 
     // Commands of the old session fail as expired; the new one works.
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult {
@@ -732,7 +772,11 @@ async fn session_suspends_resumes_and_expires() {
         }
         other => panic!("registration under the new session answered {other:?}"),
     }
-    let id = a.submit(|id, session| Command::Heartbeat { id, session });
+    let id = a.submit(|id, session| StoreRequest {
+        id,
+        session,
+        op: StoreOp::Heartbeat,
+    });
     assert!(matches!(
         a.result(id).await,
         Event::HeartbeatResult { result: Ok(()), .. }

@@ -21,7 +21,7 @@
 //!   `processed` acknowledgement (round-robin over its fetching partitions,
 //!   offsets growing, virtual time advancing 1 ms per acknowledgement),
 //!   followed by what a runtime does after every event: drain
-//!   `poll_command`, ask `poll_timeout`, and call `handle_timeout` when it is
+//!   `poll_store_request`, ask `poll_timeout`, and call `handle_timeout` when it is
 //!   due. The commits the 5 s commit interval triggers and the heartbeats are
 //!   answered `Ok` inside the measured time but not counted as elements
 //!   (about one per 300 acknowledgements), so the `thrpt` line reads as
@@ -29,7 +29,7 @@
 //! - `member_rebalance/{sticky,range}`: the time that member takes to handle
 //!   one `MembersResult` in which a member (`m100`) joins the 100, computing
 //!   the assignment over 101 members × 1,000 partitions, and to hand out the
-//!   commands it emits (`poll_command` until empty, unanswered). Between
+//!   commands it emits (`poll_store_request` until empty, unanswered). Between
 //!   measurements the member is settled back to 100 members, untimed.
 //! - `assignment/{sticky,range,round-robin}`: `AssignmentStrategy::assign`
 //!   for 100 members × 1,000 partitions (one topic, every member subscribed).
@@ -53,8 +53,8 @@ use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundR
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::sim::{self, SimConfig, SimReport};
 use tenure_core::{
-    AppEvent, ClaimOutcome, Command, Config, Event, FencingToken, FetchCommand, Member, MemberId,
-    MemberInfo, Offset, RequestId, SessionId, TopicPartition,
+    AppEvent, ClaimOutcome, Config, Event, FencingToken, FetchCommand, Member, MemberId,
+    MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest, TopicPartition,
 };
 
 /// The group's size and partition count in the member benchmarks.
@@ -179,7 +179,7 @@ impl Harness {
             let answer = if let Some(fetch) = self.member.poll_fetch() {
                 self.fetch(fetch);
                 None
-            } else if let Some(command) = self.member.poll_command() {
+            } else if let Some(command) = self.member.poll_store_request() {
                 self.answer(command)
             } else {
                 return;
@@ -191,13 +191,21 @@ impl Harness {
         }
     }
 
-    fn answer(&mut self, command: Command) -> Option<Event> {
+    fn answer(&mut self, command: StoreRequest) -> Option<Event> {
         Some(match command {
-            Command::Register { id, .. } => Event::RegisterResult {
+            StoreRequest {
+                id,
+                op: StoreOp::Register { .. },
+                ..
+            } => Event::RegisterResult {
                 id,
                 result: Ok(RegisterOutcome::Registered),
             },
-            Command::WatchMembers { id, .. } => {
+            StoreRequest {
+                id,
+                op: StoreOp::WatchMembers,
+                ..
+            } => {
                 if !self.answer_members {
                     self.members_request = Some(id);
                     return None;
@@ -207,7 +215,11 @@ impl Harness {
                     result: Ok(self.members.clone()),
                 }
             }
-            Command::Claim { id, .. } => {
+            StoreRequest {
+                id,
+                op: StoreOp::Claim { .. },
+                ..
+            } => {
                 let token = FencingToken(self.next_token);
                 self.next_token += 1;
                 Event::ClaimResult {
@@ -215,18 +227,42 @@ impl Harness {
                     result: Ok(ClaimOutcome::Created { token }),
                 }
             }
-            Command::WatchOwner { id, .. } => Event::OwnerWatchResult {
+            StoreRequest {
+                id,
+                op: StoreOp::WatchOwner { .. },
+                ..
+            } => Event::OwnerWatchResult {
                 id,
                 result: Ok(false),
             },
-            Command::ReadOffset { id, .. } => Event::OffsetResult {
+            StoreRequest {
+                id,
+                op: StoreOp::ReadOffset { .. },
+                ..
+            } => Event::OffsetResult {
                 id,
                 result: Ok(Some(0)),
             },
-            Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Ok(()) },
-            Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Ok(()) },
-            Command::Release { id, .. } => Event::ReleaseResult { id, result: Ok(()) },
-            Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Ok(()) },
+            StoreRequest {
+                id,
+                op: StoreOp::CommitOffset { .. },
+                ..
+            } => Event::CommitResult { id, result: Ok(()) },
+            StoreRequest {
+                id,
+                op: StoreOp::Heartbeat,
+                ..
+            } => Event::HeartbeatResult { id, result: Ok(()) },
+            StoreRequest {
+                id,
+                op: StoreOp::Release { .. },
+                ..
+            } => Event::ReleaseResult { id, result: Ok(()) },
+            StoreRequest {
+                id,
+                op: StoreOp::Deregister,
+                ..
+            } => Event::DeregisterResult { id, result: Ok(()) },
         })
     }
 
@@ -342,8 +378,8 @@ fn member_rebalance(c: &mut Criterion) {
                         );
                         let fetches: Vec<FetchCommand> =
                             std::iter::from_fn(|| h.member.poll_fetch()).collect();
-                        let commands: Vec<Command> =
-                            std::iter::from_fn(|| h.member.poll_command()).collect();
+                        let commands: Vec<StoreRequest> =
+                            std::iter::from_fn(|| h.member.poll_store_request()).collect();
                         let app_events: Vec<AppEvent> =
                             std::iter::from_fn(|| h.member.poll_app_event()).collect();
                         measured += start.elapsed();

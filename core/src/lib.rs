@@ -5,7 +5,7 @@
 //!
 //! | party | to the member | from the member |
 //! |---|---|---|
-//! | the store (a backend) | [`Member::handle_event`] with an [`Event`]: a request's result, a watch notification, a session change | [`Member::poll_command`]: a [`Command`] for the store |
+//! | the store (a backend) | [`Member::handle_event`] with an [`Event`]: a request's result, a watch notification, a session change | [`Member::poll_store_request`]: a [`StoreRequest`] for the store |
 //! | the fetcher | — | [`Member::poll_fetch`]: [`FetchCommand::Start`] and [`FetchCommand::Stop`] |
 //! | the application | [`Member::processed`], [`Member::drained`], [`Member::set_partition_counts`], [`Member::shutdown`] | [`Member::poll_app_event`]: an [`AppEvent`] (claimed, committed, released or lost, problems) |
 //! | the clock | [`Member::handle_timeout`] | [`Member::poll_timeout`] |
@@ -20,11 +20,11 @@
 //! - Time only moves forward: every call takes `now`, and an earlier `now`
 //!   than one seen before counts as the later one.
 //! - After every call into the member, take everything it has queued:
-//!   first [`Member::poll_fetch`], then [`Member::poll_command`], then
+//!   first [`Member::poll_fetch`], then [`Member::poll_store_request`], then
 //!   [`Member::poll_app_event`]. A stop must reach the fetcher before the
 //!   release that follows it reaches the store; queues not taken grow.
-//! - Answer every command with its result event, even a failure: a
-//!   backend that cannot carry it out answers [`Command::failed`]. A
+//! - Answer every store request with its result event, even a failure: a
+//!   backend that cannot carry it out answers [`StoreRequest::failed`]. A
 //!   request issued under a session that has ended must fail with
 //!   [`StoreError::SessionExpired`], never run under the next session.
 //! - Call [`Member::handle_timeout`] once the moment from
@@ -65,7 +65,7 @@
 //!     }
 //!     // 2. The store: every command answered, watches delivered.
 //!     let mut fired = Vec::new();
-//!     while let Some(command) = member.poll_command() {
+//!     while let Some(command) = member.poll_store_request() {
 //!         let info = member.info().clone();
 //!         inbox.push(match adapter::execute(&mut store, &layout, session, &info, command, 0, &mut fired) {
 //!             Execution::Done(reply) => reply,
@@ -115,7 +115,7 @@ pub mod types;
 pub use config::{Config, InitialOffset};
 pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
 pub use protocol::{
-    AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, Member, MemberStats,
-    RegisterOutcome,
+    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, RegisterOutcome,
+    StoreOp, StoreRequest,
 };
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::{
-    AppEvent, ClaimOutcome, Command, Config, ConfigError, Error, Event, FencingToken, FetchCommand,
-    FetchFrom, Member, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError,
-    TopicPartition,
+    AppEvent, ClaimOutcome, Config, ConfigError, Error, Event, FencingToken, FetchCommand,
+    FetchFrom, Member, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, StoreOp,
+    StoreRequest, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -139,13 +139,13 @@ impl Harness {
 
     /// Takes what the member emitted: fetch starts and stops and
     /// application events are kept, store requests returned.
-    fn drain(&mut self) -> Vec<Command> {
+    fn drain(&mut self) -> Vec<StoreRequest> {
         let fetches: Vec<FetchCommand> = std::iter::from_fn(|| self.member.poll_fetch()).collect();
         self.fetch_log.extend(fetches.iter().cloned());
         self.fetches.extend(fetches);
         self.app_events
             .extend(std::iter::from_fn(|| self.member.poll_app_event()));
-        std::iter::from_fn(|| self.member.poll_command()).collect()
+        std::iter::from_fn(|| self.member.poll_store_request()).collect()
     }
 
     /// The fetch starts of the latest `event` or `advance`.
@@ -176,22 +176,22 @@ impl Harness {
 
     /// Hands the member one input at the current time; returns the store
     /// requests it caused.
-    fn input(&mut self, give: impl FnOnce(&mut Member, Instant)) -> Vec<Command> {
+    fn input(&mut self, give: impl FnOnce(&mut Member, Instant)) -> Vec<StoreRequest> {
         self.app_events.clear();
         self.fetches.clear();
         give(&mut self.member, self.now);
         self.drain()
     }
 
-    fn event(&mut self, event: Event) -> Vec<Command> {
+    fn event(&mut self, event: Event) -> Vec<StoreRequest> {
         self.input(|member, now| member.handle_event(now, event))
     }
 
-    fn set_counts(&mut self, counts: PartitionCounts) -> Vec<Command> {
+    fn set_counts(&mut self, counts: PartitionCounts) -> Vec<StoreRequest> {
         self.input(|member, now| member.set_partition_counts(now, counts))
     }
 
-    fn shutdown(&mut self) -> Vec<Command> {
+    fn shutdown(&mut self) -> Vec<StoreRequest> {
         self.input(|member, now| member.shutdown(now))
     }
 
@@ -200,7 +200,7 @@ impl Harness {
         partition: TopicPartition,
         token: FencingToken,
         offset: Offset,
-    ) -> Vec<Command> {
+    ) -> Vec<StoreRequest> {
         self.input(|member, now| member.processed(now, &partition, token, offset))
     }
 
@@ -227,7 +227,7 @@ impl Harness {
 
     /// Moves the clock forward by `by`, calling `handle_timeout` at every
     /// moment `poll_timeout` names on the way.
-    fn advance(&mut self, by: Duration) -> Vec<Command> {
+    fn advance(&mut self, by: Duration) -> Vec<StoreRequest> {
         self.app_events.clear();
         self.fetches.clear();
         let target = self.now + by;
@@ -258,13 +258,18 @@ impl Harness {
         out
     }
 
-    fn answer_heartbeats(&mut self, commands: Vec<Command>) -> Vec<Command> {
+    fn answer_heartbeats(&mut self, commands: Vec<StoreRequest>) -> Vec<StoreRequest> {
         let Some(result) = self.auto_heartbeat.clone() else {
             return commands;
         };
         let mut out = Vec::new();
         for command in commands {
-            if let Command::Heartbeat { id, .. } = command {
+            if let StoreRequest {
+                id,
+                op: StoreOp::Heartbeat,
+                ..
+            } = command
+            {
                 self.member.handle_event(
                     self.now,
                     Event::HeartbeatResult {
@@ -283,17 +288,25 @@ impl Harness {
 
     /// Session 1, registration and a member list of `members`; returns
     /// whatever the member emitted last.
-    fn join(&mut self, members: &[MemberInfo]) -> Vec<Command> {
+    fn join(&mut self, members: &[MemberInfo]) -> Vec<StoreRequest> {
         let commands = self.event(Event::SessionEstablished {
             session: SessionId(1),
         });
         self.join_under(commands, members)
     }
 
-    fn join_under(&mut self, commands: Vec<Command>, members: &[MemberInfo]) -> Vec<Command> {
+    fn join_under(
+        &mut self,
+        commands: Vec<StoreRequest>,
+        members: &[MemberInfo],
+    ) -> Vec<StoreRequest> {
         assert_eq!(commands.len(), 2, "{commands:?}");
         let register = match &commands[0] {
-            Command::Register { id, member, .. } => {
+            StoreRequest {
+                id,
+                op: StoreOp::Register { member, .. },
+                ..
+            } => {
                 assert_eq!(member.id, mid(OURS));
                 assert_eq!(member.strategy, STRATEGY);
                 *id
@@ -301,7 +314,11 @@ impl Harness {
             other => panic!("expected Register, got {other:?}"),
         };
         let watch = match &commands[1] {
-            Command::WatchMembers { id, .. } => *id,
+            StoreRequest {
+                id,
+                op: StoreOp::WatchMembers,
+                ..
+            } => *id,
             other => panic!("expected WatchMembers, got {other:?}"),
         };
         let after = self.event(Event::RegisterResult {
@@ -361,7 +378,7 @@ impl Harness {
         assert_eq!(self.member.fetching().count(), n as usize);
     }
 
-    fn processed(&mut self, partition: u32, offset: Offset) -> Vec<Command> {
+    fn processed(&mut self, partition: u32, offset: Offset) -> Vec<StoreRequest> {
         self.ack(
             tp(partition),
             FencingToken(100 + u64::from(partition)),
@@ -369,16 +386,20 @@ impl Harness {
         )
     }
 
-    fn drained(&mut self, partition: u32) -> Vec<Command> {
+    fn drained(&mut self, partition: u32) -> Vec<StoreRequest> {
         let token = FencingToken(100 + u64::from(partition));
         self.input(|member, now| member.drained(now, &tp(partition), token))
     }
 
     /// A membership change to `members`; returns the commands it caused.
-    fn members(&mut self, members: &[MemberInfo]) -> Vec<Command> {
+    fn members(&mut self, members: &[MemberInfo]) -> Vec<StoreRequest> {
         let commands = self.event(Event::MembersChanged);
         let watch = match commands.as_slice() {
-            [Command::WatchMembers { id, .. }] => *id,
+            [StoreRequest {
+                id,
+                op: StoreOp::WatchMembers,
+                ..
+            }] => *id,
             other => panic!("expected WatchMembers, got {other:?}"),
         };
         self.event(Event::MembersResult {
@@ -388,45 +409,61 @@ impl Harness {
     }
 }
 
-fn claims(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
+fn claims(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Claim { id, partition, .. } => Some((*id, partition.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn read_offsets(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
-    commands
-        .iter()
-        .filter_map(|c| match c {
-            Command::ReadOffset { id, partition, .. } => Some((*id, partition.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn watches(commands: &[Command]) -> Vec<(RequestId, TopicPartition)> {
-    commands
-        .iter()
-        .filter_map(|c| match c {
-            Command::WatchOwner { id, partition, .. } => Some((*id, partition.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn commits(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Offset, FencingToken)> {
-    commands
-        .iter()
-        .filter_map(|c| match c {
-            Command::CommitOffset {
+            StoreRequest {
                 id,
-                partition,
-                offset,
-                token,
+                op: StoreOp::Claim { partition, .. },
+                ..
+            } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn read_offsets(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            StoreRequest {
+                id,
+                op: StoreOp::ReadOffset { partition, .. },
+                ..
+            } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn watches(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            StoreRequest {
+                id,
+                op: StoreOp::WatchOwner { partition, .. },
+                ..
+            } => Some((*id, partition.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn commits(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Offset, FencingToken)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            StoreRequest {
+                id,
+                op:
+                    StoreOp::CommitOffset {
+                        partition,
+                        offset,
+                        token,
+                        ..
+                    },
                 ..
             } => Some((*id, partition.clone(), *offset, *token)),
             _ => None,
@@ -434,14 +471,15 @@ fn commits(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Offset, Fenc
         .collect()
 }
 
-fn releases(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Option<FencingToken>)> {
+fn releases(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Option<FencingToken>)> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Release {
+            StoreRequest {
                 id,
-                partition,
-                token,
+                op: StoreOp::Release {
+                    partition, token, ..
+                },
                 ..
             } => Some((*id, partition.clone(), *token)),
             _ => None,
@@ -449,11 +487,15 @@ fn releases(commands: &[Command]) -> Vec<(RequestId, TopicPartition, Option<Fenc
         .collect()
 }
 
-fn heartbeats(commands: &[Command]) -> Vec<RequestId> {
+fn heartbeats(commands: &[StoreRequest]) -> Vec<RequestId> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Heartbeat { id, .. } => Some(*id),
+            StoreRequest {
+                id,
+                op: StoreOp::Heartbeat,
+                ..
+            } => Some(*id),
             _ => None,
         })
         .collect()
@@ -1147,7 +1189,11 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
     while h.elapsed() < threshold * 3 {
         for command in std::mem::take(&mut pending) {
             let event = match command {
-                Command::Claim { id, .. } => {
+                StoreRequest {
+                    id,
+                    op: StoreOp::Claim { .. },
+                    ..
+                } => {
                     if !stalls.is_empty() {
                         claims_after_report += 1;
                     }
@@ -1160,7 +1206,11 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
                         }),
                     }
                 }
-                Command::WatchOwner { id, .. } => Event::OwnerWatchResult {
+                StoreRequest {
+                    id,
+                    op: StoreOp::WatchOwner { .. },
+                    ..
+                } => Event::OwnerWatchResult {
                     id,
                     result: Ok(true),
                 },
@@ -1409,7 +1459,11 @@ fn a_new_session_without_an_expiry_still_drops_the_old_claims() {
     assert!(h.member.owned().next().is_none());
     // It registers again under the new session, and its commands say so.
     let register = commands.iter().find_map(|c| match c {
-        Command::Register { session, .. } => Some(*session),
+        StoreRequest {
+            session,
+            op: StoreOp::Register { .. },
+            ..
+        } => Some(*session),
         _ => None,
     });
     assert_eq!(register, Some(SessionId(2)), "{commands:?}");
@@ -1490,7 +1544,11 @@ fn shutdown_releases_everything_then_deregisters_and_closes() {
         result: Err(StoreError::NoNode),
     });
     let deregister = match commands.as_slice() {
-        [Command::Deregister { id, .. }] => *id,
+        [StoreRequest {
+            id,
+            op: StoreOp::Deregister,
+            ..
+        }] => *id,
         other => panic!("expected Deregister, got {other:?}"),
     };
     assert!(!h.member.is_closed());
@@ -1520,7 +1578,11 @@ fn poll_timeout_is_in_the_future_after_handle_timeout_during_a_shutdown() {
     h.owning(1);
     let commands = h.event(Event::MembersChanged);
     let watch = match commands.as_slice() {
-        [Command::WatchMembers { id, .. }] => *id,
+        [StoreRequest {
+            id,
+            op: StoreOp::WatchMembers,
+            ..
+        }] => *id,
         other => panic!("{other:?}"),
     };
     h.event(Event::MembersResult {
@@ -1552,9 +1614,13 @@ fn poll_timeout_is_in_the_future_after_handle_timeout_while_registering_again() 
     // Our registration record vanished: the member registers again.
     let commands = h.members(&[info("m0")]);
     assert!(
-        commands
-            .iter()
-            .any(|c| matches!(c, Command::Register { .. })),
+        commands.iter().any(|c| matches!(
+            c,
+            StoreRequest {
+                op: StoreOp::Register { .. },
+                ..
+            }
+        )),
         "{commands:?}"
     );
     let at = h.member.poll_timeout().unwrap();
@@ -1706,7 +1772,7 @@ fn with_session_timeout_keeps_the_derived_settings_consistent() {
 
 // ----- determinism -----
 
-type ScriptedRun = (Vec<Command>, Vec<FetchCommand>, Vec<Option<Duration>>);
+type ScriptedRun = (Vec<StoreRequest>, Vec<FetchCommand>, Vec<Option<Duration>>);
 
 fn scripted_run(seed: u64) -> ScriptedRun {
     let mut h = Harness::with_seed(config_with(&[(1, "m0")]), seed);
@@ -1731,7 +1797,11 @@ fn scripted_run(seed: u64) -> ScriptedRun {
         }
         for command in std::mem::take(&mut pending) {
             let event = match command {
-                Command::Claim { id, .. } => Event::ClaimResult {
+                StoreRequest {
+                    id,
+                    op: StoreOp::Claim { .. },
+                    ..
+                } => Event::ClaimResult {
                     id,
                     result: match round % 3 {
                         0 => Err(StoreError::NoNode),
@@ -1741,12 +1811,24 @@ fn scripted_run(seed: u64) -> ScriptedRun {
                         }),
                     },
                 },
-                Command::ReadOffset { id, .. } => Event::OffsetResult {
+                StoreRequest {
+                    id,
+                    op: StoreOp::ReadOffset { .. },
+                    ..
+                } => Event::OffsetResult {
                     id,
                     result: Ok(Some(0)),
                 },
-                Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Ok(()) },
-                Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Ok(()) },
+                StoreRequest {
+                    id,
+                    op: StoreOp::Heartbeat,
+                    ..
+                } => Event::HeartbeatResult { id, result: Ok(()) },
+                StoreRequest {
+                    id,
+                    op: StoreOp::CommitOffset { .. },
+                    ..
+                } => Event::CommitResult { id, result: Ok(()) },
                 _ => continue,
             };
             next.extend(h.event(event));

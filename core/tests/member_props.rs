@@ -11,8 +11,8 @@ use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::{
-    AppEvent, ClaimOutcome, Command, Config, Error, Event, FencingToken, FetchCommand, Member,
-    MemberId, MemberInfo, Offset, SessionId, StoreError, TopicPartition,
+    AppEvent, ClaimOutcome, Config, Error, Event, FencingToken, FetchCommand, Member, MemberId,
+    MemberInfo, Offset, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -123,7 +123,7 @@ struct Sim {
     next_session: u64,
     /// Bumped on every expiry; requests remember the epoch they were sent in.
     epoch: u64,
-    pending: Vec<(Command, u64)>,
+    pending: Vec<(StoreRequest, u64)>,
     next_token: u64,
     /// Tokens of claims answered as ours under the current session.
     granted: BTreeMap<TopicPartition, BTreeSet<FencingToken>>,
@@ -235,7 +235,7 @@ impl Sim {
         while let Some(fetch) = self.member.poll_fetch() {
             self.check_fetch(&fetch)?;
         }
-        while let Some(command) = self.member.poll_command() {
+        while let Some(command) = self.member.poll_store_request() {
             self.check(&command)?;
             self.pending.push((command, self.epoch));
         }
@@ -290,12 +290,16 @@ impl Sim {
         Ok(())
     }
 
-    fn check(&mut self, command: &Command) -> Result<(), TestCaseError> {
+    fn check(&mut self, command: &StoreRequest) -> Result<(), TestCaseError> {
         match command {
-            Command::CommitOffset {
-                partition,
-                offset,
-                token,
+            StoreRequest {
+                op:
+                    StoreOp::CommitOffset {
+                        partition,
+                        offset,
+                        token,
+                        ..
+                    },
                 ..
             } => {
                 let key = (partition.clone(), *token);
@@ -317,9 +321,13 @@ impl Sim {
                 }
                 self.highest_sent.insert(key, *offset);
             }
-            Command::Release {
-                partition,
-                token: Some(token),
+            StoreRequest {
+                op:
+                    StoreOp::Release {
+                        partition,
+                        token: Some(token),
+                        ..
+                    },
                 ..
             } => {
                 prop_assert!(!self.dead.contains(token), "release under a dead token");
@@ -336,7 +344,10 @@ impl Sim {
                 }
                 self.released.insert((partition.clone(), *token));
             }
-            Command::Claim { partition, .. } => {
+            StoreRequest {
+                op: StoreOp::Claim { partition, .. },
+                ..
+            } => {
                 self.drain_timed_out.remove(partition);
             }
             _ => {}
@@ -373,10 +384,14 @@ impl Sim {
     }
 
     /// The answer to `command`; `outcome` picks which.
-    fn answer(&mut self, command: &Command, epoch: u64, outcome: u8, extra: u8) -> Event {
+    fn answer(&mut self, command: &StoreRequest, epoch: u64, outcome: u8, extra: u8) -> Event {
         let live = epoch == self.epoch && self.session.is_some();
         match command {
-            Command::Register { id, .. } => Event::RegisterResult {
+            StoreRequest {
+                id,
+                op: StoreOp::Register { .. },
+                ..
+            } => Event::RegisterResult {
                 id: *id,
                 result: match outcome % 6 {
                     0..=2 => Ok(RegisterOutcome::Registered),
@@ -387,7 +402,11 @@ impl Sim {
                     _ => Err(StoreError::SessionExpired),
                 },
             },
-            Command::Deregister { id, .. } => Event::DeregisterResult {
+            StoreRequest {
+                id,
+                op: StoreOp::Deregister,
+                ..
+            } => Event::DeregisterResult {
                 id: *id,
                 result: match outcome % 3 {
                     0 => Ok(()),
@@ -395,7 +414,11 @@ impl Sim {
                     _ => Err(StoreError::NoNode),
                 },
             },
-            Command::WatchMembers { id, .. } => Event::MembersResult {
+            StoreRequest {
+                id,
+                op: StoreOp::WatchMembers,
+                ..
+            } => Event::MembersResult {
                 id: *id,
                 result: if outcome.is_multiple_of(5) {
                     Err(StoreError::ConnectionLoss)
@@ -405,7 +428,11 @@ impl Sim {
                     Ok(members)
                 },
             },
-            Command::Claim { id, partition, .. } => {
+            StoreRequest {
+                id,
+                op: StoreOp::Claim { partition, .. },
+                ..
+            } => {
                 let result = match outcome % 10 {
                     0..=2 => Ok(ClaimOutcome::Created {
                         token: self.token(),
@@ -440,7 +467,11 @@ impl Sim {
                 }
                 Event::ClaimResult { id: *id, result }
             }
-            Command::WatchOwner { id, .. } => Event::OwnerWatchResult {
+            StoreRequest {
+                id,
+                op: StoreOp::WatchOwner { .. },
+                ..
+            } => Event::OwnerWatchResult {
                 id: *id,
                 result: match outcome % 3 {
                     0 => Ok(true),
@@ -448,7 +479,11 @@ impl Sim {
                     _ => Err(StoreError::ConnectionLoss),
                 },
             },
-            Command::ReadOffset { id, .. } => Event::OffsetResult {
+            StoreRequest {
+                id,
+                op: StoreOp::ReadOffset { .. },
+                ..
+            } => Event::OffsetResult {
                 id: *id,
                 result: match outcome % 5 {
                     0 | 1 => Ok(Some(i64::from(extra))),
@@ -460,11 +495,15 @@ impl Sim {
                     }),
                 },
             },
-            Command::CommitOffset {
+            StoreRequest {
                 id,
-                partition,
-                offset,
-                token,
+                op:
+                    StoreOp::CommitOffset {
+                        partition,
+                        offset,
+                        token,
+                        ..
+                    },
                 ..
             } => {
                 let result = match outcome % 6 {
@@ -482,7 +521,11 @@ impl Sim {
                 }
                 Event::CommitResult { id: *id, result }
             }
-            Command::Release { id, .. } => Event::ReleaseResult {
+            StoreRequest {
+                id,
+                op: StoreOp::Release { .. },
+                ..
+            } => Event::ReleaseResult {
                 id: *id,
                 result: match outcome % 5 {
                     0 | 1 => Ok(()),
@@ -491,7 +534,11 @@ impl Sim {
                     _ => Err(StoreError::ConnectionLoss),
                 },
             },
-            Command::Heartbeat { id, .. } => Event::HeartbeatResult {
+            StoreRequest {
+                id,
+                op: StoreOp::Heartbeat,
+                ..
+            } => Event::HeartbeatResult {
                 id: *id,
                 result: match outcome % 4 {
                     0 | 1 => Ok(()),

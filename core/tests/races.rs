@@ -24,8 +24,8 @@ use tenure_core::model::adapter::{self, Execution};
 use tenure_core::model::store::{CreateMode, OpError, Store};
 use tenure_core::records::Layout;
 use tenure_core::{
-    Command, Config, Event, FencingToken, FetchCommand, Member, MemberInfo, RequestId, SessionId,
-    TopicPartition,
+    Config, Event, FencingToken, FetchCommand, Member, MemberInfo, RequestId, SessionId,
+    StoreRequest, TopicPartition,
 };
 
 /// The seed of every member's jitter in these scenarios.
@@ -61,7 +61,7 @@ struct Node {
 }
 
 enum Item {
-    Serve(usize, Command),
+    Serve(usize, StoreRequest),
     ReadOwner(usize, RequestId, TopicPartition),
     Deliver(usize, Event),
     /// The member's application let go of a stopped partition.
@@ -360,7 +360,7 @@ impl Scenario {
                         }
                     }
                 }
-            } else if let Some(store) = member.poll_command() {
+            } else if let Some(store) = member.poll_store_request() {
                 let when = self.now + NET;
                 self.at(when, Item::Serve(index, store));
             } else {

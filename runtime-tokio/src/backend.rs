@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure_core::{Command, Event, MemberInfo, TopicPartition};
+use tenure_core::{Event, MemberInfo, StoreRequest, TopicPartition};
 use tokio::sync::{mpsc, OwnedMutexGuard};
 
 /// Where a backend sends everything the store tells a member: session
@@ -131,7 +131,7 @@ pub trait Backend: Send + 'static {
 
     /// Starts carrying out a store command; its result arrives on the event
     /// channel. Must not block.
-    fn submit(&mut self, command: Command);
+    fn submit(&mut self, command: StoreRequest);
 
     /// Ends the session at once: its ephemeral records disappear now rather
     /// than after the session timeout.
@@ -144,7 +144,7 @@ impl Backend for Box<dyn Backend> {
         (**self).start(joining).await
     }
 
-    fn submit(&mut self, command: Command) {
+    fn submit(&mut self, command: StoreRequest) {
         (**self).submit(command)
     }
 

@@ -544,7 +544,7 @@ impl Driver {
             // releases and claims that follow them reach the store.
             if let Some(command) = self.member.poll_fetch() {
                 self.fetch(command);
-            } else if let Some(command) = self.member.poll_command() {
+            } else if let Some(command) = self.member.poll_store_request() {
                 self.telemetry.on_command(&command, now());
                 self.backend.submit(command);
             } else {

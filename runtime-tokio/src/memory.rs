@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tenure_core::model::adapter::{self, Execution};
 use tenure_core::model::store::{Store, WatchEvent};
 use tenure_core::records::Layout;
-use tenure_core::{Command, Event, MemberInfo, SessionId, StoreError};
+use tenure_core::{Event, MemberInfo, SessionId, StoreError, StoreRequest};
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, BackendError, EventSender, Joining};
@@ -214,7 +214,7 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    fn submit(&mut self, command: Command) {
+    fn submit(&mut self, command: StoreRequest) {
         let session = SessionId(self.session.load(Ordering::SeqCst));
         let (Some(member), Some(layout), Some(events)) = (
             self.member.as_ref(),
@@ -224,7 +224,7 @@ impl Backend for MemoryBackend {
             tracing::warn!(?command, "command before the backend started");
             return;
         };
-        let (_, issued) = command.request();
+        let issued = command.session;
         let mut shared = self.store.lock();
         // A command of a session that ended (replaced, or reaped and not
         // replaced yet) must not act under another.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{
-    ClaimOutcome, Command, Event, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
-    StoreError, TopicPartition,
+    ClaimOutcome, Event, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId, StoreError,
+    StoreOp, StoreRequest, TopicPartition,
 };
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -222,8 +222,8 @@ impl<T: SharedState> Running<T> {
 /// logged and dropped.
 pub fn submit<T, F>(
     running: Option<&mut Running<T>>,
-    command: Command,
-    execute: impl FnOnce(Arc<T>, T::Session, Command) -> F,
+    command: StoreRequest,
+    execute: impl FnOnce(Arc<T>, T::Session, StoreRequest) -> F,
 ) where
     T: SharedState,
     F: Future<Output = ()> + Send + 'static,
@@ -235,10 +235,9 @@ pub fn submit<T, F>(
     };
     // Forget finished tasks so the set does not grow.
     while running.commands.try_join_next().is_some() {}
-    let (_, issued) = command.request();
     let state = running.shared.state();
     match state.current() {
-        Some(current) if current.id() == issued => {
+        Some(current) if current.id() == command.session => {
             let task = execute(running.shared.clone(), current, command);
             running.commands.spawn(task);
         }
@@ -312,31 +311,32 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
 pub async fn execute<S: StoreSession, O: StoreOps>(
     state: &SessionState<S>,
     ops: O,
-    command: Command,
+    command: StoreRequest,
 ) {
     let events = state.events().clone();
-    let partition_turn = match &command {
-        Command::Claim { partition, .. }
-        | Command::Release { partition, .. }
-        | Command::CommitOffset { partition, .. } => {
+    let partition_turn = match &command.op {
+        StoreOp::Claim { partition }
+        | StoreOp::Release { partition, .. }
+        | StoreOp::CommitOffset { partition, .. } => {
             Some(state.partition_locks().lock(partition).await)
         }
         _ => None,
     };
-    let (event, watch) = match command {
-        Command::Register { id, member, .. } => {
+    let id = command.id;
+    let (event, watch) = match command.op {
+        StoreOp::Register { member } => {
             let result = ops.register(&member).await;
             (Event::RegisterResult { id, result }, None)
         }
-        Command::Deregister { id, .. } => {
+        StoreOp::Deregister => {
             let result = ops.deregister().await;
             (Event::DeregisterResult { id, result }, None)
         }
-        Command::Heartbeat { id, .. } => {
+        StoreOp::Heartbeat => {
             let result = ops.heartbeat().await;
             (Event::HeartbeatResult { id, result }, None)
         }
-        Command::WatchMembers { id, .. } => match ops.watch_members().await {
+        StoreOp::WatchMembers => match ops.watch_members().await {
             Ok((members, watch)) => (
                 Event::MembersResult {
                     id,
@@ -346,11 +346,11 @@ pub async fn execute<S: StoreSession, O: StoreOps>(
             ),
             Err(e) => (Event::MembersResult { id, result: Err(e) }, None),
         },
-        Command::Claim { id, partition, .. } => {
+        StoreOp::Claim { partition } => {
             let result = ops.claim(&partition).await;
             (Event::ClaimResult { id, result }, None)
         }
-        Command::WatchOwner { id, partition, .. } => match ops.watch_owner(&partition).await {
+        StoreOp::WatchOwner { partition } => match ops.watch_owner(&partition).await {
             Ok((exists, watch)) => (
                 Event::OwnerWatchResult {
                     id,
@@ -360,25 +360,18 @@ pub async fn execute<S: StoreSession, O: StoreOps>(
             ),
             Err(e) => (Event::OwnerWatchResult { id, result: Err(e) }, None),
         },
-        Command::Release {
-            id,
-            partition,
-            token,
-            ..
-        } => {
+        StoreOp::Release { partition, token } => {
             let result = ops.release(&partition, token).await;
             (Event::ReleaseResult { id, result }, None)
         }
-        Command::ReadOffset { id, partition, .. } => {
+        StoreOp::ReadOffset { partition } => {
             let result = ops.read_offset(&partition).await;
             (Event::OffsetResult { id, result }, None)
         }
-        Command::CommitOffset {
-            id,
+        StoreOp::CommitOffset {
             partition,
             offset,
             token,
-            ..
         } => {
             let result = ops.commit(&partition, offset, token).await;
             (Event::CommitResult { id, result }, None)

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
 use tenure_core::{
-    AppEvent, Command, Error, FencingToken, FetchCommand, Member, MemberId, Offset, TopicPartition,
+    AppEvent, Error, FencingToken, FetchCommand, Member, MemberId, Offset, StoreOp, StoreRequest,
+    TopicPartition,
 };
 use tracing::field::Empty;
 use tracing::Span;
@@ -286,10 +287,14 @@ impl Telemetry {
     }
 
     /// A store request the core emitted, before it is carried out.
-    pub(crate) fn on_command(&mut self, command: &Command, now: Instant) {
+    pub(crate) fn on_command(&mut self, command: &StoreRequest, now: Instant) {
         self.dirty = true;
         // A release that did not wait for its drain.
-        if let Command::Release { partition, .. } = command {
+        if let StoreRequest {
+            op: StoreOp::Release { partition, .. },
+            ..
+        } = command
+        {
             self.end_drain(partition, None, now, "release");
         }
     }

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use tenure_core::{
-    Command, Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId,
+    Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest,
     TopicPartition,
 };
 use tenure_tokio::{Backend, Joining};
@@ -166,7 +166,7 @@ impl<B: Backend> Driver<B> {
 
     /// Submits the command `make` builds from a fresh id and this
     /// driver's session; returns the id.
-    pub fn submit(&mut self, make: impl FnOnce(RequestId, SessionId) -> Command) -> RequestId {
+    pub fn submit(&mut self, make: impl FnOnce(RequestId, SessionId) -> StoreRequest) -> RequestId {
         let id = self.id();
         let command = make(id, self.session);
         self.backend.submit(command);
@@ -182,30 +182,41 @@ impl<B: Backend> Driver<B> {
     }
 
     /// Submits the command `make` builds and waits for its result event.
-    pub async fn request(&mut self, make: impl FnOnce(RequestId, SessionId) -> Command) -> Event {
+    pub async fn request(
+        &mut self,
+        make: impl FnOnce(RequestId, SessionId) -> StoreRequest,
+    ) -> Event {
         let id = self.submit(make);
         self.result(id).await
     }
 
     pub async fn register(&mut self) -> Event {
         let member = self.info.clone();
-        self.request(|id, session| Command::Register {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            member,
+            op: StoreOp::Register { member },
         })
         .await
     }
 
     pub async fn deregister(&mut self) -> Event {
-        self.request(|id, session| Command::Deregister { id, session })
-            .await
+        self.request(|id, session| StoreRequest {
+            id,
+            session,
+            op: StoreOp::Deregister,
+        })
+        .await
     }
 
     /// The registered members' ids, sorted; sets the one-shot watch.
     pub async fn watch_members(&mut self) -> Vec<String> {
         match self
-            .request(|id, session| Command::WatchMembers { id, session })
+            .request(|id, session| StoreRequest {
+                id,
+                session,
+                op: StoreOp::WatchMembers,
+            })
             .await
         {
             Event::MembersResult {
@@ -224,59 +235,64 @@ impl<B: Backend> Driver<B> {
     }
 
     pub async fn heartbeat(&mut self) -> Event {
-        self.request(|id, session| Command::Heartbeat { id, session })
-            .await
+        self.request(|id, session| StoreRequest {
+            id,
+            session,
+            op: StoreOp::Heartbeat,
+        })
+        .await
     }
 
     pub async fn claim(&mut self, p: u32) -> Event {
         let partition = partition(p);
-        self.request(|id, session| Command::Claim {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            partition,
+            op: StoreOp::Claim { partition },
         })
         .await
     }
 
     pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Event {
         let partition = partition(p);
-        self.request(|id, session| Command::Release {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            partition,
-            token,
+            op: StoreOp::Release { partition, token },
         })
         .await
     }
 
     pub async fn commit(&mut self, p: u32, offset: Offset, token: FencingToken) -> Event {
         let partition = partition(p);
-        self.request(|id, session| Command::CommitOffset {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            partition,
-            offset,
-            token,
+            op: StoreOp::CommitOffset {
+                partition,
+                offset,
+                token,
+            },
         })
         .await
     }
 
     pub async fn read_offset(&mut self, p: u32) -> Event {
         let partition = partition(p);
-        self.request(|id, session| Command::ReadOffset {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            partition,
+            op: StoreOp::ReadOffset { partition },
         })
         .await
     }
 
     pub async fn watch_owner(&mut self, p: u32) -> Event {
         let partition = partition(p);
-        self.request(|id, session| Command::WatchOwner {
+        self.request(|id, session| StoreRequest {
             id,
             session,
-            partition,
+            op: StoreOp::WatchOwner { partition },
         })
         .await
     }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure::core::{Command, Config, MemberId};
+use tenure::core::{Config, MemberId, StoreRequest};
 use tenure::tokio::{Backend, BackendError, GroupMember, Joining, View};
 use tenure::zookeeper::ZooKeeperBackend;
 use tokio::sync::mpsc;
@@ -417,7 +417,7 @@ impl Backend for Counting {
         self.inner.start(joining).await
     }
 
-    fn submit(&mut self, command: Command) {
+    fn submit(&mut self, command: StoreRequest) {
         self.commands.fetch_add(1, Ordering::Relaxed);
         self.inner.submit(command);
     }

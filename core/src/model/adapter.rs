@@ -7,7 +7,7 @@
 
 use super::store::{CreateMode, Op, OpError, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
-use crate::protocol::{ClaimOutcome, Command, Event, RegisterOutcome};
+use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreRequest};
 use crate::records::{
     decode_registration, encode_registration, held_claim, parse_offset, Layout, Watched,
 };
@@ -50,34 +50,32 @@ pub fn execute(
     layout: &Layout,
     session: SessionId,
     member: &MemberInfo,
-    command: Command,
+    command: StoreRequest,
     timestamp_secs: u64,
     fired: &mut Vec<WatchEvent>,
 ) -> Execution {
     // A command issued under another session (one that ended while the
     // command waited) must not act under this one: a claim would leave a
     // record that no member tracks.
-    let (_, issued) = command.request();
-    if issued != session {
+    if command.session != session {
         return Execution::Done(command.failed(StoreError::SessionExpired));
     }
-    match command {
-        Command::Register {
-            id, member: info, ..
-        } => {
+    let id = command.id;
+    match command.op {
+        StoreOp::Register { member: info } => {
             let result = register(store, layout, session, &info, timestamp_secs, fired);
             Execution::Done(Event::RegisterResult { id, result })
         }
-        Command::Deregister { id, .. } => {
+        StoreOp::Deregister => {
             let path = layout.member(&member.id);
             let result = delete_if_ours(store, session, &path, None, fired);
             Execution::Done(Event::DeregisterResult { id, result })
         }
-        Command::WatchMembers { id, .. } => {
+        StoreOp::WatchMembers => {
             let result = read_members(store, layout, session, fired);
             Execution::Done(Event::MembersResult { id, result })
         }
-        Command::Heartbeat { id, .. } => {
+        StoreOp::Heartbeat => {
             let result = if store.session_alive(session) {
                 Ok(())
             } else {
@@ -85,7 +83,7 @@ pub fn execute(
             };
             Execution::Done(Event::HeartbeatResult { id, result })
         }
-        Command::Claim { id, partition, .. } => {
+        StoreOp::Claim { partition } => {
             let path = layout.owner(&partition);
             let created = store.create_parents(session, &path).and_then(|parents| {
                 fired.extend(parents);
@@ -113,23 +111,18 @@ pub fn execute(
                 }),
             }
         }
-        Command::WatchOwner { id, partition, .. } => {
+        StoreOp::WatchOwner { partition } => {
             let result = store
                 .exists_watch(session, &layout.owner(&partition))
                 .map(|stat| stat.is_some())
                 .map_err(store_error);
             Execution::Done(Event::OwnerWatchResult { id, result })
         }
-        Command::Release {
-            id,
-            partition,
-            token,
-            ..
-        } => {
+        StoreOp::Release { partition, token } => {
             let result = delete_if_ours(store, session, &layout.owner(&partition), token, fired);
             Execution::Done(Event::ReleaseResult { id, result })
         }
-        Command::ReadOffset { id, partition, .. } => {
+        StoreOp::ReadOffset { partition } => {
             let path = layout.offset(&partition);
             let result = match store.get(&path) {
                 Ok((data, _)) => parse_offset(&path, &data).map(Some),
@@ -138,12 +131,10 @@ pub fn execute(
             };
             Execution::Done(Event::OffsetResult { id, result })
         }
-        Command::CommitOffset {
-            id,
+        StoreOp::CommitOffset {
             partition,
             offset,
             token,
-            ..
         } => {
             let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })

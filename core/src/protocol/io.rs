@@ -1,5 +1,5 @@
 //! What goes between the member state machine and each party around it:
-//! the store's requests ([`Command`]) and what it said ([`Event`]), the
+//! the store's requests ([`StoreRequest`]) and what it said ([`Event`]), the
 //! fetcher's starts and stops ([`FetchCommand`]), and what the application
 //! is told ([`AppEvent`]). All speak of members, claims, owners
 //! and offsets, never of znodes, keys or leases: a backend translates.
@@ -36,38 +36,38 @@ pub enum Event {
     SessionResumed,
     /// The session is gone: every record it held is gone or about to be.
     SessionExpired,
-    /// The member list changed since the last [`Command::WatchMembers`]
+    /// The member list changed since the last [`StoreOp::WatchMembers`]
     /// (a one-shot notification; the member reads the list again).
     MembersChanged,
-    /// The result of [`Command::Register`].
+    /// The result of [`StoreOp::Register`].
     RegisterResult {
         /// The request's id.
         id: RequestId,
         /// What the store said.
         result: Result<RegisterOutcome, StoreError>,
     },
-    /// The result of [`Command::Deregister`].
+    /// The result of [`StoreOp::Deregister`].
     DeregisterResult {
         /// The request's id.
         id: RequestId,
         /// What the store said.
         result: Result<(), StoreError>,
     },
-    /// The result of [`Command::WatchMembers`]: the current members.
+    /// The result of [`StoreOp::WatchMembers`]: the current members.
     MembersResult {
         /// The request's id.
         id: RequestId,
         /// The registered members, in any order.
         result: Result<Vec<MemberInfo>, StoreError>,
     },
-    /// The result of [`Command::Claim`].
+    /// The result of [`StoreOp::Claim`].
     ClaimResult {
         /// The request's id.
         id: RequestId,
         /// What the store said.
         result: Result<ClaimOutcome, StoreError>,
     },
-    /// The result of [`Command::WatchOwner`].
+    /// The result of [`StoreOp::WatchOwner`].
     OwnerWatchResult {
         /// The request's id.
         id: RequestId,
@@ -80,28 +80,28 @@ pub enum Event {
         /// The partition whose owner record went away.
         partition: TopicPartition,
     },
-    /// The result of [`Command::ReadOffset`].
+    /// The result of [`StoreOp::ReadOffset`].
     OffsetResult {
         /// The request's id.
         id: RequestId,
         /// The committed next offset, or `None` if nothing was committed.
         result: Result<Option<Offset>, StoreError>,
     },
-    /// The result of [`Command::CommitOffset`].
+    /// The result of [`StoreOp::CommitOffset`].
     CommitResult {
         /// The request's id.
         id: RequestId,
         /// [`StoreError::NotOwner`] when the commit was fenced.
         result: Result<(), StoreError>,
     },
-    /// The result of [`Command::Release`].
+    /// The result of [`StoreOp::Release`].
     ReleaseResult {
         /// The request's id.
         id: RequestId,
         /// `Ok` when the record is gone or was not ours.
         result: Result<(), StoreError>,
     },
-    /// The result of [`Command::Heartbeat`].
+    /// The result of [`StoreOp::Heartbeat`].
     HeartbeatResult {
         /// The request's id.
         id: RequestId,
@@ -182,91 +182,86 @@ pub enum FetchFrom {
     Newest,
 }
 
-/// A request for the store, taken from [`crate::Member::poll_command`]: the
-/// backend carries it out and answers with its result event.
+/// A request for the store, taken from
+/// [`crate::Member::poll_store_request`]: the backend carries out `op`
+/// under `session` and answers with the result event that names `id`.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Command {
-    /// Create this member's registration record under the current session.
+pub struct StoreRequest {
+    /// The request's id, which its result event names.
+    pub id: RequestId,
+    /// The session the request belongs to; a backend whose session is
+    /// another fails it with [`StoreError::SessionExpired`].
+    pub session: SessionId,
+    /// What to do.
+    pub op: StoreOp,
+}
+
+impl StoreRequest {
+    /// The result event of this request failing with `error`, for a
+    /// backend that could not carry it out.
+    pub fn failed(self, error: StoreError) -> Event {
+        let (id, e) = (self.id, error);
+        match self.op {
+            StoreOp::Register { .. } => Event::RegisterResult { id, result: Err(e) },
+            StoreOp::Deregister => Event::DeregisterResult { id, result: Err(e) },
+            StoreOp::WatchMembers => Event::MembersResult { id, result: Err(e) },
+            StoreOp::Claim { .. } => Event::ClaimResult { id, result: Err(e) },
+            StoreOp::WatchOwner { .. } => Event::OwnerWatchResult { id, result: Err(e) },
+            StoreOp::Release { .. } => Event::ReleaseResult { id, result: Err(e) },
+            StoreOp::ReadOffset { .. } => Event::OffsetResult { id, result: Err(e) },
+            StoreOp::CommitOffset { .. } => Event::CommitResult { id, result: Err(e) },
+            StoreOp::Heartbeat => Event::HeartbeatResult { id, result: Err(e) },
+        }
+    }
+}
+
+/// What a [`StoreRequest`] asks of the store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreOp {
+    /// Create this member's registration record under the request's
+    /// session (answer with [`Event::RegisterResult`]).
     Register {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// What to advertise.
         member: MemberInfo,
     },
-    /// Delete this member's registration record.
-    Deregister {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
-    },
+    /// Delete this member's registration record (answer with
+    /// [`Event::DeregisterResult`]).
+    Deregister,
     /// Read the member list and watch it (one-shot: answer with
     /// [`Event::MembersResult`], later [`Event::MembersChanged`] once).
-    WatchMembers {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
-    },
-    /// Create the owner record of `partition` under the current session;
+    WatchMembers,
+    /// Create the owner record of `partition` under the request's session;
     /// if one exists, read it (answer with [`Event::ClaimResult`]).
     Claim {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
     /// Watch the owner record of `partition` (one-shot: answer with
     /// [`Event::OwnerWatchResult`], later [`Event::OwnerDeleted`]).
     WatchOwner {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
     /// Delete the owner record of `partition` if it is still this member's
-    /// claim: created under the current session and, if `token` is given,
-    /// with that fencing token.
+    /// claim: created under the request's session and, if `token` is
+    /// given, with that fencing token (answer with
+    /// [`Event::ReleaseResult`]).
     Release {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// The partition.
         partition: TopicPartition,
         /// The claim's token, when known.
         token: Option<FencingToken>,
     },
-    /// Read the committed offset of `partition`.
+    /// Read the committed offset of `partition` (answer with
+    /// [`Event::OffsetResult`]).
     ReadOffset {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// The partition.
         partition: TopicPartition,
     },
     /// Write `offset` (the next offset to consume) as the committed offset
-    /// of `partition`, only while the owner record is the claim `token`.
+    /// of `partition`, only while the owner record is the claim `token`
+    /// (answer with [`Event::CommitResult`]).
     CommitOffset {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
         /// The partition.
         partition: TopicPartition,
         /// The next offset to consume.
@@ -274,48 +269,9 @@ pub enum Command {
         /// The claim that guards the write.
         token: FencingToken,
     },
-    /// Confirm the session is alive on the server (a cheap round trip).
-    Heartbeat {
-        /// The request's id.
-        id: RequestId,
-        /// The session the request belongs to; a backend whose session
-        /// is another fails it with [`StoreError::SessionExpired`].
-        session: SessionId,
-    },
-}
-
-impl Command {
-    /// The command's request id and the session it was issued under.
-    pub fn request(&self) -> (RequestId, SessionId) {
-        match self {
-            Command::Register { id, session, .. }
-            | Command::Deregister { id, session }
-            | Command::WatchMembers { id, session }
-            | Command::Claim { id, session, .. }
-            | Command::WatchOwner { id, session, .. }
-            | Command::Release { id, session, .. }
-            | Command::ReadOffset { id, session, .. }
-            | Command::CommitOffset { id, session, .. }
-            | Command::Heartbeat { id, session } => (*id, *session),
-        }
-    }
-
-    /// The result event of this command failing with `error`, for a
-    /// backend that could not carry it out.
-    pub fn failed(self, error: StoreError) -> Event {
-        let e = error;
-        match self {
-            Command::Register { id, .. } => Event::RegisterResult { id, result: Err(e) },
-            Command::Deregister { id, .. } => Event::DeregisterResult { id, result: Err(e) },
-            Command::WatchMembers { id, .. } => Event::MembersResult { id, result: Err(e) },
-            Command::Claim { id, .. } => Event::ClaimResult { id, result: Err(e) },
-            Command::WatchOwner { id, .. } => Event::OwnerWatchResult { id, result: Err(e) },
-            Command::Release { id, .. } => Event::ReleaseResult { id, result: Err(e) },
-            Command::ReadOffset { id, .. } => Event::OffsetResult { id, result: Err(e) },
-            Command::CommitOffset { id, .. } => Event::CommitResult { id, result: Err(e) },
-            Command::Heartbeat { id, .. } => Event::HeartbeatResult { id, result: Err(e) },
-        }
-    }
+    /// Confirm the session is alive on the server, a cheap round trip
+    /// (answer with [`Event::HeartbeatResult`]).
+    Heartbeat,
 }
 
 /// Work for the fetcher, taken from [`crate::Member::poll_fetch`].

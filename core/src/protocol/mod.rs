@@ -5,7 +5,7 @@
 //! [`Member::processed`], [`Member::drained`],
 //! [`Member::set_partition_counts`] and [`Member::shutdown`], time through
 //! [`Member::handle_timeout`]; after each call, every [`FetchCommand`],
-//! [`Command`] and [`AppEvent`] it queued is taken, in that order.
+//! [`StoreRequest`] and [`AppEvent`] it queued is taken, in that order.
 //!
 //! The member claims the partitions its assignment names, watches the owner
 //! of any partition another member still holds, releases what it no longer
@@ -19,10 +19,12 @@ mod partition;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
-pub use io::{AppEvent, ClaimOutcome, Command, Event, FetchCommand, FetchFrom, RegisterOutcome};
+pub use io::{
+    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, RegisterOutcome, StoreOp, StoreRequest,
+};
 use partition::{
     AfterClaim, AfterCommit, AfterLetGo, AfterOffset, AfterRelease, DrainEnd, Fetch, Fired, Next,
-    OwnedStep, PartitionState, PartitionTimer, Phase, StoreRequest,
+    OwnedStep, PartitionRequest, PartitionState, PartitionTimer, Phase,
 };
 
 use crate::assignment::PartitionCounts;
@@ -68,7 +70,7 @@ enum Step {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemberStats {
-    /// Requests sent to the store (every [`Command`]).
+    /// Requests sent to the store (every [`StoreRequest`]).
     pub store_requests: u64,
     /// Claims that took effect.
     pub claims: u64,
@@ -127,7 +129,7 @@ pub struct Member {
     rng: SplitMix64,
     now: Instant,
     next_id: u64,
-    commands: VecDeque<Command>,
+    commands: VecDeque<StoreRequest>,
     fetches: VecDeque<FetchCommand>,
     app: AppQueue,
     requests: BTreeMap<RequestId, InFlight>,
@@ -276,7 +278,7 @@ impl Member {
     }
 
     /// The next request for the store, if any.
-    pub fn poll_command(&mut self) -> Option<Command> {
+    pub fn poll_store_request(&mut self) -> Option<StoreRequest> {
         self.commands.pop_front()
     }
 
@@ -290,7 +292,7 @@ impl Member {
 
     /// The next thing the application may want to know, if any: claims,
     /// commits, releases, losses and problems. Take them all after every
-    /// call, as with [`Member::poll_command`]; they pile up otherwise.
+    /// call, as with [`Member::poll_store_request`]; they pile up otherwise.
     pub fn poll_app_event(&mut self) -> Option<AppEvent> {
         self.app.events.pop_front()
     }
@@ -835,11 +837,11 @@ impl Member {
         self.app.push(AppEvent::Claiming {
             partition: partition.clone(),
         });
-        self.send(partition, StoreRequest::Claim);
+        self.send(partition, PartitionRequest::Claim);
     }
 
     /// Sends the store request a step of `partition` needs.
-    fn send(&mut self, partition: &TopicPartition, request: StoreRequest) {
+    fn send(&mut self, partition: &TopicPartition, request: PartitionRequest) {
         let id = self.request(Purpose::Partition(partition.clone()));
         let held = self.partitions.get_mut(partition).and_then(|state| {
             state.sent(id, request);
@@ -848,40 +850,44 @@ impl Member {
         let session = self.session_tag();
         let partition = partition.clone();
         let command = match request {
-            StoreRequest::Claim => Command::Claim {
+            PartitionRequest::Claim => StoreRequest {
                 id,
                 session,
-                partition,
+                op: StoreOp::Claim { partition },
             },
-            StoreRequest::WatchOwner => Command::WatchOwner {
+            PartitionRequest::WatchOwner => StoreRequest {
                 id,
                 session,
-                partition,
+                op: StoreOp::WatchOwner { partition },
             },
-            StoreRequest::ReadOffset => Command::ReadOffset {
+            PartitionRequest::ReadOffset => StoreRequest {
                 id,
                 session,
-                partition,
+                op: StoreOp::ReadOffset { partition },
             },
-            StoreRequest::Commit { offset, token, .. } => {
+            PartitionRequest::Commit { offset, token, .. } => {
                 self.app.push(AppEvent::Committing {
                     partition: partition.clone(),
                     token,
                     offset,
                 });
-                Command::CommitOffset {
+                StoreRequest {
                     id,
                     session,
-                    partition,
-                    offset,
-                    token,
+                    op: StoreOp::CommitOffset {
+                        partition,
+                        offset,
+                        token,
+                    },
                 }
             }
-            StoreRequest::Release => Command::Release {
+            PartitionRequest::Release => StoreRequest {
                 id,
                 session,
-                partition,
-                token: held,
+                op: StoreOp::Release {
+                    partition,
+                    token: held,
+                },
             },
         };
         self.commands.push_back(command);
@@ -938,9 +944,9 @@ impl Member {
             AfterClaim::Ignored => {}
             AfterClaim::Owned(token) => {
                 self.announce_claim(&partition, token);
-                self.send(&partition, StoreRequest::ReadOffset);
+                self.send(&partition, PartitionRequest::ReadOffset);
             }
-            AfterClaim::Watch => self.send(&partition, StoreRequest::WatchOwner),
+            AfterClaim::Watch => self.send(&partition, PartitionRequest::WatchOwner),
             AfterClaim::Failed(error) => {
                 if let Some(error) = error {
                     self.report_store(Operation::Claim, Some(&partition), error);
@@ -954,9 +960,9 @@ impl Member {
                     partition: partition.clone(),
                     token,
                 });
-                self.send(&partition, StoreRequest::Release);
+                self.send(&partition, PartitionRequest::Release);
             }
-            AfterClaim::Release => self.send(&partition, StoreRequest::Release),
+            AfterClaim::Release => self.send(&partition, PartitionRequest::Release),
             AfterClaim::Abandoned => self.finish_release(&partition, false),
         }
     }
@@ -994,7 +1000,7 @@ impl Member {
         if let Some(old) = stale {
             self.requests.remove(&old);
         }
-        self.send(partition, StoreRequest::Claim);
+        self.send(partition, PartitionRequest::Claim);
     }
 
     /// Tells the application that the claim of `partition` took effect
@@ -1107,7 +1113,7 @@ impl Member {
         };
         match state.let_go(partition, drain_deadline) {
             AfterLetGo::Nothing => {}
-            AfterLetGo::Release => self.send(partition, StoreRequest::Release),
+            AfterLetGo::Release => self.send(partition, PartitionRequest::Release),
             AfterLetGo::Abandon { forget } => {
                 if let Some(id) = forget {
                     self.requests.remove(&id);
@@ -1222,22 +1228,29 @@ impl Member {
                 let id = self.request(Purpose::Register);
                 self.registration = Step::Pending(id);
                 let member = self.info.clone();
-                self.commands.push_back(Command::Register {
+                self.commands.push_back(StoreRequest {
                     id,
                     session,
-                    member,
+                    op: StoreOp::Register { member },
                 });
             }
             Timer::Members => {
                 let id = self.request(Purpose::Members);
                 self.members_watch = Step::Pending(id);
-                self.commands
-                    .push_back(Command::WatchMembers { id, session });
+                self.commands.push_back(StoreRequest {
+                    id,
+                    session,
+                    op: StoreOp::WatchMembers,
+                });
             }
             Timer::Heartbeat => {
                 let id = self.request(Purpose::Heartbeat);
                 self.heartbeat = Step::Pending(id);
-                self.commands.push_back(Command::Heartbeat { id, session });
+                self.commands.push_back(StoreRequest {
+                    id,
+                    session,
+                    op: StoreOp::Heartbeat,
+                });
             }
             // Consumption also ends with no deadline passing (the
             // registration found gone), so the lease is enforced after
@@ -1251,7 +1264,11 @@ impl Member {
             Timer::Deregister => {
                 let id = self.request(Purpose::Deregister);
                 self.deregistration = Step::Pending(id);
-                self.commands.push_back(Command::Deregister { id, session });
+                self.commands.push_back(StoreRequest {
+                    id,
+                    session,
+                    op: StoreOp::Deregister,
+                });
             }
         }
     }
@@ -1293,7 +1310,7 @@ impl Member {
             // it is confirmed alive.
             return;
         }
-        let due: Vec<(TopicPartition, StoreRequest)> = self
+        let due: Vec<(TopicPartition, PartitionRequest)> = self
             .partitions
             .iter()
             .filter_map(|(partition, state)| Some((partition.clone(), state.interval_commit()?)))

@@ -94,7 +94,7 @@ pub(crate) enum PartitionTimer {
 /// A store request a partition's step needs. The member gives it an id,
 /// records it with [`PartitionState::sent`] and queues the command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StoreRequest {
+pub(crate) enum PartitionRequest {
     /// Create the owner record.
     Claim,
     /// Watch the record of the member that owns the partition.
@@ -118,7 +118,7 @@ pub(crate) struct DrainEnd {
     /// The application did not drain in time: report it.
     pub timed_out: bool,
     /// The request the release goes on with, if it sends one now.
-    pub send: Option<StoreRequest>,
+    pub send: Option<PartitionRequest>,
 }
 
 /// What a partition's due timer asks of the member.
@@ -132,7 +132,7 @@ pub(crate) enum Fired {
         holder: Option<MemberId>,
     },
     /// Send this request.
-    Send(StoreRequest),
+    Send(PartitionRequest),
     /// The release stopped waiting for the drain.
     Drain(DrainEnd),
 }
@@ -168,7 +168,7 @@ pub(crate) enum Next {
     /// Nothing more.
     Nothing,
     /// Send this request.
-    Send(StoreRequest),
+    Send(PartitionRequest),
     /// The step failed and waits out a backoff: report the error.
     Report(StoreError),
 }
@@ -192,7 +192,7 @@ pub(crate) enum AfterCommit {
     /// Nothing more.
     Nothing,
     /// The release goes on with this request.
-    Send(StoreRequest),
+    Send(PartitionRequest),
     /// The claim is gone: report the fenced commit of this offset and
     /// forget the partition.
     Fenced(Offset),
@@ -338,19 +338,19 @@ impl PartitionState {
 
     /// Records that the request `id` went out for `request`, and moves to
     /// the step that waits for it.
-    pub fn sent(&mut self, id: RequestId, request: StoreRequest) {
+    pub fn sent(&mut self, id: RequestId, request: PartitionRequest) {
         self.phase = match request {
-            StoreRequest::Claim => Phase::Claiming(ClaimStep::Claiming),
-            StoreRequest::WatchOwner => Phase::Claiming(ClaimStep::WatchPending),
-            StoreRequest::ReadOffset => Phase::Owned(OwnedStep::ReadingOffset),
-            StoreRequest::Commit { offset, last, .. } => {
+            PartitionRequest::Claim => Phase::Claiming(ClaimStep::Claiming),
+            PartitionRequest::WatchOwner => Phase::Claiming(ClaimStep::WatchPending),
+            PartitionRequest::ReadOffset => Phase::Owned(OwnedStep::ReadingOffset),
+            PartitionRequest::Commit { offset, last, .. } => {
                 self.commit = Some((id, offset));
                 if !last {
                     return;
                 }
                 Phase::Releasing(ReleaseStep::Committing)
             }
-            StoreRequest::Release => Phase::Releasing(ReleaseStep::Deleting),
+            PartitionRequest::Release => Phase::Releasing(ReleaseStep::Deleting),
         };
         self.request = Some(id);
         self.retry_at = None;
@@ -387,13 +387,13 @@ impl PartitionState {
                 self.retry_at = None;
                 let request = match self.phase {
                     Phase::Claiming(ClaimStep::Backoff | ClaimStep::Watching) => {
-                        Some(StoreRequest::Claim)
+                        Some(PartitionRequest::Claim)
                     }
-                    Phase::Owned(OwnedStep::ReadBackoff) => Some(StoreRequest::ReadOffset),
+                    Phase::Owned(OwnedStep::ReadBackoff) => Some(PartitionRequest::ReadOffset),
                     Phase::Releasing(ReleaseStep::CommitBackoff) => {
                         self.final_commit(may_consume, backoff)
                     }
-                    Phase::Releasing(ReleaseStep::DeleteBackoff) => Some(StoreRequest::Release),
+                    Phase::Releasing(ReleaseStep::DeleteBackoff) => Some(PartitionRequest::Release),
                     _ => None,
                 };
                 request.map_or(Fired::Nothing, Fired::Send)
@@ -492,7 +492,7 @@ impl PartitionState {
                 Next::Nothing
             }
             // The record is gone already.
-            Ok(false) => Next::Send(StoreRequest::Claim),
+            Ok(false) => Next::Send(PartitionRequest::Claim),
             Err(error) => {
                 self.back_off(Phase::Claiming(ClaimStep::Backoff), backoff);
                 match error {
@@ -628,11 +628,11 @@ impl PartitionState {
 
     /// The interval commit an owned partition needs, if it has processed
     /// past the committed offset and no commit is in flight.
-    pub fn interval_commit(&self) -> Option<StoreRequest> {
+    pub fn interval_commit(&self) -> Option<PartitionRequest> {
         if !matches!(self.phase, Phase::Owned(_)) || self.commit.is_some() {
             return None;
         }
-        Some(StoreRequest::Commit {
+        Some(PartitionRequest::Commit {
             offset: self.commit_due()?,
             token: self.token?,
             last: false,
@@ -671,7 +671,7 @@ impl PartitionState {
                         self.final_commit(may_consume, backoff)
                     }
                     Phase::Releasing(ReleaseStep::Committing) if last => {
-                        Some(StoreRequest::Release)
+                        Some(PartitionRequest::Release)
                     }
                     _ => None,
                 };
@@ -778,18 +778,18 @@ impl PartitionState {
         &mut self,
         may_consume: bool,
         backoff: impl FnOnce(u32) -> Instant,
-    ) -> Option<StoreRequest> {
+    ) -> Option<PartitionRequest> {
         match (self.commit_due(), self.token) {
             (Some(_), Some(_)) if !may_consume => {
                 self.back_off(Phase::Releasing(ReleaseStep::CommitBackoff), backoff);
                 None
             }
-            (Some(offset), Some(token)) => Some(StoreRequest::Commit {
+            (Some(offset), Some(token)) => Some(PartitionRequest::Commit {
                 offset,
                 token,
                 last: true,
             }),
-            _ => Some(StoreRequest::Release),
+            _ => Some(PartitionRequest::Release),
         }
     }
 

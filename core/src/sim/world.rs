@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::error::{Error, StoreError};
 use crate::model::adapter::{self, Execution};
 use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{AppEvent, Command, Event, FetchCommand, FetchFrom, Member};
+use crate::protocol::{AppEvent, Event, FetchCommand, FetchFrom, Member, StoreOp, StoreRequest};
 use crate::records::Layout;
 use crate::rng::SplitMix64;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
@@ -190,7 +190,7 @@ pub fn run(config: &SimConfig) -> SimReport {
 /// connection can fail it.
 #[derive(Clone, Debug)]
 struct Pending {
-    command: Command,
+    command: StoreRequest,
 }
 
 #[derive(Clone, Debug)]
@@ -309,7 +309,7 @@ enum Action {
         node: usize,
         link: Link,
         session: SessionId,
-        command: Command,
+        command: StoreRequest,
     },
     /// The second round trip of a claim that met an existing record.
     ReadOwner {
@@ -758,7 +758,7 @@ impl World {
         node.connected = false;
         node.epoch += 1;
         let last_heard = node.last_contact;
-        let failed: Vec<Command> = std::mem::take(&mut node.in_flight)
+        let failed: Vec<StoreRequest> = std::mem::take(&mut node.in_flight)
             .into_values()
             .map(|p| p.command)
             .collect();
@@ -1119,15 +1119,14 @@ impl World {
         false
     }
 
-    fn serve(&mut self, index: usize, session: SessionId, command: Command) {
+    fn serve(&mut self, index: usize, session: SessionId, command: StoreRequest) {
         let now = self.now;
         self.server_touch(session);
-        let commit = match &command {
-            Command::CommitOffset {
+        let commit = match &command.op {
+            StoreOp::CommitOffset {
                 partition,
                 offset,
                 token,
-                ..
             } => Some((partition.clone(), *offset, *token)),
             _ => None,
         };
@@ -1256,7 +1255,7 @@ impl World {
             };
             if let Some(fetch) = member.poll_fetch() {
                 self.fetch(index, fetch);
-            } else if let Some(command) = member.poll_command() {
+            } else if let Some(command) = member.poll_store_request() {
                 self.dispatch(index, command);
             } else if let Some(event) = member.poll_app_event() {
                 self.app_event(index, event);
@@ -1335,7 +1334,7 @@ impl World {
 
     /// Answers `command` with `error` at once, as a client does for a
     /// request it could not send or whose connection broke.
-    fn fail(&mut self, index: usize, command: Command, error: StoreError) {
+    fn fail(&mut self, index: usize, command: StoreRequest, error: StoreError) {
         self.local(self.now, index, Input::Store(command.failed(error)));
     }
 
@@ -1374,7 +1373,7 @@ impl World {
     }
 
     /// Sends a request to the store over the member's connection.
-    fn dispatch(&mut self, index: usize, store_command: Command) {
+    fn dispatch(&mut self, index: usize, store_command: StoreRequest) {
         let now = self.now;
         self.trace(Some(index), &("->", &store_command));
         let node = &self.nodes[index];
@@ -1386,7 +1385,7 @@ impl World {
                 let arrival = (now + delay).max(node.last_request_arrival);
                 node.last_request_arrival = arrival;
                 let link = node.link();
-                let (id, _) = store_command.request();
+                let id = store_command.id;
                 node.in_flight.insert(
                     id,
                     Pending {

@@ -8,7 +8,8 @@
 //! ids, etcd lease ids, the model's counter) are only compared for equality.
 
 use tenure::core::{
-    ClaimOutcome, Command, Event, FencingToken, RegisterOutcome, SessionId, StoreError,
+    ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
+    StoreRequest,
 };
 
 use crate::harness::{partition, QUIET};
@@ -227,14 +228,16 @@ pub async fn expiry(store: &dyn Store) {
     .await;
 
     // A commit under the old session with the old token writes nothing.
-    let commit = Command::CommitOffset {
+    let commit = StoreRequest {
         id: a.id(),
         session: first,
-        partition: partition(0),
-        offset: 99,
-        token,
+        op: StoreOp::CommitOffset {
+            partition: partition(0),
+            offset: 99,
+            token,
+        },
     };
-    let id = commit.request().0;
+    let id = commit.id;
     a.backend.submit(commit);
     let fenced = |answer: &Event| {
         matches!(
@@ -441,54 +444,69 @@ pub async fn stale_session(store: &dyn Store) {
             continue;
         }
         let commands = [
-            Command::Register {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                member: a.info.clone(),
+                op: StoreOp::Register {
+                    member: a.info.clone(),
+                },
             },
-            Command::WatchMembers {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
+                op: StoreOp::WatchMembers,
             },
-            Command::Claim {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                partition: partition(0),
+                op: StoreOp::Claim {
+                    partition: partition(0),
+                },
             },
-            Command::WatchOwner {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                partition: partition(1),
+                op: StoreOp::WatchOwner {
+                    partition: partition(1),
+                },
             },
-            Command::CommitOffset {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                partition: partition(1),
-                offset: 7,
-                token,
+                op: StoreOp::CommitOffset {
+                    partition: partition(1),
+                    offset: 7,
+                    token,
+                },
             },
-            Command::Release {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                partition: partition(1),
-                token: Some(token),
+                op: StoreOp::Release {
+                    partition: partition(1),
+                    token: Some(token),
+                },
             },
-            Command::ReadOffset {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
-                partition: partition(1),
+                op: StoreOp::ReadOffset {
+                    partition: partition(1),
+                },
             },
-            Command::Heartbeat {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
+                op: StoreOp::Heartbeat,
             },
-            Command::Deregister {
+            StoreRequest {
                 id: a.id(),
                 session: stale,
+                op: StoreOp::Deregister,
             },
         ];
         for command in commands {
-            let id = command.request().0;
+            let id = command.id;
             let expected = command.clone().failed(StoreError::SessionExpired);
             a.backend.submit(command.clone());
             assert_eq!(a.result(id).await, expected, "{name}: {command:?}");

@@ -170,7 +170,7 @@ impl Backend for MemoryOnSideRuntime {
         result
     }
 
-    fn submit(&mut self, command: tenure::core::Command) {
+    fn submit(&mut self, command: tenure::core::StoreRequest) {
         self.inner.as_mut().expect("started").submit(command)
     }
 
