@@ -448,7 +448,9 @@ impl Member {
         }
     }
 
-    fn request(&mut self, purpose: Purpose) -> RequestId {
+    /// Queues the store request `op` under the current session; its answer
+    /// is awaited for `purpose`.
+    fn request(&mut self, purpose: Purpose, op: StoreOp) -> RequestId {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         self.requests.insert(
@@ -458,6 +460,8 @@ impl Member {
                 purpose,
             },
         );
+        let session = self.session_tag();
+        self.commands.push_back(StoreRequest { id, session, op });
         id
     }
 
@@ -842,55 +846,33 @@ impl Member {
 
     /// Sends the store request a step of `partition` needs.
     fn send(&mut self, partition: &TopicPartition, request: PartitionRequest) {
-        let id = self.request(Purpose::Partition(partition.clone()));
-        let held = self.partitions.get_mut(partition).and_then(|state| {
-            state.sent(id, request);
-            state.token
-        });
-        let session = self.session_tag();
-        let partition = partition.clone();
-        let command = match request {
-            PartitionRequest::Claim => StoreRequest {
-                id,
-                session,
-                op: StoreOp::Claim { partition },
-            },
-            PartitionRequest::WatchOwner => StoreRequest {
-                id,
-                session,
-                op: StoreOp::WatchOwner { partition },
-            },
-            PartitionRequest::ReadOffset => StoreRequest {
-                id,
-                session,
-                op: StoreOp::ReadOffset { partition },
-            },
+        let held = self.partitions.get(partition).and_then(|state| state.token);
+        let p = partition.clone();
+        let op = match request {
+            PartitionRequest::Claim => StoreOp::Claim { partition: p },
+            PartitionRequest::WatchOwner => StoreOp::WatchOwner { partition: p },
+            PartitionRequest::ReadOffset => StoreOp::ReadOffset { partition: p },
             PartitionRequest::Commit { offset, token, .. } => {
                 self.app.push(AppEvent::Committing {
-                    partition: partition.clone(),
+                    partition: p.clone(),
                     token,
                     offset,
                 });
-                StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::CommitOffset {
-                        partition,
-                        offset,
-                        token,
-                    },
+                StoreOp::CommitOffset {
+                    partition: p,
+                    offset,
+                    token,
                 }
             }
-            PartitionRequest::Release => StoreRequest {
-                id,
-                session,
-                op: StoreOp::Release {
-                    partition,
-                    token: held,
-                },
+            PartitionRequest::Release => StoreOp::Release {
+                partition: p,
+                token: held,
             },
         };
-        self.commands.push_back(command);
+        let id = self.request(Purpose::Partition(partition.clone()), op);
+        if let Some(state) = self.partitions.get_mut(partition) {
+            state.sent(id, request);
+        }
     }
 
     /// Runs `transition` on the state of `partition` with what transitions
@@ -1222,35 +1204,19 @@ impl Member {
 
     /// Does what a due entry of the timer table is for.
     fn fire(&mut self, timer: Timer<TopicPartition>) {
-        let session = self.session_tag();
         match timer {
             Timer::Register => {
-                let id = self.request(Purpose::Register);
-                self.registration = Step::Pending(id);
                 let member = self.info.clone();
-                self.commands.push_back(StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::Register { member },
-                });
+                let id = self.request(Purpose::Register, StoreOp::Register { member });
+                self.registration = Step::Pending(id);
             }
             Timer::Members => {
-                let id = self.request(Purpose::Members);
+                let id = self.request(Purpose::Members, StoreOp::WatchMembers);
                 self.members_watch = Step::Pending(id);
-                self.commands.push_back(StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::WatchMembers,
-                });
             }
             Timer::Heartbeat => {
-                let id = self.request(Purpose::Heartbeat);
+                let id = self.request(Purpose::Heartbeat, StoreOp::Heartbeat);
                 self.heartbeat = Step::Pending(id);
-                self.commands.push_back(StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::Heartbeat,
-                });
             }
             // Consumption also ends with no deadline passing (the
             // registration found gone), so the lease is enforced after
@@ -1262,13 +1228,8 @@ impl Member {
                 self.interval_commits();
             }
             Timer::Deregister => {
-                let id = self.request(Purpose::Deregister);
+                let id = self.request(Purpose::Deregister, StoreOp::Deregister);
                 self.deregistration = Step::Pending(id);
-                self.commands.push_back(StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::Deregister,
-                });
             }
         }
     }
