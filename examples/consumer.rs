@@ -1,0 +1,254 @@
+//! A complete consumer, against the servers of `scripts/services` (start
+//! them with `eval "$(scripts/services start)"`, which sets
+//! `TENURE_ZOOKEEPER`, `TENURE_ETCD` and `TENURE_KAFKA`), coordinated
+//! through ZooKeeper or, with `--store etcd` (feature `etcd`), etcd:
+//!
+//! ```text
+//! cargo run --example consumer -- --topic orders --group billing
+//! cargo run --features etcd --example consumer -- --store etcd --topic orders --group billing
+//! ```
+//!
+//! It consumes until Ctrl-C or SIGTERM (or `--seconds N`), then leaves the
+//! group cleanly: drains, commits, releases its partitions. The store is
+//! the only thing that differs between the two.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tenure::core::Config;
+use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+use tenure::zookeeper::ZooKeeperBackend;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("consumer: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let args = parse()?;
+    let config = config(&args)?;
+    let store = backend(&args.store)?;
+    consume(args, config, store).await
+}
+
+/// The coordination store named by `--store`.
+fn backend(store: &str) -> Result<Box<dyn Backend>, String> {
+    match store {
+        "zookeeper" => Ok(Box::new(ZooKeeperBackend::new(env("TENURE_ZOOKEEPER")?))),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Box::new(tenure::etcd::EtcdBackend::new(env(
+            "TENURE_ETCD",
+        )?))),
+        #[cfg(not(feature = "etcd"))]
+        "etcd" => Err("built without etcd: run with --features etcd".to_owned()),
+        other => Err(format!("unknown store {other:?}: zookeeper or etcd")),
+    }
+}
+
+/// What to consume, from the command line.
+struct Args {
+    /// `zookeeper` or `etcd`.
+    store: String,
+    topic: String,
+    group: String,
+    member: String,
+    seconds: Option<u64>,
+    /// Messages to produce before consuming (creating the topic if needed),
+    /// so a first run has something to consume.
+    produce: usize,
+    /// Partitions of a topic this example creates.
+    partitions: u32,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        store: "zookeeper".to_owned(),
+        topic: String::new(),
+        group: "tenure-example".to_owned(),
+        member: format!("member-{}", std::process::id()),
+        seconds: None,
+        produce: 0,
+        partitions: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--store" => args.store = value,
+            "--topic" => args.topic = value,
+            "--group" => args.group = value,
+            "--member" => args.member = value,
+            "--seconds" => {
+                args.seconds = Some(value.parse().map_err(|_| "--seconds takes a number")?)
+            }
+            "--produce" => args.produce = value.parse().map_err(|_| "--produce takes a number")?,
+            "--partitions" => {
+                args.partitions = value.parse().map_err(|_| "--partitions takes a number")?
+            }
+            other => return Err(format!("unknown flag {other:?}")),
+        }
+    }
+    if args.topic.is_empty() {
+        return Err(
+            "usage: consumer [--store zookeeper|etcd] --topic T [--group G] \
+                    [--member M] [--seconds N] [--produce N [--partitions P]]"
+                .to_owned(),
+        );
+    }
+    Ok(args)
+}
+
+/// The address of a server of `scripts/services`, from its variable.
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name)
+        .map_err(|_| format!("{name} is not set: run `eval \"$(scripts/services start)\"`"))
+}
+
+/// The member's config: defaults for `args`.
+fn config(args: &Args) -> Result<Config, String> {
+    Config::new(&args.group, &args.member, [&args.topic]).map_err(|e| e.to_string())
+}
+
+/// Creates `topic` with `partitions` partitions unless it exists, and
+/// produces `count` messages spread over its partitions.
+async fn produce(
+    bootstrap: &str,
+    topic: &str,
+    partitions: u32,
+    count: usize,
+) -> Result<(), String> {
+    use rskafka::client::error::{Error, ProtocolError};
+    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use rskafka::client::ClientBuilder;
+    use rskafka::record::Record;
+
+    let client = ClientBuilder::new(vec![bootstrap.to_owned()])
+        .build()
+        .await
+        .map_err(|e| format!("Kafka at {bootstrap}: {e}"))?;
+    let controller = client.controller_client().map_err(|e| e.to_string())?;
+    match controller
+        .create_topic(topic, partitions as i32, 1, 10_000)
+        .await
+    {
+        Ok(()) => println!("created topic {topic} with {partitions} partitions"),
+        Err(Error::ServerError {
+            protocol_error: ProtocolError::TopicAlreadyExists,
+            ..
+        }) => {}
+        Err(e) => return Err(format!("cannot create topic {topic}: {e}")),
+    }
+    let existing = client
+        .list_topics()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|t| t.name == topic)
+        .map_or(partitions as usize, |t| t.partitions.len());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let now = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    for partition in 0..existing {
+        // Spread evenly: partition p gets the messages n with n % count == p.
+        let share = (count + existing - 1 - partition) / existing;
+        let records: Vec<Record> = (0..share)
+            .map(|n| Record {
+                key: None,
+                value: Some(format!("message {n} of partition {partition}").into_bytes()),
+                headers: Default::default(),
+                timestamp: now,
+            })
+            .collect();
+        let target = client
+            .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
+            .await
+            .map_err(|e| e.to_string())?;
+        for batch in records.chunks(1000) {
+            target
+                .produce(batch.to_vec(), Compression::NoCompression)
+                .await
+                .map_err(|e| format!("produce to {topic}/{partition}: {e}"))?;
+        }
+    }
+    println!("produced {count} messages to {topic}");
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what service managers and `kill` send): either
+/// means "leave the group cleanly now".
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+/// Consumes until Ctrl-C or SIGTERM (or `--seconds`), acknowledging every message,
+/// then leaves the group cleanly: drains, commits, releases.
+async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), String> {
+    let kafka = env("TENURE_KAFKA")?;
+    if args.produce > 0 {
+        produce(&kafka, &args.topic, args.partitions, args.produce).await?;
+    }
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka))
+        .join(store)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{} joined group {}", args.member, args.group);
+    let stop = async {
+        match args.seconds {
+            Some(seconds) => tokio::time::sleep(Duration::from_secs(seconds)).await,
+            None => shutdown_signal().await,
+        }
+    };
+    tokio::pin!(stop);
+    let mut consumed = 0u64;
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            message = member.next_message() => match message {
+                Some(message) => {
+                    while let Some(problem) = member.try_next_error() {
+                        eprintln!("problem: {problem}");
+                    }
+                    consumed += 1;
+                    if consumed % 1000 == 1 {
+                        println!(
+                            "{}/{} @{} (token {})",
+                            message.topic, message.partition, message.offset, message.token.0
+                        );
+                    }
+                    message.ack();
+                }
+                None => break,
+            },
+        }
+    }
+    member.close().await.map_err(|e| e.to_string())?;
+    println!("consumed {consumed} messages; left the group cleanly");
+    Ok(())
+}
