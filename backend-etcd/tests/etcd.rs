@@ -540,17 +540,12 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 
     // Nothing listens on port 1.
     let started = Instant::now();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend =
-        EtcdBackend::new("http://127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend
-        .start(Joining::new(
-            GROUP,
-            member.clone(),
-            common::SESSION_TIMEOUT,
-            tx,
-        ))
-        .await
+    match start(
+        EtcdBackend::new("http://127.0.0.1:1").connect_timeout(Duration::from_secs(2)),
+        &member,
+        common::SESSION_TIMEOUT,
+    )
+    .await
     {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
@@ -563,16 +558,12 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
         started.elapsed()
     );
 
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = EtcdBackend::new("127.0.0.1:notaport");
-    match backend
-        .start(Joining::new(
-            GROUP,
-            member.clone(),
-            common::SESSION_TIMEOUT,
-            tx,
-        ))
-        .await
+    match start(
+        EtcdBackend::new("127.0.0.1:notaport"),
+        &member,
+        common::SESSION_TIMEOUT,
+    )
+    .await
     {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
@@ -580,17 +571,9 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
         other => panic!("bad endpoint: {other:?}"),
     }
 
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = EtcdBackend::new(" , ");
+    let backend = EtcdBackend::new(" , ");
     assert!(matches!(
-        backend
-            .start(Joining::new(
-                GROUP,
-                member.clone(),
-                common::SESSION_TIMEOUT,
-                tx
-            ))
-            .await,
+        start(backend, &member, common::SESSION_TIMEOUT).await,
         Err(BackendError::Config(_))
     ));
 }
@@ -762,4 +745,16 @@ async fn session_suspends_resumes_and_expires() {
 
     a.backend.shutdown().await;
     b.backend.shutdown().await;
+}
+
+/// Starts `backend` as `member` of [`GROUP`] with sessions of
+/// `session_timeout`, its events dropped.
+async fn start(
+    mut backend: impl Backend,
+    member: &tenure_core::MemberInfo,
+    session_timeout: Duration,
+) -> Result<(), BackendError> {
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let joining = Joining::new(GROUP, member.clone(), session_timeout, tx);
+    backend.start(joining).await
 }

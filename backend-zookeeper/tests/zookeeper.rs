@@ -560,16 +560,12 @@ async fn start_errors_name_the_address_and_are_bounded() {
 
     // Nothing listens on port 1.
     let started = Instant::now();
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2));
-    match backend
-        .start(Joining::new(
-            GROUP,
-            member.clone(),
-            common::SESSION_TIMEOUT,
-            tx,
-        ))
-        .await
+    match start(
+        ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2)),
+        &member,
+        common::SESSION_TIMEOUT,
+    )
+    .await
     {
         Err(BackendError::Connect { store, .. }) => {
             assert!(store.contains("127.0.0.1:1"), "{store}")
@@ -582,16 +578,12 @@ async fn start_errors_name_the_address_and_are_bounded() {
         started.elapsed()
     );
 
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = ZooKeeperBackend::new("127.0.0.1:notaport");
-    match backend
-        .start(Joining::new(
-            GROUP,
-            member.clone(),
-            common::SESSION_TIMEOUT,
-            tx,
-        ))
-        .await
+    match start(
+        ZooKeeperBackend::new("127.0.0.1:notaport"),
+        &member,
+        common::SESSION_TIMEOUT,
+    )
+    .await
     {
         Err(BackendError::Config(message)) => {
             assert!(message.contains("127.0.0.1:notaport"), "{message}")
@@ -602,16 +594,12 @@ async fn start_errors_name_the_address_and_are_bounded() {
     // A chroot that does not exist.
     let connect = format!("{}/tenure-test-no-such-chroot", common::address());
     let _server = common::raw_client(&common::address()).await;
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = ZooKeeperBackend::new(connect.clone());
-    match backend
-        .start(Joining::new(
-            GROUP,
-            member.clone(),
-            common::SESSION_TIMEOUT,
-            tx,
-        ))
-        .await
+    match start(
+        ZooKeeperBackend::new(connect.clone()),
+        &member,
+        common::SESSION_TIMEOUT,
+    )
+    .await
     {
         Err(BackendError::Config(message)) => {
             assert!(message.contains(&connect), "{message}");
@@ -623,13 +611,8 @@ async fn start_errors_name_the_address_and_are_bounded() {
     // A session timeout above the server's maxSessionTimeout (60 s in
     // scripts/services): the server would expire the session before the
     // member stopped consuming, so the session is refused.
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut backend = ZooKeeperBackend::new(common::address());
     let asked = Duration::from_secs(90);
-    match backend
-        .start(Joining::new(GROUP, member.clone(), asked, tx))
-        .await
-    {
+    match start(ZooKeeperBackend::new(common::address()), &member, asked).await {
         Err(
             error @ BackendError::SessionTimeout {
                 asked: refused,
@@ -783,4 +766,16 @@ async fn session_suspends_resumes_and_expires() {
     ));
 
     a.backend.shutdown().await;
+}
+
+/// Starts `backend` as `member` of [`GROUP`] with sessions of
+/// `session_timeout`, its events dropped.
+async fn start(
+    mut backend: impl Backend,
+    member: &tenure_core::MemberInfo,
+    session_timeout: Duration,
+) -> Result<(), BackendError> {
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let joining = Joining::new(GROUP, member.clone(), session_timeout, tx);
+    backend.start(joining).await
 }

@@ -192,20 +192,12 @@ impl Harness {
     }
 
     fn answer(&mut self, command: StoreRequest) -> Option<Event> {
-        Some(match command {
-            StoreRequest {
-                id,
-                op: StoreOp::Register { .. },
-                ..
-            } => Event::RegisterResult {
+        Some(match (command.id, command.op) {
+            (id, StoreOp::Register { .. }) => Event::RegisterResult {
                 id,
                 result: Ok(RegisterOutcome::Registered),
             },
-            StoreRequest {
-                id,
-                op: StoreOp::WatchMembers,
-                ..
-            } => {
+            (id, StoreOp::WatchMembers) => {
                 if !self.answer_members {
                     self.members_request = Some(id);
                     return None;
@@ -215,11 +207,7 @@ impl Harness {
                     result: Ok(self.members.clone()),
                 }
             }
-            StoreRequest {
-                id,
-                op: StoreOp::Claim { .. },
-                ..
-            } => {
+            (id, StoreOp::Claim { .. }) => {
                 let token = FencingToken(self.next_token);
                 self.next_token += 1;
                 Event::ClaimResult {
@@ -227,42 +215,18 @@ impl Harness {
                     result: Ok(ClaimOutcome::Created { token }),
                 }
             }
-            StoreRequest {
-                id,
-                op: StoreOp::WatchOwner { .. },
-                ..
-            } => Event::OwnerWatchResult {
+            (id, StoreOp::WatchOwner { .. }) => Event::OwnerWatchResult {
                 id,
                 result: Ok(false),
             },
-            StoreRequest {
-                id,
-                op: StoreOp::ReadOffset { .. },
-                ..
-            } => Event::OffsetResult {
+            (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                 id,
                 result: Ok(Some(0)),
             },
-            StoreRequest {
-                id,
-                op: StoreOp::CommitOffset { .. },
-                ..
-            } => Event::CommitResult { id, result: Ok(()) },
-            StoreRequest {
-                id,
-                op: StoreOp::Heartbeat,
-                ..
-            } => Event::HeartbeatResult { id, result: Ok(()) },
-            StoreRequest {
-                id,
-                op: StoreOp::Release { .. },
-                ..
-            } => Event::ReleaseResult { id, result: Ok(()) },
-            StoreRequest {
-                id,
-                op: StoreOp::Deregister,
-                ..
-            } => Event::DeregisterResult { id, result: Ok(()) },
+            (id, StoreOp::CommitOffset { .. }) => Event::CommitResult { id, result: Ok(()) },
+            (id, StoreOp::Heartbeat) => Event::HeartbeatResult { id, result: Ok(()) },
+            (id, StoreOp::Release { .. }) => Event::ReleaseResult { id, result: Ok(()) },
+            (id, StoreOp::Deregister) => Event::DeregisterResult { id, result: Ok(()) },
         })
     }
 

@@ -412,12 +412,8 @@ impl Harness {
 fn claims(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
-                id,
-                op: StoreOp::Claim { partition, .. },
-                ..
-            } => Some((*id, partition.clone())),
+        .filter_map(|c| match (&c.id, &c.op) {
+            (id, StoreOp::Claim { partition }) => Some((*id, partition.clone())),
             _ => None,
         })
         .collect()
@@ -426,12 +422,8 @@ fn claims(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
 fn read_offsets(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
-                id,
-                op: StoreOp::ReadOffset { partition, .. },
-                ..
-            } => Some((*id, partition.clone())),
+        .filter_map(|c| match (&c.id, &c.op) {
+            (id, StoreOp::ReadOffset { partition }) => Some((*id, partition.clone())),
             _ => None,
         })
         .collect()
@@ -440,12 +432,8 @@ fn read_offsets(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
 fn watches(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
-                id,
-                op: StoreOp::WatchOwner { partition, .. },
-                ..
-            } => Some((*id, partition.clone())),
+        .filter_map(|c| match (&c.id, &c.op) {
+            (id, StoreOp::WatchOwner { partition }) => Some((*id, partition.clone())),
             _ => None,
         })
         .collect()
@@ -454,18 +442,15 @@ fn watches(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
 fn commits(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Offset, FencingToken)> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
+        .filter_map(|c| match (&c.id, &c.op) {
+            (
                 id,
-                op:
-                    StoreOp::CommitOffset {
-                        partition,
-                        offset,
-                        token,
-                        ..
-                    },
-                ..
-            } => Some((*id, partition.clone(), *offset, *token)),
+                StoreOp::CommitOffset {
+                    partition,
+                    offset,
+                    token,
+                },
+            ) => Some((*id, partition.clone(), *offset, *token)),
             _ => None,
         })
         .collect()
@@ -474,14 +459,8 @@ fn commits(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Offset,
 fn releases(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Option<FencingToken>)> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
-                id,
-                op: StoreOp::Release {
-                    partition, token, ..
-                },
-                ..
-            } => Some((*id, partition.clone(), *token)),
+        .filter_map(|c| match (&c.id, &c.op) {
+            (id, StoreOp::Release { partition, token }) => Some((*id, partition.clone(), *token)),
             _ => None,
         })
         .collect()
@@ -490,12 +469,8 @@ fn releases(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Option
 fn heartbeats(commands: &[StoreRequest]) -> Vec<RequestId> {
     commands
         .iter()
-        .filter_map(|c| match c {
-            StoreRequest {
-                id,
-                op: StoreOp::Heartbeat,
-                ..
-            } => Some(*id),
+        .filter_map(|c| match (&c.id, &c.op) {
+            (id, StoreOp::Heartbeat) => Some(*id),
             _ => None,
         })
         .collect()
@@ -1188,12 +1163,8 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
     let mut claims_after_report = 0;
     while h.elapsed() < threshold * 3 {
         for command in std::mem::take(&mut pending) {
-            let event = match command {
-                StoreRequest {
-                    id,
-                    op: StoreOp::Claim { .. },
-                    ..
-                } => {
+            let event = match (command.id, command.op) {
+                (id, StoreOp::Claim { .. }) => {
                     if !stalls.is_empty() {
                         claims_after_report += 1;
                     }
@@ -1206,11 +1177,7 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
                         }),
                     }
                 }
-                StoreRequest {
-                    id,
-                    op: StoreOp::WatchOwner { .. },
-                    ..
-                } => Event::OwnerWatchResult {
+                (id, StoreOp::WatchOwner { .. }) => Event::OwnerWatchResult {
                     id,
                     result: Ok(true),
                 },
@@ -1796,12 +1763,8 @@ fn scripted_run(seed: u64) -> ScriptedRun {
             }
         }
         for command in std::mem::take(&mut pending) {
-            let event = match command {
-                StoreRequest {
-                    id,
-                    op: StoreOp::Claim { .. },
-                    ..
-                } => Event::ClaimResult {
+            let event = match (command.id, command.op) {
+                (id, StoreOp::Claim { .. }) => Event::ClaimResult {
                     id,
                     result: match round % 3 {
                         0 => Err(StoreError::NoNode),
@@ -1811,24 +1774,12 @@ fn scripted_run(seed: u64) -> ScriptedRun {
                         }),
                     },
                 },
-                StoreRequest {
-                    id,
-                    op: StoreOp::ReadOffset { .. },
-                    ..
-                } => Event::OffsetResult {
+                (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                     id,
                     result: Ok(Some(0)),
                 },
-                StoreRequest {
-                    id,
-                    op: StoreOp::Heartbeat,
-                    ..
-                } => Event::HeartbeatResult { id, result: Ok(()) },
-                StoreRequest {
-                    id,
-                    op: StoreOp::CommitOffset { .. },
-                    ..
-                } => Event::CommitResult { id, result: Ok(()) },
+                (id, StoreOp::Heartbeat) => Event::HeartbeatResult { id, result: Ok(()) },
+                (id, StoreOp::CommitOffset { .. }) => Event::CommitResult { id, result: Ok(()) },
                 _ => continue,
             };
             next.extend(h.event(event));

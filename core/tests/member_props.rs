@@ -291,17 +291,15 @@ impl Sim {
     }
 
     fn check(&mut self, command: &StoreRequest) -> Result<(), TestCaseError> {
-        match command {
-            StoreRequest {
-                op:
-                    StoreOp::CommitOffset {
-                        partition,
-                        offset,
-                        token,
-                        ..
-                    },
-                ..
-            } => {
+        match (&command.id, &command.op) {
+            (
+                _,
+                StoreOp::CommitOffset {
+                    partition,
+                    offset,
+                    token,
+                },
+            ) => {
                 let key = (partition.clone(), *token);
                 prop_assert!(
                     self.granted
@@ -321,15 +319,13 @@ impl Sim {
                 }
                 self.highest_sent.insert(key, *offset);
             }
-            StoreRequest {
-                op:
-                    StoreOp::Release {
-                        partition,
-                        token: Some(token),
-                        ..
-                    },
-                ..
-            } => {
+            (
+                _,
+                StoreOp::Release {
+                    partition,
+                    token: Some(token),
+                },
+            ) => {
                 prop_assert!(!self.dead.contains(token), "release under a dead token");
                 if self.strict.drain_before_release {
                     let undrained = self
@@ -344,10 +340,7 @@ impl Sim {
                 }
                 self.released.insert((partition.clone(), *token));
             }
-            StoreRequest {
-                op: StoreOp::Claim { partition, .. },
-                ..
-            } => {
+            (_, StoreOp::Claim { partition }) => {
                 self.drain_timed_out.remove(partition);
             }
             _ => {}
@@ -386,12 +379,8 @@ impl Sim {
     /// The answer to `command`; `outcome` picks which.
     fn answer(&mut self, command: &StoreRequest, epoch: u64, outcome: u8, extra: u8) -> Event {
         let live = epoch == self.epoch && self.session.is_some();
-        match command {
-            StoreRequest {
-                id,
-                op: StoreOp::Register { .. },
-                ..
-            } => Event::RegisterResult {
+        match (&command.id, &command.op) {
+            (id, StoreOp::Register { .. }) => Event::RegisterResult {
                 id: *id,
                 result: match outcome % 6 {
                     0..=2 => Ok(RegisterOutcome::Registered),
@@ -402,11 +391,7 @@ impl Sim {
                     _ => Err(StoreError::SessionExpired),
                 },
             },
-            StoreRequest {
-                id,
-                op: StoreOp::Deregister,
-                ..
-            } => Event::DeregisterResult {
+            (id, StoreOp::Deregister) => Event::DeregisterResult {
                 id: *id,
                 result: match outcome % 3 {
                     0 => Ok(()),
@@ -414,11 +399,7 @@ impl Sim {
                     _ => Err(StoreError::NoNode),
                 },
             },
-            StoreRequest {
-                id,
-                op: StoreOp::WatchMembers,
-                ..
-            } => Event::MembersResult {
+            (id, StoreOp::WatchMembers) => Event::MembersResult {
                 id: *id,
                 result: if outcome.is_multiple_of(5) {
                     Err(StoreError::ConnectionLoss)
@@ -428,11 +409,7 @@ impl Sim {
                     Ok(members)
                 },
             },
-            StoreRequest {
-                id,
-                op: StoreOp::Claim { partition, .. },
-                ..
-            } => {
+            (id, StoreOp::Claim { partition }) => {
                 let result = match outcome % 10 {
                     0..=2 => Ok(ClaimOutcome::Created {
                         token: self.token(),
@@ -467,11 +444,7 @@ impl Sim {
                 }
                 Event::ClaimResult { id: *id, result }
             }
-            StoreRequest {
-                id,
-                op: StoreOp::WatchOwner { .. },
-                ..
-            } => Event::OwnerWatchResult {
+            (id, StoreOp::WatchOwner { .. }) => Event::OwnerWatchResult {
                 id: *id,
                 result: match outcome % 3 {
                     0 => Ok(true),
@@ -479,11 +452,7 @@ impl Sim {
                     _ => Err(StoreError::ConnectionLoss),
                 },
             },
-            StoreRequest {
-                id,
-                op: StoreOp::ReadOffset { .. },
-                ..
-            } => Event::OffsetResult {
+            (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                 id: *id,
                 result: match outcome % 5 {
                     0 | 1 => Ok(Some(i64::from(extra))),
@@ -495,17 +464,14 @@ impl Sim {
                     }),
                 },
             },
-            StoreRequest {
+            (
                 id,
-                op:
-                    StoreOp::CommitOffset {
-                        partition,
-                        offset,
-                        token,
-                        ..
-                    },
-                ..
-            } => {
+                StoreOp::CommitOffset {
+                    partition,
+                    offset,
+                    token,
+                },
+            ) => {
                 let result = match outcome % 6 {
                     0..=2 => Ok(()),
                     3 => Err(StoreError::NotOwner),
@@ -521,11 +487,7 @@ impl Sim {
                 }
                 Event::CommitResult { id: *id, result }
             }
-            StoreRequest {
-                id,
-                op: StoreOp::Release { .. },
-                ..
-            } => Event::ReleaseResult {
+            (id, StoreOp::Release { .. }) => Event::ReleaseResult {
                 id: *id,
                 result: match outcome % 5 {
                     0 | 1 => Ok(()),
@@ -534,11 +496,7 @@ impl Sim {
                     _ => Err(StoreError::ConnectionLoss),
                 },
             },
-            StoreRequest {
-                id,
-                op: StoreOp::Heartbeat,
-                ..
-            } => Event::HeartbeatResult {
+            (id, StoreOp::Heartbeat) => Event::HeartbeatResult {
                 id: *id,
                 result: match outcome % 4 {
                     0 | 1 => Ok(()),
