@@ -5,14 +5,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{lease, partition, Sandbox, GROUP};
+use common::{lease, partition, Sandbox};
 use etcd_client::{EventType, PutOptions, WatchOptions};
 use tenure_core::{
     ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
     StoreRequest,
 };
 use tenure_etcd::{EtcdBackend, Hooks};
-use tenure_tokio::{Backend, BackendError, Joining};
+use tenure_tokio::{Backend, BackendError};
 
 fn created(event: Event) -> FencingToken {
     match event {
@@ -540,7 +540,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 
     // Nothing listens on port 1.
     let started = Instant::now();
-    match start(
+    match common::start_alone(
         EtcdBackend::new("http://127.0.0.1:1").connect_timeout(Duration::from_secs(2)),
         &member,
         common::SESSION_TIMEOUT,
@@ -558,7 +558,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
         started.elapsed()
     );
 
-    match start(
+    match common::start_alone(
         EtcdBackend::new("127.0.0.1:notaport"),
         &member,
         common::SESSION_TIMEOUT,
@@ -573,7 +573,7 @@ async fn start_errors_name_the_endpoint_and_are_bounded() {
 
     let backend = EtcdBackend::new(" , ");
     assert!(matches!(
-        start(backend, &member, common::SESSION_TIMEOUT).await,
+        common::start_alone(backend, &member, common::SESSION_TIMEOUT).await,
         Err(BackendError::Config(_))
     ));
 }
@@ -745,16 +745,4 @@ async fn session_suspends_resumes_and_expires() {
 
     a.backend.shutdown().await;
     b.backend.shutdown().await;
-}
-
-/// Starts `backend` as `member` of [`GROUP`] with sessions of
-/// `session_timeout`, its events dropped.
-async fn start(
-    mut backend: impl Backend,
-    member: &tenure_core::MemberInfo,
-    session_timeout: Duration,
-) -> Result<(), BackendError> {
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let joining = Joining::new(GROUP, member.clone(), session_timeout, tx);
-    backend.start(joining).await
 }

@@ -10,7 +10,7 @@ use tenure_core::{
     ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
     StoreRequest,
 };
-use tenure_tokio::{Backend, BackendError, Joining};
+use tenure_tokio::{Backend, BackendError};
 use tenure_zookeeper::{Hooks, ZooKeeperBackend};
 use zookeeper_client as zk;
 
@@ -560,7 +560,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
 
     // Nothing listens on port 1.
     let started = Instant::now();
-    match start(
+    match common::start_alone(
         ZooKeeperBackend::new("127.0.0.1:1").connect_timeout(Duration::from_secs(2)),
         &member,
         common::SESSION_TIMEOUT,
@@ -578,7 +578,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
         started.elapsed()
     );
 
-    match start(
+    match common::start_alone(
         ZooKeeperBackend::new("127.0.0.1:notaport"),
         &member,
         common::SESSION_TIMEOUT,
@@ -594,7 +594,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
     // A chroot that does not exist.
     let connect = format!("{}/tenure-test-no-such-chroot", common::address());
     let _server = common::raw_client(&common::address()).await;
-    match start(
+    match common::start_alone(
         ZooKeeperBackend::new(connect.clone()),
         &member,
         common::SESSION_TIMEOUT,
@@ -612,7 +612,7 @@ async fn start_errors_name_the_address_and_are_bounded() {
     // scripts/services): the server would expire the session before the
     // member stopped consuming, so the session is refused.
     let asked = Duration::from_secs(90);
-    match start(ZooKeeperBackend::new(common::address()), &member, asked).await {
+    match common::start_alone(ZooKeeperBackend::new(common::address()), &member, asked).await {
         Err(
             error @ BackendError::SessionTimeout {
                 asked: refused,
@@ -766,16 +766,4 @@ async fn session_suspends_resumes_and_expires() {
     ));
 
     a.backend.shutdown().await;
-}
-
-/// Starts `backend` as `member` of [`GROUP`] with sessions of
-/// `session_timeout`, its events dropped.
-async fn start(
-    mut backend: impl Backend,
-    member: &tenure_core::MemberInfo,
-    session_timeout: Duration,
-) -> Result<(), BackendError> {
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let joining = Joining::new(GROUP, member.clone(), session_timeout, tx);
-    backend.start(joining).await
 }

@@ -13,7 +13,7 @@ use tenure_core::{
     Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest,
     TopicPartition,
 };
-use tenure_tokio::{Backend, Joining};
+use tenure_tokio::{Backend, BackendError, Joining};
 use tokio::sync::mpsc;
 
 /// How long any one expected event may take.
@@ -32,6 +32,18 @@ pub fn info(member: &str) -> MemberInfo {
 
 pub fn partition(p: u32) -> TopicPartition {
     TopicPartition::new(TOPIC, p)
+}
+
+/// Starts `backend` as `member` of [`GROUP`] with sessions of
+/// `session_timeout`, its events dropped: for tests of how a start fails.
+pub async fn start_alone(
+    mut backend: impl Backend,
+    member: &MemberInfo,
+    session_timeout: Duration,
+) -> Result<(), BackendError> {
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let joining = Joining::new(GROUP, member.clone(), session_timeout, tx);
+    backend.start(joining).await
 }
 
 /// A started backend and the events it sent.

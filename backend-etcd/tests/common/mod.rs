@@ -16,7 +16,7 @@ use tenure_etcd::{EtcdBackend, Hooks};
 /// The session timeout of the sandbox's members.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub use driver::{info, partition, EVENT_TIMEOUT, GROUP, TOPIC};
+pub use driver::{info, partition, start_alone, EVENT_TIMEOUT, GROUP, TOPIC};
 pub use server::{client as raw_client, endpoint as address};
 
 /// A started etcd backend and the events it sent.

@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 /// The session timeout of the sandbox's members.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub use driver::{info, partition, GROUP, TOPIC};
+pub use driver::{info, partition, start_alone, GROUP, TOPIC};
 pub use server::{address, client as raw_client};
 
 /// A started ZooKeeper backend and the events it sent.
