@@ -8,13 +8,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// How to reach Kafka and how to fetch.
@@ -221,33 +221,58 @@ impl PartitionStream {
     }
 }
 
+/// Until when the member may hand out messages
+/// ([`tenure_core::Member::consume_deadline`]), as its task last worked it
+/// out; `None`: not now. The task sends it after every step (a change or
+/// not), so a receiver waiting on it also wakes when a partition stops.
+pub(crate) type Lease = watch::Receiver<Option<Instant>>;
+
 /// Batches of fetched messages, handed out one message at a time.
 #[derive(Debug)]
 pub(crate) struct Batches {
     receiver: mpsc::Receiver<Vec<Message>>,
-    current: std::vec::IntoIter<Message>,
+    current: std::iter::Peekable<std::vec::IntoIter<Message>>,
+    lease: Lease,
 }
 
 impl Batches {
-    pub(crate) fn new(receiver: mpsc::Receiver<Vec<Message>>) -> Batches {
+    pub(crate) fn new(receiver: mpsc::Receiver<Vec<Message>>, lease: Lease) -> Batches {
         Batches {
             receiver,
-            current: Vec::new().into_iter(),
+            current: Vec::new().into_iter().peekable(),
+            lease,
         }
     }
 
-    /// The next message that may still be handed out: one fetched before
-    /// its partition was told to stop is dropped, since the partition may
-    /// be on its way to another member.
+    /// The next message that may still be handed out.
+    ///
+    /// One fetched before its partition was told to stop is dropped, since
+    /// the partition may be on its way to another member. And none is
+    /// handed out past the member's own deadline, checked now, at the
+    /// moment of handing out: a process that wakes from a pause longer than
+    /// its session waits here until its task has caught up (and has
+    /// stopped the partition, or heard the session is alive), rather than
+    /// hand out a message under a claim that may have passed to another
+    /// member meanwhile.
     pub(crate) async fn next(&mut self) -> Option<Message> {
         loop {
-            match self.current.next() {
-                Some(message) => {
-                    if message.ledger.deliver(message.offset, message.token) {
-                        return Some(message);
-                    }
-                }
-                None => self.current = self.receiver.recv().await?.into_iter(),
+            let Some(message) = self.current.peek() else {
+                self.current = self.receiver.recv().await?.into_iter().peekable();
+                continue;
+            };
+            if !message.ledger.is_live(message.token) {
+                self.current.next();
+                continue;
+            }
+            let now = tokio::time::Instant::now().into_std();
+            if !self.lease.borrow_and_update().is_some_and(|end| now < end) {
+                // The member's task is gone: nothing more to hand out.
+                self.lease.changed().await.ok()?;
+                continue;
+            }
+            let message = self.current.next()?;
+            if message.ledger.deliver(message.offset, message.token) {
+                return Some(message);
             }
         }
     }
@@ -287,6 +312,12 @@ impl LedgerCell {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// Whether messages of the claim `token` may still be handed out (it
+    /// is this cell's claim, and not stopping).
+    fn is_live(&self, token: FencingToken) -> bool {
+        token == self.token && !self.lock().stopping
     }
 
     /// Records a message handed to the application; `false` if its claim
@@ -433,6 +464,8 @@ pub(crate) struct DataPlane {
     pub(crate) ledgers: Ledgers,
     fetchers: BTreeMap<TopicPartition, JoinHandle<()>>,
     delivery: Delivery,
+    /// The member's deadline, for the batches of per-partition streams.
+    lease: Lease,
     events_tx: mpsc::UnboundedSender<DataEvent>,
     events: mpsc::UnboundedReceiver<DataEvent>,
     /// Events worked out of a batch of acknowledgements, not yet returned.
@@ -447,6 +480,7 @@ impl DataPlane {
         initial: InitialOffset,
         topics: BTreeSet<String>,
         delivery: Delivery,
+        lease: Lease,
     ) -> DataPlane {
         let (events_tx, events) = mpsc::unbounded_channel();
         let metadata = {
@@ -480,6 +514,7 @@ impl DataPlane {
             ledgers: Ledgers::default(),
             fetchers: BTreeMap::new(),
             delivery,
+            lease,
             events_tx,
             events,
             pending: std::collections::VecDeque::new(),
@@ -504,7 +539,7 @@ impl DataPlane {
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    batches: Batches::new(receiver),
+                    batches: Batches::new(receiver, self.lease.clone()),
                 });
                 sender
             }

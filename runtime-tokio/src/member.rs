@@ -193,6 +193,7 @@ impl GroupMemberBuilder {
         let mut messages = None;
         let mut streams = None;
         let mut data = None;
+        let (lease_tx, lease) = watch::channel(None);
         if let Some(kafka_config) = self.kafka {
             let client = kafka::connect(&kafka_config).await?;
             counts = kafka::partition_counts(&client, &kafka_config, &self.config.topics).await?;
@@ -202,7 +203,7 @@ impl GroupMemberBuilder {
                 Delivery::PerPartition(tx)
             } else {
                 let (tx, rx) = mpsc::channel(kafka_config.buffered_batches.max(1));
-                messages = Some(Batches::new(rx));
+                messages = Some(Batches::new(rx, lease.clone()));
                 Delivery::Group(tx)
             };
             data = Some(DataPlane::new(
@@ -211,6 +212,7 @@ impl GroupMemberBuilder {
                 self.config.initial_offset,
                 self.config.topics.clone(),
                 delivery,
+                lease,
             ));
         }
         let member = Member::new(self.config, seed, now())?;
@@ -240,6 +242,7 @@ impl GroupMemberBuilder {
             events: events_tx,
             errors: errors_tx,
             view: view_tx,
+            lease: lease_tx,
             closing: Vec::new(),
             auto_drain: self.auto_drain,
             view_log: self.view_log,
@@ -440,6 +443,9 @@ struct Driver {
     events: mpsc::UnboundedSender<AssignmentEvent>,
     errors: mpsc::UnboundedSender<Problem>,
     view: watch::Sender<View>,
+    /// The member's deadline for handing out messages, for the data
+    /// plane's batches (see [`crate::kafka`]'s `Lease`).
+    lease: watch::Sender<Option<Instant>>,
     closing: Vec<oneshot::Sender<()>>,
     auto_drain: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
@@ -611,8 +617,11 @@ impl Driver {
         }
     }
 
-    /// Refreshes the view.
+    /// Refreshes the view, and the deadline the data plane checks at every
+    /// hand-out (sent even unchanged: a batch waiting on it then looks
+    /// again whether its partition stopped).
     fn publish(&mut self) {
+        self.lease.send_replace(self.member.consume_deadline());
         self.telemetry.on_published(&self.member, now());
         let view = View {
             session: self.member.session(),

@@ -489,15 +489,27 @@ impl Member {
     /// The moment consumption must stop unless the server is heard from
     /// again: the session could expire on the server at `last_heard +
     /// session_timeout`, and the margin covers clock drift and delays.
+    /// Until when this member may hand out messages: the moment the store
+    /// last heard from its session, plus the session timeout, less the
+    /// suspension margin — while it is registered under that session.
+    /// `None`: not now. A runtime checks it at the moment it hands a
+    /// message out, so that a process that wakes from a pause longer than
+    /// its session hands out nothing before it has caught up.
+    pub fn consume_deadline(&self) -> Option<Instant> {
+        if self.session.is_some() && self.registration == Step::Done {
+            self.lease_end()
+        } else {
+            None
+        }
+    }
+
     fn lease_end(&self) -> Option<Instant> {
         let heard = self.last_heard?;
         Some(heard + self.config.session_timeout - self.config.suspension_margin)
     }
 
     fn may_consume(&self) -> bool {
-        self.session.is_some()
-            && self.registration == Step::Done
-            && self.lease_end().is_some_and(|end| self.now < end)
+        self.consume_deadline().is_some_and(|end| self.now < end)
     }
 
     fn backoff(&mut self, attempt: u32) -> Instant {

@@ -1,0 +1,116 @@
+//! A consumer process for the tests that stop, continue and kill a member
+//! with real signals. It joins `--group` on `--store zookeeper|etcd` at
+//! `--address` (etcd: under `--prefix`), consumes `--topic` from the Kafka
+//! at `--kafka`, and prints one line per message it hands to itself:
+//!
+//! ```text
+//! <wall clock ms> <partition> <offset> <fencing token>
+//! ```
+//!
+//! stamped the moment `next_message` returned, then takes `--delay-ms` to
+//! "process" it and acknowledges it. It runs until it is killed.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tenure::core::Config;
+use tenure::etcd::EtcdBackend;
+use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+use tenure::zookeeper::ZooKeeperBackend;
+
+struct Args {
+    store: String,
+    address: String,
+    prefix: String,
+    kafka: String,
+    group: String,
+    topic: String,
+    member: String,
+    session_ms: u64,
+    delay_ms: u64,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        store: String::new(),
+        address: String::new(),
+        prefix: "/tenure".to_owned(),
+        kafka: String::new(),
+        group: String::new(),
+        topic: String::new(),
+        member: String::new(),
+        session_ms: 3000,
+        delay_ms: 2,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag} takes a number"))
+        };
+        match flag.as_str() {
+            "--store" => args.store = value,
+            "--address" => args.address = value,
+            "--prefix" => args.prefix = value,
+            "--kafka" => args.kafka = value,
+            "--group" => args.group = value,
+            "--topic" => args.topic = value,
+            "--member" => args.member = value,
+            "--session-ms" => args.session_ms = number()?,
+            "--delay-ms" => args.delay_ms = number()?,
+            other => return Err(format!("unknown flag {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+fn wall_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+async fn run() -> Result<(), String> {
+    let args = parse()?;
+    let backend: Box<dyn Backend> = match args.store.as_str() {
+        "zookeeper" => Box::new(ZooKeeperBackend::new(args.address.clone())),
+        "etcd" => Box::new(EtcdBackend::new(args.address.clone()).prefix(args.prefix.clone())),
+        other => return Err(format!("unknown store {other:?}")),
+    };
+    let config = Config::new(&args.group, &args.member, [&args.topic])
+        .map_err(|e| e.to_string())?
+        .with_session_timeout(Duration::from_millis(args.session_ms));
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&args.kafka))
+        .join(backend)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    while let Some(message) = member.next_message().await {
+        let at = wall_ms();
+        writeln!(
+            out,
+            "{at} {} {} {}",
+            message.partition, message.offset, message.token.0
+        )
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("stdout: {e}"))?;
+        tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
+        message.ack();
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("consumer-under-test: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Members as separate OS processes, stopped and continued with real
+//! signals (SIGSTOP, SIGCONT) against real ZooKeeper, etcd and Kafka, and
+//! audited line by line: every message the process handed out is printed
+//! with the moment it was handed out and its fencing token.
+
+use tenure_tests as common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::etcd::Etcd;
+use common::kafka;
+use common::zookeeper::ZooKeeper;
+use common::Stores;
+use tenure::tokio::{GroupMember, KafkaConfig};
+use tokio::sync::mpsc;
+
+/// A message the consumer process handed out.
+#[derive(Clone, Copy, Debug)]
+struct HandedOut {
+    /// Wall clock, in milliseconds, the moment it was handed out.
+    at_ms: u128,
+    partition: u32,
+    offset: i64,
+    token: u64,
+}
+
+fn wall_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`) to `child`, as an operator's
+/// `kill` would.
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {} failed", child.id());
+}
+
+/// Starts the consumer process and a thread that parses what it prints.
+fn spawn_consumer(args: &[String]) -> (Child, mpsc::UnboundedReceiver<HandedOut>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_consumer-under-test"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the consumer process");
+    let stdout = child.stdout.take().expect("its stdout");
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let parsed = match fields.as_slice() {
+                [at, partition, offset, token] => (|| {
+                    Some(HandedOut {
+                        at_ms: at.parse().ok()?,
+                        partition: partition.parse().ok()?,
+                        offset: offset.parse().ok()?,
+                        token: token.parse().ok()?,
+                    })
+                })(),
+                _ => None,
+            };
+            let Some(handed_out) = parsed else {
+                panic!("the consumer process printed {line:?}");
+            };
+            if tx.send(handed_out).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// A consumer process frozen with SIGSTOP, with messages buffered, for
+/// longer than its session timeout, while another member claims its
+/// partition; then continued with SIGCONT. It must hand out nothing more
+/// under its old claim: the check is made at the moment of handing out,
+/// so it cannot race the process's own task noticing that the session
+/// lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_woken_past_its_session_hands_out_nothing_under_its_old_claim_on_zookeeper() {
+    let zookeeper = ZooKeeper::new("sigstop").await;
+    let store = [
+        "--store".to_owned(),
+        "zookeeper".to_owned(),
+        "--address".to_owned(),
+        zookeeper.connect_string().to_owned(),
+    ];
+    woken_process(&zookeeper, &store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_woken_past_its_session_hands_out_nothing_under_its_old_claim_on_etcd() {
+    let etcd = Etcd::new("sigstop").await;
+    let store = [
+        "--store".to_owned(),
+        "etcd".to_owned(),
+        "--address".to_owned(),
+        etcd.endpoint().to_owned(),
+        "--prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    woken_process(&etcd, &store).await;
+}
+
+async fn woken_process(stores: &dyn Stores, store: &[String]) {
+    let client = kafka::client().await;
+    let topic = kafka::topic("sigstop");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 5_000).await;
+    let group = common::group("sigstop");
+
+    let mut args = store.to_vec();
+    for (flag, value) in [
+        ("--kafka", kafka::bootstrap()),
+        ("--group", group.clone()),
+        ("--topic", topic.clone()),
+        ("--member", "a".to_owned()),
+        ("--session-ms", common::SESSION.as_millis().to_string()),
+        ("--delay-ms", "2".to_owned()),
+    ] {
+        args.extend([flag.to_owned(), value]);
+    }
+    let (mut child, mut handed_out) = spawn_consumer(&args);
+    let first = |what: &'static str| async move { panic!("the consumer process {what}") };
+
+    // It consumes: its buffer fills far ahead of its slow processing.
+    let mut before = Vec::new();
+    while before.len() < 50 {
+        match tokio::time::timeout(Duration::from_secs(30), handed_out.recv()).await {
+            Ok(Some(message)) => before.push(message),
+            Ok(None) => first("exited before consuming").await,
+            Err(_) => first("consumed nothing within 30 s").await,
+        }
+    }
+    let old_token = before[0].token;
+    // One partition, handed out in order from its start, under one claim.
+    for (i, message) in before.iter().enumerate() {
+        assert_eq!(
+            (message.partition, message.offset, message.token),
+            (0, i as i64, old_token),
+            "the consumer process's first messages"
+        );
+    }
+
+    signal(&child, "STOP");
+    let stopped_ms = wall_ms();
+
+    // Another member takes the partition once the frozen one's session
+    // expired on the server.
+    let mut b = GroupMember::builder(common::config_for(&group, "b", &topic))
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(stores.backend())
+        .await
+        .unwrap_or_else(|e| panic!("b cannot join: {e}"));
+    let taken = tokio::time::timeout(Duration::from_secs(30), b.next_message())
+        .await
+        .expect("b consumes within 30 s")
+        .expect("a message for b");
+    assert!(
+        taken.token.0 > old_token,
+        "b's claim {} is not newer than the frozen claim {old_token}",
+        taken.token.0
+    );
+    taken.ack();
+    let b_token = taken.token;
+    let b_consumes = tokio::spawn(async move {
+        while let Some(message) = b.next_message().await {
+            message.ack();
+        }
+    });
+
+    signal(&child, "CONT");
+    // What it hands out now, for as long as its own task needs to catch up
+    // and far longer: nothing can be awaited here, since what is checked is
+    // that nothing happens.
+    let mut after = Vec::new();
+    let window = tokio::time::Instant::now() + common::SESSION * 2;
+    while let Ok(Some(message)) = tokio::time::timeout_at(window, handed_out.recv()).await {
+        after.push(message);
+    }
+    assert!(
+        child.try_wait().expect("look at the process").is_none(),
+        "the consumer process exited after SIGCONT"
+    );
+    signal(&child, "KILL");
+    let _ = child.wait();
+    b_consumes.abort();
+
+    // Handed out before SIGSTOP took effect is fine; anything stamped well
+    // after it was handed out after SIGCONT.
+    let stale: Vec<HandedOut> = before
+        .iter()
+        .chain(&after)
+        .filter(|m| m.token == old_token && m.at_ms > stopped_ms + 1_000)
+        .copied()
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "after SIGCONT the process handed out {} message(s) under its old claim {old_token} \
+         (the partition was b's under {}): {stale:?}",
+        stale.len(),
+        b_token.0
+    );
+}
