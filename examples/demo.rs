@@ -360,6 +360,8 @@ async fn work(
                         lanes.remove(&partition);
                     }
                 }
+                // Changes of kinds this demo does not know.
+                Some(_) => {}
                 None => return Err(format!("{id}: the member stopped on its own")),
             },
             _ = batches.tick() => {

@@ -203,21 +203,40 @@ impl Message {
     }
 }
 
-/// The messages of one owned partition; it ends when the partition is
-/// revoked.
-#[derive(Debug)]
+/// The messages of one owned partition, a [`futures_core::Stream`]; it
+/// ends when the partition is revoked.
 pub struct PartitionStream {
     /// The partition.
     pub partition: TopicPartition,
     /// The claim's fencing token.
     pub token: FencingToken,
-    batches: Batches,
+    messages: std::pin::Pin<Box<dyn futures_core::Stream<Item = Message> + Send>>,
 }
 
 impl PartitionStream {
     /// The next message, or `None` once the partition is revoked.
     pub async fn next(&mut self) -> Option<Message> {
-        self.batches.next().await
+        futures_util::StreamExt::next(&mut self.messages).await
+    }
+}
+
+impl futures_core::Stream for PartitionStream {
+    type Item = Message;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Message>> {
+        self.messages.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for PartitionStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionStream")
+            .field("partition", &self.partition)
+            .field("token", &self.token)
+            .finish_non_exhaustive()
     }
 }
 
@@ -539,7 +558,10 @@ impl DataPlane {
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    batches: Batches::new(receiver, self.lease.clone()),
+                    messages: Box::pin(crate::streams::batch_stream(Batches::new(
+                        receiver,
+                        self.lease.clone(),
+                    ))),
                 });
                 sender
             }

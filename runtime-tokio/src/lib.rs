@@ -16,6 +16,7 @@ pub mod kafka;
 mod member;
 mod memory;
 pub mod session;
+mod streams;
 mod telemetry;
 
 pub use backend::{
@@ -27,4 +28,5 @@ pub use member::{
     AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, Problem, View,
 };
 pub use memory::{MemoryBackend, MemoryStore};
+pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
 pub use tenure_core as core;

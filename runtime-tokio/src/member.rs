@@ -18,10 +18,14 @@ use crate::kafka::{
     self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
     PartitionStream,
 };
+use crate::streams::{
+    self, Errors, EventSender, Events, Messages, PartitionStreams, ProblemSender,
+};
 use crate::telemetry::{self, Telemetry};
 
 /// A change in what this member consumes.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AssignmentEvent {
     /// Start consuming `partition` at `from`; every side effect may be
     /// fenced with `token`.
@@ -78,6 +82,7 @@ pub struct View {
 
 /// Why a member could not join.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum JoinError {
     /// The configuration is unusable.
     #[error(transparent)]
@@ -92,6 +97,7 @@ pub enum JoinError {
 
 /// A problem a member reports while it runs; it keeps working after each.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Problem {
     /// From the coordination: a stalled claim, a fenced commit, an expired
     /// session, corrupt data in the store...
@@ -100,10 +106,18 @@ pub enum Problem {
     /// From fetching: an unreachable broker, an offset out of range...
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    /// Problems the application did not read in time were dropped (see
+    /// [`crate::Errors`]).
+    #[error("{count} problem(s) dropped: the application did not read them in time")]
+    Dropped {
+        /// How many.
+        count: u64,
+    },
 }
 
 /// Why leaving the group did not finish cleanly.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CloseError {
     /// The member's task ended before the release finished (it panicked or
     /// the store's event stream ended).
@@ -228,8 +242,7 @@ impl GroupMemberBuilder {
             ))
             .await?;
         let (input_tx, input_rx) = mpsc::unbounded_channel();
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
-        let (errors_tx, errors_rx) = mpsc::unbounded_channel();
+        let ((events_tx, events_rx), (errors_tx, errors_rx)) = streams::channels();
         let (view_tx, view_rx) = watch::channel(View::default());
         if !counts.is_empty() {
             let _ = input_tx.send(Input::Counts(counts));
@@ -244,6 +257,7 @@ impl GroupMemberBuilder {
             view: view_tx,
             lease: lease_tx,
             closing: Vec::new(),
+            awaiting_drain: BTreeMap::new(),
             auto_drain: self.auto_drain,
             view_log: self.view_log,
             data,
@@ -253,12 +267,12 @@ impl GroupMemberBuilder {
         Ok(GroupMember {
             id,
             inputs: input_tx,
-            events: events_rx,
-            errors: errors_rx,
+            events: Some(events_rx),
+            errors: Some(errors_rx),
             view: view_rx,
             task: Some(task),
-            messages,
-            streams,
+            messages: Some(Messages::new(messages)),
+            streams: Some(PartitionStreams::new(streams)),
         })
     }
 }
@@ -279,15 +293,21 @@ fn now() -> Instant {
 /// A member of a group, running on tokio. Dropping it without
 /// [`GroupMember::close`] stops it like a crash: its claims stay until its
 /// session expires.
+///
+/// What it hands the application comes as streams that can be taken apart
+/// from it ([`GroupMember::messages`], [`GroupMember::events`],
+/// [`GroupMember::errors`], [`GroupMember::partition_streams`]) and waited
+/// on together in one `tokio::select!`, while the member itself stays at
+/// hand for acknowledging, reporting and closing.
 pub struct GroupMember {
     id: MemberId,
     inputs: mpsc::UnboundedSender<Input>,
-    events: mpsc::UnboundedReceiver<AssignmentEvent>,
-    errors: mpsc::UnboundedReceiver<Problem>,
+    events: Option<Events>,
+    errors: Option<Errors>,
     view: watch::Receiver<View>,
     task: Option<JoinHandle<()>>,
-    messages: Option<Batches>,
-    streams: Option<mpsc::UnboundedReceiver<PartitionStream>>,
+    messages: Option<Messages>,
+    streams: Option<PartitionStreams>,
 }
 
 impl GroupMember {
@@ -309,30 +329,61 @@ impl GroupMember {
         &self.id
     }
 
+    /// The messages of every owned partition (with Kafka): a stream that
+    /// lives apart from the member. Taken once; later calls (and
+    /// [`GroupMember::next_message`] after it) get a stream that ends at
+    /// once.
+    pub fn messages(&mut self) -> Messages {
+        self.messages.take().unwrap_or_else(|| Messages::new(None))
+    }
+
+    /// The changes in what this member consumes: a stream that lives apart
+    /// from the member. Taken once, like [`GroupMember::messages`].
+    pub fn events(&mut self) -> Events {
+        self.events.take().unwrap_or_else(streams::ended_events)
+    }
+
+    /// The problems this member reports: a stream that lives apart from
+    /// the member. Taken once, like [`GroupMember::messages`].
+    pub fn errors(&mut self) -> Errors {
+        self.errors.take().unwrap_or_else(streams::ended_errors)
+    }
+
+    /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
+    /// stream of each partition as this member starts consuming it. Taken
+    /// once, like [`GroupMember::messages`].
+    pub fn partition_streams(&mut self) -> PartitionStreams {
+        self.streams
+            .take()
+            .unwrap_or_else(|| PartitionStreams::new(None))
+    }
+
     /// The next change in what this member consumes (`None` once the
-    /// member has closed).
+    /// member has closed, or once [`GroupMember::events`] took them).
     pub async fn next_event(&mut self) -> Option<AssignmentEvent> {
-        self.events.recv().await
+        self.events.as_mut()?.next().await
     }
 
     /// The next assignment change already waiting, without waiting.
     pub fn try_next_event(&mut self) -> Option<AssignmentEvent> {
-        self.events.try_recv().ok()
+        self.events.as_mut()?.try_next()
     }
 
-    /// The next problem the member reported (it keeps working after each).
+    /// The next problem the member reported (it keeps working after each);
+    /// `None` once [`GroupMember::errors`] took them.
     pub async fn next_error(&mut self) -> Option<Problem> {
-        self.errors.recv().await
+        self.errors.as_mut()?.next().await
     }
 
     /// The next reported problem already waiting, without waiting.
     pub fn try_next_error(&mut self) -> Option<Problem> {
-        self.errors.try_recv().ok()
+        self.errors.as_mut()?.try_next()
     }
 
     /// With Kafka ([`GroupMemberBuilder::kafka`]): the next message of any
     /// owned partition. Acknowledge each with [`Message::ack`]. `None` once
-    /// the member has closed, or without Kafka.
+    /// the member has closed, without Kafka, or once
+    /// [`GroupMember::messages`] took them.
     pub async fn next_message(&mut self) -> Option<Message> {
         self.messages.as_mut()?.next().await
     }
@@ -340,7 +391,7 @@ impl GroupMember {
     /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
     /// stream of the next partition this member starts consuming.
     pub async fn next_partition_stream(&mut self) -> Option<PartitionStream> {
-        self.streams.as_mut()?.recv().await
+        self.streams.as_mut()?.next().await
     }
 
     /// The member's current view of itself.
@@ -371,40 +422,22 @@ impl GroupMember {
         let _ = self.inputs.send(Input::Counts(counts));
     }
 
-    /// Leaves the group: stops every partition, waits for the drains (call
-    /// [`GroupMember::drained`] as [`AssignmentEvent::Revoking`] events
-    /// come, from another task, or keep polling [`GroupMember::next_event`]
-    /// and answer them), commits, releases every claim, deregisters and
-    /// ends the session.
+    /// Leaves the group: stops every partition, waits for the drains (with
+    /// Kafka, until the application acknowledged what it holds; without,
+    /// a closing application holds nothing, so drains not reported yet are
+    /// taken as done), commits, releases every claim, deregisters and ends
+    /// the session.
     pub async fn close(mut self) -> Result<(), CloseError> {
         let (done_tx, done_rx) = oneshot::channel();
         self.inputs
             .send(Input::Close(done_tx))
             .map_err(|_| CloseError::TaskGone)?;
-        // Answer drains ourselves while waiting, so a caller that stopped
-        // reading events cannot hold the close up for the processing
-        // timeout.
-        let mut done = std::pin::pin!(done_rx);
-        loop {
-            tokio::select! {
-                result = &mut done => return result.map_err(|_| CloseError::TaskGone),
-                event = self.events.recv() => match event {
-                    // With Kafka the runtime knows what the application
-                    // holds; without, a closing application holds nothing.
-                    Some(AssignmentEvent::Revoking { partition, token })
-                        if self.messages.is_none() && self.streams.is_none() =>
-                    {
-                        self.drained(partition, token);
-                    }
-                    Some(_) => {}
-                    None => {
-                        return match self.task.take() {
-                            Some(task) => task.await.map_err(|_| CloseError::TaskGone),
-                            None => Err(CloseError::TaskGone),
-                        }
-                    }
-                },
-            }
+        match done_rx.await {
+            Ok(()) => Ok(()),
+            Err(_) => match self.task.take() {
+                Some(task) => task.await.map_err(|_| CloseError::TaskGone),
+                None => Err(CloseError::TaskGone),
+            },
         }
     }
 
@@ -440,13 +473,16 @@ struct Driver {
     backend: Box<dyn Backend>,
     store: mpsc::UnboundedReceiver<Event>,
     inputs: mpsc::UnboundedReceiver<Input>,
-    events: mpsc::UnboundedSender<AssignmentEvent>,
-    errors: mpsc::UnboundedSender<Problem>,
+    events: EventSender,
+    errors: ProblemSender,
     view: watch::Sender<View>,
     /// The member's deadline for handing out messages, for the data
     /// plane's batches (see [`crate::kafka`]'s `Lease`).
     lease: watch::Sender<Option<Instant>>,
     closing: Vec<oneshot::Sender<()>>,
+    /// Partitions told to stop whose drain the application has not
+    /// reported yet (without Kafka, where the application reports drains).
+    awaiting_drain: BTreeMap<TopicPartition, FencingToken>,
     auto_drain: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
     data: Option<DataPlane>,
@@ -468,6 +504,9 @@ impl Driver {
 
     /// The application has let go of every message of `partition`.
     fn drained(&mut self, partition: TopicPartition, token: FencingToken) {
+        if self.awaiting_drain.get(&partition) == Some(&token) {
+            self.awaiting_drain.remove(&partition);
+        }
         let now = now();
         self.telemetry.on_drained(&partition, token, now);
         self.member.drained(now, &partition, token);
@@ -512,6 +551,14 @@ impl Driver {
                         self.closing.push(done);
                         self.telemetry.on_event();
                         self.member.shutdown(now());
+                        if self.data.is_none() {
+                            // A closing application without Kafka holds
+                            // nothing: drains it has not reported are done.
+                            self.auto_drain = true;
+                            for (partition, token) in std::mem::take(&mut self.awaiting_drain) {
+                                self.drained(partition, token);
+                            }
+                        }
                     }
                     // The handle is gone without closing: stop like a crash.
                     None => return,
@@ -523,6 +570,11 @@ impl Driver {
                     Some(event) => self.on_data(event),
                     None => self.data = None,
                 },
+                // The application made room: what waited goes out.
+                () = self.events.room(), if self.events.has_overflow() => self.events.flush(),
+                () = self.errors.room(), if self.errors.has_dropped() => {
+                    self.errors.report_dropped();
+                }
             }
         }
     }
@@ -539,7 +591,7 @@ impl Driver {
             }
             DataEvent::Problem(problem) => {
                 tracing::warn!(member = %self.member.id(), %problem, "kafka");
-                let _ = self.errors.send(Problem::Kafka(problem));
+                self.errors.send(Problem::Kafka(problem));
             }
         }
     }
@@ -561,13 +613,12 @@ impl Driver {
             self.telemetry.on_app_event(&event, now());
             match event {
                 AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
-                    let _ = self
-                        .events
+                    self.events
                         .send(AssignmentEvent::Revoked { partition, token });
                 }
                 AppEvent::Problem(error) => {
                     tracing::warn!(member = %self.member.id(), %error, "reported");
-                    let _ = self.errors.send(Problem::Coordination(error));
+                    self.errors.send(Problem::Coordination(error));
                 }
                 _ => {}
             }
@@ -587,7 +638,7 @@ impl Driver {
                 if let Some(data) = self.data.as_mut() {
                     data.start(partition.clone(), from, token);
                 }
-                let _ = self.events.send(AssignmentEvent::Assigned {
+                self.events.send(AssignmentEvent::Assigned {
                     partition,
                     from,
                     token,
@@ -595,7 +646,7 @@ impl Driver {
             }
             FetchCommand::Stop { partition, token } => {
                 tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
-                let _ = self.events.send(AssignmentEvent::Revoking {
+                self.events.send(AssignmentEvent::Revoking {
                     partition: partition.clone(),
                     token,
                 });
@@ -611,7 +662,9 @@ impl Driver {
                         }
                     }
                     None if self.auto_drain => self.drained(partition, token),
-                    None => {}
+                    None => {
+                        self.awaiting_drain.insert(partition, token);
+                    }
                 }
             }
         }

@@ -637,3 +637,67 @@ async fn per_partition_streams_end_when_their_partition_is_revoked() {
         );
     }
 }
+
+/// The member's streams live apart from it and from each other: one
+/// `select!` waits on messages, assignment changes, problems and a shutdown
+/// signal; after the signal the member closes with every acknowledged
+/// message committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_events_and_errors_compose_in_one_select() {
+    use tenure::tokio::AssignmentEvent;
+
+    const PARTITIONS: u32 = 2;
+    const EACH: usize = 100;
+    let client = kafka::client().await;
+    let topic = kafka::topic("select");
+    kafka::create_topic(&client, &topic, PARTITIONS).await;
+    for p in 0..PARTITIONS {
+        kafka::produce(&client, &topic, p, EACH).await;
+    }
+    let zookeeper = ZooKeeper::new("select").await;
+    let group = common::group("select");
+    let monitor = Monitor::new();
+    let mut member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
+    let (mut messages, mut events, mut errors) =
+        (member.messages(), member.events(), member.errors());
+    let (shutdown, mut shutdown_signal) = tokio::sync::oneshot::channel::<()>();
+    let mut shutdown = Some(shutdown);
+    let mut consumed = BTreeSet::new();
+    let mut assigned = BTreeSet::new();
+    let selecting = async {
+        loop {
+            tokio::select! {
+                Some(message) = messages.next() => {
+                    assert!(consumed.insert((message.partition, message.offset)), "twice");
+                    message.ack();
+                    if consumed.len() == EACH * PARTITIONS as usize {
+                        if let Some(shutdown) = shutdown.take() {
+                            let _ = shutdown.send(());
+                        }
+                    }
+                }
+                Some(event) = events.next() => {
+                    if let AssignmentEvent::Assigned { partition, .. } = event {
+                        assigned.insert(partition.partition);
+                    }
+                }
+                // The same stream through the `futures::Stream` trait.
+                Some(problem) = futures_util::StreamExt::next(&mut errors) => {
+                    panic!("unexpected problem: {problem}");
+                }
+                _ = &mut shutdown_signal => break,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), selecting)
+        .await
+        .expect("every message within 60 s");
+    assert_eq!(assigned, (0..PARTITIONS).collect::<BTreeSet<_>>());
+    member.close().await.expect("closes");
+    for p in 0..PARTITIONS {
+        let committed = zookeeper
+            .committed(&group, &TopicPartition::new(&topic, p))
+            .await;
+        assert_eq!(committed, Some(EACH as i64), "partition {p}");
+    }
+}

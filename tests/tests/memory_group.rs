@@ -27,3 +27,52 @@ async fn a_closing_member_hands_over_with_its_final_offsets() {
 async fn a_dead_member_is_replaced_within_the_session_timeout() {
     common::a_dead_member_is_replaced_within_the_session_timeout(&stores()).await;
 }
+
+/// An application that reads no assignment changes costs a bounded amount
+/// of memory: with more partitions than the events channel holds, the
+/// member coalesces to the latest change of each partition, and once the
+/// application reads, every partition's change arrives, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_assignment_changes_stay_bounded_and_none_is_lost() {
+    use std::collections::BTreeSet;
+    use tenure::tokio::{AssignmentEvent, GroupMember, EVENTS_CAPACITY};
+
+    let stores = stores();
+    let partitions = (EVENTS_CAPACITY + 200) as u32;
+    let group = common::group("unread");
+    let mut member = GroupMember::builder(common::config(&group, "m1"))
+        .partitions([(common::TOPIC.to_owned(), partitions)].into())
+        .auto_drain(true)
+        .join(common::Stores::backend(&stores))
+        .await
+        .expect("joins");
+    let mut events = member.events();
+    // Nothing read until every partition is owned and fetched.
+    let mut view = member.watch_view();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        view.wait_for(|v| v.settled && v.fetching.len() == partitions as usize),
+    )
+    .await
+    .expect("settles within 30 s")
+    .expect("the view is published");
+    let mut assigned = BTreeSet::new();
+    while assigned.len() < partitions as usize {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), events.next()).await {
+            Ok(Some(AssignmentEvent::Assigned { partition, .. })) => {
+                assert!(
+                    assigned.insert(partition.partition),
+                    "{partition} assigned twice"
+                );
+            }
+            Ok(Some(other)) => panic!("unexpected change {other:?}"),
+            Ok(None) => panic!("the events ended"),
+            Err(_) => panic!(
+                "only {} of {partitions} assignments arrived",
+                assigned.len()
+            ),
+        }
+    }
+    assert_eq!(events.try_next(), None, "more changes than partitions");
+    member.close().await.expect("closes");
+}
