@@ -226,15 +226,14 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
         }
     };
     tokio::pin!(stop);
+    // The member's streams live apart from it: one select! waits on all.
+    let (mut messages, mut errors) = (member.messages(), member.errors());
     let mut consumed = 0u64;
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            message = member.next_message() => match message {
+            message = messages.next() => match message {
                 Some(message) => {
-                    while let Some(problem) = member.try_next_error() {
-                        eprintln!("problem: {problem}");
-                    }
                     consumed += 1;
                     if consumed % 1000 == 1 {
                         println!(
@@ -246,6 +245,7 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
                 }
                 None => break,
             },
+            Some(problem) = errors.next() => eprintln!("problem: {problem}"),
         }
     }
     member.close().await.map_err(|e| e.to_string())?;
