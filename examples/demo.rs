@@ -386,10 +386,16 @@ async fn work(
     // Nothing is in hand once the lanes are dropped, so close() may answer
     // the drains itself.
     drop(lanes);
-    member
+    let report = member
         .close()
         .await
-        .map_err(|e| format!("{id} could not leave cleanly: {e}"))
+        .map_err(|e| format!("{id} could not leave cleanly: {e}"))?;
+    if !report.all_written() {
+        return Err(format!(
+            "{id}'s final commits were not all written: {report:?}"
+        ));
+    }
+    Ok(())
 }
 
 struct Worker {

@@ -602,6 +602,35 @@ fn processed_offsets_are_committed_on_the_interval_and_never_go_backwards() {
 }
 
 #[test]
+fn commit_now_commits_what_was_processed_without_waiting_for_the_interval() {
+    let mut h = Harness::new(base_config());
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(2);
+    h.processed(0, 50);
+    let commands = h.input(|member, now| member.commit_now(now));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "only the processed partition: {commands:?}");
+    assert_eq!(
+        (&sent[0].1, sent[0].2, sent[0].3),
+        (&tp(0), 51, FencingToken(100))
+    );
+    // In flight already: a second call sends nothing more.
+    h.processed(0, 60);
+    let commands = h.input(|member, now| member.commit_now(now));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    h.event(Event::CommitResult {
+        id: sent[0].0,
+        result: Ok(()),
+    });
+    assert_eq!(h.member.committed(&tp(0)), Some(51));
+    // Answered: the newer offset goes out at once, not at the interval.
+    let commands = h.input(|member, now| member.commit_now(now));
+    let sent = commits(&commands);
+    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert_eq!(sent[0].2, 61);
+}
+
+#[test]
 fn acknowledgements_under_another_token_are_not_committed() {
     let mut h = Harness::new(base_config());
     h.auto_heartbeat = Some(Ok(()));

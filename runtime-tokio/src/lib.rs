@@ -25,7 +25,8 @@ pub use backend::{
 };
 pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream};
 pub use member::{
-    AssignmentEvent, CloseError, GroupMember, GroupMemberBuilder, JoinError, Problem, View,
+    AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
+    JoinError, Problem, TaskGone, View,
 };
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{
     AppEvent, Config, ConfigError, Error, Event, FencingToken, FetchCommand, FetchFrom, Member,
-    MemberId, Offset, SessionId, TopicPartition,
+    MemberId, Offset, SessionId, StoreError, TopicPartition,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -115,6 +115,62 @@ pub enum Problem {
     },
 }
 
+/// What became of one commit of a partition's offset.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum CommitOutcome {
+    /// The store holds `offset` (the next offset to consume) as committed.
+    Written {
+        /// The offset written.
+        offset: Offset,
+    },
+    /// The store refused the write: this member's claim is gone, another
+    /// member may own the partition. Nothing was written.
+    Fenced {
+        /// The offset not written.
+        offset: Offset,
+    },
+    /// The write failed (a lost connection, an error of the store);
+    /// whether it was written is not known. A later commit carries the
+    /// offset on while the claim holds.
+    Failed {
+        /// The offset not known to be written.
+        offset: Offset,
+        /// What the store said.
+        error: StoreError,
+    },
+    /// The claim ended (the session expired) before the store answered:
+    /// whether it was written is not known.
+    Abandoned {
+        /// The offset not known to be written.
+        offset: Offset,
+    },
+}
+
+/// The commits a [`GroupMember::commit`] or [`GroupMember::close`] waited
+/// for, by partition (the last one of each).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct CommitReport {
+    /// Each partition's commit and what became of it. A partition with
+    /// nothing new to commit is not in it.
+    pub commits: BTreeMap<TopicPartition, CommitOutcome>,
+}
+
+impl CommitReport {
+    /// Whether every commit was written.
+    pub fn all_written(&self) -> bool {
+        self.commits
+            .values()
+            .all(|outcome| matches!(outcome, CommitOutcome::Written { .. }))
+    }
+}
+
+/// The member's task has ended (it was closed, or it stopped on its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the member's task has ended")]
+pub struct TaskGone;
+
 /// Why leaving the group did not finish cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -123,13 +179,22 @@ pub enum CloseError {
     /// the store's event stream ended).
     #[error("the member's task ended before it could close")]
     TaskGone,
+    /// [`GroupMember::close_within`]: the close did not finish in time;
+    /// the member was stopped like a crash (its claims stay until its
+    /// session expires).
+    #[error("the close did not finish within {limit:?}; the member was stopped")]
+    TimedOut {
+        /// The time it was given.
+        limit: std::time::Duration,
+    },
 }
 
 enum Input {
     Processed(TopicPartition, FencingToken, Offset),
     Drained(TopicPartition, FencingToken),
     Counts(PartitionCounts),
-    Close(oneshot::Sender<()>),
+    Commit(oneshot::Sender<CommitReport>),
+    Close(oneshot::Sender<CommitReport>),
     #[cfg(feature = "testing")]
     Freeze(std::time::Duration),
 }
@@ -257,6 +322,10 @@ impl GroupMemberBuilder {
             view: view_tx,
             lease: lease_tx,
             closing: Vec::new(),
+            commits_in_flight: BTreeMap::new(),
+            commit_waiters: Vec::new(),
+            commit_requests: Vec::new(),
+            close_report: None,
             awaiting_drain: BTreeMap::new(),
             auto_drain: self.auto_drain,
             view_log: self.view_log,
@@ -422,22 +491,63 @@ impl GroupMember {
         let _ = self.inputs.send(Input::Counts(counts));
     }
 
+    /// Commits what was acknowledged so far on every owned partition now,
+    /// rather than at the next commit interval, and waits for the store's
+    /// answers. A partition whose commit is in flight already reports that
+    /// one (its offset may be lower than what was acknowledged since: call
+    /// again). Nothing is written while the member's session may have
+    /// lapsed.
+    pub async fn commit(&self) -> Result<CommitReport, TaskGone> {
+        let (reply, report) = oneshot::channel();
+        self.inputs
+            .send(Input::Commit(reply))
+            .map_err(|_| TaskGone)?;
+        report.await.map_err(|_| TaskGone)
+    }
+
     /// Leaves the group: stops every partition, waits for the drains (with
     /// Kafka, until the application acknowledged what it holds; without,
     /// a closing application holds nothing, so drains not reported yet are
     /// taken as done), commits, releases every claim, deregisters and ends
-    /// the session.
-    pub async fn close(mut self) -> Result<(), CloseError> {
+    /// the session. Returns the final commits and what became of them.
+    ///
+    /// A message handed out but never acknowledged holds its partition's
+    /// drain up to the processing timeout, and its offset is not committed.
+    pub async fn close(mut self) -> Result<CommitReport, CloseError> {
         let (done_tx, done_rx) = oneshot::channel();
         self.inputs
             .send(Input::Close(done_tx))
             .map_err(|_| CloseError::TaskGone)?;
         match done_rx.await {
-            Ok(()) => Ok(()),
+            Ok(report) => Ok(report),
             Err(_) => match self.task.take() {
-                Some(task) => task.await.map_err(|_| CloseError::TaskGone),
+                Some(task) => {
+                    task.await.map_err(|_| CloseError::TaskGone)?;
+                    Err(CloseError::TaskGone)
+                }
                 None => Err(CloseError::TaskGone),
             },
+        }
+    }
+
+    /// [`GroupMember::close`], given at most `limit`: past it the member is
+    /// stopped like a crash and the close fails with
+    /// [`CloseError::TimedOut`].
+    pub async fn close_within(
+        mut self,
+        limit: std::time::Duration,
+    ) -> Result<CommitReport, CloseError> {
+        let task = self.task.take();
+        let aborter = task.as_ref().map(JoinHandle::abort_handle);
+        self.task = task;
+        match tokio::time::timeout(limit, self.close()).await {
+            Ok(result) => result,
+            Err(_) => {
+                if let Some(aborter) = aborter {
+                    aborter.abort();
+                }
+                Err(CloseError::TimedOut { limit })
+            }
         }
     }
 
@@ -468,6 +578,13 @@ impl Drop for GroupMember {
     }
 }
 
+/// A [`GroupMember::commit`] call waiting for the store's answers.
+struct CommitWaiter {
+    reply: oneshot::Sender<CommitReport>,
+    waiting: BTreeSet<TopicPartition>,
+    report: CommitReport,
+}
+
 struct Driver {
     member: Member,
     backend: Box<dyn Backend>,
@@ -479,7 +596,16 @@ struct Driver {
     /// The member's deadline for handing out messages, for the data
     /// plane's batches (see [`crate::kafka`]'s `Lease`).
     lease: watch::Sender<Option<Instant>>,
-    closing: Vec<oneshot::Sender<()>>,
+    closing: Vec<oneshot::Sender<CommitReport>>,
+    /// Commits sent and not answered yet: the partition's token and offset.
+    commits_in_flight: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    /// [`GroupMember::commit`] calls not answered yet, each with the
+    /// commits it waits for and what became of those answered.
+    commit_waiters: Vec<CommitWaiter>,
+    /// [`GroupMember::commit`] calls whose commits go out in this step.
+    commit_requests: Vec<oneshot::Sender<CommitReport>>,
+    /// Every commit outcome since the close began, for its report.
+    close_report: Option<CommitReport>,
     /// Partitions told to stop whose drain the application has not
     /// reported yet (without Kafka, where the application reports drains).
     awaiting_drain: BTreeMap<TopicPartition, FencingToken>,
@@ -525,8 +651,9 @@ impl Driver {
                     data.shutdown();
                 }
                 self.backend.shutdown().await;
+                let report = self.close_report.take().unwrap_or_default();
                 for done in self.closing.drain(..) {
-                    let _ = done.send(());
+                    let _ = done.send(report.clone());
                 }
                 return;
             }
@@ -547,8 +674,20 @@ impl Driver {
                     Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
+                    Some(Input::Commit(reply)) => {
+                        // What the application acknowledged, not only what
+                        // the data plane reported so far.
+                        if let Some(data) = self.data.as_mut() {
+                            for event in data.flush() {
+                                self.on_data(event);
+                            }
+                        }
+                        self.member.commit_now(now());
+                        self.commit_requests.push(reply);
+                    }
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
+                        self.close_report.get_or_insert_with(CommitReport::default);
                         self.telemetry.on_event();
                         self.member.shutdown(now());
                         if self.data.is_none() {
@@ -611,6 +750,7 @@ impl Driver {
         }
         while let Some(event) = self.member.poll_app_event() {
             self.telemetry.on_app_event(&event, now());
+            self.track_commit(&event);
             match event {
                 AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
                     self.events
@@ -623,6 +763,7 @@ impl Driver {
                 _ => {}
             }
         }
+        self.wait_for_commits();
         self.publish();
     }
 
@@ -667,6 +808,85 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Follows the commits in flight and what became of them, for the
+    /// commit and close reports.
+    fn track_commit(&mut self, event: &AppEvent) {
+        let (partition, outcome) = match event {
+            AppEvent::Committing {
+                partition,
+                token,
+                offset,
+            } => {
+                self.commits_in_flight
+                    .insert(partition.clone(), (*token, *offset));
+                return;
+            }
+            AppEvent::Committed {
+                partition, offset, ..
+            } => (partition, CommitOutcome::Written { offset: *offset }),
+            AppEvent::CommitFenced {
+                partition, offset, ..
+            } => (partition, CommitOutcome::Fenced { offset: *offset }),
+            AppEvent::CommitFailed {
+                partition,
+                offset,
+                error,
+                ..
+            } => (
+                partition,
+                CommitOutcome::Failed {
+                    offset: *offset,
+                    error: error.clone(),
+                },
+            ),
+            // A commit still in flight when the claim ends is never
+            // answered to the member.
+            AppEvent::Lost { partition, .. } | AppEvent::Released { partition, .. } => {
+                match self.commits_in_flight.get(partition) {
+                    Some(&(_, offset)) => (partition, CommitOutcome::Abandoned { offset }),
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        self.commits_in_flight.remove(partition);
+        if let Some(report) = self.close_report.as_mut() {
+            report.commits.insert(partition.clone(), outcome.clone());
+        }
+        for waiter in &mut self.commit_waiters {
+            if waiter.waiting.remove(partition) {
+                waiter
+                    .report
+                    .commits
+                    .insert(partition.clone(), outcome.clone());
+            }
+        }
+        self.answer_commit_waiters();
+    }
+
+    /// Starts waiting for the commits in flight now, for the commit calls
+    /// of this step; answers those with nothing to wait for.
+    fn wait_for_commits(&mut self) {
+        for reply in std::mem::take(&mut self.commit_requests) {
+            self.commit_waiters.push(CommitWaiter {
+                reply,
+                waiting: self.commits_in_flight.keys().cloned().collect(),
+                report: CommitReport::default(),
+            });
+        }
+        self.answer_commit_waiters();
+    }
+
+    fn answer_commit_waiters(&mut self) {
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.commit_waiters)
+            .into_iter()
+            .partition(|waiter| waiter.waiting.is_empty());
+        self.commit_waiters = waiting;
+        for waiter in done {
+            let _ = waiter.reply.send(waiter.report);
         }
     }
 

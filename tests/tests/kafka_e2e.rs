@@ -701,3 +701,59 @@ async fn messages_events_and_errors_compose_in_one_select() {
         assert_eq!(committed, Some(EACH as i64), "partition {p}");
     }
 }
+
+/// `commit()` writes what was acknowledged at once (the interval here is an
+/// hour) and says what became of each partition's commit; `close()` says
+/// the same of the final commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_now_and_close_report_what_the_store_wrote() {
+    use tenure::tokio::CommitOutcome;
+
+    let client = kafka::client().await;
+    let topic = kafka::topic("commit-now");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 150).await;
+    let zookeeper = ZooKeeper::new("commit-now").await;
+    let group = common::group("commit-now");
+    let mut config = common::config_for(&group, "m1", &topic);
+    config.commit_interval = Duration::from_secs(3600);
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(zookeeper.backend())
+        .await
+        .expect("joins");
+    let tp = TopicPartition::new(&topic, 0);
+    let mut messages = member.messages();
+    take(&mut messages, 100).await;
+    let report = member.commit().await.expect("the member runs");
+    assert_eq!(
+        report.commits.get(&tp),
+        Some(&CommitOutcome::Written { offset: 100 }),
+        "{report:?}"
+    );
+    assert_eq!(zookeeper.committed(&group, &tp).await, Some(100));
+    // Nothing new acknowledged: nothing to commit.
+    let report = member.commit().await.expect("the member runs");
+    assert!(report.commits.is_empty(), "{report:?}");
+
+    take(&mut messages, 50).await;
+    let report = member.close().await.expect("closes");
+    assert_eq!(
+        report.commits.get(&tp),
+        Some(&CommitOutcome::Written { offset: 150 }),
+        "{report:?}"
+    );
+    assert!(report.all_written());
+    assert_eq!(zookeeper.committed(&group, &tp).await, Some(150));
+}
+
+/// Takes and acknowledges `count` messages.
+async fn take(messages: &mut tenure::tokio::Messages, count: usize) {
+    for _ in 0..count {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .expect("a message within 30 s")
+            .expect("a message");
+        message.ack();
+    }
+}

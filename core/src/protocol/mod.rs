@@ -352,6 +352,20 @@ impl Member {
         }
     }
 
+    /// Commits what was processed of every owned partition now, rather than
+    /// at the next commit interval. Each commit sent is announced
+    /// ([`AppEvent::Committing`]) and its outcome told
+    /// ([`AppEvent::Committed`], [`AppEvent::CommitFenced`],
+    /// [`AppEvent::CommitFailed`]). A partition with nothing new processed,
+    /// or whose commit is in flight already, sends none; nor does a member
+    /// whose session may have lapsed.
+    pub fn commit_now(&mut self, now: Instant) {
+        if self.input(now) {
+            self.interval_commits();
+            self.tick();
+        }
+    }
+
     /// Leaves the group: drain, commit, release every claim, deregister;
     /// [`Member::is_closed`] once done.
     pub fn shutdown(&mut self, now: Instant) {
