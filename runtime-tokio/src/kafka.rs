@@ -184,6 +184,9 @@ pub struct Message {
     /// side effect of processing it may be fenced with it.
     pub token: FencingToken,
     ledger: Arc<LedgerCell>,
+    /// The fetch of its claim it came from: a pause ends a fetch, and what
+    /// that fetch left buffered is fetched again on resume.
+    generation: u64,
 }
 
 impl Message {
@@ -279,7 +282,7 @@ impl Batches {
                 self.current = self.receiver.recv().await?.into_iter().peekable();
                 continue;
             };
-            if !message.ledger.is_live(message.token) {
+            if !message.ledger.is_live(message.token, message.generation) {
                 self.current.next();
                 continue;
             }
@@ -290,7 +293,10 @@ impl Batches {
                 continue;
             }
             let message = self.current.next()?;
-            if message.ledger.deliver(message.offset, message.token) {
+            if message
+                .ledger
+                .deliver(message.offset, message.token, message.generation)
+            {
                 return Some(message);
             }
         }
@@ -313,6 +319,11 @@ struct Ledger {
     stopping: bool,
     /// Drained and not yet reported.
     drained: bool,
+    /// The current fetch of the claim; messages of an earlier one are not
+    /// handed out.
+    generation: u64,
+    /// Paused by the application: nothing is handed out until resumed.
+    paused: bool,
 }
 
 /// One claim's ledger, shared by its messages (no lookup on the hot path).
@@ -333,17 +344,23 @@ impl LedgerCell {
         }
     }
 
-    /// Whether messages of the claim `token` may still be handed out (it
-    /// is this cell's claim, and not stopping).
-    fn is_live(&self, token: FencingToken) -> bool {
-        token == self.token && !self.lock().stopping
+    /// Whether a message of the claim `token` from fetch `generation` may
+    /// still be handed out (it is this cell's claim and current fetch, and
+    /// neither stopping nor paused).
+    fn is_live(&self, token: FencingToken, generation: u64) -> bool {
+        let ledger = self.lock();
+        token == self.token && !ledger.stopping && !ledger.paused && ledger.generation == generation
     }
 
-    /// Records a message handed to the application; `false` if its claim
-    /// is stopping, in which case it must not be handed out.
-    fn deliver(&self, offset: Offset, token: FencingToken) -> bool {
+    /// Records a message handed to the application; `false` if it may not
+    /// be handed out (see [`LedgerCell::is_live`]).
+    fn deliver(&self, offset: Offset, token: FencingToken, generation: u64) -> bool {
         let mut ledger = self.lock();
-        if token != self.token || ledger.stopping {
+        if token != self.token
+            || ledger.stopping
+            || ledger.paused
+            || ledger.generation != generation
+        {
             return false;
         }
         ledger.outstanding.push_back((offset, false));
@@ -409,6 +426,8 @@ impl Ledgers {
                 reported: None,
                 stopping: false,
                 drained: false,
+                generation: 0,
+                paused: false,
             }),
             changed: self.changed.clone(),
         });
@@ -475,13 +494,38 @@ pub(crate) enum Delivery {
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
 
+/// A claim the data plane fetches for.
+struct Claim {
+    token: FencingToken,
+    ledger: Arc<LedgerCell>,
+    /// Where its first fetch started.
+    from: FetchFrom,
+    /// Where its messages go; kept while paused, so that a per-partition
+    /// stream stays open.
+    sender: mpsc::Sender<Vec<Message>>,
+    /// The fetch running, unless paused.
+    fetcher: Option<JoinHandle<()>>,
+}
+
+impl Claim {
+    fn abort(self) {
+        if let Some(fetcher) = self.fetcher {
+            fetcher.abort();
+        }
+    }
+}
+
 /// The fetchers and ledgers of one member.
 pub(crate) struct DataPlane {
     client: Arc<Client>,
     config: KafkaConfig,
     initial: InitialOffset,
     pub(crate) ledgers: Ledgers,
-    fetchers: BTreeMap<TopicPartition, JoinHandle<()>>,
+    claims: BTreeMap<TopicPartition, Claim>,
+    /// Partitions the application paused, under the claim it paused: a
+    /// fetch that stops and starts again under that claim (a suspension)
+    /// stays paused; a new claim starts unpaused.
+    paused: BTreeMap<TopicPartition, FencingToken>,
     delivery: Delivery,
     /// The member's deadline, for the batches of per-partition streams.
     lease: Lease,
@@ -531,7 +575,8 @@ impl DataPlane {
             config,
             initial,
             ledgers: Ledgers::default(),
-            fetchers: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            paused: BTreeMap::new(),
             delivery,
             lease,
             events_tx,
@@ -548,7 +593,7 @@ impl DataPlane {
         from: FetchFrom,
         token: FencingToken,
     ) {
-        if let Some(old) = self.fetchers.remove(&partition) {
+        if let Some(old) = self.claims.remove(&partition) {
             old.abort();
         }
         let ledger = self.ledgers.open(&partition, token);
@@ -569,26 +614,87 @@ impl DataPlane {
             // application's memory down, and no task sits in between.
             Delivery::Group(group) => group.clone(),
         };
+        let mut claim = Claim {
+            token,
+            ledger,
+            from,
+            sender,
+            fetcher: None,
+        };
+        if self.paused.get(&partition) == Some(&token) {
+            claim.ledger.lock().paused = true;
+        } else {
+            self.paused.remove(&partition);
+            self.fetch(&partition, &mut claim, from);
+        }
+        self.claims.insert(partition, claim);
+    }
+
+    /// Starts the claim's fetch from `from`, stamped with its ledger's
+    /// current generation.
+    fn fetch(&self, partition: &TopicPartition, claim: &mut Claim, from: FetchFrom) {
         let fetcher = Fetcher {
             client: self.client.clone(),
             config: self.config.clone(),
             initial: self.initial,
             partition: partition.clone(),
-            token,
-            ledger,
+            token: claim.token,
+            ledger: claim.ledger.clone(),
+            generation: claim.ledger.lock().generation,
             events: self.events_tx.clone(),
         };
-        self.fetchers
-            .insert(partition, tokio::spawn(fetcher.run(from, sender)));
+        claim.fetcher = Some(tokio::spawn(fetcher.run(from, claim.sender.clone())));
     }
 
     /// Stops fetching `partition`. What the application acknowledged so far
     /// (and the drain, if it holds nothing) comes out of [`DataPlane::flush`].
     pub(crate) fn stop(&mut self, partition: &TopicPartition, token: FencingToken) {
-        if let Some(fetcher) = self.fetchers.remove(partition) {
-            fetcher.abort();
+        if let Some(claim) = self.claims.remove(partition) {
+            claim.abort();
         }
         self.ledgers.stop(partition, token);
+    }
+
+    /// Stops handing out and fetching `partition` for now, keeping its
+    /// claim; what was fetched and not handed out is fetched again on
+    /// [`DataPlane::resume`]. A partition not owned is left alone.
+    pub(crate) fn pause(&mut self, partition: &TopicPartition) {
+        if let Some(claim) = self.claims.get_mut(partition) {
+            let mut ledger = claim.ledger.lock();
+            if ledger.stopping || ledger.paused {
+                return;
+            }
+            self.paused.insert(partition.clone(), claim.token);
+            ledger.paused = true;
+            ledger.generation += 1;
+            drop(ledger);
+            if let Some(fetcher) = claim.fetcher.take() {
+                fetcher.abort();
+            }
+        }
+    }
+
+    /// Hands out and fetches a paused `partition` again, from the message
+    /// after the last one handed out.
+    pub(crate) fn resume(&mut self, partition: &TopicPartition) {
+        self.paused.remove(partition);
+        let Some(mut claim) = self.claims.remove(partition) else {
+            return;
+        };
+        let from = {
+            let mut ledger = claim.ledger.lock();
+            let resumed = ledger.paused && !ledger.stopping;
+            ledger.paused = false;
+            resumed.then(|| {
+                ledger
+                    .last_delivered
+                    .map_or(claim.from, |offset| FetchFrom::Offset(offset + 1))
+            })
+        };
+        if let Some(from) = from {
+            self.fetch(partition, &mut claim, from);
+        }
+        self.claims.insert(partition.clone(), claim);
     }
 
     /// Every change the ledgers hold now, in order: processed watermarks
@@ -614,8 +720,8 @@ impl DataPlane {
 
     /// Stops every fetcher (the member is gone).
     pub(crate) fn shutdown(&mut self) {
-        for (_, fetcher) in std::mem::take(&mut self.fetchers) {
-            fetcher.abort();
+        for (_, claim) in std::mem::take(&mut self.claims) {
+            claim.abort();
         }
         if let Some(metadata) = self.metadata.take() {
             metadata.abort();
@@ -636,6 +742,7 @@ struct Fetcher {
     partition: TopicPartition,
     token: FencingToken,
     ledger: Arc<LedgerCell>,
+    generation: u64,
     events: mpsc::UnboundedSender<DataEvent>,
 }
 
@@ -723,6 +830,7 @@ impl Fetcher {
                             timestamp_ms: record.record.timestamp.timestamp_millis(),
                             token: self.token,
                             ledger: self.ledger.clone(),
+                            generation: self.generation,
                         });
                     }
                     if !batch.is_empty() && sender.send(batch).await.is_err() {

@@ -194,6 +194,8 @@ enum Input {
     Drained(TopicPartition, FencingToken),
     Counts(PartitionCounts),
     Commit(oneshot::Sender<CommitReport>),
+    Pause(TopicPartition, oneshot::Sender<()>),
+    Resume(TopicPartition, oneshot::Sender<()>),
     Close(oneshot::Sender<CommitReport>),
     #[cfg(feature = "testing")]
     Freeze(std::time::Duration),
@@ -486,6 +488,30 @@ impl GroupMember {
         let _ = self.inputs.send(Input::Drained(partition, token));
     }
 
+    /// With Kafka: stops handing out (and fetching) `partition` until
+    /// [`GroupMember::resume`], keeping its claim; what was acknowledged is
+    /// committed as usual. Once it returns, no message of `partition` is
+    /// handed out. A partition this member does not own is left alone, and
+    /// a claim that ends while paused takes the pause with it (a partition
+    /// assigned again starts unpaused).
+    pub async fn pause(&self, partition: TopicPartition) -> Result<(), TaskGone> {
+        let (done, paused) = oneshot::channel();
+        self.inputs
+            .send(Input::Pause(partition, done))
+            .map_err(|_| TaskGone)?;
+        paused.await.map_err(|_| TaskGone)
+    }
+
+    /// With Kafka: hands out a paused `partition` again, from the message
+    /// after the last one handed out (nothing skipped, nothing twice).
+    pub async fn resume(&self, partition: TopicPartition) -> Result<(), TaskGone> {
+        let (done, resumed) = oneshot::channel();
+        self.inputs
+            .send(Input::Resume(partition, done))
+            .map_err(|_| TaskGone)?;
+        resumed.await.map_err(|_| TaskGone)
+    }
+
     /// New partition counts (counts only ever grow).
     pub fn set_partition_counts(&self, counts: PartitionCounts) {
         let _ = self.inputs.send(Input::Counts(counts));
@@ -674,6 +700,18 @@ impl Driver {
                     Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
+                    Some(Input::Pause(partition, done)) => {
+                        if let Some(data) = self.data.as_mut() {
+                            data.pause(&partition);
+                        }
+                        let _ = done.send(());
+                    }
+                    Some(Input::Resume(partition, done)) => {
+                        if let Some(data) = self.data.as_mut() {
+                            data.resume(&partition);
+                        }
+                        let _ = done.send(());
+                    }
                     Some(Input::Commit(reply)) => {
                         // What the application acknowledged, not only what
                         // the data plane reported so far.

@@ -750,10 +750,82 @@ async fn commit_now_and_close_report_what_the_store_wrote() {
 /// Takes and acknowledges `count` messages.
 async fn take(messages: &mut tenure::tokio::Messages, count: usize) {
     for _ in 0..count {
-        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
-            .await
-            .expect("a message within 30 s")
-            .expect("a message");
+        next_message(messages).await.ack();
+    }
+}
+
+/// A paused partition hands out nothing while the others flow, and on
+/// resume goes on from the message after the last one handed out: every
+/// offset once, none skipped, all committed at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_partition_waits_and_resumes_where_it_stood() {
+    const EACH: usize = 100;
+    let client = kafka::client().await;
+    let topic = kafka::topic("pause");
+    kafka::create_topic(&client, &topic, 2).await;
+    for p in 0..2 {
+        kafka::produce(&client, &topic, p, EACH).await;
+    }
+    let zookeeper = ZooKeeper::new("pause").await;
+    let group = common::group("pause");
+    let monitor = Monitor::new();
+    let mut member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
+    let mut messages = member.messages();
+    let mut seen: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
+    while seen.get(&0).is_none_or(Vec::is_empty) {
+        let message = next_message(&mut messages).await;
+        seen.entry(message.partition)
+            .or_default()
+            .push(message.offset);
         message.ack();
     }
+    member
+        .pause(TopicPartition::new(&topic, 0))
+        .await
+        .expect("the member runs");
+    let paused_at = seen[&0].len();
+    while seen.get(&1).map_or(0, Vec::len) < EACH {
+        let message = next_message(&mut messages).await;
+        assert_eq!(
+            message.partition, 1,
+            "partition 0 handed out offset {} while paused",
+            message.offset
+        );
+        seen.entry(1).or_default().push(message.offset);
+        message.ack();
+    }
+    assert_eq!(seen[&0].len(), paused_at);
+    member
+        .resume(TopicPartition::new(&topic, 0))
+        .await
+        .expect("the member runs");
+    while seen[&0].len() < EACH {
+        let message = next_message(&mut messages).await;
+        assert_eq!(message.partition, 0, "partition 1 was done");
+        seen.entry(0).or_default().push(message.offset);
+        message.ack();
+    }
+    for p in 0..2 {
+        assert_eq!(
+            seen[&p],
+            (0..EACH as i64).collect::<Vec<_>>(),
+            "partition {p}: every offset once, in order"
+        );
+    }
+    let report = member.close().await.expect("closes");
+    assert!(report.all_written(), "{report:?}");
+    for p in 0..2 {
+        let committed = zookeeper
+            .committed(&group, &TopicPartition::new(&topic, p))
+            .await;
+        assert_eq!(committed, Some(EACH as i64), "partition {p}");
+    }
+}
+
+/// The next message, within 30 s.
+async fn next_message(messages: &mut tenure::tokio::Messages) -> tenure::tokio::Message {
+    tokio::time::timeout(Duration::from_secs(30), messages.next())
+        .await
+        .expect("a message within 30 s")
+        .expect("a message")
 }
