@@ -494,6 +494,20 @@ pub(crate) enum Delivery {
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
 
+/// Where the application wants a newly claimed partition to start, from a
+/// store of its own (see [`crate::GroupMemberBuilder::start_offsets`]):
+/// given the partition and its claim's token, the offset to start at, or
+/// `None` to start where the member would (the committed offset, or the
+/// initial-offset policy).
+pub type StartOffsets = Arc<
+    dyn Fn(
+            TopicPartition,
+            FencingToken,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Offset>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// A claim the data plane fetches for.
 struct Claim {
     token: FencingToken,
@@ -522,6 +536,8 @@ pub(crate) struct DataPlane {
     initial: InitialOffset,
     pub(crate) ledgers: Ledgers,
     claims: BTreeMap<TopicPartition, Claim>,
+    /// The application's start offsets, asked at each claim's first fetch.
+    start_offsets: Option<StartOffsets>,
     /// Partitions the application paused, under the claim it paused: a
     /// fetch that stops and starts again under that claim (a suspension)
     /// stays paused; a new claim starts unpaused.
@@ -576,6 +592,7 @@ impl DataPlane {
             initial,
             ledgers: Ledgers::default(),
             claims: BTreeMap::new(),
+            start_offsets: None,
             paused: BTreeMap::new(),
             delivery,
             lease,
@@ -625,14 +642,25 @@ impl DataPlane {
             claim.ledger.lock().paused = true;
         } else {
             self.paused.remove(&partition);
-            self.fetch(&partition, &mut claim, from);
+            self.fetch(&partition, &mut claim, from, self.start_offsets.clone());
         }
         self.claims.insert(partition, claim);
     }
 
-    /// Starts the claim's fetch from `from`, stamped with its ledger's
-    /// current generation.
-    fn fetch(&self, partition: &TopicPartition, claim: &mut Claim, from: FetchFrom) {
+    /// The application's start offsets, asked at each claim's first fetch.
+    pub(crate) fn set_start_offsets(&mut self, start_offsets: StartOffsets) {
+        self.start_offsets = Some(start_offsets);
+    }
+
+    /// Starts the claim's fetch from `from` (or where `ask` says),
+    /// stamped with its ledger's current generation.
+    fn fetch(
+        &self,
+        partition: &TopicPartition,
+        claim: &mut Claim,
+        from: FetchFrom,
+        ask: Option<StartOffsets>,
+    ) {
         let fetcher = Fetcher {
             client: self.client.clone(),
             config: self.config.clone(),
@@ -643,7 +671,15 @@ impl DataPlane {
             generation: claim.ledger.lock().generation,
             events: self.events_tx.clone(),
         };
-        claim.fetcher = Some(tokio::spawn(fetcher.run(from, claim.sender.clone())));
+        let sender = claim.sender.clone();
+        let (partition, token) = (partition.clone(), claim.token);
+        claim.fetcher = Some(tokio::spawn(async move {
+            let from = match ask {
+                Some(ask) => ask(partition, token).await.map_or(from, FetchFrom::Offset),
+                None => from,
+            };
+            fetcher.run(from, sender).await
+        }));
     }
 
     /// Stops fetching `partition`. What the application acknowledged so far
@@ -692,9 +728,52 @@ impl DataPlane {
             })
         };
         if let Some(from) = from {
-            self.fetch(partition, &mut claim, from);
+            self.fetch(partition, &mut claim, from, None);
         }
         self.claims.insert(partition.clone(), claim);
+    }
+
+    /// Hands out `partition` from `offset` on, under the claim `token`:
+    /// what was fetched and not handed out is dropped, what was handed out
+    /// and not acknowledged is let go. Moving forward counts the skipped
+    /// messages as processed (the next commit stores `offset`); moving back
+    /// hands messages out again, and the committed offset never moves
+    /// back. `false` if the partition is not owned under `token`, or is
+    /// stopping.
+    pub(crate) fn seek(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) -> bool {
+        let Some(mut claim) = self.claims.remove(partition) else {
+            return false;
+        };
+        let paused = {
+            let mut ledger = claim.ledger.lock();
+            if claim.token != token || ledger.stopping {
+                drop(ledger);
+                self.claims.insert(partition.clone(), claim);
+                return false;
+            }
+            ledger.generation += 1;
+            ledger.outstanding.clear();
+            ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
+            if ledger.last_delivered > ledger.watermark {
+                ledger.watermark = ledger.last_delivered;
+                claim.ledger.changed.notify_one();
+            }
+            ledger.paused
+        };
+        if let Some(fetcher) = claim.fetcher.take() {
+            fetcher.abort();
+        }
+        claim.from = FetchFrom::Offset(offset);
+        if !paused {
+            self.fetch(partition, &mut claim, FetchFrom::Offset(offset), None);
+        }
+        self.claims.insert(partition.clone(), claim);
+        true
     }
 
     /// Every change the ledgers hold now, in order: processed watermarks

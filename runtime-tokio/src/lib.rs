@@ -23,10 +23,10 @@ pub use backend::{
     hostname, registration_record, Backend, BackendError, EventSender, Joining, LastHeard,
     PartitionLocks,
 };
-pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream};
+pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream, StartOffsets};
 pub use member::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
-    JoinError, Problem, TaskGone, View,
+    JoinError, Problem, SeekError, TaskGone, View,
 };
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};

@@ -2,6 +2,7 @@
 //! machine, and the handle the application holds.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tenure_core::assignment::PartitionCounts;
@@ -16,7 +17,7 @@ use tracing::Instrument;
 use crate::backend::{Backend, BackendError, Joining};
 use crate::kafka::{
     self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
-    PartitionStream,
+    PartitionStream, StartOffsets,
 };
 use crate::streams::{
     self, Errors, EventSender, Events, Messages, PartitionStreams, ProblemSender,
@@ -166,6 +167,24 @@ impl CommitReport {
     }
 }
 
+/// Why [`GroupMember::seek`] did not move a partition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeekError {
+    /// The partition is not owned under that claim (any more), or is on
+    /// its way out, or there is no Kafka to fetch from.
+    #[error("{partition} is not consumed under the claim {token:?}")]
+    NotOwned {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim named.
+        token: FencingToken,
+    },
+    /// The member's task has ended.
+    #[error(transparent)]
+    TaskGone(#[from] TaskGone),
+}
+
 /// The member's task has ended (it was closed, or it stopped on its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the member's task has ended")]
@@ -195,6 +214,7 @@ enum Input {
     Counts(PartitionCounts),
     Commit(oneshot::Sender<CommitReport>),
     Pause(TopicPartition, oneshot::Sender<()>),
+    Seek(TopicPartition, FencingToken, Offset, oneshot::Sender<bool>),
     Resume(TopicPartition, oneshot::Sender<()>),
     Close(oneshot::Sender<CommitReport>),
     #[cfg(feature = "testing")]
@@ -210,6 +230,7 @@ pub struct GroupMemberBuilder {
     kafka: Option<KafkaConfig>,
     per_partition: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
+    start_offsets: Option<StartOffsets>,
 }
 
 impl GroupMemberBuilder {
@@ -252,6 +273,23 @@ impl GroupMemberBuilder {
         self
     }
 
+    /// With Kafka: where each newly claimed partition starts, asked of the
+    /// application (an offset it keeps beside its output, say) before the
+    /// first fetch of the claim; `None` from it starts where the member
+    /// would (the committed offset, or the initial-offset policy). The
+    /// claim's fencing token comes with it, to fence what the application
+    /// writes with the offset.
+    pub fn start_offsets<F, Fut>(mut self, start_offset: F) -> Self
+    where
+        F: Fn(TopicPartition, FencingToken) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Option<Offset>> + Send + 'static,
+    {
+        self.start_offsets = Some(Arc::new(move |partition, token| {
+            Box::pin(start_offset(partition, token))
+        }));
+        self
+    }
+
     /// Whether the runtime reports a stopped partition drained at once,
     /// for applications that finish each message before taking the next
     /// event (default: no, the application calls [`GroupMember::drained`]).
@@ -287,14 +325,18 @@ impl GroupMemberBuilder {
                 messages = Some(Batches::new(rx, lease.clone()));
                 Delivery::Group(tx)
             };
-            data = Some(DataPlane::new(
+            let mut plane = DataPlane::new(
                 client,
                 kafka_config,
                 self.config.initial_offset,
                 self.config.topics.clone(),
                 delivery,
                 lease,
-            ));
+            );
+            if let Some(start_offsets) = self.start_offsets {
+                plane.set_start_offsets(start_offsets);
+            }
+            data = Some(plane);
         }
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
@@ -392,6 +434,7 @@ impl GroupMember {
             view_log: None,
             kafka: None,
             per_partition: false,
+            start_offsets: None,
         }
     }
 
@@ -500,6 +543,29 @@ impl GroupMember {
             .send(Input::Pause(partition, done))
             .map_err(|_| TaskGone)?;
         paused.await.map_err(|_| TaskGone)
+    }
+
+    /// With Kafka: hands out `partition`, owned under `token`, from
+    /// `offset` on. What was fetched and not handed out is dropped, and
+    /// what was handed out and not acknowledged is let go. Moving forward
+    /// counts the skipped messages as processed (the next commit stores
+    /// `offset`); moving back hands messages out again, and the committed
+    /// offset never moves back.
+    pub async fn seek(
+        &self,
+        partition: TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) -> Result<(), SeekError> {
+        let (done, moved) = oneshot::channel();
+        self.inputs
+            .send(Input::Seek(partition.clone(), token, offset, done))
+            .map_err(|_| TaskGone)?;
+        match moved.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(SeekError::NotOwned { partition, token }),
+            Err(_) => Err(TaskGone.into()),
+        }
     }
 
     /// With Kafka: hands out a paused `partition` again, from the message
@@ -705,6 +771,21 @@ impl Driver {
                             data.pause(&partition);
                         }
                         let _ = done.send(());
+                    }
+                    Some(Input::Seek(partition, token, offset, done)) => {
+                        let moved = self
+                            .data
+                            .as_mut()
+                            .is_some_and(|data| data.seek(&partition, token, offset));
+                        // A forward move counts as processed: tell the core.
+                        if moved {
+                            if let Some(data) = self.data.as_mut() {
+                                for event in data.flush() {
+                                    self.on_data(event);
+                                }
+                            }
+                        }
+                        let _ = done.send(moved);
                     }
                     Some(Input::Resume(partition, done)) => {
                         if let Some(data) = self.data.as_mut() {

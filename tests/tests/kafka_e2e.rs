@@ -829,3 +829,88 @@ async fn next_message(messages: &mut tenure::tokio::Messages) -> tenure::tokio::
         .expect("a message within 30 s")
         .expect("a message")
 }
+
+/// The application picks where a claim starts (from a store of its own),
+/// and moves a partition forward and back under its claim: forward skips
+/// and commits past the skipped messages, back hands messages out again
+/// without moving the committed offset back; a stale claim is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_application_picks_start_offsets_and_seeks() {
+    use tenure::tokio::{CommitOutcome, SeekError};
+
+    let client = kafka::client().await;
+    let topic = kafka::topic("seek");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 100).await;
+    let zookeeper = ZooKeeper::new("seek").await;
+    let group = common::group("seek");
+    let mut config = common::config_for(&group, "m1", &topic);
+    config.commit_interval = Duration::from_secs(3600);
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let asked_by_member = asked.clone();
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .start_offsets(move |partition, token| {
+            if let Ok(mut asked) = asked_by_member.lock() {
+                asked.push((partition, token));
+            }
+            async { Some(40) }
+        })
+        .join(zookeeper.backend())
+        .await
+        .expect("joins");
+    let tp = TopicPartition::new(&topic, 0);
+    let mut messages = member.messages();
+    let first = next_message(&mut messages).await;
+    assert_eq!(first.offset, 40, "starts where the application said");
+    let token = first.token;
+    assert_eq!(
+        *asked.lock().expect("not poisoned"),
+        vec![(tp.clone(), token)]
+    );
+    first.ack();
+    for expected in 41..50 {
+        let message = next_message(&mut messages).await;
+        assert_eq!(message.offset, expected);
+        message.ack();
+    }
+
+    member
+        .seek(tp.clone(), token, 80)
+        .await
+        .expect("seeks forward");
+    for expected in 80..90 {
+        let message = next_message(&mut messages).await;
+        assert_eq!(message.offset, expected, "after the forward seek");
+        message.ack();
+    }
+    let report = member.commit().await.expect("the member runs");
+    assert_eq!(
+        report.commits.get(&tp),
+        Some(&CommitOutcome::Written { offset: 90 })
+    );
+
+    member
+        .seek(tp.clone(), token, 85)
+        .await
+        .expect("seeks back");
+    let again = next_message(&mut messages).await;
+    assert_eq!(again.offset, 85, "handed out again after the seek back");
+    again.ack();
+    let report = member.commit().await.expect("the member runs");
+    assert!(
+        report.commits.is_empty(),
+        "the commit moved back: {report:?}"
+    );
+    assert_eq!(zookeeper.committed(&group, &tp).await, Some(90));
+
+    let stale = tenure::core::FencingToken(token.0 - 1);
+    assert_eq!(
+        member.seek(tp.clone(), stale, 10).await,
+        Err(SeekError::NotOwned {
+            partition: tp.clone(),
+            token: stale
+        })
+    );
+    member.close().await.expect("closes");
+}
