@@ -55,6 +55,12 @@ pub struct Config {
     pub suspension_margin: Duration,
     /// Where to start a partition with no committed offset. Default: oldest.
     pub initial_offset: InitialOffset,
+    /// Whether the member reads and commits offsets in the coordination
+    /// store. Default: yes. Without, the application keeps them itself
+    /// (beside its output, fenced by the claim's token): no offset is read
+    /// when a claim takes effect (the fetch starts where the application
+    /// says, else by [`Config::initial_offset`]), and none is ever written.
+    pub store_offsets: bool,
 }
 
 impl Config {
@@ -91,6 +97,7 @@ impl Config {
             claim_stall_threshold: processing_timeout + session_timeout,
             suspension_margin: session_timeout / 5,
             initial_offset: InitialOffset::Oldest,
+            store_offsets: true,
         })
     }
 

@@ -631,6 +631,39 @@ fn commit_now_commits_what_was_processed_without_waiting_for_the_interval() {
 }
 
 #[test]
+fn offsets_kept_by_the_application_are_never_read_nor_written() {
+    let mut config = base_config();
+    config.store_offsets = false;
+    let mut h = Harness::new(config);
+    h.auto_heartbeat = Some(Ok(()));
+    h.join(&[info(OURS)]);
+    let commands = h.set_counts(counts(1));
+    let claim = claims(&commands);
+    assert_eq!(claim.len(), 1, "{commands:?}");
+    let commands = h.event(Event::ClaimResult {
+        id: claim[0].0,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(100),
+        }),
+    });
+    assert!(read_offsets(&commands).is_empty(), "{commands:?}");
+    let starts = h.starts();
+    assert_eq!(starts, vec![(tp(0), FetchFrom::Oldest, FencingToken(100))]);
+
+    h.processed(0, 50);
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    let commands = h.input(|member, now| member.commit_now(now));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+
+    // Leaving: drained, then released with no final commit.
+    h.input(|member, now| member.shutdown(now));
+    let commands = h.drained(0);
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    assert_eq!(releases(&commands).len(), 1, "{commands:?}");
+}
+
+#[test]
 fn acknowledgements_under_another_token_are_not_committed() {
     let mut h = Harness::new(base_config());
     h.auto_heartbeat = Some(Ok(()));

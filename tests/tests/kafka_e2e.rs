@@ -914,3 +914,36 @@ async fn the_application_picks_start_offsets_and_seeks() {
     );
     member.close().await.expect("closes");
 }
+
+/// With the offsets kept by the application, the store never holds one:
+/// the claim starts where the application says and nothing is committed,
+/// even when leaving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_kept_by_the_application_never_reach_the_store() {
+    let client = kafka::client().await;
+    let topic = kafka::topic("own-offsets");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 50).await;
+    let zookeeper = ZooKeeper::new("own-offsets").await;
+    let group = common::group("own-offsets");
+    let mut config = common::config_for(&group, "m1", &topic);
+    config.store_offsets = false;
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .start_offsets(|_, _| async { Some(30) })
+        .join(zookeeper.backend())
+        .await
+        .expect("joins");
+    let mut messages = member.messages();
+    for expected in 30..50 {
+        let message = next_message(&mut messages).await;
+        assert_eq!(message.offset, expected);
+        message.ack();
+    }
+    let report = member.commit().await.expect("the member runs");
+    assert!(report.commits.is_empty(), "{report:?}");
+    let report = member.close().await.expect("closes");
+    assert!(report.commits.is_empty(), "{report:?}");
+    let tp = TopicPartition::new(&topic, 0);
+    assert_eq!(zookeeper.committed(&group, &tp).await, None);
+}

@@ -862,8 +862,10 @@ impl Member {
     /// Starts claiming a partition the assignment gives us and we do not
     /// hold.
     fn start_claiming(&mut self, partition: &TopicPartition) {
-        self.partitions
-            .insert(partition.clone(), PartitionState::claiming(self.now));
+        self.partitions.insert(
+            partition.clone(),
+            PartitionState::claiming(self.now, self.config.store_offsets),
+        );
         self.app.push(AppEvent::Claiming {
             partition: partition.clone(),
         });
@@ -952,7 +954,22 @@ impl Member {
             AfterClaim::Ignored => {}
             AfterClaim::Owned(token) => {
                 self.announce_claim(&partition, token);
-                self.send(&partition, PartitionRequest::ReadOffset);
+                if self.config.store_offsets {
+                    self.send(&partition, PartitionRequest::ReadOffset);
+                } else {
+                    let initial = self.initial_fetch();
+                    let read = self
+                        .partitions
+                        .get_mut(&partition)
+                        .map(|state| state.no_offset_to_read(initial));
+                    if let Some(AfterOffset::Read(committed)) = read {
+                        self.app.push(AppEvent::OffsetRead {
+                            partition,
+                            token,
+                            committed,
+                        });
+                    }
+                }
             }
             AfterClaim::Watch => self.send(&partition, PartitionRequest::WatchOwner),
             AfterClaim::Failed(error) => {
@@ -1027,10 +1044,7 @@ impl Member {
         let Some(partition) = self.partition_request(id, &result) else {
             return;
         };
-        let initial = match self.config.initial_offset {
-            InitialOffset::Oldest => FetchFrom::Oldest,
-            InitialOffset::Newest => FetchFrom::Newest,
-        };
+        let initial = self.initial_fetch();
         let next = self.transition(&partition, |state, cx| {
             let next = state.offset_result(result, initial, cx.backoff());
             (next, state.token)
@@ -1047,6 +1061,14 @@ impl Member {
                 self.report_store(Operation::ReadOffset, Some(&partition), error);
             }
             _ => {}
+        }
+    }
+
+    /// Where a partition with no committed offset starts.
+    fn initial_fetch(&self) -> FetchFrom {
+        match self.config.initial_offset {
+            InitialOffset::Oldest => FetchFrom::Oldest,
+            InitialOffset::Newest => FetchFrom::Newest,
         }
     }
 

@@ -268,6 +268,9 @@ pub(crate) struct PartitionState {
     /// anew once the release is done.
     pub reclaim: bool,
     pub corrupt_reported: bool,
+    /// Whether offsets are read from and committed to the store
+    /// ([`crate::Config::store_offsets`]).
+    pub store_offsets: bool,
 }
 
 impl PartitionState {
@@ -295,8 +298,9 @@ impl PartitionState {
     }
 
     /// A partition the assignment just gave us: its claim starts at `now`.
-    pub fn claiming(now: Instant) -> Self {
+    pub fn claiming(now: Instant, store_offsets: bool) -> Self {
         PartitionState {
+            store_offsets,
             phase: Phase::Claiming(ClaimStep::Backoff),
             request: None,
             retry_at: None,
@@ -318,8 +322,12 @@ impl PartitionState {
     }
 
     /// The next offset a commit would write, if it is ahead of the last
-    /// committed one (commits never go backwards).
+    /// committed one (commits never go backwards); never, when the
+    /// application keeps the offsets.
     pub fn commit_due(&self) -> Option<Offset> {
+        if !self.store_offsets {
+            return None;
+        }
         let next = self.processed?.checked_add(1)?;
         match self.committed {
             Some(done) if done >= next => None,
@@ -530,14 +538,7 @@ impl PartitionState {
             return AfterOffset::Ignored;
         }
         match result {
-            Ok(committed) => {
-                self.committed = committed;
-                self.start = Some(committed.map_or(initial, FetchFrom::Offset));
-                self.phase = Phase::Owned(OwnedStep::Ready);
-                self.request = None;
-                self.attempt = 0;
-                AfterOffset::Read(committed)
-            }
+            Ok(committed) => self.offset_known(committed, initial),
             Err(error) => {
                 let corrupt = matches!(error, StoreError::Corrupt { .. });
                 // Corrupt data is reported once and never overwritten: the
@@ -553,6 +554,24 @@ impl PartitionState {
                 AfterOffset::Failed((report && !quiet).then_some(error))
             }
         }
+    }
+
+    /// The claim took effect and the application keeps the offsets:
+    /// nothing to read, the fetch starts at `initial` (or where the
+    /// application says).
+    pub fn no_offset_to_read(&mut self, initial: FetchFrom) -> AfterOffset {
+        self.offset_known(None, initial)
+    }
+
+    /// The committed offset is known (`None`: nothing committed): the
+    /// partition is ready to fetch from it, else from `initial`.
+    fn offset_known(&mut self, committed: Option<Offset>, initial: FetchFrom) -> AfterOffset {
+        self.committed = committed;
+        self.start = Some(committed.map_or(initial, FetchFrom::Offset));
+        self.phase = Phase::Owned(OwnedStep::Ready);
+        self.request = None;
+        self.attempt = 0;
+        AfterOffset::Read(committed)
     }
 
     /// The application processed every message up to `offset`, fetched
