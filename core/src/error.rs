@@ -81,6 +81,19 @@ pub enum StoreError {
     Other(ClientError),
 }
 
+impl StoreError {
+    /// Whether the failure may clear by itself (the connection comes back,
+    /// a new session opens), so that the member's own retries can help;
+    /// `false` for what needs someone to act (corrupt data) or is final (a
+    /// fenced write, a record that is not there).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::ConnectionLoss | StoreError::SessionExpired
+        )
+    }
+}
+
 /// A store client's own error inside a [`StoreError`], shared so that store
 /// results stay cheap to clone. Two compare equal when their messages do: the
 /// simulator and the tests compare results, and a client error has no other
@@ -180,6 +193,7 @@ impl fmt::Display for Operation {
 /// A problem the core reports on its error output. Reporting never stops the
 /// member: the core keeps working towards its assignment.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A claim has waited longer than the claim-stall threshold. Reported
     /// once per claim; the claim goes on.
@@ -247,4 +261,56 @@ pub enum Error {
         /// How many partitions were being consumed or claimed.
         partitions: usize,
     },
+}
+
+impl Error {
+    /// Whether the problem may clear by itself while the member goes on
+    /// (a claim still waiting, an old registration about to expire, a lost
+    /// connection, a session the member is rejoining after); `false` for
+    /// what needs someone to act (a strategy mismatch, corrupt data, an
+    /// application too slow to drain) or is final (a fenced commit).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::ClaimStalled { .. }
+            | Error::RegistrationTaken { .. }
+            | Error::SessionExpired { .. } => true,
+            Error::Store { source, .. } => source.is_transient(),
+            Error::StrategyMismatch { .. }
+            | Error::CommitFenced { .. }
+            | Error::DrainTimeout { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod transient_tests {
+    use super::*;
+
+    #[test]
+    fn what_clears_by_itself_is_transient_and_what_needs_someone_is_not() {
+        let store = |source| Error::Store {
+            operation: Operation::Claim,
+            partition: None,
+            source,
+        };
+        assert!(store(StoreError::ConnectionLoss).is_transient());
+        assert!(store(StoreError::SessionExpired).is_transient());
+        assert!(Error::SessionExpired { partitions: 3 }.is_transient());
+        assert!(!store(StoreError::Corrupt {
+            path: "/x".to_owned(),
+            detail: "garbage".to_owned()
+        })
+        .is_transient());
+        assert!(!Error::CommitFenced {
+            partition: TopicPartition::new("t", 0),
+            offset: 5
+        }
+        .is_transient());
+        assert!(!Error::StrategyMismatch {
+            ours: "sticky".to_owned(),
+            member: MemberId::new("m").expect("a valid id"),
+            theirs: "range".to_owned()
+        }
+        .is_transient());
+    }
 }

@@ -59,6 +59,7 @@ impl KafkaConfig {
 
 /// What went wrong talking to Kafka.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum KafkaError {
     /// No bootstrap broker was given.
     #[error("no Kafka bootstrap broker given")]
@@ -98,6 +99,19 @@ pub enum KafkaError {
         /// Where fetching went on.
         reset: Offset,
     },
+}
+
+impl KafkaError {
+    /// Whether the problem may clear by itself while the member goes on (a
+    /// broker that does not answer, a failed fetch, which is retried);
+    /// `false` for what needs someone to act (no broker given, a topic that
+    /// does not exist) or is done with (an offset reset).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            KafkaError::Unreachable { .. } | KafkaError::Fetch { .. }
+        )
+    }
 }
 
 /// Connects to the brokers, bounded by the connect timeout.

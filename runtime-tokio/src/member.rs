@@ -116,6 +116,20 @@ pub enum Problem {
     },
 }
 
+impl Problem {
+    /// Whether the problem may clear by itself while the member goes on,
+    /// so that waiting (the member retries on its own) can help; `false`
+    /// for what needs someone to act, what is final, and a count of
+    /// dropped problems.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Problem::Coordination(error) => error.is_transient(),
+            Problem::Kafka(error) => error.is_transient(),
+            Problem::Dropped { .. } => false,
+        }
+    }
+}
+
 /// What became of one commit of a partition's offset.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
