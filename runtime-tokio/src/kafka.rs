@@ -705,10 +705,20 @@ impl DataPlane {
         self.ledgers.stop(partition, token);
     }
 
+    /// Pauses or resumes `partition` (see [`DataPlane::pause`] and
+    /// [`DataPlane::resume`]).
+    pub(crate) fn set_paused(&mut self, partition: &TopicPartition, paused: bool) {
+        if paused {
+            self.pause(partition);
+        } else {
+            self.resume(partition);
+        }
+    }
+
     /// Stops handing out and fetching `partition` for now, keeping its
     /// claim; what was fetched and not handed out is fetched again on
     /// [`DataPlane::resume`]. A partition not owned is left alone.
-    pub(crate) fn pause(&mut self, partition: &TopicPartition) {
+    fn pause(&mut self, partition: &TopicPartition) {
         if let Some(claim) = self.claims.get_mut(partition) {
             let mut ledger = claim.ledger.lock();
             if ledger.stopping || ledger.paused {
@@ -726,7 +736,7 @@ impl DataPlane {
 
     /// Hands out and fetches a paused `partition` again, from the message
     /// after the last one handed out.
-    pub(crate) fn resume(&mut self, partition: &TopicPartition) {
+    fn resume(&mut self, partition: &TopicPartition) {
         self.paused.remove(partition);
         let Some(mut claim) = self.claims.remove(partition) else {
             return;

@@ -227,9 +227,8 @@ enum Input {
     Drained(TopicPartition, FencingToken),
     Counts(PartitionCounts),
     Commit(oneshot::Sender<CommitReport>),
-    Pause(TopicPartition, oneshot::Sender<()>),
+    SetPaused(TopicPartition, bool, oneshot::Sender<()>),
     Seek(TopicPartition, FencingToken, Offset, oneshot::Sender<bool>),
-    Resume(TopicPartition, oneshot::Sender<()>),
     Close(oneshot::Sender<CommitReport>),
     #[cfg(feature = "testing")]
     Freeze(std::time::Duration),
@@ -468,13 +467,13 @@ impl GroupMember {
     /// The changes in what this member consumes: a stream that lives apart
     /// from the member. Taken once, like [`GroupMember::messages`].
     pub fn events(&mut self) -> Events {
-        self.events.take().unwrap_or_else(streams::ended_events)
+        self.events.take().unwrap_or_else(Events::ended)
     }
 
     /// The problems this member reports: a stream that lives apart from
     /// the member. Taken once, like [`GroupMember::messages`].
     pub fn errors(&mut self) -> Errors {
-        self.errors.take().unwrap_or_else(streams::ended_errors)
+        self.errors.take().unwrap_or_else(Errors::ended)
     }
 
     /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
@@ -552,11 +551,8 @@ impl GroupMember {
     /// a claim that ends while paused takes the pause with it (a partition
     /// assigned again starts unpaused).
     pub async fn pause(&self, partition: TopicPartition) -> Result<(), TaskGone> {
-        let (done, paused) = oneshot::channel();
-        self.inputs
-            .send(Input::Pause(partition, done))
-            .map_err(|_| TaskGone)?;
-        paused.await.map_err(|_| TaskGone)
+        self.ask(|done| Input::SetPaused(partition, true, done))
+            .await
     }
 
     /// With Kafka: hands out `partition`, owned under `token`, from
@@ -571,25 +567,21 @@ impl GroupMember {
         token: FencingToken,
         offset: Offset,
     ) -> Result<(), SeekError> {
-        let (done, moved) = oneshot::channel();
-        self.inputs
-            .send(Input::Seek(partition.clone(), token, offset, done))
-            .map_err(|_| TaskGone)?;
-        match moved.await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(SeekError::NotOwned { partition, token }),
-            Err(_) => Err(TaskGone.into()),
+        let target = partition.clone();
+        match self
+            .ask(|done| Input::Seek(target, token, offset, done))
+            .await?
+        {
+            true => Ok(()),
+            false => Err(SeekError::NotOwned { partition, token }),
         }
     }
 
     /// With Kafka: hands out a paused `partition` again, from the message
     /// after the last one handed out (nothing skipped, nothing twice).
     pub async fn resume(&self, partition: TopicPartition) -> Result<(), TaskGone> {
-        let (done, resumed) = oneshot::channel();
-        self.inputs
-            .send(Input::Resume(partition, done))
-            .map_err(|_| TaskGone)?;
-        resumed.await.map_err(|_| TaskGone)
+        self.ask(|done| Input::SetPaused(partition, false, done))
+            .await
     }
 
     /// New partition counts (counts only ever grow).
@@ -604,11 +596,15 @@ impl GroupMember {
     /// again). Nothing is written while the member's session may have
     /// lapsed.
     pub async fn commit(&self) -> Result<CommitReport, TaskGone> {
-        let (reply, report) = oneshot::channel();
-        self.inputs
-            .send(Input::Commit(reply))
-            .map_err(|_| TaskGone)?;
-        report.await.map_err(|_| TaskGone)
+        self.ask(Input::Commit).await
+    }
+
+    /// Sends the member's task the input `make` builds around a reply
+    /// channel, and waits for the reply.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Input) -> Result<T, TaskGone> {
+        let (reply, answer) = oneshot::channel();
+        self.inputs.send(make(reply)).map_err(|_| TaskGone)?;
+        answer.await.map_err(|_| TaskGone)
     }
 
     /// Leaves the group: stops every partition, waits for the drains (with
@@ -780,9 +776,9 @@ impl Driver {
                     Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
-                    Some(Input::Pause(partition, done)) => {
+                    Some(Input::SetPaused(partition, paused, done)) => {
                         if let Some(data) = self.data.as_mut() {
-                            data.pause(&partition);
+                            data.set_paused(&partition, paused);
                         }
                         let _ = done.send(());
                     }
@@ -800,12 +796,6 @@ impl Driver {
                             }
                         }
                         let _ = done.send(moved);
-                    }
-                    Some(Input::Resume(partition, done)) => {
-                        if let Some(data) = self.data.as_mut() {
-                            data.resume(&partition);
-                        }
-                        let _ = done.send(());
                     }
                     Some(Input::Commit(reply)) => {
                         // What the application acknowledged, not only what

@@ -79,6 +79,40 @@ pub(crate) fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Se
     })
 }
 
+/// What the member tells its application of one kind, as a stream of its
+/// own (see [`Events`] and [`Errors`] for each kind's overflow rule).
+#[derive(Debug)]
+pub struct Told<T> {
+    receiver: mpsc::Receiver<T>,
+}
+
+impl<T> Told<T> {
+    /// The next one (`None` once the member has closed).
+    pub async fn next(&mut self) -> Option<T> {
+        self.receiver.recv().await
+    }
+
+    /// The next one already waiting, without waiting.
+    pub fn try_next(&mut self) -> Option<T> {
+        self.receiver.try_recv().ok()
+    }
+
+    /// A stream that ends at once (the member's was taken already).
+    pub(crate) fn ended() -> Told<T> {
+        Told {
+            receiver: mpsc::channel(1).1,
+        }
+    }
+}
+
+impl<T> Stream for Told<T> {
+    type Item = T;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
 /// The changes in what the member consumes, in order for each partition.
 ///
 /// Overflow rule: when [`EVENTS_CAPACITY`] changes wait unread, the member
@@ -87,30 +121,7 @@ pub(crate) fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Se
 /// sends those, in partition order. The last change of every partition
 /// always arrives; a change that a later one of the same partition
 /// replaced does not.
-#[derive(Debug)]
-pub struct Events {
-    receiver: mpsc::Receiver<AssignmentEvent>,
-}
-
-impl Events {
-    /// The next change (`None` once the member has closed).
-    pub async fn next(&mut self) -> Option<AssignmentEvent> {
-        self.receiver.recv().await
-    }
-
-    /// The next change already waiting, without waiting.
-    pub fn try_next(&mut self) -> Option<AssignmentEvent> {
-        self.receiver.try_recv().ok()
-    }
-}
-
-impl Stream for Events {
-    type Item = AssignmentEvent;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.receiver.poll_recv(cx)
-    }
-}
+pub type Events = Told<AssignmentEvent>;
 
 /// The problems the member reports; it keeps working after each.
 ///
@@ -119,30 +130,7 @@ impl Stream for Events {
 /// receive is [`Problem::Dropped`] with the count. A broker outage that
 /// fails every partition's fetch every few seconds then costs nothing for
 /// an application that does not read its problems.
-#[derive(Debug)]
-pub struct Errors {
-    receiver: mpsc::Receiver<Problem>,
-}
-
-impl Errors {
-    /// The next problem (`None` once the member has closed).
-    pub async fn next(&mut self) -> Option<Problem> {
-        self.receiver.recv().await
-    }
-
-    /// The next problem already waiting, without waiting.
-    pub fn try_next(&mut self) -> Option<Problem> {
-        self.receiver.try_recv().ok()
-    }
-}
-
-impl Stream for Errors {
-    type Item = Problem;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.receiver.poll_recv(cx)
-    }
-}
+pub type Errors = Told<Problem>;
 
 /// With per-partition streams, the stream of each partition as the member
 /// starts consuming it. One waits per owned partition at most.
@@ -175,20 +163,6 @@ impl Stream for PartitionStreams {
     }
 }
 
-/// An [`Events`] that ends at once (the member's were taken already).
-pub(crate) fn ended_events() -> Events {
-    Events {
-        receiver: mpsc::channel(1).1,
-    }
-}
-
-/// An [`Errors`] that ends at once (the member's were taken already).
-pub(crate) fn ended_errors() -> Errors {
-    Errors {
-        receiver: mpsc::channel(1).1,
-    }
-}
-
 /// The member's side of the [`Events`] channel: it never waits, and
 /// coalesces by the overflow rule.
 #[derive(Debug)]
@@ -217,7 +191,7 @@ pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
                 sender: events_tx,
                 overflow: BTreeMap::new(),
             },
-            Events {
+            Told {
                 receiver: events_rx,
             },
         ),
@@ -226,7 +200,7 @@ pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
                 sender: errors_tx,
                 dropped: 0,
             },
-            Errors {
+            Told {
                 receiver: errors_rx,
             },
         ),
@@ -353,12 +327,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn unread_events_coalesce_to_the_latest_per_partition() {
-        let ((mut sender, mut events), _) = channels();
+    /// An events channel with every place taken by `assigned(i, 1)`.
+    fn full_events() -> (EventSender, Events) {
+        let ((mut sender, events), _) = channels();
         for i in 0..EVENTS_CAPACITY as u32 {
             sender.send(assigned(i, 1));
         }
+        (sender, events)
+    }
+
+    #[test]
+    fn unread_events_coalesce_to_the_latest_per_partition() {
+        let (mut sender, mut events) = full_events();
         // Full: these wait, and only the latest of each partition stays.
         sender.send(assigned(5000, 1));
         sender.send(revoked(5000, 1));
@@ -378,10 +358,7 @@ mod tests {
 
     #[test]
     fn a_partitions_changes_keep_their_order_behind_overflow() {
-        let ((mut sender, mut events), _) = channels();
-        for i in 0..EVENTS_CAPACITY as u32 {
-            sender.send(assigned(i, 1));
-        }
+        let (mut sender, mut events) = full_events();
         sender.send(revoked(7000, 1));
         // Room for one again: the overflow goes first, and the newer change
         // waits behind it rather than replace it.
