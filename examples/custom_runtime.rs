@@ -86,6 +86,14 @@ fn main() -> Result<(), String> {
                         // This application holds nothing in flight.
                         node.member.drained(now, &partition, token);
                     }
+                    // The store may be lapsing: hold the partition, keep
+                    // its position, go on when told.
+                    FetchCommand::Suspend { partition, .. } => {
+                        println!("{} holds {partition}", info.id);
+                    }
+                    FetchCommand::Resume { partition, .. } => {
+                        println!("{} goes on with {partition}", info.id);
+                    }
                 }
             }
             while let Some(store_command) = node.member.poll_store_request() {

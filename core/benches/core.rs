@@ -248,6 +248,8 @@ impl Harness {
                 let now = self.now();
                 self.member.drained(now, &partition, token);
             }
+            // The benchmark's store always answers: no session lapses.
+            FetchCommand::Suspend { .. } | FetchCommand::Resume { .. } => {}
         }
     }
 

@@ -6,7 +6,7 @@
 //! | party | to the member | from the member |
 //! |---|---|---|
 //! | the store (a backend) | [`Member::handle_event`] with an [`Event`]: a request's result, a watch notification, a session change | [`Member::poll_store_request`]: a [`StoreRequest`] for the store |
-//! | the fetcher | — | [`Member::poll_fetch`]: [`FetchCommand::Start`] and [`FetchCommand::Stop`] |
+//! | the fetcher | — | [`Member::poll_fetch`]: [`FetchCommand::Start`], [`FetchCommand::Stop`] (the partition leaves: drain), [`FetchCommand::Suspend`] and [`FetchCommand::Resume`] (the session may be lapsing: hold, then go on where it stood) |
 //! | the application | [`Member::processed`], [`Member::drained`], [`Member::set_partition_counts`], [`Member::shutdown`] | [`Member::poll_app_event`]: an [`AppEvent`] (claimed, committed, released or lost, problems) |
 //! | the clock | [`Member::handle_timeout`] | [`Member::poll_timeout`] |
 //! | tools, dashboards | — | [`Member::stats`]: counts of claims, releases, losses, commits, requests |

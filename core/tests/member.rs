@@ -163,6 +163,23 @@ impl Harness {
             .collect()
     }
 
+    /// The fetch suspensions (`true`) and resumptions (`false`) of the
+    /// latest `event` or `advance`.
+    fn holds(&self) -> Vec<(TopicPartition, FencingToken, bool)> {
+        self.fetches
+            .iter()
+            .filter_map(|c| match c {
+                FetchCommand::Suspend { partition, token } => {
+                    Some((partition.clone(), *token, true))
+                }
+                FetchCommand::Resume { partition, token } => {
+                    Some((partition.clone(), *token, false))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The fetch stops of the latest `event` or `advance`.
     fn stops(&self) -> Vec<(TopicPartition, FencingToken)> {
         self.fetches
@@ -1275,7 +1292,7 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
 // ----- sessions -----
 
 #[test]
-fn a_suspended_session_stops_fetching_before_it_could_expire() {
+fn a_suspended_session_holds_fetching_before_it_could_expire_and_resumes_where_it_stood() {
     let config = base_config();
     let (timeout, margin) = (config.session_timeout, config.suspension_margin);
     let mut h = Harness::new(config);
@@ -1287,12 +1304,12 @@ fn a_suspended_session_stops_fetching_before_it_could_expire() {
     let last_heard = h.t0;
     h.auto_heartbeat = Some(Err(StoreError::ConnectionLoss));
     let commands = h.event(Event::SessionSuspended { last_heard });
-    assert!(h.stops().is_empty(), "{commands:?}");
+    assert!(h.holds().is_empty(), "{commands:?}");
 
     let deadline = last_heard + timeout - margin;
     assert!(h.member.poll_timeout().is_some_and(|t| t <= deadline));
     let mut before = h.advance(deadline - h.now - ms(1));
-    assert!(h.stops().is_empty(), "{before:?}");
+    assert!(h.holds().is_empty(), "{before:?}");
     h.processed(0, 7);
     // Answer the commit due on the way with a lost connection.
     for (id, ..) in commits(&before) {
@@ -1302,28 +1319,32 @@ fn a_suspended_session_stops_fetching_before_it_could_expire() {
         }));
     }
     h.advance(ms(1));
-    assert_eq!(h.stops(), vec![(tp(0), FencingToken(100))]);
+    // Held, not stopped: nothing to drain, the claim and position stay.
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), true)]);
+    assert!(h.stops().is_empty());
     assert!(h.member.fetching().next().is_none());
 
     // Past that point nothing is committed while suspended.
     let commands = h.advance(secs(20));
     assert!(commits(&commands).is_empty(), "{commands:?}");
-    assert!(h.starts().is_empty(), "{commands:?}");
-    h.drained(0);
+    assert!(
+        h.starts().is_empty() && h.holds().is_empty(),
+        "{commands:?}"
+    );
 
     h.auto_heartbeat = None;
     let commands = h.event(Event::SessionResumed);
-    assert!(h.starts().is_empty(), "not before the server answers");
+    assert!(h.holds().is_empty(), "not before the server answers");
     let beats = heartbeats(&commands);
     assert_eq!(beats.len(), 1, "confirm at once: {commands:?}");
     h.event(Event::HeartbeatResult {
         id: beats[0],
         result: Ok(()),
     });
-    assert_eq!(
-        h.starts(),
-        vec![(tp(0), FetchFrom::Offset(8), FencingToken(100))]
-    );
+    // Goes on where it stood: no new fetch, same claim.
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), false)]);
+    assert!(h.starts().is_empty());
+    assert_eq!(h.member.fetching().count(), 1);
 }
 
 #[test]
@@ -1335,7 +1356,7 @@ fn a_paused_process_stops_at_once_and_commits_only_after_confirmation() {
     h.now = h.t0 + secs(30);
     h.member.handle_timeout(h.now);
     let commands = h.drain();
-    assert_eq!(h.stops(), vec![(tp(0), FencingToken(100))]);
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), true)]);
     assert!(commits(&commands).is_empty(), "{commands:?}");
     let beats = heartbeats(&commands);
     assert_eq!(beats.len(), 1, "{commands:?}");
@@ -1344,17 +1365,13 @@ fn a_paused_process_stops_at_once_and_commits_only_after_confirmation() {
     let commands = h.advance(secs(6));
     assert!(commits(&commands).is_empty(), "{commands:?}");
 
-    h.drained(0);
     let commands = h.event(Event::HeartbeatResult {
         id: beats[0],
         result: Ok(()),
     });
     // The server heard the heartbeat at the 30 s mark: the lease runs again
-    // from there.
-    assert_eq!(
-        h.starts(),
-        vec![(tp(0), FetchFrom::Offset(6), FencingToken(100))]
-    );
+    // from there, and the partition goes on where it stood.
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), false)]);
     h.auto_heartbeat = Some(Ok(()));
     h.answer_heartbeats(commands);
     let commands = h.advance(secs(5));

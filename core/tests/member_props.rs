@@ -130,6 +130,8 @@ struct Sim {
     /// Tokens of claims from before an expiry.
     dead: BTreeSet<FencingToken>,
     fetching: BTreeMap<TopicPartition, FencingToken>,
+    /// Fetches held while the session may be lapsing.
+    suspended: BTreeMap<TopicPartition, FencingToken>,
     /// Stopped fetches the application has not drained yet.
     draining: Vec<(TopicPartition, FencingToken)>,
     /// Partitions reported as not drained in time.
@@ -161,6 +163,7 @@ impl Sim {
             granted: BTreeMap::new(),
             dead: BTreeSet::new(),
             fetching: BTreeMap::new(),
+            suspended: BTreeMap::new(),
             draining: Vec::new(),
             drain_timed_out: BTreeSet::new(),
             released: BTreeSet::new(),
@@ -278,13 +281,36 @@ impl Sim {
                 self.fetching.insert(partition.clone(), *token);
             }
             FetchCommand::Stop { partition, token } => {
+                let stopped = self
+                    .fetching
+                    .remove(partition)
+                    .or_else(|| self.suspended.remove(partition));
                 prop_assert_eq!(
-                    self.fetching.remove(partition),
+                    stopped,
                     Some(*token),
                     "stop of {:?} that was not fetching under that token",
                     partition
                 );
                 self.draining.push((partition.clone(), *token));
+            }
+            FetchCommand::Suspend { partition, token } => {
+                prop_assert_eq!(
+                    self.fetching.remove(partition),
+                    Some(*token),
+                    "suspend of {:?} that was not fetching under that token",
+                    partition
+                );
+                self.suspended.insert(partition.clone(), *token);
+            }
+            FetchCommand::Resume { partition, token } => {
+                prop_assert!(!self.dead.contains(token), "resume under a dead token");
+                prop_assert_eq!(
+                    self.suspended.remove(partition),
+                    Some(*token),
+                    "resume of {:?} that was not suspended under that token",
+                    partition
+                );
+                self.fetching.insert(partition.clone(), *token);
             }
         }
         Ok(())

@@ -359,6 +359,13 @@ impl Scenario {
                             self.at(when, Item::Drained(index, partition, token));
                         }
                     }
+                    // Held while the session may be lapsing: not consumed.
+                    FetchCommand::Suspend { partition, .. } => {
+                        self.nodes[index].fetching.remove(&partition);
+                    }
+                    FetchCommand::Resume { partition, .. } => {
+                        self.nodes[index].fetching.insert(partition);
+                    }
                 }
             } else if let Some(store) = member.poll_store_request() {
                 let when = self.now + NET;

@@ -38,15 +38,38 @@ pub enum AssignmentEvent {
         /// The claim's fencing token.
         token: FencingToken,
     },
-    /// Stop consuming `partition`: finish the messages in hand, then call
-    /// [`GroupMember::drained`]. Its final offset is committed after that
-    /// (or after the processing timeout). The partition may be assigned
-    /// again under the same token (a pause while the store was unreachable)
-    /// or be revoked.
+    /// Stop consuming `partition`, which is leaving this member: finish the
+    /// messages in hand, then call [`GroupMember::drained`]. Its final
+    /// offset is committed after that (or after the processing timeout),
+    /// and [`AssignmentEvent::Revoked`] follows.
     Revoking {
         /// The partition.
         partition: TopicPartition,
         /// The claim the consumption ran under.
+        token: FencingToken,
+    },
+    /// Nothing more of `partition` is handed out for now: the store has not
+    /// been heard from, and the session may be lapsing. The claim stays,
+    /// nothing needs draining; [`AssignmentEvent::Resumed`] follows if the
+    /// session turns out alive (consumption goes on where it stood, with
+    /// nothing fetched again), [`AssignmentEvent::Revoking`] if the
+    /// partition leaves.
+    Suspended {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
+        token: FencingToken,
+        /// Until when the claim is sure to hold: the member's own deadline
+        /// (the store last heard from it, plus the session timeout, less
+        /// the suspension margin), if it is registered.
+        until: Option<Instant>,
+    },
+    /// The session is alive after a suspension: `partition` is handed out
+    /// again from where it stood, under the same claim.
+    Resumed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
         token: FencingToken,
     },
     /// This member's claim on `partition` is gone: released to another
@@ -907,6 +930,22 @@ impl Driver {
                     from,
                     token,
                 });
+            }
+            FetchCommand::Suspend { partition, token } => {
+                // The data plane hands out nothing past the member's
+                // deadline already: nothing to stop, nothing to drain.
+                tracing::info!(member = %self.member.id(), %partition, ?token, "suspended");
+                let until = self.member.consume_deadline();
+                self.events.send(AssignmentEvent::Suspended {
+                    partition,
+                    token,
+                    until,
+                });
+            }
+            FetchCommand::Resume { partition, token } => {
+                tracing::info!(member = %self.member.id(), %partition, ?token, "resumed");
+                self.events
+                    .send(AssignmentEvent::Resumed { partition, token });
             }
             FetchCommand::Stop { partition, token } => {
                 tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");

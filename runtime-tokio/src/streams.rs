@@ -210,6 +210,8 @@ pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
 fn partition_of(event: &AssignmentEvent) -> &TopicPartition {
     match event {
         AssignmentEvent::Assigned { partition, .. }
+        | AssignmentEvent::Suspended { partition, .. }
+        | AssignmentEvent::Resumed { partition, .. }
         | AssignmentEvent::Revoking { partition, .. }
         | AssignmentEvent::Revoked { partition, .. } => partition,
     }

@@ -947,3 +947,87 @@ async fn offsets_kept_by_the_application_never_reach_the_store() {
     let tp = TopicPartition::new(&topic, 0);
     assert_eq!(zookeeper.committed(&group, &tp).await, None);
 }
+
+/// A member cut off from the store long enough that its session might
+/// lapse, then back before it did: its partitions are suspended and
+/// resumed, not revoked, and consumption goes on where it stood under the
+/// same claim, with nothing handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspension_that_ends_alive_is_not_a_revocation() {
+    use tenure::tokio::AssignmentEvent;
+
+    let client = kafka::client().await;
+    let topic = kafka::topic("suspend");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::produce(&client, &topic, 0, 200).await;
+    let zookeeper = ZooKeeper::new("suspend").await;
+    let group = common::group("suspend");
+    // Long enough that the server keeps the session for a while after the
+    // member stops handing out (the suspension margin, 1.2 s here).
+    let config =
+        common::config_for(&group, "m1", &topic).with_session_timeout(Duration::from_secs(6));
+    let (backend, proxy) = zookeeper.through_proxy().await;
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(backend)
+        .await
+        .expect("joins");
+    let (mut messages, mut events) = (member.messages(), member.events());
+    let mut seen = BTreeSet::new();
+    let mut token = None;
+    for _ in 0..50 {
+        let message = next_message(&mut messages).await;
+        assert!(
+            seen.insert(message.offset),
+            "offset {} twice",
+            message.offset
+        );
+        token = Some(message.token);
+        message.ack();
+    }
+    let token = token.expect("a claim");
+
+    proxy.stall();
+    let mut changes = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+            .await
+            .expect("suspended within 20 s")
+            .expect("the events go on");
+        changes.push(event.clone());
+        if matches!(event, AssignmentEvent::Suspended { .. }) {
+            break;
+        }
+    }
+    proxy.up();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(20), events.next())
+            .await
+            .expect("resumed within 20 s")
+            .expect("the events go on");
+        changes.push(event.clone());
+        if matches!(event, AssignmentEvent::Resumed { .. }) {
+            break;
+        }
+    }
+    assert!(
+        !changes.iter().any(|e| matches!(
+            e,
+            AssignmentEvent::Revoking { .. } | AssignmentEvent::Revoked { .. }
+        )),
+        "a pause looked like a loss: {changes:?}"
+    );
+    while seen.len() < 200 {
+        let message = next_message(&mut messages).await;
+        assert_eq!(message.token, token, "the same claim goes on");
+        assert!(
+            seen.insert(message.offset),
+            "offset {} twice",
+            message.offset
+        );
+        message.ack();
+    }
+    assert_eq!(seen, (0..200).collect::<BTreeSet<i64>>());
+    let report = member.close().await.expect("closes");
+    assert!(report.all_written(), "{report:?}");
+}

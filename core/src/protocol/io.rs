@@ -295,6 +295,25 @@ pub enum FetchCommand {
         /// The claim the fetching ran under.
         token: FencingToken,
     },
+    /// Hand out nothing more of `partition` for now: the session may be
+    /// lapsing (the store has not been heard from). The claim stays, and
+    /// so does what was fetched and handed out; nothing needs draining.
+    /// [`FetchCommand::Resume`] follows if the session turns out alive,
+    /// [`FetchCommand::Stop`] if the partition leaves.
+    Suspend {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the fetching runs under.
+        token: FencingToken,
+    },
+    /// Go on handing out `partition` from where it stood when suspended:
+    /// the session is alive and the claim never lapsed.
+    Resume {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim the fetching runs under.
+        token: FencingToken,
+    },
 }
 
 /// What happened to the member that its application (and its telemetry)

@@ -74,6 +74,9 @@ pub(crate) enum Fetch {
     Idle,
     /// Messages are flowing to the application.
     Fetching,
+    /// Held while the session may be lapsing: nothing is handed out, the
+    /// position and what the application holds stay.
+    Suspended,
     /// Told to stop; the application is finishing what it has.
     Stopping,
     /// Stopped and drained (or given up on).
@@ -587,7 +590,10 @@ impl PartitionState {
         );
         if open
             && self.token == Some(token)
-            && matches!(self.fetch, Fetch::Fetching | Fetch::Stopping)
+            && matches!(
+                self.fetch,
+                Fetch::Fetching | Fetch::Suspended | Fetch::Stopping
+            )
         {
             self.processed = Some(self.processed.map_or(offset, |p| p.max(offset)));
         }
@@ -606,7 +612,7 @@ impl PartitionState {
     /// command that tells it.
     pub fn stop_fetching(&mut self, partition: &TopicPartition) -> Option<FetchCommand> {
         match (self.fetch, self.token) {
-            (Fetch::Fetching, Some(token)) => {
+            (Fetch::Fetching | Fetch::Suspended, Some(token)) => {
                 self.fetch = Fetch::Stopping;
                 Some(FetchCommand::Stop {
                     partition: partition.clone(),
@@ -628,12 +634,29 @@ impl PartitionState {
     ) -> Option<FetchCommand> {
         let token = self.token?;
         if !consume {
-            return self.stop_fetching(partition);
+            // Held, not stopped: if the session turns out alive the
+            // application goes on where it stood, with nothing refetched
+            // and nothing to drain.
+            if self.fetch != Fetch::Fetching {
+                return None;
+            }
+            self.fetch = Fetch::Suspended;
+            return Some(FetchCommand::Suspend {
+                partition: partition.clone(),
+                token,
+            });
         }
-        if !start
-            || self.phase != Phase::Owned(OwnedStep::Ready)
-            || !matches!(self.fetch, Fetch::Idle | Fetch::Stopped)
-        {
+        if !start || self.phase != Phase::Owned(OwnedStep::Ready) {
+            return None;
+        }
+        if self.fetch == Fetch::Suspended {
+            self.fetch = Fetch::Fetching;
+            return Some(FetchCommand::Resume {
+                partition: partition.clone(),
+                token,
+            });
+        }
+        if !matches!(self.fetch, Fetch::Idle | Fetch::Stopped) {
             return None;
         }
         let from = self.resume_from()?;

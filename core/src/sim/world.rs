@@ -206,6 +206,9 @@ struct Batch {
 #[derive(Clone, Debug, Default)]
 struct App {
     fetching: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    /// Held while the member's session may be lapsing: not consumed, the
+    /// position kept for a resume.
+    suspended: BTreeMap<TopicPartition, (FencingToken, Offset)>,
     batches: Vec<Batch>,
     stopping: BTreeSet<(TopicPartition, FencingToken)>,
     /// Processing time per batch; longer than the processing timeout while
@@ -539,6 +542,7 @@ impl World {
         node.incarnation += 1;
         node.in_flight.clear();
         node.app.fetching.clear();
+        node.app.suspended.clear();
         node.app.batches.clear();
         node.app.stopping.clear();
         node.app.claiming.clear();
@@ -1359,15 +1363,33 @@ impl World {
             }
             FetchCommand::Stop { partition, token } => {
                 let app = &mut self.nodes[index].app;
-                if app
-                    .fetching
-                    .get(&partition)
-                    .is_some_and(|(t, _)| *t == token)
-                {
-                    app.fetching.remove(&partition);
+                for held in [&mut app.fetching, &mut app.suspended] {
+                    if held.get(&partition).is_some_and(|(t, _)| *t == token) {
+                        held.remove(&partition);
+                    }
                 }
                 app.stopping.insert((partition, token));
                 self.finish_drains(index);
+            }
+            FetchCommand::Suspend { partition, token } => {
+                let app = &mut self.nodes[index].app;
+                if let Some(position) = app.fetching.remove(&partition) {
+                    if position.0 == token {
+                        app.suspended.insert(partition, position);
+                    } else {
+                        app.fetching.insert(partition, position);
+                    }
+                }
+            }
+            FetchCommand::Resume { partition, token } => {
+                let app = &mut self.nodes[index].app;
+                if let Some(position) = app.suspended.remove(&partition) {
+                    if position.0 == token {
+                        app.fetching.insert(partition, position);
+                    } else {
+                        app.suspended.insert(partition, position);
+                    }
+                }
             }
         }
     }
