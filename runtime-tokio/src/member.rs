@@ -931,21 +931,19 @@ impl Driver {
                     token,
                 });
             }
+            // The data plane hands out nothing past the member's deadline
+            // already: nothing to stop, nothing to drain, nothing to fetch
+            // again.
             FetchCommand::Suspend { partition, token } => {
-                // The data plane hands out nothing past the member's
-                // deadline already: nothing to stop, nothing to drain.
-                tracing::info!(member = %self.member.id(), %partition, ?token, "suspended");
                 let until = self.member.consume_deadline();
-                self.events.send(AssignmentEvent::Suspended {
+                self.tell(AssignmentEvent::Suspended {
                     partition,
                     token,
                     until,
                 });
             }
             FetchCommand::Resume { partition, token } => {
-                tracing::info!(member = %self.member.id(), %partition, ?token, "resumed");
-                self.events
-                    .send(AssignmentEvent::Resumed { partition, token });
+                self.tell(AssignmentEvent::Resumed { partition, token });
             }
             FetchCommand::Stop { partition, token } => {
                 tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
@@ -971,6 +969,12 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Logs an assignment change and tells the application.
+    fn tell(&mut self, change: AssignmentEvent) {
+        tracing::info!(member = %self.member.id(), ?change, "assignment");
+        self.events.send(change);
     }
 
     /// Follows the commits in flight and what became of them, for the

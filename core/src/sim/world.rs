@@ -220,6 +220,21 @@ struct App {
     held: BTreeMap<TopicPartition, FencingToken>,
 }
 
+/// Moves the position of `partition` under the claim `token` from one of
+/// an application's holdings to another (a suspended fetch and back).
+fn move_position(
+    from: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    to: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    partition: TopicPartition,
+    token: FencingToken,
+) {
+    if from.get(&partition).is_some_and(|(t, _)| *t == token) {
+        if let Some(position) = from.remove(&partition) {
+            to.insert(partition, position);
+        }
+    }
+}
+
 /// One member process.
 struct Node {
     id: MemberId,
@@ -1373,23 +1388,11 @@ impl World {
             }
             FetchCommand::Suspend { partition, token } => {
                 let app = &mut self.nodes[index].app;
-                if let Some(position) = app.fetching.remove(&partition) {
-                    if position.0 == token {
-                        app.suspended.insert(partition, position);
-                    } else {
-                        app.fetching.insert(partition, position);
-                    }
-                }
+                move_position(&mut app.fetching, &mut app.suspended, partition, token);
             }
             FetchCommand::Resume { partition, token } => {
                 let app = &mut self.nodes[index].app;
-                if let Some(position) = app.suspended.remove(&partition) {
-                    if position.0 == token {
-                        app.fetching.insert(partition, position);
-                    } else {
-                        app.suspended.insert(partition, position);
-                    }
-                }
+                move_position(&mut app.suspended, &mut app.fetching, partition, token);
             }
         }
     }
