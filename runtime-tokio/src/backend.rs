@@ -1,12 +1,10 @@
 //! The seam between the runtime and a coordination store.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{Event, MemberInfo, StoreRequest, TopicPartition};
-use tokio::sync::{mpsc, OwnedMutexGuard};
+use tenure_core::{Event, MemberInfo, StoreRequest};
+use tokio::sync::mpsc;
 
 /// Where a backend sends everything the store tells a member: session
 /// changes, request results and watch notifications, in the order it
@@ -150,54 +148,5 @@ impl Backend for Box<dyn Backend> {
 
     async fn shutdown(&mut self) {
         (**self).shutdown().await
-    }
-}
-
-/// One lock per partition, for a backend whose claims, releases and commits
-/// of one partition must reach the store in the order they were submitted
-/// and must not interleave. Locks nobody holds or waits for are forgotten.
-#[derive(Debug, Default)]
-pub struct PartitionLocks {
-    locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl PartitionLocks {
-    /// Waits for the lock of `partition`; it is released when the guard is
-    /// dropped.
-    pub async fn lock(&self, partition: &TopicPartition) -> OwnedMutexGuard<()> {
-        let lock = {
-            // A panic while holding the map leaves it consistent: entries
-            // are only added or removed whole.
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-            locks.entry(partition.clone()).or_default().clone()
-        };
-        lock.lock_owned().await
-    }
-}
-
-/// A moment at or before the latest moment the store is known to have heard
-/// from a session (renewed it): what [`Event::SessionSuspended`] reports.
-/// It only moves forward.
-#[derive(Debug)]
-pub struct LastHeard(Mutex<Instant>);
-
-impl LastHeard {
-    /// Heard at `at` (the session's start, say).
-    pub fn new(at: Instant) -> LastHeard {
-        LastHeard(Mutex::new(at))
-    }
-
-    /// Notes that the store heard from the session at or after `at`.
-    pub fn heard(&self, at: Instant) {
-        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if at > *last {
-            *last = at;
-        }
-    }
-
-    /// The moment noted last.
-    pub fn get(&self) -> Instant {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -19,10 +19,7 @@ pub mod session;
 mod streams;
 mod telemetry;
 
-pub use backend::{
-    hostname, registration_record, Backend, BackendError, EventSender, Joining, LastHeard,
-    PartitionLocks,
-};
+pub use backend::{hostname, registration_record, Backend, BackendError, EventSender, Joining};
 pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream, StartOffsets};
 pub use member::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,

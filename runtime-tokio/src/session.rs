@@ -3,10 +3,11 @@
 //! and the one way a command becomes its result event. A backend supplies
 //! its session type and its [`StoreOps`]; the rest is here, once.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -14,10 +15,10 @@ use tenure_core::{
     ClaimOutcome, Event, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId, StoreError,
     StoreOp, StoreRequest, TopicPartition,
 };
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::backend::{BackendError, EventSender, LastHeard, PartitionLocks};
+use crate::backend::{BackendError, EventSender};
 
 /// A store session as a backend holds it (a client and its session id, a
 /// lease): cheap to clone, and it knows the core's id of the session.
@@ -28,7 +29,7 @@ pub trait StoreSession: Clone + Send + Sync + 'static {
 
 /// Sends `event` to the member; a closed channel means the runtime is gone
 /// and there is no one left to tell.
-pub fn send_event(events: &EventSender, event: Event) {
+fn send_event(events: &EventSender, event: Event) {
     if events.send(event).is_err() {
         tracing::debug!("event channel closed; event dropped");
     }
@@ -68,7 +69,7 @@ impl<S: StoreSession> SessionState<S> {
     }
 
     /// Replaces the session held (`None`: none until a new one opens).
-    pub fn set_current(&self, session: Option<S>) {
+    fn set_current(&self, session: Option<S>) {
         self.current.send_replace(session);
     }
 
@@ -97,26 +98,15 @@ impl<S: StoreSession> SessionState<S> {
             .await;
     }
 
-    /// Sends an event to the member (see [`send_event`]).
+    /// Sends an event to the member (dropped if the runtime is gone).
     pub fn send(&self, event: Event) {
         send_event(&self.events, event);
-    }
-
-    /// Where events go.
-    pub fn events(&self) -> &EventSender {
-        &self.events
     }
 
     /// A moment at or before the latest moment the store heard from the
     /// session: what [`Event::SessionSuspended`] reports.
     pub fn last_heard(&self) -> &LastHeard {
         &self.last_heard
-    }
-
-    /// One lock per partition, held while a claim, release or commit of it
-    /// runs (see [`execute`]).
-    pub fn partition_locks(&self) -> &PartitionLocks {
-        &self.partition_locks
     }
 
     /// Marks the backend as closing: its session follower must not open a
@@ -128,6 +118,55 @@ impl<S: StoreSession> SessionState<S> {
     /// Whether [`SessionState::close`] was called.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
+    }
+}
+
+/// One lock per partition, for a backend whose claims, releases and commits
+/// of one partition must reach the store in the order they were submitted
+/// and must not interleave. Locks nobody holds or waits for are forgotten.
+#[derive(Debug, Default)]
+struct PartitionLocks {
+    locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl PartitionLocks {
+    /// Waits for the lock of `partition`; it is released when the guard is
+    /// dropped.
+    async fn lock(&self, partition: &TopicPartition) -> OwnedMutexGuard<()> {
+        let lock = {
+            // A panic while holding the map leaves it consistent: entries
+            // are only added or removed whole.
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            locks.entry(partition.clone()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// A moment at or before the latest moment the store is known to have heard
+/// from a session (renewed it): what [`Event::SessionSuspended`] reports.
+/// It only moves forward.
+#[derive(Debug)]
+pub struct LastHeard(Mutex<Instant>);
+
+impl LastHeard {
+    /// Heard at `at` (the session's start, say).
+    pub fn new(at: Instant) -> LastHeard {
+        LastHeard(Mutex::new(at))
+    }
+
+    /// Notes that the store heard from the session at or after `at`.
+    pub fn heard(&self, at: Instant) {
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if at > *last {
+            *last = at;
+        }
+    }
+
+    /// The moment noted last.
+    pub fn get(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -313,12 +352,12 @@ pub async fn execute<S: StoreSession, O: StoreOps>(
     ops: O,
     command: StoreRequest,
 ) {
-    let events = state.events().clone();
+    let events = state.events.clone();
     let partition_turn = match &command.op {
         StoreOp::Claim { partition }
         | StoreOp::Release { partition, .. }
         | StoreOp::CommitOffset { partition, .. } => {
-            Some(state.partition_locks().lock(partition).await)
+            Some(state.partition_locks.lock(partition).await)
         }
         _ => None,
     };
