@@ -659,21 +659,13 @@ impl GroupMember {
     /// stopped like a crash and the close fails with
     /// [`CloseError::TimedOut`].
     pub async fn close_within(
-        mut self,
+        self,
         limit: std::time::Duration,
     ) -> Result<CommitReport, CloseError> {
-        let task = self.task.take();
-        let aborter = task.as_ref().map(JoinHandle::abort_handle);
-        self.task = task;
-        match tokio::time::timeout(limit, self.close()).await {
-            Ok(result) => result,
-            Err(_) => {
-                if let Some(aborter) = aborter {
-                    aborter.abort();
-                }
-                Err(CloseError::TimedOut { limit })
-            }
-        }
+        // A close cut short drops the member with it, which stops its task.
+        tokio::time::timeout(limit, self.close())
+            .await
+            .unwrap_or(Err(CloseError::TimedOut { limit }))
     }
 
     /// Test hook (feature `testing`): the member's task stops for

@@ -32,3 +32,41 @@ async fn a_dead_member_is_replaced_within_the_session_timeout() {
 async fn the_store_grants_the_configs_session_timeout() {
     common::the_store_grants_the_configs_session_timeout(&ZooKeeper::new("session").await).await;
 }
+
+/// A close that cannot finish in time (the store is cut off) stops the
+/// member like a crash: it says so, and its claims stay until its session
+/// expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_out_of_time_stops_the_member_like_a_crash() {
+    use std::time::Duration;
+    use tenure::tokio::{CloseError, GroupMember};
+
+    let zookeeper = ZooKeeper::new("out-of-time").await;
+    let group = common::group("out-of-time");
+    let (backend, proxy) = zookeeper.through_proxy().await;
+    let member = GroupMember::builder(common::config(&group, "m1"))
+        .partitions([(common::TOPIC.to_owned(), 2)].into())
+        .auto_drain(true)
+        .join(backend)
+        .await
+        .expect("joins");
+    let mut view = member.watch_view();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        view.wait_for(|v| v.settled && v.fetching.len() == 2),
+    )
+    .await
+    .expect("settles within 10 s")
+    .expect("the view is published");
+    proxy.stall();
+    let closed = member.close_within(Duration::from_millis(500)).await;
+    assert!(
+        matches!(closed, Err(CloseError::TimedOut { .. })),
+        "{closed:?}"
+    );
+    assert_eq!(
+        common::Stores::owner(&zookeeper, &group, &common::tp(0)).await,
+        Some("m1".to_owned()),
+        "the claim went with a close that was cut short"
+    );
+}
