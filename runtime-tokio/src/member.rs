@@ -714,8 +714,8 @@ struct Driver {
     /// plane's batches (see [`crate::kafka`]'s `Lease`).
     lease: watch::Sender<Option<Instant>>,
     closing: Vec<oneshot::Sender<CommitReport>>,
-    /// Commits sent and not answered yet: the partition's token and offset.
-    commits_in_flight: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    /// Commits sent and not answered yet: the offset of each partition's.
+    commits_in_flight: BTreeMap<TopicPartition, Offset>,
     /// [`GroupMember::commit`] calls not answered yet, each with the
     /// commits it waits for and what became of those answered.
     commit_waiters: Vec<CommitWaiter>,
@@ -974,12 +974,9 @@ impl Driver {
     fn track_commit(&mut self, event: &AppEvent) {
         let (partition, outcome) = match event {
             AppEvent::Committing {
-                partition,
-                token,
-                offset,
+                partition, offset, ..
             } => {
-                self.commits_in_flight
-                    .insert(partition.clone(), (*token, *offset));
+                self.commits_in_flight.insert(partition.clone(), *offset);
                 return;
             }
             AppEvent::Committed {
@@ -1004,7 +1001,7 @@ impl Driver {
             // answered to the member.
             AppEvent::Lost { partition, .. } | AppEvent::Released { partition, .. } => {
                 match self.commits_in_flight.get(partition) {
-                    Some(&(_, offset)) => (partition, CommitOutcome::Abandoned { offset }),
+                    Some(&offset) => (partition, CommitOutcome::Abandoned { offset }),
                     None => return,
                 }
             }
