@@ -220,20 +220,22 @@ impl Message {
     }
 }
 
-/// The messages of one owned partition, a [`futures_core::Stream`]; it
-/// ends when the partition is revoked.
+/// The messages of one owned partition, a [`futures_core::Stream`] (as
+/// [`crate::Messages`] are, for one partition); it ends when the partition
+/// is revoked.
+#[derive(Debug)]
 pub struct PartitionStream {
     /// The partition.
     pub partition: TopicPartition,
     /// The claim's fencing token.
     pub token: FencingToken,
-    messages: std::pin::Pin<Box<dyn futures_core::Stream<Item = Message> + Send>>,
+    messages: crate::streams::Messages,
 }
 
 impl PartitionStream {
     /// The next message, or `None` once the partition is revoked.
     pub async fn next(&mut self) -> Option<Message> {
-        futures_util::StreamExt::next(&mut self.messages).await
+        self.messages.next().await
     }
 }
 
@@ -244,16 +246,7 @@ impl futures_core::Stream for PartitionStream {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Message>> {
-        self.messages.as_mut().poll_next(cx)
-    }
-}
-
-impl std::fmt::Debug for PartitionStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PartitionStream")
-            .field("partition", &self.partition)
-            .field("token", &self.token)
-            .finish_non_exhaustive()
+        std::pin::Pin::new(&mut self.messages).poll_next(cx)
     }
 }
 
@@ -634,7 +627,7 @@ impl DataPlane {
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    messages: Box::pin(crate::streams::batch_stream(Batches::new(
+                    messages: crate::streams::Messages::new(Some(Batches::new(
                         receiver,
                         self.lease.clone(),
                     ))),

@@ -891,8 +891,7 @@ impl Driver {
             self.track_commit(&event);
             match event {
                 AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
-                    self.events
-                        .send(AssignmentEvent::Revoked { partition, token });
+                    self.tell(AssignmentEvent::Revoked { partition, token });
                 }
                 AppEvent::Problem(error) => {
                     tracing::warn!(member = %self.member.id(), %error, "reported");
@@ -913,11 +912,10 @@ impl Driver {
                 from,
                 token,
             } => {
-                tracing::info!(member = %self.member.id(), %partition, ?token, ?from, "assigned");
                 if let Some(data) = self.data.as_mut() {
                     data.start(partition.clone(), from, token);
                 }
-                self.events.send(AssignmentEvent::Assigned {
+                self.tell(AssignmentEvent::Assigned {
                     partition,
                     from,
                     token,
@@ -938,8 +936,7 @@ impl Driver {
                 self.tell(AssignmentEvent::Resumed { partition, token });
             }
             FetchCommand::Stop { partition, token } => {
-                tracing::info!(member = %self.member.id(), %partition, ?token, "revoking");
-                self.events.send(AssignmentEvent::Revoking {
+                self.tell(AssignmentEvent::Revoking {
                     partition: partition.clone(),
                     token,
                 });

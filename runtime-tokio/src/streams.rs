@@ -72,7 +72,7 @@ impl std::fmt::Debug for Messages {
 }
 
 /// The messages of `batches`, one at a time.
-pub(crate) fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Send {
+fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Send {
     futures_util::stream::unfold(batches, |mut batches| async move {
         let message = batches.next().await?;
         Some((message, batches))
