@@ -36,6 +36,34 @@ pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
     fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment;
 }
 
+/// Makes each built-in strategy of its unit struct and its module's
+/// `assign`: the name it advertises, and an assignment over the members
+/// sorted by id, so that none depends on the order a snapshot listed them in.
+macro_rules! built_in_strategies {
+    ($($strategy:ident in $module:ident => $name:literal),* $(,)?) => {$(
+        impl $strategy {
+            /// The name members advertise for this strategy.
+            pub const NAME: &'static str = $name;
+        }
+
+        impl AssignmentStrategy for $strategy {
+            fn name(&self) -> &str {
+                Self::NAME
+            }
+
+            fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
+                $module::assign(&sorted_members(members), partitions)
+            }
+        }
+    )*};
+}
+
+built_in_strategies! {
+    Sticky in sticky => "sticky",
+    Range in range => "range",
+    RoundRobin in round_robin => "round-robin",
+}
+
 /// Looks up a built-in strategy by its advertised name: `sticky`, `range` or
 /// `round-robin`.
 pub fn by_name(name: &str) -> Option<Arc<dyn AssignmentStrategy>> {
@@ -123,7 +151,7 @@ impl Assignment {
 
 /// The members sorted by id with duplicates removed, so strategies never
 /// depend on the order a snapshot listed them in.
-pub(crate) fn sorted_members(members: &[MemberInfo]) -> Vec<&MemberInfo> {
+fn sorted_members(members: &[MemberInfo]) -> Vec<&MemberInfo> {
     let mut sorted: Vec<&MemberInfo> = members.iter().collect();
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     sorted.dedup_by(|a, b| a.id == b.id);

@@ -9,7 +9,7 @@
 //! first members by id get the extra partition of every topic, so with many
 //! topics the load can be lopsided; that is the legacy behaviour, kept as is.
 
-use super::{sorted_members, Assignment, AssignmentStrategy, PartitionCounts};
+use super::{Assignment, PartitionCounts};
 use crate::types::{MemberInfo, TopicPartition};
 
 /// The `range` assignment strategy: contiguous ranges of each topic's
@@ -17,42 +17,32 @@ use crate::types::{MemberInfo, TopicPartition};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Range;
 
-impl Range {
-    /// The name members advertise for this strategy.
-    pub const NAME: &'static str = "range";
-}
-
-impl AssignmentStrategy for Range {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
-        let members = sorted_members(members);
-        let mut assignment = Assignment::new();
-        for (topic, &count) in partitions {
-            let subscribers: Vec<&MemberInfo> = members
-                .iter()
-                .copied()
-                .filter(|m| m.subscribes_to(topic))
-                .collect();
-            if subscribers.is_empty() {
-                continue;
-            }
-            // u32 arithmetic cannot overflow here: every start and length is
-            // at most `count`.
-            let m = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
-            let per_member = count / m;
-            let extra = count % m;
-            let mut next = 0u32;
-            for (i, member) in (0u32..).zip(&subscribers) {
-                let len = per_member + u32::from(i < extra);
-                for partition in next..next + len {
-                    assignment.insert(TopicPartition::new(topic, partition), member.id.clone());
-                }
-                next += len;
-            }
+/// Splits each topic on its own into contiguous ranges, one to each of its
+/// subscribers (`members`, sorted by id).
+pub(super) fn assign(members: &[&MemberInfo], partitions: &PartitionCounts) -> Assignment {
+    let mut assignment = Assignment::new();
+    for (topic, &count) in partitions {
+        let subscribers: Vec<&MemberInfo> = members
+            .iter()
+            .copied()
+            .filter(|m| m.subscribes_to(topic))
+            .collect();
+        if subscribers.is_empty() {
+            continue;
         }
-        assignment
+        // u32 arithmetic cannot overflow here: every start and length is
+        // at most `count`.
+        let m = u32::try_from(subscribers.len()).unwrap_or(u32::MAX);
+        let per_member = count / m;
+        let extra = count % m;
+        let mut next = 0u32;
+        for (i, member) in (0u32..).zip(&subscribers) {
+            let len = per_member + u32::from(i < extra);
+            for partition in next..next + len {
+                assignment.insert(TopicPartition::new(topic, partition), member.id.clone());
+            }
+            next += len;
+        }
     }
+    assignment
 }

@@ -6,7 +6,7 @@
 //! carries on from where the previous partition left it, so topics do not
 //! all start at the first member.
 
-use super::{sorted_members, Assignment, AssignmentStrategy, PartitionCounts};
+use super::{Assignment, PartitionCounts};
 use crate::types::{MemberInfo, TopicPartition};
 
 /// The `round-robin` assignment strategy: partitions dealt in turn to the
@@ -14,42 +14,32 @@ use crate::types::{MemberInfo, TopicPartition};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RoundRobin;
 
-impl RoundRobin {
-    /// The name members advertise for this strategy.
-    pub const NAME: &'static str = "round-robin";
-}
-
-impl AssignmentStrategy for RoundRobin {
-    fn name(&self) -> &str {
-        Self::NAME
+/// Deals every partition in turn to the next member (`members`, sorted by
+/// id) subscribed to its topic.
+pub(super) fn assign(members: &[&MemberInfo], partitions: &PartitionCounts) -> Assignment {
+    let mut assignment = Assignment::new();
+    if members.is_empty() {
+        return assignment;
     }
-
-    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
-        let members = sorted_members(members);
-        let mut assignment = Assignment::new();
-        if members.is_empty() {
-            return assignment;
+    // Position in the circle of the member whose turn it is.
+    let mut turn = 0usize;
+    for (topic, &count) in partitions {
+        let subscribed: Vec<bool> = members.iter().map(|m| m.subscribes_to(topic)).collect();
+        // Without a subscriber the search below would never end, and the
+        // topic is left out anyway.
+        if count == 0 || !subscribed.contains(&true) {
+            continue;
         }
-        // Position in the circle of the member whose turn it is.
-        let mut turn = 0usize;
-        for (topic, &count) in partitions {
-            let subscribed: Vec<bool> = members.iter().map(|m| m.subscribes_to(topic)).collect();
-            // Without a subscriber the search below would never end, and the
-            // topic is left out anyway.
-            if count == 0 || !subscribed.contains(&true) {
-                continue;
-            }
-            for partition in 0..count {
-                while !subscribed[turn] {
-                    turn = (turn + 1) % members.len();
-                }
-                assignment.insert(
-                    TopicPartition::new(topic, partition),
-                    members[turn].id.clone(),
-                );
+        for partition in 0..count {
+            while !subscribed[turn] {
                 turn = (turn + 1) % members.len();
             }
+            assignment.insert(
+                TopicPartition::new(topic, partition),
+                members[turn].id.clone(),
+            );
+            turn = (turn + 1) % members.len();
         }
-        assignment
     }
+    assignment
 }

@@ -49,7 +49,7 @@
 
 use std::rc::Rc;
 
-use super::{sorted_members, Assignment, AssignmentStrategy, PartitionCounts};
+use super::{Assignment, PartitionCounts};
 use crate::rng::mix64;
 use crate::types::{MemberInfo, TopicPartition};
 
@@ -58,118 +58,107 @@ use crate::types::{MemberInfo, TopicPartition};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Sticky;
 
-impl Sticky {
-    /// The name members advertise for this strategy.
-    pub const NAME: &'static str = "sticky";
-}
+/// Places each partition on its highest-ranked member (`members`, sorted by
+/// id) that still has room under the bound.
+pub(super) fn assign(members: &[&MemberInfo], partitions: &PartitionCounts) -> Assignment {
+    let member_hashes: Vec<u64> = members
+        .iter()
+        .map(|m| hash_bytes(m.id.as_str().as_bytes()))
+        .collect();
 
-impl AssignmentStrategy for Sticky {
-    fn name(&self) -> &str {
-        Self::NAME
-    }
-
-    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
-        let members = sorted_members(members);
-        let member_hashes: Vec<u64> = members
-            .iter()
-            .map(|m| hash_bytes(m.id.as_str().as_bytes()))
+    // Partitions in (topic, partition) order, each with its subscribers
+    // (indices into `members`); partitions without one are left out.
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut active = vec![false; members.len()];
+    for (topic, &count) in partitions {
+        if count == 0 {
+            continue;
+        }
+        let subscribers: Vec<u32> = (0u32..)
+            .zip(members)
+            .filter(|(_, m)| m.subscribes_to(topic))
+            .map(|(i, _)| i)
             .collect();
-
-        // Partitions in (topic, partition) order, each with its subscribers
-        // (indices into `members`); partitions without one are left out.
-        let mut slots: Vec<Slot> = Vec::new();
-        let mut active = vec![false; members.len()];
-        for (topic, &count) in partitions {
-            if count == 0 {
-                continue;
-            }
-            let subscribers: Vec<u32> = (0u32..)
-                .zip(&members)
-                .filter(|(_, m)| m.subscribes_to(topic))
-                .map(|(i, _)| i)
-                .collect();
-            if subscribers.is_empty() {
-                continue;
-            }
-            for &i in &subscribers {
-                active[i as usize] = true;
-            }
-            let topic_hash = hash_bytes(topic.as_bytes());
-            let subscribers = Rc::new(subscribers);
-            for partition in 0..count {
-                slots.push(Slot {
-                    partition: TopicPartition::new(topic, partition),
-                    key: partition_key(topic_hash, partition),
-                    subscribers: Rc::clone(&subscribers),
-                });
-            }
+        if subscribers.is_empty() {
+            continue;
         }
-
-        let total = slots.len();
-        let active_members = active.iter().filter(|a| **a).count();
-        let mut assignment = Assignment::new();
-        if total == 0 || active_members == 0 {
-            return assignment;
+        for &i in &subscribers {
+            active[i as usize] = true;
         }
-        let floor = total / active_members;
-        let mut extra_left = total % active_members;
-
-        // One sort key per pair: the score inverted so that an ascending sort
-        // puts the highest score first, then the member and partition indices
-        // so ties resolve the same way everywhere.
-        let mut pairs: Vec<u128> =
-            Vec::with_capacity(slots.iter().map(|s| s.subscribers.len()).sum());
-        for (p, slot) in (0u32..).zip(&slots) {
-            for &m in slot.subscribers.iter() {
-                let s = score(member_hashes[m as usize], slot.key);
-                pairs.push((u128::from(!s) << 64) | (u128::from(m) << 32) | u128::from(p));
-            }
+        let topic_hash = hash_bytes(topic.as_bytes());
+        let subscribers = Rc::new(subscribers);
+        for partition in 0..count {
+            slots.push(Slot {
+                partition: TopicPartition::new(topic, partition),
+                key: partition_key(topic_hash, partition),
+                subscribers: Rc::clone(&subscribers),
+            });
         }
-        pairs.sort_unstable();
-
-        let mut load = vec![0usize; members.len()];
-        let mut owner: Vec<Option<u32>> = vec![None; total];
-        for pair in pairs {
-            let m = ((pair >> 32) & 0xFFFF_FFFF) as usize;
-            let p = (pair & 0xFFFF_FFFF) as usize;
-            if owner[p].is_some() {
-                continue;
-            }
-            // The extra partitions go to whichever members reach the floor
-            // first in score order, so who gets one also follows the scores
-            // rather than member order, and changes little on a join.
-            let room = if load[m] < floor {
-                true
-            } else if load[m] == floor && extra_left > 0 {
-                extra_left -= 1;
-                true
-            } else {
-                false
-            };
-            if room {
-                load[m] += 1;
-                owner[p] = Some(m as u32);
-            }
-        }
-
-        for (slot, owner) in slots.iter().zip(&mut owner) {
-            if owner.is_none() {
-                // Only with differing subscriptions: every subscriber is full,
-                // so bend the bound for the one with the least to do.
-                *owner = slot.subscribers.iter().copied().min_by_key(|&m| {
-                    let s = score(member_hashes[m as usize], slot.key);
-                    (load[m as usize], std::cmp::Reverse(s), m)
-                });
-                if let Some(m) = *owner {
-                    load[m as usize] += 1;
-                }
-            }
-            if let Some(m) = *owner {
-                assignment.insert(slot.partition.clone(), members[m as usize].id.clone());
-            }
-        }
-        assignment
     }
+
+    let total = slots.len();
+    let active_members = active.iter().filter(|a| **a).count();
+    let mut assignment = Assignment::new();
+    if total == 0 || active_members == 0 {
+        return assignment;
+    }
+    let floor = total / active_members;
+    let mut extra_left = total % active_members;
+
+    // One sort key per pair: the score inverted so that an ascending sort
+    // puts the highest score first, then the member and partition indices
+    // so ties resolve the same way everywhere.
+    let mut pairs: Vec<u128> = Vec::with_capacity(slots.iter().map(|s| s.subscribers.len()).sum());
+    for (p, slot) in (0u32..).zip(&slots) {
+        for &m in slot.subscribers.iter() {
+            let s = score(member_hashes[m as usize], slot.key);
+            pairs.push((u128::from(!s) << 64) | (u128::from(m) << 32) | u128::from(p));
+        }
+    }
+    pairs.sort_unstable();
+
+    let mut load = vec![0usize; members.len()];
+    let mut owner: Vec<Option<u32>> = vec![None; total];
+    for pair in pairs {
+        let m = ((pair >> 32) & 0xFFFF_FFFF) as usize;
+        let p = (pair & 0xFFFF_FFFF) as usize;
+        if owner[p].is_some() {
+            continue;
+        }
+        // The extra partitions go to whichever members reach the floor
+        // first in score order, so who gets one also follows the scores
+        // rather than member order, and changes little on a join.
+        let room = if load[m] < floor {
+            true
+        } else if load[m] == floor && extra_left > 0 {
+            extra_left -= 1;
+            true
+        } else {
+            false
+        };
+        if room {
+            load[m] += 1;
+            owner[p] = Some(m as u32);
+        }
+    }
+
+    for (slot, owner) in slots.iter().zip(&mut owner) {
+        if owner.is_none() {
+            // Only with differing subscriptions: every subscriber is full,
+            // so bend the bound for the one with the least to do.
+            *owner = slot.subscribers.iter().copied().min_by_key(|&m| {
+                let s = score(member_hashes[m as usize], slot.key);
+                (load[m as usize], std::cmp::Reverse(s), m)
+            });
+            if let Some(m) = *owner {
+                load[m as usize] += 1;
+            }
+        }
+        if let Some(m) = *owner {
+            assignment.insert(slot.partition.clone(), members[m as usize].id.clone());
+        }
+    }
+    assignment
 }
 
 /// One assignable partition.
