@@ -3,12 +3,13 @@
 //! server says the lease is gone (or it must be by now), after which a new
 //! lease is granted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
 use tenure_core::Event;
-use tenure_tokio::session::{OpenError, ReconnectBackoff};
+use tenure_tokio::session::OpenError;
 use tenure_tokio::BackendError;
 
 use crate::ops::{bad_endpoint, lease_not_found};
@@ -243,55 +244,43 @@ async fn keep_alive(shared: &Shared, current: Current) -> Ended {
 /// Grants a new lease after `old` expired, retrying until it works or the
 /// backend shuts down; sends `SessionEstablished`. Returns whether it did.
 async fn reopen(shared: &Shared, old: Current) -> bool {
-    let mut backoff = ReconnectBackoff::new();
-    let mut revoked = false;
-    loop {
-        if shared.state.is_closing() {
-            return false;
-        }
-        let before = Instant::now();
+    let request_timeout = shared.config.request_timeout();
+    let revoked = &AtomicBool::new(false);
+    let granted = shared.state.reopen("etcd", || async move {
         // The expiry may have been concluded here, from silence, while the
-        // server still counts down: revoke so that the old keys go now.
-        if !revoked {
+        // server still counts down: revoke so that the old keys go now, and
+        // grant no new lease before they have.
+        if !revoked.load(Ordering::SeqCst) {
             let mut client = shared.client.clone();
-            let revoke = tokio::time::timeout(
-                shared.config.request_timeout(),
-                client.lease_revoke(old.lease),
-            )
-            .await;
-            revoked = match revoke {
+            let revoke =
+                tokio::time::timeout(request_timeout, client.lease_revoke(old.lease)).await;
+            let gone = match revoke {
                 Ok(Ok(_)) => true,
                 Ok(Err(e)) => lease_not_found(&e),
                 Err(_) => false,
             };
-        }
-        let granted = if revoked {
-            grant(&shared.config, &shared.client).await
-        } else {
-            Err(ConnectError::Timeout(shared.config.request_timeout()))
-        };
-        match granted {
-            Ok(current) => {
-                if shared.state.is_closing() {
-                    let mut client = shared.client.clone();
-                    let _ = tokio::time::timeout(
-                        shared.config.request_timeout(),
-                        client.lease_revoke(current.lease),
-                    )
-                    .await;
-                    return false;
-                }
-                tracing::info!(
-                    lease = %format_args!("{:x}", current.lease),
-                    "new etcd lease granted"
-                );
-                shared.state.established(current, before);
-                return true;
+            if !gone {
+                return Err(ConnectError::Timeout(request_timeout)
+                    .into_backend_error(shared.config.store()));
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot grant a new etcd lease; retrying in {:?}", backoff.next());
-                backoff.wait().await;
-            }
+            revoked.store(true, Ordering::SeqCst);
         }
+        grant(&shared.config, &shared.client)
+            .await
+            .map_err(|e| e.into_backend_error(shared.config.store()))
+    });
+    let Some((current, before)) = granted.await else {
+        return false;
+    };
+    if shared.state.is_closing() {
+        let mut client = shared.client.clone();
+        let _ = tokio::time::timeout(request_timeout, client.lease_revoke(current.lease)).await;
+        return false;
     }
+    tracing::info!(
+        lease = %format_args!("{:x}", current.lease),
+        "new etcd lease granted"
+    );
+    shared.state.established(current, before);
+    true
 }

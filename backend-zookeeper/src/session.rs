@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tenure_core::{ClientError, Event, Operation, StoreError};
-use tenure_tokio::session::{OpenError, ReconnectBackoff};
+use tenure_core::Event;
+use tenure_tokio::session::OpenError;
 use tenure_tokio::BackendError;
 use zookeeper_client as zk;
 
@@ -117,43 +117,18 @@ pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
 /// Opens a new session after an expiry, retrying until it works or the
 /// backend shuts down; sends `SessionEstablished`.
 async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
-    let mut backoff = ReconnectBackoff::new();
-    let mut reported = false;
-    loop {
-        if shared.state.is_closing() {
-            return None;
-        }
-        let before = Instant::now();
-        match connect(&shared.config).await {
-            Ok(client) => {
-                if shared.state.is_closing() {
-                    return None;
-                }
-                let session = session_id(&client);
-                let watcher = client.state_watcher();
-                tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
-                shared
-                    .state
-                    .established(Current { client, session }, before);
-                return Some(watcher);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot open a new ZooKeeper session; retrying in {:?}", backoff.next());
-                // Retrying will not mend a configuration the server refuses:
-                // the application must hear of it, not only the log.
-                let permanent = matches!(
-                    error,
-                    BackendError::Config(_) | BackendError::SessionTimeout { .. }
-                );
-                if permanent && !reported {
-                    reported = true;
-                    shared.state.send(Event::StoreProblem {
-                        operation: Operation::OpenSession,
-                        error: StoreError::Other(ClientError::new(error)),
-                    });
-                }
-                backoff.wait().await;
-            }
-        }
+    let (client, before) = shared
+        .state
+        .reopen("ZooKeeper", || connect(&shared.config))
+        .await?;
+    if shared.state.is_closing() {
+        return None;
     }
+    let session = session_id(&client);
+    let watcher = client.state_watcher();
+    tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
+    shared
+        .state
+        .established(Current { client, session }, before);
+    Some(watcher)
 }

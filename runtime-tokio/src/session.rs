@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{
-    ClaimOutcome, Event, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId, StoreError,
-    StoreOp, StoreRequest, TopicPartition,
+    ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
+    SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
 use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
@@ -118,6 +118,48 @@ impl<S: StoreSession> SessionState<S> {
     /// Whether [`SessionState::close`] was called.
     pub fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Opens a new session after an expiry with `open`, retrying after a
+    /// growing pause until it works or the backend closes (`None`). Gives
+    /// what `open` made and the moment the successful attempt began, for
+    /// [`SessionState::established`] once the caller has checked that the
+    /// backend is still not closing.
+    ///
+    /// An error retrying cannot mend (a configuration or session timeout the
+    /// store refuses) is sent to the member once, as a store problem: the
+    /// application must hear of it, not only the log.
+    pub async fn reopen<T, F, Fut>(&self, store: &str, mut open: F) -> Option<(T, Instant)>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, BackendError>>,
+    {
+        let mut backoff = ReconnectBackoff::new();
+        let mut reported = false;
+        loop {
+            if self.is_closing() {
+                return None;
+            }
+            let before = Instant::now();
+            match open().await {
+                Ok(opened) => return Some((opened, before)),
+                Err(error) => {
+                    tracing::warn!(%error, store, "cannot open a new session; retrying in {:?}", backoff.next());
+                    let permanent = matches!(
+                        error,
+                        BackendError::Config(_) | BackendError::SessionTimeout { .. }
+                    );
+                    if permanent && !reported {
+                        reported = true;
+                        self.send(Event::StoreProblem {
+                            operation: Operation::OpenSession,
+                            error: StoreError::Other(ClientError::new(error)),
+                        });
+                    }
+                    backoff.wait().await;
+                }
+            }
+        }
     }
 }
 
@@ -529,31 +571,25 @@ impl<E: std::error::Error + Send + Sync + 'static> OpenError<E> {
 /// The growing pause between attempts to open a new session after an
 /// expiry: from half a second, doubling, up to five.
 #[derive(Debug)]
-pub struct ReconnectBackoff(Duration);
+struct ReconnectBackoff(Duration);
 
 impl ReconnectBackoff {
     const FIRST: Duration = Duration::from_millis(500);
     const MAX: Duration = Duration::from_secs(5);
 
     /// The first pause.
-    pub fn new() -> ReconnectBackoff {
+    fn new() -> ReconnectBackoff {
         ReconnectBackoff(Self::FIRST)
     }
 
     /// The next pause.
-    pub fn next(&self) -> Duration {
+    fn next(&self) -> Duration {
         self.0
     }
 
     /// Waits the next pause, and makes the one after it longer.
-    pub async fn wait(&mut self) {
+    async fn wait(&mut self) {
         tokio::time::sleep(self.0).await;
         self.0 = (self.0 * 2).min(Self::MAX);
-    }
-}
-
-impl Default for ReconnectBackoff {
-    fn default() -> Self {
-        ReconnectBackoff::new()
     }
 }
