@@ -26,7 +26,5 @@ pub use member::{
     JoinError, Problem, SeekError, TaskGone, View,
 };
 pub use memory::{MemoryBackend, MemoryStore};
-pub use streams::{
-    Errors, Events, Messages, PartitionStreams, Told, ERRORS_CAPACITY, EVENTS_CAPACITY,
-};
+pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
 pub use tenure_core as core;

@@ -20,7 +20,7 @@ use crate::kafka::{
     PartitionStream, StartOffsets,
 };
 use crate::streams::{
-    self, Errors, EventSender, Events, Messages, PartitionStreams, ProblemSender,
+    self, Errors, EventSender, Events, HeldClaims, Messages, PartitionStreams, ProblemSender,
 };
 use crate::telemetry::{self, Telemetry};
 
@@ -348,7 +348,7 @@ impl GroupMemberBuilder {
         let mut messages = None;
         let mut streams = None;
         let mut data = None;
-        let (lease_tx, lease) = watch::channel(None);
+        let (lease_tx, lease_rx) = watch::channel(None);
         if let Some(kafka_config) = self.kafka {
             let client = kafka::connect(&kafka_config).await?;
             counts = kafka::partition_counts(&client, &kafka_config, &self.config.topics).await?;
@@ -358,7 +358,7 @@ impl GroupMemberBuilder {
                 Delivery::PerPartition(tx)
             } else {
                 let (tx, rx) = mpsc::channel(kafka_config.buffered_batches.max(1));
-                messages = Some(Batches::new(rx, lease.clone()));
+                messages = Some(Batches::new(rx, lease_rx.clone()));
                 Delivery::Group(tx)
             };
             let mut plane = DataPlane::new(
@@ -367,7 +367,7 @@ impl GroupMemberBuilder {
                 self.config.initial_offset,
                 self.config.topics.clone(),
                 delivery,
-                lease,
+                lease_rx.clone(),
             );
             if let Some(start_offsets) = self.start_offsets {
                 plane.set_start_offsets(start_offsets);
@@ -387,7 +387,9 @@ impl GroupMemberBuilder {
             ))
             .await?;
         let (input_tx, input_rx) = mpsc::unbounded_channel();
-        let ((events_tx, events_rx), (errors_tx, errors_rx)) = streams::channels();
+        let claims = HeldClaims::default();
+        let ((events_tx, events_rx), (errors_tx, errors_rx)) =
+            streams::channels(lease_rx.clone(), claims.clone());
         let (view_tx, view_rx) = watch::channel(View::default());
         if !counts.is_empty() {
             let _ = input_tx.send(Input::Counts(counts));
@@ -401,6 +403,7 @@ impl GroupMemberBuilder {
             errors: errors_tx,
             view: view_tx,
             lease: lease_tx,
+            claims,
             closing: Vec::new(),
             commits_in_flight: BTreeMap::new(),
             commit_waiters: Vec::new(),
@@ -713,6 +716,8 @@ struct Driver {
     /// The member's deadline for handing out messages, for the data
     /// plane's batches (see [`crate::kafka`]'s `Lease`).
     lease: watch::Sender<Option<Instant>>,
+    /// The claims the application may hear of, for [`Events`].
+    claims: HeldClaims,
     closing: Vec<oneshot::Sender<CommitReport>>,
     /// Commits sent and not answered yet: the offset of each partition's.
     commits_in_flight: BTreeMap<TopicPartition, Offset>,
@@ -891,6 +896,7 @@ impl Driver {
             self.track_commit(&event);
             match event {
                 AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+                    self.claims.ended(&partition, token);
                     self.tell(AssignmentEvent::Revoked { partition, token });
                 }
                 AppEvent::Problem(error) => {
@@ -915,6 +921,7 @@ impl Driver {
                 if let Some(data) = self.data.as_mut() {
                     data.start(partition.clone(), from, token);
                 }
+                self.claims.started(&partition, token);
                 self.tell(AssignmentEvent::Assigned {
                     partition,
                     from,

@@ -7,15 +7,16 @@
 //! the application: an application that does not read one of them costs a
 //! bounded amount of memory, by the rule each type states.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use tenure_core::TopicPartition;
+use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::kafka::{Batches, Message, PartitionStream};
+use crate::kafka::{Batches, Lease, Message, PartitionStream};
 use crate::member::{AssignmentEvent, Problem};
 
 /// How many assignment changes wait for the application before the member
@@ -79,41 +80,15 @@ fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Send {
     })
 }
 
-/// What the member tells its application of one kind, as a stream of its
-/// own (see [`Events`] and [`Errors`] for each kind's overflow rule).
-#[derive(Debug)]
-pub struct Told<T> {
-    receiver: mpsc::Receiver<T>,
-}
-
-impl<T> Told<T> {
-    /// The next one (`None` once the member has closed).
-    pub async fn next(&mut self) -> Option<T> {
-        self.receiver.recv().await
-    }
-
-    /// The next one already waiting, without waiting.
-    pub fn try_next(&mut self) -> Option<T> {
-        self.receiver.try_recv().ok()
-    }
-
-    /// A stream that ends at once (the member's was taken already).
-    pub(crate) fn ended() -> Told<T> {
-        Told {
-            receiver: mpsc::channel(1).1,
-        }
-    }
-}
-
-impl<T> Stream for Told<T> {
-    type Item = T;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        self.receiver.poll_recv(cx)
-    }
-}
-
 /// The changes in what the member consumes, in order for each partition.
+///
+/// An [`AssignmentEvent::Assigned`] or [`AssignmentEvent::Resumed`] is
+/// handed out only while its claim holds at that instant, by the same
+/// check as a message: the member's own deadline has not passed, and the
+/// claim has not ended since. One whose claim ended before the application
+/// could hear of it is not handed out, and neither are the later changes
+/// of that claim: the application never hears of a claim it could not use.
+/// A change that tells the application to stop is never held back.
 ///
 /// Overflow rule: when [`EVENTS_CAPACITY`] changes wait unread, the member
 /// keeps only the latest change of each partition until there is room
@@ -121,7 +96,153 @@ impl<T> Stream for Told<T> {
 /// sends those, in partition order. The last change of every partition
 /// always arrives; a change that a later one of the same partition
 /// replaced does not.
-pub type Events = Told<AssignmentEvent>;
+pub struct Events {
+    inner: Pin<Box<dyn Stream<Item = AssignmentEvent> + Send>>,
+}
+
+impl Events {
+    fn new(gate: EventGate) -> Events {
+        Events {
+            inner: Box::pin(futures_util::stream::unfold(gate, |mut gate| async move {
+                let event = gate.next().await?;
+                Some((event, gate))
+            })),
+        }
+    }
+
+    /// A stream that ends at once (the member's was taken already).
+    pub(crate) fn ended() -> Events {
+        Events {
+            inner: Box::pin(futures_util::stream::empty()),
+        }
+    }
+
+    /// The next change (`None` once the member has closed).
+    pub async fn next(&mut self) -> Option<AssignmentEvent> {
+        futures_util::StreamExt::next(self).await
+    }
+
+    /// The next change that may be handed out now, without waiting.
+    pub fn try_next(&mut self) -> Option<AssignmentEvent> {
+        futures_util::FutureExt::now_or_never(self.next()).flatten()
+    }
+}
+
+impl Stream for Events {
+    type Item = AssignmentEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AssignmentEvent>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
+}
+
+/// The claims whose consumption the member has started and not yet told
+/// ended: the driver adds a claim before it tells
+/// [`AssignmentEvent::Assigned`] and removes it before it tells
+/// [`AssignmentEvent::Revoked`], so that a reader never sees an event
+/// before the claim it speaks of is recorded.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeldClaims(Arc<Mutex<BTreeMap<TopicPartition, FencingToken>>>);
+
+impl HeldClaims {
+    /// Consumption of `partition` under `token` has started.
+    pub(crate) fn started(&self, partition: &TopicPartition, token: FencingToken) {
+        self.lock().insert(partition.clone(), token);
+    }
+
+    /// The claim `token` on `partition` has ended.
+    pub(crate) fn ended(&self, partition: &TopicPartition, token: FencingToken) {
+        let mut claims = self.lock();
+        if claims.get(partition) == Some(&token) {
+            claims.remove(partition);
+        }
+    }
+
+    fn holds(&self, partition: &TopicPartition, token: FencingToken) -> bool {
+        self.lock().get(partition) == Some(&token)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<TopicPartition, FencingToken>> {
+        // The map stays whole whatever a panicking holder did: every
+        // change is one insert or one remove.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What decides whether the next assignment change may be handed out.
+struct EventGate {
+    receiver: mpsc::Receiver<AssignmentEvent>,
+    lease: Lease,
+    claims: HeldClaims,
+    /// The change received and not handed out yet: it waits for the lease.
+    held: Option<AssignmentEvent>,
+    /// Claims that ended before the application heard of them.
+    unseen: BTreeSet<(TopicPartition, FencingToken)>,
+}
+
+impl EventGate {
+    async fn next(&mut self) -> Option<AssignmentEvent> {
+        loop {
+            let event = match self.held.take() {
+                Some(event) => event,
+                None => self.receiver.recv().await?,
+            };
+            let (partition, token) = claim_of(&event);
+            let claim = (partition.clone(), token);
+            if self.unseen.contains(&claim) {
+                if matches!(event, AssignmentEvent::Revoked { .. }) {
+                    self.unseen.remove(&claim);
+                }
+                continue;
+            }
+            if !matches!(
+                event,
+                AssignmentEvent::Assigned { .. } | AssignmentEvent::Resumed { .. }
+            ) {
+                return Some(event);
+            }
+            if !self.claims.holds(partition, token) {
+                self.unseen.insert(claim);
+                continue;
+            }
+            let now = tokio::time::Instant::now().into_std();
+            if self.lease.borrow_and_update().is_some_and(|end| now < end) {
+                return Some(event);
+            }
+            // Not now: the member's task has not caught up (or the session
+            // is lapsing). It publishes its deadline after every step; look
+            // again then, at whether the claim still holds too.
+            self.held = Some(event);
+            if self.lease.changed().await.is_err() {
+                // The member is gone, and every claim with it.
+                self.held = None;
+                self.claims = HeldClaims::default();
+            }
+        }
+    }
+}
+
+fn claim_of(event: &AssignmentEvent) -> (&TopicPartition, FencingToken) {
+    match event {
+        AssignmentEvent::Assigned {
+            partition, token, ..
+        }
+        | AssignmentEvent::Suspended {
+            partition, token, ..
+        }
+        | AssignmentEvent::Resumed { partition, token }
+        | AssignmentEvent::Revoking { partition, token }
+        | AssignmentEvent::Revoked { partition, token } => (partition, *token),
+    }
+}
 
 /// The problems the member reports; it keeps working after each.
 ///
@@ -130,7 +251,37 @@ pub type Events = Told<AssignmentEvent>;
 /// receive is [`Problem::Dropped`] with the count. A broker outage that
 /// fails every partition's fetch every few seconds then costs nothing for
 /// an application that does not read its problems.
-pub type Errors = Told<Problem>;
+#[derive(Debug)]
+pub struct Errors {
+    receiver: mpsc::Receiver<Problem>,
+}
+
+impl Errors {
+    /// The next problem (`None` once the member has closed).
+    pub async fn next(&mut self) -> Option<Problem> {
+        self.receiver.recv().await
+    }
+
+    /// The next problem already waiting, without waiting.
+    pub fn try_next(&mut self) -> Option<Problem> {
+        self.receiver.try_recv().ok()
+    }
+
+    /// A stream that ends at once (the member's was taken already).
+    pub(crate) fn ended() -> Errors {
+        Errors {
+            receiver: mpsc::channel(1).1,
+        }
+    }
+}
+
+impl Stream for Errors {
+    type Item = Problem;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Problem>> {
+        self.receiver.poll_recv(cx)
+    }
+}
 
 /// With per-partition streams, the stream of each partition as the member
 /// starts consuming it. One waits per owned partition at most.
@@ -181,8 +332,12 @@ pub(crate) struct ProblemSender {
     dropped: u64,
 }
 
-/// The two ends of the events and errors channels.
-pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
+/// The two ends of the events and errors channels; assignment changes are
+/// handed out by `lease` and `claims` (see [`Events`]).
+pub(crate) fn channels(
+    lease: Lease,
+    claims: HeldClaims,
+) -> ((EventSender, Events), (ProblemSender, Errors)) {
     let (events_tx, events_rx) = mpsc::channel(EVENTS_CAPACITY);
     let (errors_tx, errors_rx) = mpsc::channel(ERRORS_CAPACITY);
     (
@@ -191,16 +346,20 @@ pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
                 sender: events_tx,
                 overflow: BTreeMap::new(),
             },
-            Told {
+            Events::new(EventGate {
                 receiver: events_rx,
-            },
+                lease,
+                claims,
+                held: None,
+                unseen: BTreeSet::new(),
+            }),
         ),
         (
             ProblemSender {
                 sender: errors_tx,
                 dropped: 0,
             },
-            Told {
+            Errors {
                 receiver: errors_rx,
             },
         ),
@@ -208,13 +367,7 @@ pub(crate) fn channels() -> ((EventSender, Events), (ProblemSender, Errors)) {
 }
 
 fn partition_of(event: &AssignmentEvent) -> &TopicPartition {
-    match event {
-        AssignmentEvent::Assigned { partition, .. }
-        | AssignmentEvent::Suspended { partition, .. }
-        | AssignmentEvent::Resumed { partition, .. }
-        | AssignmentEvent::Revoking { partition, .. }
-        | AssignmentEvent::Revoked { partition, .. } => partition,
-    }
+    claim_of(event).0
 }
 
 impl EventSender {
@@ -329,18 +482,82 @@ mod tests {
         }
     }
 
-    /// An events channel with every place taken by `assigned(i, 1)`.
-    fn full_events() -> (EventSender, Events) {
-        let ((mut sender, events), _) = channels();
+    /// The member's side of the events: its deadline and its claims.
+    struct Member {
+        lease: tokio::sync::watch::Sender<Option<std::time::Instant>>,
+        claims: HeldClaims,
+    }
+
+    impl Member {
+        fn hold(&self, p: u32, token: u64) {
+            self.claims
+                .started(&TopicPartition::new("t", p), FencingToken(token));
+        }
+
+        fn end(&self, p: u32, token: u64) {
+            self.claims
+                .ended(&TopicPartition::new("t", p), FencingToken(token));
+        }
+    }
+
+    /// Events of a member whose session holds for an hour.
+    fn events_channel() -> (Member, EventSender, Events) {
+        let (lease, lease_rx) = tokio::sync::watch::channel(Some(
+            std::time::Instant::now() + std::time::Duration::from_secs(3600),
+        ));
+        let claims = HeldClaims::default();
+        let ((sender, events), _) = channels(lease_rx, claims.clone());
+        (Member { lease, claims }, sender, events)
+    }
+
+    /// An events channel with every place taken by `assigned(i, 1)`, each
+    /// of a claim that holds.
+    fn full_events() -> (Member, EventSender, Events) {
+        let (member, mut sender, events) = events_channel();
         for i in 0..EVENTS_CAPACITY as u32 {
+            member.hold(i, 1);
             sender.send(assigned(i, 1));
         }
-        (sender, events)
+        (member, sender, events)
+    }
+
+    #[test]
+    fn an_assignment_waits_for_the_lease_and_is_not_told_once_its_claim_ended() {
+        let (member, mut sender, mut events) = events_channel();
+        member.hold(1, 7);
+        sender.send(assigned(1, 7));
+        member.hold(2, 8);
+        sender.send(assigned(2, 8));
+        // The session is lapsing: nothing is handed out, not even later.
+        member.lease.send_replace(None);
+        assert_eq!(events.try_next(), None);
+        // The claim of partition 1 ended meanwhile; partition 2's holds.
+        member.end(1, 7);
+        sender.send(revoked(1, 7));
+        member.lease.send_replace(Some(
+            std::time::Instant::now() + std::time::Duration::from_secs(3600),
+        ));
+        // Neither the assignment of the ended claim nor its revocation is
+        // told: the application never heard of it.
+        assert_eq!(events.try_next(), Some(assigned(2, 8)));
+        assert_eq!(events.try_next(), None);
+        // A deadline already past holds the assignment back too.
+        member.hold(3, 9);
+        sender.send(assigned(3, 9));
+        member.lease.send_replace(Some(std::time::Instant::now()));
+        assert_eq!(events.try_next(), None);
+        // A change that tells the application to stop is never held back.
+        let (member, mut sender, mut events) = events_channel();
+        member.lease.send_replace(None);
+        sender.send(revoked(4, 3));
+        assert_eq!(events.try_next(), Some(revoked(4, 3)));
     }
 
     #[test]
     fn unread_events_coalesce_to_the_latest_per_partition() {
-        let (mut sender, mut events) = full_events();
+        let (member, mut sender, mut events) = full_events();
+        member.hold(5000, 1);
+        member.hold(5001, 2);
         // Full: these wait, and only the latest of each partition stays.
         sender.send(assigned(5000, 1));
         sender.send(revoked(5000, 1));
@@ -360,7 +577,8 @@ mod tests {
 
     #[test]
     fn a_partitions_changes_keep_their_order_behind_overflow() {
-        let (mut sender, mut events) = full_events();
+        let (member, mut sender, mut events) = full_events();
+        member.hold(7000, 2);
         sender.send(revoked(7000, 1));
         // Room for one again: the overflow goes first, and the newer change
         // waits behind it rather than replace it.
@@ -377,7 +595,8 @@ mod tests {
 
     #[test]
     fn unread_problems_are_dropped_and_counted() {
-        let (_, (mut sender, mut errors)) = channels();
+        let (_, lease) = tokio::sync::watch::channel(None);
+        let (_, (mut sender, mut errors)) = channels(lease, HeldClaims::default());
         let problem =
             || Problem::Coordination(tenure_core::Error::SessionExpired { partitions: 1 });
         for _ in 0..ERRORS_CAPACITY + 10 {

@@ -1,11 +1,12 @@
 //! Members as separate OS processes, stopped and continued with real
 //! signals (SIGSTOP, SIGCONT) against real ZooKeeper, etcd and Kafka, and
-//! audited line by line: every message the process handed out is printed
-//! with the moment it was handed out and its fencing token.
+//! audited line by line: every message and assignment change the process
+//! handed out is printed with the moment it was handed out and its fencing
+//! token.
 
 use tenure_tests as common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,6 +27,24 @@ struct HandedOut {
     token: u64,
 }
 
+/// An assignment change the consumer process handed out.
+#[derive(Clone, Debug)]
+struct Told {
+    /// Wall clock, in milliseconds, the moment it was handed out.
+    at_ms: u128,
+    /// `assigned`, `suspended`, `resumed`, `revoking` or `revoked`.
+    kind: String,
+    partition: u32,
+    token: u64,
+}
+
+/// What the consumer process prints, as it prints it.
+struct Consumer {
+    child: Child,
+    messages: mpsc::UnboundedReceiver<HandedOut>,
+    events: mpsc::UnboundedReceiver<Told>,
+}
+
 fn wall_ms() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -43,47 +62,78 @@ fn signal(child: &Child, signal: &str) {
 }
 
 /// Starts the consumer process and a thread that parses what it prints.
-fn spawn_consumer(args: &[String]) -> (Child, mpsc::UnboundedReceiver<HandedOut>) {
+/// It reads no assignment change before [`read_events`].
+fn spawn_consumer(args: &[String]) -> Consumer {
     let mut child = Command::new(env!("CARGO_BIN_EXE_consumer-under-test"))
         .args(args)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the consumer process");
     let stdout = child.stdout.take().expect("its stdout");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (messages_tx, messages) = mpsc::unbounded_channel();
+    let (events_tx, events) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let parsed = match fields.as_slice() {
+            let sent = match fields.as_slice() {
                 [at, partition, offset, token] => (|| {
-                    Some(HandedOut {
-                        at_ms: at.parse().ok()?,
-                        partition: partition.parse().ok()?,
-                        offset: offset.parse().ok()?,
-                        token: token.parse().ok()?,
-                    })
+                    Some(
+                        messages_tx
+                            .send(HandedOut {
+                                at_ms: at.parse().ok()?,
+                                partition: partition.parse().ok()?,
+                                offset: offset.parse().ok()?,
+                                token: token.parse().ok()?,
+                            })
+                            .is_ok(),
+                    )
+                })(),
+                [at, "event", kind, partition, token] => (|| {
+                    Some(
+                        events_tx
+                            .send(Told {
+                                at_ms: at.parse().ok()?,
+                                kind: (*kind).to_owned(),
+                                partition: partition.parse().ok()?,
+                                token: token.parse().ok()?,
+                            })
+                            .is_ok(),
+                    )
                 })(),
                 _ => None,
             };
-            let Some(handed_out) = parsed else {
-                panic!("the consumer process printed {line:?}");
-            };
-            if tx.send(handed_out).is_err() {
-                return;
+            match sent {
+                None => panic!("the consumer process printed {line:?}"),
+                Some(false) => return,
+                Some(true) => {}
             }
         }
     });
-    (child, rx)
+    Consumer {
+        child,
+        messages,
+        events,
+    }
 }
 
-/// A consumer process frozen with SIGSTOP, with messages buffered, for
-/// longer than its session timeout, while another member claims its
-/// partition; then continued with SIGCONT. It must hand out nothing more
-/// under its old claim: the check is made at the moment of handing out,
-/// so it cannot race the process's own task noticing that the session
-/// lapsed.
+/// Lets the consumer process read its assignment changes.
+fn read_events(consumer: &mut Consumer) {
+    let stdin = consumer.child.stdin.as_mut().expect("its stdin");
+    stdin
+        .write_all(b"go\n")
+        .and_then(|()| stdin.flush())
+        .expect("write to the consumer process");
+}
+
+/// A consumer process frozen with SIGSTOP, with messages buffered and its
+/// assignment change unread, for longer than its session timeout, while
+/// another member claims its partition; then continued with SIGCONT. It
+/// must hand out nothing more under its old claim, neither a message nor
+/// the assignment: the check is made at the moment of handing out, so it
+/// cannot race the process's own task noticing that the session lapsed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_woken_past_its_session_hands_out_nothing_under_its_old_claim_on_zookeeper() {
     let zookeeper = ZooKeeper::new("sigstop").await;
@@ -128,13 +178,13 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
     ] {
         args.extend([flag.to_owned(), value]);
     }
-    let (mut child, mut handed_out) = spawn_consumer(&args);
+    let mut consumer = spawn_consumer(&args);
     let first = |what: &'static str| async move { panic!("the consumer process {what}") };
 
     // It consumes: its buffer fills far ahead of its slow processing.
     let mut before = Vec::new();
     while before.len() < 50 {
-        match tokio::time::timeout(Duration::from_secs(30), handed_out.recv()).await {
+        match tokio::time::timeout(Duration::from_secs(30), consumer.messages.recv()).await {
             Ok(Some(message)) => before.push(message),
             Ok(None) => first("exited before consuming").await,
             Err(_) => first("consumed nothing within 30 s").await,
@@ -150,7 +200,7 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         );
     }
 
-    signal(&child, "STOP");
+    signal(&consumer.child, "STOP");
     let stopped_ms = wall_ms();
 
     // Another member takes the partition once the frozen one's session
@@ -177,22 +227,54 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         }
     });
 
-    signal(&child, "CONT");
+    signal(&consumer.child, "CONT");
+    // Its assignment change has waited unread all along: it may read it now.
+    let go_ms = wall_ms();
+    read_events(&mut consumer);
     // What it hands out now, for as long as its own task needs to catch up
     // and far longer: nothing can be awaited here, since what is checked is
     // that nothing happens.
     let mut after = Vec::new();
     let window = tokio::time::Instant::now() + common::SESSION * 2;
-    while let Ok(Some(message)) = tokio::time::timeout_at(window, handed_out.recv()).await {
+    while let Ok(Some(message)) = tokio::time::timeout_at(window, consumer.messages.recv()).await {
         after.push(message);
     }
     assert!(
-        child.try_wait().expect("look at the process").is_none(),
+        consumer
+            .child
+            .try_wait()
+            .expect("look at the process")
+            .is_none(),
         "the consumer process exited after SIGCONT"
     );
-    signal(&child, "KILL");
-    let _ = child.wait();
+    signal(&consumer.child, "KILL");
+    let _ = consumer.child.wait();
     b_consumes.abort();
+    let mut events = Vec::new();
+    while let Ok(event) = consumer.events.try_recv() {
+        events.push(event);
+    }
+
+    // Every change it told was told after SIGCONT (what the test relies
+    // on): none may give it the partition under the claim b took over.
+    assert!(
+        events.iter().all(|e| e.at_ms >= go_ms),
+        "the consumer process read assignment changes before it was let: {events:?}"
+    );
+    let stale_events: Vec<&Told> = events
+        .iter()
+        .filter(|e| {
+            e.partition == 0
+                && e.token == old_token
+                && (e.kind == "assigned" || e.kind == "resumed")
+        })
+        .collect();
+    assert!(
+        stale_events.is_empty(),
+        "after SIGCONT the process told its application it had partition 0 under its old \
+         claim {old_token} (the partition was b's under {}): {stale_events:?}",
+        b_token.0
+    );
 
     // Handed out before SIGSTOP took effect is fine; anything stamped well
     // after it was handed out after SIGCONT.

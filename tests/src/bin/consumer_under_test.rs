@@ -9,6 +9,13 @@
 //!
 //! stamped the moment `next_message` returned, then takes `--delay-ms` to
 //! "process" it and acknowledges it. It runs until it is killed.
+//!
+//! It reads its assignment changes only once a line arrives on its standard
+//! input (so that a test can leave them waiting unread), and prints each:
+//!
+//! ```text
+//! <wall clock ms> event <assigned|suspended|resumed|revoking|revoked> <partition> <fencing token>
+//! ```
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tenure::core::Config;
 use tenure::etcd::EtcdBackend;
-use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+use tenure::tokio::{AssignmentEvent, Backend, Events, GroupMember, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
 
 struct Args {
@@ -88,18 +95,53 @@ async fn run() -> Result<(), String> {
         .join(backend)
         .await
         .map_err(|e| e.to_string())?;
-    let mut out = std::io::stdout().lock();
+    tokio::spawn(print_events(member.events()));
     while let Some(message) = member.next_message().await {
         let at = wall_ms();
-        writeln!(
-            out,
+        print(format_args!(
             "{at} {} {} {}",
             message.partition, message.offset, message.token.0
-        )
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("stdout: {e}"))?;
+        ))?;
         tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
         message.ack();
+    }
+    Ok(())
+}
+
+/// Prints one line, at once.
+fn print(line: std::fmt::Arguments<'_>) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("stdout: {e}"))
+}
+
+/// Once a line arrives on standard input, prints every assignment change
+/// the moment it is handed out.
+async fn print_events(mut events: Events) -> Result<(), String> {
+    let mut line = String::new();
+    tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line))
+        .await
+        .map_err(|e| format!("stdin: {e}"))?
+        .map_err(|e| format!("stdin: {e}"))?;
+    while let Some(event) = events.next().await {
+        let at = wall_ms();
+        let (kind, partition, token) = match &event {
+            AssignmentEvent::Assigned {
+                partition, token, ..
+            } => ("assigned", partition, token),
+            AssignmentEvent::Suspended {
+                partition, token, ..
+            } => ("suspended", partition, token),
+            AssignmentEvent::Resumed { partition, token } => ("resumed", partition, token),
+            AssignmentEvent::Revoking { partition, token } => ("revoking", partition, token),
+            AssignmentEvent::Revoked { partition, token } => ("revoked", partition, token),
+            other => return Err(format!("an assignment change it does not know: {other:?}")),
+        };
+        print(format_args!(
+            "{at} event {kind} {} {}",
+            partition.partition, token.0
+        ))?;
     }
     Ok(())
 }
