@@ -77,7 +77,7 @@ const SIM_RATE_SEEDS: [u64; 3] = [1, 2, 3];
 fn member_info(id: &str, strategy: &str) -> MemberInfo {
     MemberInfo {
         id: MemberId::new(id).expect("bench member ids are valid names"),
-        topics: ["t".to_owned()].into_iter().collect(),
+        subscription: tenure_core::Subscription::Topics(["t".to_owned()].into_iter().collect()),
         strategy: strategy.to_owned(),
     }
 }

@@ -1,11 +1,11 @@
 //! Member configuration: validated values with documented defaults.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::assignment::{AssignmentStrategy, Sticky};
 use crate::error::ConfigError;
+use crate::subscription::Subscription;
 use crate::types::{validate_path_element, validate_topic, MemberId};
 
 /// Where a member starts consuming a partition that has no committed offset.
@@ -28,8 +28,9 @@ pub struct Config {
     pub group: String,
     /// This member's id, unique within the group.
     pub member: MemberId,
-    /// The topics this member consumes.
-    pub topics: BTreeSet<String>,
+    /// The topics this member consumes: named, or a pattern over the
+    /// cluster's topics.
+    pub subscription: Subscription,
     /// How partitions are shared out; every member of a group must use the
     /// same. Default: [`Sticky`].
     pub strategy: Arc<dyn AssignmentStrategy>,
@@ -72,22 +73,25 @@ impl Config {
         member: &str,
         topics: impl IntoIterator<Item = T>,
     ) -> Result<Config, ConfigError> {
+        Config::subscribing(group, member, Subscription::topics(topics)?)
+    }
+
+    /// A configuration with the defaults for member `member` of `group`,
+    /// consuming what `subscription` takes, such as
+    /// `Subscription::matching("orders-.*")?`.
+    pub fn subscribing(
+        group: &str,
+        member: &str,
+        subscription: Subscription,
+    ) -> Result<Config, ConfigError> {
         validate_path_element("group", group)?;
         let member = MemberId::new(member)?;
-        let mut names = BTreeSet::new();
-        for topic in topics {
-            validate_topic(topic.as_ref())?;
-            names.insert(topic.as_ref().to_owned());
-        }
-        if names.is_empty() {
-            return Err(ConfigError::NoTopics);
-        }
         let session_timeout = Duration::from_secs(10);
         let processing_timeout = Duration::from_secs(60);
         Ok(Config {
             group: group.to_owned(),
             member,
-            topics: names,
+            subscription,
             strategy: Arc::new(Sticky),
             session_timeout,
             processing_timeout,
@@ -121,11 +125,13 @@ impl Config {
     /// Checks every value, naming the first one that cannot work.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_path_element("group", &self.group)?;
-        if self.topics.is_empty() {
-            return Err(ConfigError::NoTopics);
-        }
-        for topic in &self.topics {
-            validate_topic(topic)?;
+        if let Some(topics) = self.subscription.named_topics() {
+            if topics.is_empty() {
+                return Err(ConfigError::NoTopics);
+            }
+            for topic in topics {
+                validate_topic(topic)?;
+            }
         }
         for (name, value) in [
             ("session_timeout", self.session_timeout),

@@ -43,6 +43,14 @@ pub enum ConfigError {
     /// A member that subscribes to nothing has nothing to do.
     #[error("the member subscribes to no topic")]
     NoTopics,
+    /// A topic pattern that is empty or is not a regular expression.
+    #[error("topic pattern {pattern:?} cannot be used: {detail}")]
+    BadPattern {
+        /// The pattern, as given.
+        pattern: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A name is not usable.
     #[error(transparent)]
     Name(#[from] NameError),
@@ -218,6 +226,18 @@ pub enum Error {
         /// Its strategy.
         theirs: String,
     },
+    /// Another member of the group subscribes differently, and one of the
+    /// two subscribes by pattern; this member keeps its current partitions
+    /// and takes no new ones, as with [`Error::StrategyMismatch`].
+    #[error("member {member} subscribes to {theirs}, this member to {ours}")]
+    SubscriptionMismatch {
+        /// This member's subscription.
+        ours: String,
+        /// The member that subscribes differently.
+        member: MemberId,
+        /// Its subscription.
+        theirs: String,
+    },
     /// The member id is registered under another session (a previous
     /// session not yet expired on the server, or another process using the
     /// same id). Registration is retried until the record is ours.
@@ -276,6 +296,7 @@ impl Error {
             | Error::SessionExpired { .. } => true,
             Error::Store { source, .. } => source.is_transient(),
             Error::StrategyMismatch { .. }
+            | Error::SubscriptionMismatch { .. }
             | Error::CommitFenced { .. }
             | Error::DrainTimeout { .. } => false,
         }

@@ -110,6 +110,7 @@ pub mod records;
 mod rng;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod subscription;
 pub mod types;
 
 pub use config::{Config, InitialOffset};
@@ -118,4 +119,5 @@ pub use protocol::{
     AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, RegisterOutcome,
     StoreOp, StoreRequest,
 };
+pub use subscription::{Subscription, TopicPattern};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

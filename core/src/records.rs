@@ -10,10 +10,9 @@
 //! - `offsets/<topic>/<partition>`: persistent, the next offset to consume
 //!   as ASCII decimal.
 
-use std::collections::BTreeSet;
-
 use crate::error::StoreError;
 use crate::protocol::ClaimOutcome;
+use crate::subscription::Subscription;
 use crate::types::{FencingToken, MemberId, MemberInfo, Offset, SessionId, TopicPartition};
 
 /// The paths of one group's records.
@@ -103,15 +102,18 @@ impl Layout {
 /// consumer, plus the member's strategy and host (which Kafka 0.8 and the Go
 /// package ignore).
 pub fn encode_registration(info: &MemberInfo, timestamp_secs: u64, host: Option<&str>) -> Vec<u8> {
+    // Kafka 0.8's form: the topics, or the one pattern, each with its
+    // number of streams (always one here).
     let subscription: serde_json::Map<String, serde_json::Value> = info
-        .topics
-        .iter()
-        .map(|t| (t.clone(), serde_json::Value::from(1)))
+        .subscription
+        .record_keys()
+        .into_iter()
+        .map(|key| (key.to_owned(), serde_json::Value::from(1)))
         .collect();
     let mut value = serde_json::json!({
         "version": 1,
         "subscription": subscription,
-        "pattern": "static",
+        "pattern": info.subscription.record_form(),
         "timestamp": timestamp_secs,
         "strategy": info.strategy,
     });
@@ -148,7 +150,11 @@ pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration,
         .get("subscription")
         .and_then(|s| s.as_object())
         .ok_or("no \"subscription\" object")?;
-    let topics: BTreeSet<String> = subscription.keys().cloned().collect();
+    let form = match value.get("pattern") {
+        None => "static",
+        Some(form) => form.as_str().ok_or("\"pattern\" is not a string")?,
+    };
+    let subscription = Subscription::from_record(form, subscription.keys().map(String::as_str))?;
     let strategy = match value.get("strategy") {
         None => "range".to_owned(),
         Some(s) => s.as_str().ok_or("\"strategy\" is not a string")?.to_owned(),
@@ -169,7 +175,7 @@ pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration,
     Ok(Registration {
         info: MemberInfo {
             id,
-            topics,
+            subscription,
             strategy,
         },
         host,
@@ -218,5 +224,58 @@ pub fn held_claim(
             detail: "owner record belongs to no session (a znode that is not ephemeral, an etcd key with no lease)"
                 .to_owned(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(subscription: Subscription) -> MemberInfo {
+        MemberInfo {
+            id: MemberId::new("m1").expect("an id"),
+            subscription,
+            strategy: "sticky".to_owned(),
+        }
+    }
+
+    #[test]
+    fn registrations_say_how_the_member_subscribes_in_kafka_0_8s_form() {
+        for (subscription, form) in [
+            (Subscription::topics(["a", "b"]).expect("topics"), "static"),
+            (
+                Subscription::matching("orders-.*").expect("a pattern"),
+                "white_list",
+            ),
+            (
+                Subscription::all_except("audit").expect("a pattern"),
+                "black_list",
+            ),
+        ] {
+            let info = member(subscription);
+            let data = encode_registration(&info, 1_700_000_000, Some("host-1"));
+            let json: serde_json::Value = serde_json::from_slice(&data).expect("JSON");
+            assert_eq!(json["pattern"], form);
+            assert_eq!(decode_registration("m1", &data), Ok(info));
+        }
+    }
+
+    #[test]
+    fn a_kafka_0_8_wildcard_registration_reads_as_a_pattern() {
+        let data = br#"{"version":1,"subscription":{"orders-.*":2},"pattern":"white_list","timestamp":"1700000000000"}"#;
+        let info = decode_registration("legacy-1", data).expect("a registration");
+        assert_eq!(
+            info.subscription,
+            Subscription::matching("orders-.*").expect("a pattern")
+        );
+        assert_eq!(info.strategy, "range");
+        for bad in [
+            &br#"{"subscription":{"(":1},"pattern":"white_list"}"#[..],
+            br#"{"subscription":{"a":1,"b":1},"pattern":"black_list"}"#,
+            br#"{"subscription":{"a":1},"pattern":"glob"}"#,
+            br#"{"subscription":{"a":1},"pattern":7}"#,
+        ] {
+            assert!(decode_registration("m", bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! The nouns of the protocol: members, partitions, sessions, requests and
 //! fencing tokens. Backends translate these into znodes, keys and leases.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::error::NameError;
+use crate::subscription::Subscription;
 
 /// A Kafka offset: the position of a message in its partition.
 pub type Offset = i64;
@@ -170,7 +170,7 @@ pub struct MemberInfo {
     /// The member's id.
     pub id: MemberId,
     /// The topics the member consumes.
-    pub topics: BTreeSet<String>,
+    pub subscription: Subscription,
     /// The name of the member's assignment strategy; every member of a group
     /// must run the same one.
     pub strategy: String,
@@ -179,6 +179,6 @@ pub struct MemberInfo {
 impl MemberInfo {
     /// Whether the member consumes `topic`.
     pub fn subscribes_to(&self, topic: &str) -> bool {
-        self.topics.contains(topic)
+        self.subscription.includes(topic)
     }
 }

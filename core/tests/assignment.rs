@@ -15,7 +15,9 @@ use tenure_core::{MemberId, MemberInfo, TopicPartition};
 fn member(id: &str, topics: &[&str]) -> MemberInfo {
     MemberInfo {
         id: MemberId::new(id).expect("valid member id"),
-        topics: topics.iter().map(|t| t.to_string()).collect(),
+        subscription: tenure_core::Subscription::Topics(
+            topics.iter().map(|t| t.to_string()).collect(),
+        ),
         strategy: String::new(),
     }
 }

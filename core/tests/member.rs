@@ -68,7 +68,7 @@ fn info(id: &str) -> MemberInfo {
 fn info_with(id: &str, strategy: &str) -> MemberInfo {
     MemberInfo {
         id: mid(id),
-        topics: ["t".to_owned()].into_iter().collect(),
+        subscription: tenure_core::Subscription::Topics(["t".to_owned()].into_iter().collect()),
         strategy: strategy.to_owned(),
     }
 }
@@ -381,7 +381,8 @@ impl Harness {
     /// Joins alone with `n` partitions and owns them all (tokens 100 + p,
     /// committed offsets 0), every one fetching.
     fn owning(&mut self, n: u32) {
-        self.join(&[info(OURS)]);
+        // Ourselves as the store lists us: our own registration.
+        self.join(&[self.member.info().clone()]);
         let commands = self.set_counts(counts(n));
         let claims = claims(&commands);
         assert_eq!(claims.len(), n as usize, "{commands:?}");
@@ -1545,6 +1546,70 @@ fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
 }
 
 #[test]
+fn a_pattern_subscription_mismatch_is_reported_once_and_freezes_the_assignment() {
+    let mut config = config_with(&[(0, "m0")]);
+    let ours = tenure_core::Subscription::matching("t|u").unwrap();
+    config.subscription = ours.clone();
+    let mut h = Harness::new(config);
+    h.owning(2);
+    let before = h.member.assigned().clone();
+    let mine = MemberInfo {
+        subscription: ours.clone(),
+        ..info(OURS)
+    };
+    let theirs = tenure_core::Subscription::matching("t").unwrap();
+    let other = MemberInfo {
+        subscription: theirs.clone(),
+        ..info("m0")
+    };
+    let commands = h.members(&[mine.clone(), other.clone()]);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(
+        h.reports(),
+        vec![Error::SubscriptionMismatch {
+            ours: ours.to_string(),
+            member: mid("m0"),
+            theirs: theirs.to_string(),
+        }]
+    );
+    let commands = h.members(&[mine.clone(), other]);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert!(h.reports().is_empty(), "reported once");
+    let commands = h.set_counts(counts(4));
+    assert!(commands.is_empty(), "no new claims: {commands:?}");
+    assert_eq!(h.member.assigned(), &before);
+
+    // A member that names the topics disagrees with a pattern too.
+    let commands = h.members(&[mine.clone(), info("m0")]);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert!(matches!(
+        h.reports().as_slice(),
+        [Error::SubscriptionMismatch { theirs, .. }] if theirs == "t"
+    ));
+
+    // Once the other member subscribes the same way, the assignment moves.
+    let agreeing = MemberInfo {
+        subscription: ours,
+        ..info("m0")
+    };
+    let commands = h.members(&[mine, agreeing]);
+    assert_eq!(h.stops(), vec![(tp(0), FencingToken(100))]);
+    assert_eq!(claims(&commands).len(), 2, "{commands:?}");
+}
+
+#[test]
+fn members_naming_different_topics_agree_as_kafka_0_8s_did() {
+    let mut h = Harness::new(base_config());
+    h.owning(2);
+    let other = MemberInfo {
+        subscription: tenure_core::Subscription::topics(["t", "u"]).unwrap(),
+        ..info("m0")
+    };
+    h.members(&[info(OURS), other]);
+    assert!(h.reports().is_empty(), "{:?}", h.reports());
+}
+
+#[test]
 fn shutdown_releases_everything_then_deregisters_and_closes() {
     let mut h = Harness::new(base_config());
     h.owning(2);
@@ -1782,7 +1847,7 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
         other => panic!("{other:?}"),
     }
     let mut config = base_config();
-    config.topics.insert("bad topic!".to_owned());
+    config.subscription = tenure_core::Subscription::Topics(["bad topic!".to_owned()].into());
     assert!(matches!(refused(config), Some(ConfigError::Name(_))));
     assert!(matches!(
         Config::new("g", "a/b", ["t"]),
@@ -1793,7 +1858,7 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
         Some(ConfigError::NoTopics)
     );
     let mut config = base_config();
-    config.topics.clear();
+    config.subscription = tenure_core::Subscription::Topics(Default::default());
     assert_eq!(refused(config), Some(ConfigError::NoTopics));
 }
 

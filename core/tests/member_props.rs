@@ -59,7 +59,9 @@ fn mid(id: &str) -> MemberId {
 fn info(id: &str, strategy: &str) -> MemberInfo {
     MemberInfo {
         id: mid(id),
-        topics: TOPICS.iter().map(|t| (*t).to_owned()).collect(),
+        subscription: tenure_core::Subscription::Topics(
+            TOPICS.iter().map(|t| (*t).to_owned()).collect(),
+        ),
         strategy: strategy.to_owned(),
     }
 }

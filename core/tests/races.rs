@@ -97,7 +97,7 @@ fn config(name: &str) -> Config {
 fn info(name: &str) -> MemberInfo {
     MemberInfo {
         id: tenure_core::MemberId::new(name).expect("valid id"),
-        topics: ["t".to_owned()].into_iter().collect(),
+        subscription: tenure_core::Subscription::Topics(["t".to_owned()].into_iter().collect()),
         strategy: "range".to_owned(),
     }
 }

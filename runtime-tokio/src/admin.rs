@@ -21,7 +21,7 @@ use rskafka::client::Client;
 /// [`crate::kafka::connect`]).
 pub use rskafka::client::Client as KafkaClient;
 use tenure_core::records::{decode_registration_record, parse_offset};
-use tenure_core::{FencingToken, NameError, Offset, StoreError, TopicPartition};
+use tenure_core::{FencingToken, NameError, Offset, StoreError, Subscription, TopicPartition};
 
 use crate::kafka::KafkaError;
 
@@ -98,7 +98,7 @@ impl GroupRecords {
                 id: id.to_owned(),
                 host: registration.host,
                 strategy: registration.info.strategy,
-                topics: registration.info.topics,
+                subscription: registration.info.subscription,
                 since: registered.or_else(|| {
                     registration
                         .timestamp_secs
@@ -158,8 +158,8 @@ pub struct MemberRecord {
     /// Its assignment strategy (`range` for registrations that name none,
     /// as Kafka 0.8's).
     pub strategy: String,
-    /// The topics it consumes.
-    pub topics: BTreeSet<String>,
+    /// The topics it consumes: named, or a pattern.
+    pub subscription: Subscription,
     /// When it registered, when its registration says.
     pub since: Option<SystemTime>,
 }
@@ -314,7 +314,9 @@ pub async fn describe(
     let mut topics: BTreeSet<String> = records
         .members
         .iter()
-        .flat_map(|m| m.topics.iter().cloned())
+        .filter_map(|m| m.subscription.named_topics())
+        .flatten()
+        .cloned()
         .collect();
     topics.extend(records.owners.keys().map(|p| p.topic.to_string()));
     topics.extend(records.offsets.keys().map(|p| p.topic.to_string()));

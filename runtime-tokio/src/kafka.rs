@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use tenure_core::assignment::PartitionCounts;
-use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
+use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -72,8 +72,10 @@ pub enum KafkaError {
         /// What the client said.
         detail: String,
     },
-    /// A subscribed topic does not exist.
-    #[error("topic {topic:?} does not exist in Kafka at {bootstrap}")]
+    /// A subscribed topic does not exist (yet): it is waited for, and
+    /// assigned once it appears. Reported when the member first finds it
+    /// missing, and again each time it goes missing after it existed.
+    #[error("topic {topic:?} does not exist in Kafka at {bootstrap}; waiting for it")]
     UnknownTopic {
         /// The topic.
         topic: String,
@@ -103,13 +105,15 @@ pub enum KafkaError {
 
 impl KafkaError {
     /// Whether the problem may clear by itself while the member goes on (a
-    /// broker that does not answer, a failed fetch, which is retried);
-    /// `false` for what needs someone to act (no broker given, a topic that
-    /// does not exist) or is done with (an offset reset).
+    /// broker that does not answer, a failed fetch, which is retried, a
+    /// topic not created yet, which is waited for); `false` for what needs
+    /// someone to act (no broker given) or is done with (an offset reset).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            KafkaError::Unreachable { .. } | KafkaError::Fetch { .. }
+            KafkaError::Unreachable { .. }
+                | KafkaError::Fetch { .. }
+                | KafkaError::UnknownTopic { .. }
         )
     }
 }
@@ -140,13 +144,23 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
     Ok(Arc::new(client))
 }
 
-/// The partition counts of `topics`; a topic that does not exist is an
-/// error.
-pub async fn partition_counts(
+/// What the cluster's topics give a subscription.
+#[derive(Debug, Default)]
+pub(crate) struct Subscribed {
+    /// The partition counts of the topics it takes.
+    pub(crate) counts: PartitionCounts,
+    /// The topics it names that do not exist (yet).
+    pub(crate) missing: BTreeSet<String>,
+}
+
+/// Lists the cluster's topics and keeps those `subscription` takes, with
+/// their partition counts: all of them at once, so that one topic deleted
+/// or not created yet does not stop the others.
+pub(crate) async fn subscribed_topics(
     client: &Client,
     config: &KafkaConfig,
-    topics: &BTreeSet<String>,
-) -> Result<PartitionCounts, KafkaError> {
+    subscription: &Subscription,
+) -> Result<Subscribed, KafkaError> {
     let bootstrap = config.bootstrap.join(",");
     let listed = tokio::time::timeout(config.connect_timeout, client.list_topics())
         .await
@@ -158,21 +172,65 @@ pub async fn partition_counts(
             bootstrap: bootstrap.clone(),
             detail: e.to_string(),
         })?;
-    let mut counts = PartitionCounts::new();
-    for topic in topics {
-        match listed.iter().find(|t| &t.name == topic) {
-            Some(found) => {
-                counts.insert(topic.clone(), found.partitions.len() as u32);
-            }
-            None => {
-                return Err(KafkaError::UnknownTopic {
-                    topic: topic.clone(),
-                    bootstrap,
-                })
-            }
+    let mut subscribed = Subscribed::default();
+    for topic in &listed {
+        // A topic being created can be listed before its partitions are.
+        if subscription.includes(&topic.name) && !topic.partitions.is_empty() {
+            let count = u32::try_from(topic.partitions.len()).unwrap_or(u32::MAX);
+            subscribed.counts.insert(topic.name.clone(), count);
         }
     }
-    Ok(counts)
+    if let Some(named) = subscription.named_topics() {
+        subscribed.missing = named
+            .iter()
+            .filter(|topic| !subscribed.counts.contains_key(*topic))
+            .cloned()
+            .collect();
+    }
+    Ok(subscribed)
+}
+
+/// Follows the cluster's topics every `config.metadata_refresh`: sends the
+/// subscription's partition counts after each listing, and reports each
+/// named topic as it goes missing (first `missing`, as the join found them).
+async fn follow_topics(
+    client: Arc<Client>,
+    config: KafkaConfig,
+    subscription: Subscription,
+    mut missing: BTreeSet<String>,
+    events: mpsc::UnboundedSender<DataEvent>,
+) {
+    let unknown = |topic: &String| {
+        DataEvent::Problem(KafkaError::UnknownTopic {
+            topic: topic.clone(),
+            bootstrap: config.bootstrap.join(","),
+        })
+    };
+    for topic in &missing {
+        if events.send(unknown(topic)).is_err() {
+            return;
+        }
+    }
+    let mut tick = tokio::time::interval(config.metadata_refresh);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let sent = match subscribed_topics(&client, &config, &subscription).await {
+            Ok(subscribed) => {
+                let newly_missing: Vec<&String> = subscribed.missing.difference(&missing).collect();
+                let mut sent = newly_missing
+                    .into_iter()
+                    .all(|topic| events.send(unknown(topic)).is_ok());
+                missing = subscribed.missing;
+                sent &= events.send(DataEvent::Counts(subscribed.counts)).is_ok();
+                sent
+            }
+            Err(problem) => events.send(DataEvent::Problem(problem)).is_ok(),
+        };
+        if !sent {
+            return;
+        }
+    }
 }
 
 /// One message, handed to the application. Acknowledge it with
@@ -564,35 +622,19 @@ impl DataPlane {
         client: Arc<Client>,
         config: KafkaConfig,
         initial: InitialOffset,
-        topics: BTreeSet<String>,
+        subscription: Subscription,
+        missing: BTreeSet<String>,
         delivery: Delivery,
         lease: Lease,
     ) -> DataPlane {
         let (events_tx, events) = mpsc::unbounded_channel();
-        let metadata = {
-            let client = client.clone();
-            let config = config.clone();
-            let events = events_tx.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(config.metadata_refresh);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    match partition_counts(&client, &config, &topics).await {
-                        Ok(counts) => {
-                            if events.send(DataEvent::Counts(counts)).is_err() {
-                                return;
-                            }
-                        }
-                        Err(problem) => {
-                            if events.send(DataEvent::Problem(problem)).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            })
-        };
+        let metadata = tokio::spawn(follow_topics(
+            client.clone(),
+            config.clone(),
+            subscription,
+            missing,
+            events_tx.clone(),
+        ));
         DataPlane {
             client,
             config,

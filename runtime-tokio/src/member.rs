@@ -295,7 +295,9 @@ impl GroupMemberBuilder {
     /// Fetches the owned partitions from Kafka and hands their messages to
     /// the application ([`GroupMember::next_message`]). Partition counts
     /// then come from Kafka's metadata, refreshed so that added partitions
-    /// get assigned; a subscribed topic that does not exist fails the join.
+    /// get assigned, a pattern subscription's new topics too, and a deleted
+    /// topic's partitions are released. A named topic that does not exist
+    /// yet is reported on [`GroupMember::errors`] and waited for.
     pub fn kafka(mut self, kafka: KafkaConfig) -> Self {
         self.kafka = Some(kafka);
         self
@@ -351,7 +353,9 @@ impl GroupMemberBuilder {
         let (lease_tx, lease_rx) = watch::channel(None);
         if let Some(kafka_config) = self.kafka {
             let client = kafka::connect(&kafka_config).await?;
-            counts = kafka::partition_counts(&client, &kafka_config, &self.config.topics).await?;
+            let subscribed =
+                kafka::subscribed_topics(&client, &kafka_config, &self.config.subscription).await?;
+            counts = subscribed.counts;
             let delivery = if self.per_partition {
                 let (tx, rx) = mpsc::unbounded_channel();
                 streams = Some(rx);
@@ -365,7 +369,8 @@ impl GroupMemberBuilder {
                 client,
                 kafka_config,
                 self.config.initial_offset,
-                self.config.topics.clone(),
+                self.config.subscription.clone(),
+                subscribed.missing,
                 delivery,
                 lease_rx.clone(),
             );

@@ -53,7 +53,9 @@ fn member_json(m: &MemberRecord) -> Value {
         "id": m.id,
         "host": m.host,
         "strategy": m.strategy,
-        "topics": m.topics,
+        "topics": m.subscription.named_topics(),
+        "pattern": m.subscription.record_form(),
+        "regex": (m.subscription.is_pattern()).then(|| m.subscription.record_keys().concat()),
         "since": m.since.map(format_rfc3339),
         "since_ms": m.since.and_then(millis),
     })
@@ -65,7 +67,7 @@ fn member_row(m: &MemberRecord) -> Vec<String> {
         m.id.clone(),
         or_dash(m.host.as_deref()),
         m.strategy.clone(),
-        m.topics.iter().cloned().collect::<Vec<_>>().join(","),
+        m.subscription.to_string(),
         or_dash(m.since.map(format_rfc3339)),
     ]
 }

@@ -25,7 +25,7 @@ pub const TOPIC: &str = "t";
 pub fn info(member: &str) -> MemberInfo {
     MemberInfo {
         id: MemberId::new(member).expect("valid member id"),
-        topics: BTreeSet::from([TOPIC.to_owned()]),
+        subscription: tenure_core::Subscription::Topics(BTreeSet::from([TOPIC.to_owned()])),
         strategy: "sticky".to_owned(),
     }
 }

@@ -151,7 +151,8 @@ pub struct Member {
     deregistration: Step,
     members: Option<Vec<MemberInfo>>,
     counts: PartitionCounts,
-    reported_mismatch: Option<(MemberId, String)>,
+    /// The strategy or subscription mismatch reported last, as reported.
+    reported_mismatch: Option<String>,
     reported_taken: Option<SessionId>,
 
     assigned: BTreeSet<TopicPartition>,
@@ -169,7 +170,7 @@ impl Member {
         config.validate()?;
         let info = MemberInfo {
             id: config.member.clone(),
-            topics: config.topics.clone(),
+            subscription: config.subscription.clone(),
             strategy: config.strategy.name().to_owned(),
         };
         let next_commit = now + config.commit_interval;
@@ -835,16 +836,13 @@ impl Member {
         if !members.iter().any(|m| m.id == self.info.id) {
             return Some(BTreeSet::new());
         }
-        let ours = self.info.strategy.as_str();
-        if let Some(other) = members.iter().find(|m| m.strategy != ours) {
-            let key = (other.id.clone(), other.strategy.clone());
+        if let Some(mismatch) = mismatch(&self.info, members) {
+            // Reported once until it changes: it names the member and both
+            // sides.
+            let key = mismatch.to_string();
             if self.reported_mismatch.as_ref() != Some(&key) {
-                self.reported_mismatch = Some(key.clone());
-                self.report(Error::StrategyMismatch {
-                    ours: ours.to_owned(),
-                    member: key.0,
-                    theirs: key.1,
-                });
+                self.reported_mismatch = Some(key);
+                self.report(mismatch);
             }
             return None;
         }
@@ -1349,6 +1347,28 @@ impl<'a> Context<'a> {
 }
 
 /// When a backoff that starts at `now` after `attempt` failures ends.
+/// The first member of `members` whose strategy differs from `ours`, or
+/// whose subscription differs where either side subscribes by pattern:
+/// members that disagree would compute different assignments.
+fn mismatch(ours: &MemberInfo, members: &[MemberInfo]) -> Option<Error> {
+    if let Some(other) = members.iter().find(|m| m.strategy != ours.strategy) {
+        return Some(Error::StrategyMismatch {
+            ours: ours.strategy.clone(),
+            member: other.id.clone(),
+            theirs: other.strategy.clone(),
+        });
+    }
+    let other = members.iter().find(|m| {
+        (m.subscription.is_pattern() || ours.subscription.is_pattern())
+            && m.subscription != ours.subscription
+    })?;
+    Some(Error::SubscriptionMismatch {
+        ours: ours.subscription.to_string(),
+        member: other.id.clone(),
+        theirs: other.subscription.to_string(),
+    })
+}
+
 fn backoff_end(rng: &mut SplitMix64, config: &Config, now: Instant, attempt: u32) -> Instant {
     now + backoff::delay(rng, config.backoff_min, config.backoff_max, attempt)
 }

@@ -1680,6 +1680,7 @@ fn error_kind(error: &Error) -> &'static str {
     match error {
         Error::ClaimStalled { .. } => "claim stalled",
         Error::StrategyMismatch { .. } => "strategy mismatch",
+        Error::SubscriptionMismatch { .. } => "subscription mismatch",
         Error::RegistrationTaken { .. } => "registration taken",
         Error::Store { .. } => "store error",
         Error::CommitFenced { .. } => "commit fenced",
