@@ -145,7 +145,7 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
 }
 
 /// What the cluster's topics give a subscription.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Subscribed {
     /// The partition counts of the topics it takes.
     pub(crate) counts: PartitionCounts,
@@ -190,14 +190,18 @@ pub(crate) async fn subscribed_topics(
     Ok(subscribed)
 }
 
-/// Follows the cluster's topics every `config.metadata_refresh`: sends the
-/// subscription's partition counts after each listing, and reports each
-/// named topic as it goes missing (first `missing`, as the join found them).
+/// Follows the cluster's topics every `config.metadata_refresh`, from what
+/// the join found (`known`): sends the subscription's partition counts after
+/// each listing, and reports each named topic as it goes missing.
+///
+/// A topic is taken as gone only once two listings in a row leave it out,
+/// so that one answer from a broker whose metadata lags does not make the
+/// member let go of a topic that is still there.
 async fn follow_topics(
     client: Arc<Client>,
     config: KafkaConfig,
     subscription: Subscription,
-    mut missing: BTreeSet<String>,
+    known: Subscribed,
     events: mpsc::UnboundedSender<DataEvent>,
 ) {
     let unknown = |topic: &String| {
@@ -206,22 +210,39 @@ async fn follow_topics(
             bootstrap: config.bootstrap.join(","),
         })
     };
-    for topic in &missing {
+    for topic in &known.missing {
         if events.send(unknown(topic)).is_err() {
             return;
         }
     }
+    let Subscribed {
+        counts: mut last,
+        mut missing,
+    } = known;
+    let mut left_out_once = BTreeSet::new();
     let mut tick = tokio::time::interval(config.metadata_refresh);
     tick.tick().await;
     loop {
         tick.tick().await;
         let sent = match subscribed_topics(&client, &config, &subscription).await {
-            Ok(subscribed) => {
+            Ok(mut subscribed) => {
+                // Left out once: kept for now. Left out twice: gone.
+                let mut kept = BTreeSet::new();
+                for (topic, &count) in &last {
+                    if !subscribed.counts.contains_key(topic) && !left_out_once.contains(topic) {
+                        kept.insert(topic.clone());
+                    }
+                    if kept.contains(topic) {
+                        subscribed.counts.insert(topic.clone(), count);
+                    }
+                }
+                left_out_once = kept;
                 let newly_missing: Vec<&String> = subscribed.missing.difference(&missing).collect();
                 let mut sent = newly_missing
                     .into_iter()
                     .all(|topic| events.send(unknown(topic)).is_ok());
                 missing = subscribed.missing;
+                last = subscribed.counts.clone();
                 sent &= events.send(DataEvent::Counts(subscribed.counts)).is_ok();
                 sent
             }
@@ -623,7 +644,7 @@ impl DataPlane {
         config: KafkaConfig,
         initial: InitialOffset,
         subscription: Subscription,
-        missing: BTreeSet<String>,
+        subscribed: Subscribed,
         delivery: Delivery,
         lease: Lease,
     ) -> DataPlane {
@@ -632,7 +653,7 @@ impl DataPlane {
             client.clone(),
             config.clone(),
             subscription,
-            missing,
+            subscribed,
             events_tx.clone(),
         ));
         DataPlane {

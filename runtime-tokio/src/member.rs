@@ -355,7 +355,7 @@ impl GroupMemberBuilder {
             let client = kafka::connect(&kafka_config).await?;
             let subscribed =
                 kafka::subscribed_topics(&client, &kafka_config, &self.config.subscription).await?;
-            counts = subscribed.counts;
+            counts = subscribed.counts.clone();
             let delivery = if self.per_partition {
                 let (tx, rx) = mpsc::unbounded_channel();
                 streams = Some(rx);
@@ -370,7 +370,7 @@ impl GroupMemberBuilder {
                 kafka_config,
                 self.config.initial_offset,
                 self.config.subscription.clone(),
-                subscribed.missing,
+                subscribed,
                 delivery,
                 lease_rx.clone(),
             );

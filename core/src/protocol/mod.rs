@@ -334,20 +334,28 @@ impl Member {
         }
     }
 
-    /// Partition counts from Kafka metadata. They should cover every topic
-    /// any member of the group subscribes to, so that all members compute
-    /// the same assignment. Counts only grow: a smaller count than one seen
-    /// before is taken as stale metadata and ignored.
+    /// Partition counts from Kafka metadata: every topic the member
+    /// consumes, each time. They should cover every topic any member of the
+    /// group subscribes to, so that all members compute the same
+    /// assignment. A topic left out is gone and its partitions are let go
+    /// of; a smaller count than one seen before is taken as stale metadata
+    /// and ignored.
     pub fn set_partition_counts(&mut self, now: Instant, counts: PartitionCounts) {
         if self.input(now) {
-            // Kafka never removes partitions from a topic, and metadata from
-            // a lagging broker can be older than what we know: a count only
-            // ever grows, so a stale answer cannot make every member drop
-            // partitions the others still count.
-            for (topic, count) in counts {
-                let known = self.counts.entry(topic).or_insert(0);
-                *known = (*known).max(count);
-            }
+            // A topic left out is gone (deleted, or no longer matched by the
+            // subscription's pattern): its partitions are let go of. Kafka
+            // never removes partitions from a topic that stays, and metadata
+            // from a lagging broker can be older than what we know: a count
+            // only ever grows, so a stale answer cannot make every member
+            // drop partitions the others still count.
+            let known = std::mem::take(&mut self.counts);
+            self.counts = counts
+                .into_iter()
+                .map(|(topic, count)| {
+                    let count = known.get(&topic).map_or(count, |&k| k.max(count));
+                    (topic, count)
+                })
+                .collect();
             self.rebalance();
             self.tick();
         }
