@@ -419,15 +419,19 @@ impl EventSender {
 }
 
 impl ProblemSender {
-    /// Sends `problem`, or drops and counts it while the channel is full.
-    pub(crate) fn send(&mut self, problem: Problem) {
+    /// Sends `problem`, or drops and counts it while the channel is full;
+    /// `false` if it was dropped.
+    pub(crate) fn send(&mut self, problem: Problem) -> bool {
         if !self.report_dropped() {
             self.dropped += 1;
-            return;
+            return false;
         }
         match self.sender.try_send(problem) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => self.dropped += 1,
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped += 1;
+                false
+            }
         }
     }
 

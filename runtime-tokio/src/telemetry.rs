@@ -37,6 +37,10 @@ pub(crate) const DRAIN_SECONDS: &str = "tenure_drain_seconds";
 pub(crate) const COMMIT_FAILURES_TOTAL: &str = "tenure_commit_failures_total";
 /// Commits refused because the member no longer owned the partition.
 pub(crate) const COMMITS_FENCED_TOTAL: &str = "tenure_commits_fenced_total";
+/// Problems the member reported, read by the application or not.
+pub(crate) const PROBLEMS_TOTAL: &str = "tenure_problems_total";
+/// Problems dropped because the application did not read them in time.
+pub(crate) const PROBLEMS_DROPPED_TOTAL: &str = "tenure_problems_dropped_total";
 /// Partitions the member owns now.
 pub(crate) const PARTITIONS_OWNED: &str = "tenure_partitions_owned";
 /// 1 while the member owns the partition, 0 after.
@@ -85,6 +89,16 @@ fn describe() {
             COMMITS_FENCED_TOTAL,
             Unit::Count,
             "Offset commits refused because the member no longer owned the partition."
+        );
+        metrics::describe_counter!(
+            PROBLEMS_TOTAL,
+            Unit::Count,
+            "Problems this member reported (store, coordination, Kafka), whether the application read them or not."
+        );
+        metrics::describe_counter!(
+            PROBLEMS_DROPPED_TOTAL,
+            Unit::Count,
+            "Problems dropped because the application left its error stream unread (it holds 64)."
         );
         metrics::describe_gauge!(
             PARTITIONS_OWNED,
@@ -234,6 +248,8 @@ pub(crate) struct Telemetry {
     drain: Histogram,
     commit_failures: Counter,
     commits_fenced: Counter,
+    problems: Counter,
+    problems_dropped: Counter,
     partitions_owned: Gauge,
     partitions: HashMap<TopicPartition, PartitionTelemetry>,
     /// Something other than an acknowledgement happened since the last
@@ -260,12 +276,23 @@ impl Telemetry {
             drain: metrics::histogram!(DRAIN_SECONDS, labels.clone()),
             commit_failures: metrics::counter!(COMMIT_FAILURES_TOTAL, labels.clone()),
             commits_fenced: metrics::counter!(COMMITS_FENCED_TOTAL, labels.clone()),
+            problems: metrics::counter!(PROBLEMS_TOTAL, labels.clone()),
+            problems_dropped: metrics::counter!(PROBLEMS_DROPPED_TOTAL, labels.clone()),
             partitions_owned: metrics::gauge!(PARTITIONS_OWNED, labels.clone()),
             labels,
             partitions: HashMap::new(),
             dirty: true,
             assigned: BTreeSet::new(),
             rebalancing_since: None,
+        }
+    }
+
+    /// A problem was reported; `delivered`: it found room in the
+    /// application's error stream.
+    pub(crate) fn on_problem(&self, delivered: bool) {
+        self.problems.increment(1);
+        if !delivered {
+            self.problems_dropped.increment(1);
         }
     }
 
