@@ -114,7 +114,8 @@ pub enum JoinError {
     /// The store could not be reached.
     #[error(transparent)]
     Backend(#[from] BackendError),
-    /// Kafka could not be reached, or a topic does not exist.
+    /// Kafka could not be reached (a topic that does not exist yet is no
+    /// reason: it is reported on [`GroupMember::errors`] and waited for).
     #[error(transparent)]
     Kafka(#[from] KafkaError),
 }
@@ -878,7 +879,7 @@ impl Driver {
             }
             DataEvent::Problem(problem) => {
                 tracing::warn!(member = %self.member.id(), %problem, "kafka");
-                self.errors.send(Problem::Kafka(problem));
+                self.report(Problem::Kafka(problem));
             }
         }
     }
@@ -906,7 +907,7 @@ impl Driver {
                 }
                 AppEvent::Problem(error) => {
                     tracing::warn!(member = %self.member.id(), %error, "reported");
-                    self.errors.send(Problem::Coordination(error));
+                    self.report(Problem::Coordination(error));
                 }
                 _ => {}
             }
@@ -970,6 +971,12 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Tells the application of a problem, and counts it.
+    fn report(&mut self, problem: Problem) {
+        let delivered = self.errors.send(problem);
+        self.telemetry.on_problem(delivered);
     }
 
     /// Logs an assignment change and tells the application.
