@@ -1,6 +1,6 @@
-//! A TCP proxy in front of a store's server (ZooKeeper, etcd) that a test
-//! can stall or cut, to make the client lose its connection (and, held long
-//! enough, its session or lease).
+//! A TCP proxy in front of a server (ZooKeeper, etcd, a Kafka listener)
+//! that a test can stall or cut, to make the client lose its connection
+//! (and, held long enough, its session or lease).
 
 use std::net::SocketAddr;
 
@@ -30,9 +30,16 @@ pub struct Proxy {
 impl Proxy {
     /// Starts forwarding a fresh local port to `server` (`host:port`).
     pub async fn start(server: &str) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0")
+        Proxy::start_at("127.0.0.1:0", server).await
+    }
+
+    /// Starts forwarding `listen` (`host:port`) to `server`: for a server
+    /// that tells its clients to come back to a fixed address (a Kafka
+    /// listener that advertises the proxy's port).
+    pub async fn start_at(listen: &str, server: &str) -> Proxy {
+        let listener = TcpListener::bind(listen)
             .await
-            .expect("bind the proxy");
+            .unwrap_or_else(|e| panic!("bind the proxy at {listen}: {e}"));
         let address = listener.local_addr().expect("proxy address");
         let (mode, watching) = watch::channel(Mode {
             forward: true,

@@ -19,6 +19,19 @@ pub fn bootstrap() -> String {
     }
 }
 
+/// A proxy in front of the broker's second listener, which advertises the
+/// proxy's address: a client that bootstraps through it reaches the broker
+/// only through it, so cutting it is a broker outage for that client alone.
+/// Fails the test if the services do not say where (older services).
+pub async fn cuttable() -> tenure_testkit::proxy::Proxy {
+    let var = |name: &str| match std::env::var(name) {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_owned(),
+        _ => panic!("{name} is not set: this test needs Kafka's second listener; {HOW_TO_START}"),
+    };
+    let (listener, proxy) = (var("TENURE_KAFKA_CUTTABLE"), var("TENURE_KAFKA_PROXY"));
+    tenure_testkit::proxy::Proxy::start_at(&proxy, &listener).await
+}
+
 /// A client of the broker; fails the test if it does not answer.
 pub async fn client() -> Arc<Client> {
     let bootstrap = bootstrap();
