@@ -90,6 +90,18 @@ pub enum KafkaError {
         /// What the client said.
         detail: String,
     },
+    /// The partition holds record batches compressed with a codec this
+    /// build cannot read. Fetching it stops (the claim stays, its offset
+    /// does not move) until the member runs with the codec built in (the
+    /// Cargo features `compression-lz4` and `compression-zstd`, on by
+    /// default).
+    #[error("{partition} holds records compressed with {codec}, which this build cannot read; build tenure with the Cargo feature `compression-{codec}`")]
+    Codec {
+        /// The partition.
+        partition: TopicPartition,
+        /// The codec, as the client names it.
+        codec: String,
+    },
     /// The position asked for is no longer (or not yet) in the log; the
     /// fetch went on from the position the initial-offset policy names.
     #[error("offset {offset} of {partition} is out of range; reset to {reset}")]
@@ -894,6 +906,26 @@ impl Drop for DataPlane {
     }
 }
 
+/// The codec named by a fetch error that says the client cannot decompress
+/// a batch (rskafka: "Unimplemented compression: Lz4", somewhere in the
+/// error's chain), if it is one.
+fn unreadable_codec(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const MARK: &str = "Unimplemented compression: ";
+    let mut current = Some(error);
+    while let Some(error) = current {
+        let text = error.to_string();
+        if let Some(at) = text.find(MARK) {
+            let codec: String = text[at + MARK.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            return Some(codec.to_ascii_lowercase());
+        }
+        current = error.source();
+    }
+    None
+}
+
 struct Fetcher {
     client: Arc<Client>,
     config: KafkaConfig,
@@ -1011,6 +1043,14 @@ impl Fetcher {
                     next = reset;
                 }
                 Err(e) => {
+                    if let Some(codec) = unreadable_codec(&e) {
+                        // Retrying cannot help: say so once and fetch no more.
+                        let _ = self.events.send(DataEvent::Problem(KafkaError::Codec {
+                            partition: self.partition.clone(),
+                            codec,
+                        }));
+                        return;
+                    }
                     self.problem(e);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(5));
@@ -1031,5 +1071,39 @@ impl Fetcher {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+
+    impl std::fmt::Display for Chain {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_codec_the_build_lacks_is_named_wherever_the_chain_says_it() {
+        let deep = Chain(
+            "cannot read the response",
+            Some(Box::new(Chain(
+                "Malformed data: Unimplemented compression: Zstd",
+                None,
+            ))),
+        );
+        assert_eq!(unreadable_codec(&deep).as_deref(), Some("zstd"));
+        let other = Chain("connection refused", None);
+        assert_eq!(unreadable_codec(&other), None);
     }
 }

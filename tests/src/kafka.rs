@@ -146,6 +146,42 @@ pub fn add_partitions(topic: &str, partitions: u32) {
     assert!(status.success(), "TopicCommand --alter failed for {topic}");
 }
 
+/// Produces `count` records of 64 bytes to `topic` with Kafka's own
+/// producer (`ProducerPerformance`, in the broker's jars), with `settings`
+/// (`key=value` producer configs, such as `compression.type=zstd`): records
+/// written as Kafka's clients write them, not as rskafka does.
+pub fn produce_with_kafkas_producer(
+    topic: &str,
+    count: usize,
+    settings: &[&str],
+) -> std::process::Child {
+    let libs = std::env::var("TENURE_KAFKA_LIBS")
+        .unwrap_or_else(|_| panic!("TENURE_KAFKA_LIBS is not set; {HOW_TO_START}"));
+    let bootstrap = format!("bootstrap.servers={}", bootstrap());
+    let mut command = std::process::Command::new("java");
+    command
+        .args([
+            "-Xmx128m",
+            "-cp",
+            &format!("{libs}/*"),
+            "org.apache.kafka.tools.ProducerPerformance",
+        ])
+        .args(["--topic", topic, "--num-records", &count.to_string()])
+        .args([
+            "--record-size",
+            "64",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &bootstrap,
+        ])
+        .args(settings)
+        .stdout(std::process::Stdio::null());
+    command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run Kafka's ProducerPerformance: {e}"))
+}
+
 /// Waits until the broker's metadata lists `partitions` partitions of
 /// `topic` (the tool returns before every broker answers with them; Kafka
 /// has no notification to wait on, so this asks again, bounded).
