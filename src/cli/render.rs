@@ -153,6 +153,12 @@ pub fn description(description: &GroupDescription, json: bool, with_kafka: bool)
     out
 }
 
+/// How a reset plan says where the offsets go.
+fn plan_target(plan: &ResetPlan) -> String {
+    plan.target
+        .map_or_else(|| "offsets from a file".to_owned(), |t| t.to_string())
+}
+
 /// `tenure reset-offsets`: the plan, and whether it was written.
 pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
     if json {
@@ -165,15 +171,17 @@ pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
                     "partition": c.partition.partition,
                     "current": c.current,
                     "new": c.new,
+                    "clamped_from": c.clamped_from,
                 })
             })
             .collect();
         let document = json!({
             "group": plan.group,
-            "topic": plan.topic,
-            "target": plan.target.to_string(),
+            "topics": plan.topics(),
+            "target": plan_target(plan),
             "applied": applied,
             "live_members": plan.live_members,
+            "missing_topics": plan.missing_topics,
             "changes": changes,
         });
         return format!("{document}\n");
@@ -190,15 +198,23 @@ pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
             ]
         })
         .collect();
+    let topics = plan.topics();
     let mut out = format!(
-        "group {}, topic {}: to {}\n\n",
-        plan.group, plan.topic, plan.target
+        "group {}, {} {}: to {}\n\n",
+        plan.group,
+        if topics.len() == 1 { "topic" } else { "topics" },
+        if topics.is_empty() {
+            "(none)".to_owned()
+        } else {
+            topics.join(", ")
+        },
+        plan_target(plan)
     );
     out.push_str(&table(&["TOPIC", "PARTITION", "CURRENT", "NEW"], &rows));
     out.push_str(if applied {
         "\noffsets written\n"
     } else {
-        "\nnothing written\n"
+        "\nnothing written: this is the plan; pass --execute to write it\n"
     });
     out
 }
