@@ -1,14 +1,16 @@
 //! A group seen from outside: who is in it, who owns which partition, how
-//! far behind each partition is, and moving its committed offsets. The
-//! library side of the `tenure` command (`groups`, `describe`,
-//! `reset-offsets`).
+//! far behind each partition is, moving its committed offsets, and deleting
+//! them or the whole group. The library side of the `tenure` command
+//! (`groups`, `describe`, `reset-offsets`, `delete-offsets`, `delete`).
 //!
 //! A store answers through [`GroupAdmin`] (the ZooKeeper and etcd backends
 //! implement it); Kafka answers for log offsets through [`log_offsets`].
 //! [`describe`] joins the two. [`plan_reset`] (or [`plan_listed`], for
 //! offsets given per partition such as [`parse_offsets_csv`] reads) computes
-//! a [`ResetPlan`] without writing; [`apply_reset`] writes it, refused
-//! while the group has live members unless forced ([`WriteGuard`]).
+//! a [`ResetPlan`] without writing; [`apply_reset`] writes it.
+//! [`plan_delete_offsets`] and [`apply_delete_offsets`] delete committed
+//! offsets, [`delete_group`] a group's records. Every write is refused while
+//! the group has live members unless forced ([`WriteGuard`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -57,9 +59,49 @@ pub trait GroupAdmin: Send + Sync {
         offsets: &BTreeMap<TopicPartition, Offset>,
         guard: WriteGuard,
     ) -> Result<(), AdminError>;
+
+    /// Deletes the committed offsets of `partitions` in `group`; a partition
+    /// with none is skipped. The guard is checked as by
+    /// [`GroupAdmin::write_offsets`].
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &BTreeSet<TopicPartition>,
+        guard: WriteGuard,
+    ) -> Result<(), AdminError>;
+
+    /// Deletes the records of `group`: its committed offsets and every other
+    /// record no live session holds. Records a live session holds (a
+    /// member's registration, a partition's owner record: ZooKeeper's
+    /// ephemeral nodes, etcd's leased keys) are kept and named in
+    /// [`GroupDeletion::kept`]: deleting them would let another member claim
+    /// a partition its owner still consumes. They go when their session
+    /// ends. A group with no records at all is [`AdminError::UnknownGroup`].
+    ///
+    /// With [`WriteGuard::NoLiveMembers`] it is refused with
+    /// [`AdminError::GroupActive`] if a member is registered: etcd checks in
+    /// each transaction that deletes; ZooKeeper looks first, and deletes the
+    /// member list in the same multi-op as the last records, which fails if
+    /// a member registered meanwhile.
+    async fn delete_group(
+        &self,
+        group: &str,
+        guard: WriteGuard,
+    ) -> Result<GroupDeletion, AdminError>;
 }
 
-/// What must hold for [`GroupAdmin::write_offsets`] to write.
+/// What [`GroupAdmin::delete_group`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupDeletion {
+    /// How many records (znodes, keys) it deleted.
+    pub removed: usize,
+    /// The records it kept because a live session holds them (and, on
+    /// ZooKeeper, their parents), by path or key.
+    pub kept: Vec<String>,
+}
+
+/// What must hold for a write of [`GroupAdmin`] (offsets written or
+/// deleted, a group deleted) to happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteGuard {
     /// Nothing: write even under live members (their next commits may
@@ -1152,6 +1194,103 @@ pub fn parse_offsets_csv(
         return Err(CsvError::Empty);
     }
     Ok(offsets)
+}
+
+/// What [`apply_delete_offsets`] will delete, computed by
+/// [`plan_delete_offsets`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteOffsetsPlan {
+    /// The group.
+    pub group: String,
+    /// The committed offsets to delete, with their values now.
+    pub offsets: BTreeMap<TopicPartition, Offset>,
+    /// What was selected but has no committed offset: a topic (all its
+    /// partitions) or some of its partitions.
+    pub absent: Vec<TopicPartitions>,
+    /// The group's live members when the plan was made.
+    pub live_members: Vec<String>,
+}
+
+/// Finds the committed offsets of `group` that `topics` select: every
+/// partition of a topic that has one, or the partitions named. Reads the
+/// store only (the topic may be gone from Kafka). Changes nothing.
+pub async fn plan_delete_offsets(
+    admin: &dyn GroupAdmin,
+    group: &str,
+    topics: &[TopicPartitions],
+) -> Result<DeleteOffsetsPlan, AdminError> {
+    let records = group_records(admin, group, false).await?;
+    let mut offsets = BTreeMap::new();
+    let mut absent = Vec::new();
+    for (topic, partitions) in merge_topics(topics) {
+        match partitions {
+            None => {
+                let found: Vec<_> = records
+                    .offsets
+                    .iter()
+                    .filter(|(p, _)| &*p.topic == topic)
+                    .collect();
+                if found.is_empty() {
+                    absent.push(TopicPartitions {
+                        topic: topic.to_owned(),
+                        partitions: None,
+                    });
+                }
+                offsets.extend(found.into_iter().map(|(p, o)| (p.clone(), *o)));
+            }
+            Some(partitions) => {
+                let mut missing = BTreeSet::new();
+                for number in partitions {
+                    let partition = TopicPartition::new(topic, number);
+                    match records.offsets.get(&partition) {
+                        Some(offset) => {
+                            offsets.insert(partition, *offset);
+                        }
+                        None => {
+                            missing.insert(number);
+                        }
+                    }
+                }
+                if !missing.is_empty() {
+                    absent.push(TopicPartitions {
+                        topic: topic.to_owned(),
+                        partitions: Some(missing),
+                    });
+                }
+            }
+        }
+    }
+    Ok(DeleteOffsetsPlan {
+        group: group.to_owned(),
+        offsets,
+        absent,
+        live_members: records.members.into_iter().map(|m| m.id).collect(),
+    })
+}
+
+/// Deletes a plan's offsets. Refuses while the group has live members
+/// (looked up again now) unless `force`.
+pub async fn apply_delete_offsets(
+    admin: &dyn GroupAdmin,
+    plan: &DeleteOffsetsPlan,
+    force: bool,
+) -> Result<(), AdminError> {
+    let partitions = plan.offsets.keys().cloned().collect();
+    admin
+        .delete_offsets(&plan.group, &partitions, guard(force))
+        .await
+}
+
+/// Deletes the records of `group` ([`GroupAdmin::delete_group`]). Refuses
+/// while the group has live members unless `force`; even forced, the
+/// records live sessions hold stay.
+pub async fn delete_group(
+    admin: &dyn GroupAdmin,
+    group: &str,
+    force: bool,
+) -> Result<GroupDeletion, AdminError> {
+    tenure_core::types::validate_path_element("group", group)?;
+    admin.delete_group(group, guard(force)).await
 }
 
 /// The bounds of one partition's log.

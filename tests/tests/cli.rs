@@ -526,8 +526,9 @@ async fn unreachable_stores_are_named() {
     );
 }
 
-/// The guard of an offset write is checked by the store at the write (etcd:
-/// in the same transaction), not only by the tool's look beforehand.
+/// The guard of an offset write, an offset delete and a group delete is
+/// checked by the store at the write (etcd: in the same transaction), not
+/// only by the tool's look beforehand.
 async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: Box<dyn Backend>) {
     use tenure::tokio::admin::{AdminError, WriteGuard};
     let group = common::group("cli-guard");
@@ -559,14 +560,55 @@ async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: B
     }
     let records = admin.records(&group).await.expect("records");
     assert_ne!(records.offsets.get(&partition), Some(&7), "nothing written");
+    let partitions = [partition.clone()].into();
+    match admin
+        .delete_offsets(&group, &partitions, WriteGuard::NoLiveMembers)
+        .await
+    {
+        Err(AdminError::GroupActive { members, .. }) => assert_eq!(members, ["a"]),
+        other => panic!("a guarded delete of offsets under a live member: {other:?}"),
+    }
+    match admin.delete_group(&group, WriteGuard::NoLiveMembers).await {
+        Err(AdminError::GroupActive { members, .. }) => assert_eq!(members, ["a"]),
+        other => panic!("a guarded delete of the group under a live member: {other:?}"),
+    }
+    assert_eq!(
+        admin.records(&group).await.expect("records").members.len(),
+        1
+    );
 
     member.close().await.expect("clean close");
+    // Two offsets, so that one is left when the other is deleted (etcd
+    // knows no group without keys).
+    let offsets = [(partition.clone(), 7), (TopicPartition::new("t", 1), 8)].into();
     admin
         .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
         .await
         .expect("a guarded write with no member");
     let records = admin.records(&group).await.expect("records");
     assert_eq!(records.offsets.get(&partition), Some(&7));
+    admin
+        .delete_offsets(&group, &partitions, WriteGuard::NoLiveMembers)
+        .await
+        .expect("a guarded delete of offsets with no member");
+    let records = admin.records(&group).await.expect("records");
+    assert_eq!(records.offsets.get(&partition), None);
+    admin
+        .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
+        .await
+        .expect("written again");
+    let deletion = admin
+        .delete_group(&group, WriteGuard::NoLiveMembers)
+        .await
+        .expect("a guarded delete of the group with no member");
+    assert!(
+        deletion.removed > 0 && deletion.kept.is_empty(),
+        "{deletion:?}"
+    );
+    match admin.records(&group).await {
+        Err(AdminError::UnknownGroup { .. }) => {}
+        other => panic!("records of a deleted group: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
