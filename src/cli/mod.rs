@@ -1,7 +1,7 @@
 //! The `tenure` command (feature `cli`): who is in a group, who owns which
-//! partition, how far behind each partition is, and moving its committed
-//! offsets (planned by default, written with `--execute`) — for groups in
-//! ZooKeeper or etcd, with Kafka for the log offsets.
+//! partition, how far behind each partition is, moving its committed offsets
+//! (planned by default, written with `--execute`), and deleting them or the
+//! group — for groups in ZooKeeper or etcd, with Kafka for the log offsets.
 //! The binary is [`main`]; the library behind it is
 //! [`tenure::tokio::admin`](crate::tokio::admin).
 //!
@@ -12,6 +12,7 @@
 //!     reset-offsets orders --topic payments --to 2026-11-30T12:00:00Z
 //! tenure --etcd http://127.0.0.1:2379 --bootstrap 127.0.0.1:9092 \
 //!     reset-offsets orders --topic payments:0,2 --shift-by -100 --execute
+//! tenure --zookeeper 127.0.0.1:2181 delete-offsets orders --topic retired
 //! ```
 
 #[cfg(not(any(feature = "zookeeper", feature = "etcd")))]
@@ -38,7 +39,7 @@ const DEFAULT_ETCD_PREFIX: &str = "/tenure";
 #[command(
     name = "tenure",
     version,
-    about = "Inspect tenure consumer groups in ZooKeeper or etcd, and move their offsets",
+    about = "Inspect tenure consumer groups in ZooKeeper or etcd, move their offsets, delete them",
     after_help = "Every connection flag may also come from the environment variable named \
                   beside it. Exit status: 0 done, 1 failed or refused (or corrupt records \
                   found), 2 bad usage."
@@ -111,6 +112,43 @@ enum Command {
     /// Plan a move of a group's committed offsets and print it; write it with
     /// --execute (refused while the group has live members, unless --force)
     ResetOffsets(ResetArgs),
+    /// Delete a group's committed offsets of some topics or partitions
+    /// (refused while the group has live members, unless --force)
+    DeleteOffsets {
+        /// The group
+        group: String,
+        /// A topic whose offsets go: every partition that has one, or those
+        /// listed (TOPIC:0,2); repeat for several topics
+        #[arg(long = "topic", value_name = "TOPIC[:P,...]", value_parser = parse_topic, required = true)]
+        topics: Vec<TopicPartitions>,
+        /// Print what would be deleted and delete nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete even while members are live (their next commits write
+        /// offsets again)
+        #[arg(long)]
+        force: bool,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a group's records: its offsets and every record no live
+    /// session holds (refused while the group has live members, unless
+    /// --force)
+    Delete {
+        /// The group
+        group: String,
+        /// Print what would be deleted and delete nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete the offsets even while members are live (their
+        /// registrations and owner records stay: they go with the members)
+        #[arg(long)]
+        force: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `tenure reset-offsets`: which partitions, where to, and whether to
@@ -300,6 +338,61 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode, String> {
             })
         }
         Command::ResetOffsets(args) => reset_offsets(admin.as_ref(), &cli.connection, args).await,
+        Command::DeleteOffsets {
+            group,
+            topics,
+            dry_run,
+            force,
+            json,
+        } => {
+            let plan = admin::plan_delete_offsets(admin.as_ref(), &group, &topics)
+                .await
+                .map_err(|e| e.to_string())?;
+            for absent in &plan.absent {
+                eprintln!("note: group {group} has no committed offset for {absent}: skipped");
+            }
+            if plan.offsets.is_empty() {
+                return Err(format!(
+                    "nothing to delete: group {group} has no committed offsets for the topics \
+                     given (`tenure describe {group}` shows them)"
+                ));
+            }
+            if dry_run {
+                print!("{}", render::offset_deletion(&plan, json, false));
+                note_live_members(&plan.live_members, force, "without --dry-run");
+                return Ok(ExitCode::SUCCESS);
+            }
+            match admin::apply_delete_offsets(admin.as_ref(), &plan, force).await {
+                Ok(()) => {
+                    print!("{}", render::offset_deletion(&plan, json, true));
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error @ AdminError::GroupActive { .. }) => {
+                    eprint!("{}", render::offset_deletion(&plan, false, false));
+                    Err(error.to_string())
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        }
+        Command::Delete {
+            group,
+            dry_run,
+            force,
+            json,
+        } => {
+            if dry_run {
+                let records = admin.records(&group).await.map_err(|e| e.to_string())?;
+                print!("{}", render::group_records(&group, &records, json));
+                let live: Vec<String> = records.members.iter().map(|m| m.id.clone()).collect();
+                note_live_members(&live, force, "without --dry-run");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let deletion = admin::delete_group(admin.as_ref(), &group, force)
+                .await
+                .map_err(|e| e.to_string())?;
+            print!("{}", render::group_deletion(&group, &deletion, json));
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -521,5 +614,15 @@ mod tests {
         };
         assert_eq!(args.shift_by, Some(-5));
         assert!(!args.execute, "planning is the default");
+    }
+
+    #[test]
+    fn deletes_parse() {
+        assert!(parse(&["delete-offsets", "g", "--topic", "t:1"]).is_ok());
+        assert!(
+            parse(&["delete-offsets", "g"]).is_err(),
+            "a topic is needed"
+        );
+        assert!(parse(&["delete", "g", "--force"]).is_ok());
     }
 }

@@ -4,8 +4,9 @@
 //! default (and on `--dry-run`), refuses `--execute` on a live group, and
 //! moves offsets where a new member then starts; shifts, durations,
 //! partition selections and CSV export and re-import give the offsets they
-//! should, and a bad CSV line is named; the member's metrics agree with
-//! `describe`; corrupt records are named with their path.
+//! should, and a bad CSV line is named; `delete-offsets` and `delete` are
+//! refused on a live group and work on a dead one; the member's metrics
+//! agree with `describe`; corrupt records are named with their path.
 
 use tenure_tests as common;
 use tenure_tests::recorder;
@@ -897,4 +898,135 @@ async fn plans_shifts_and_files_on_etcd() {
         etcd.prefix().to_owned(),
     ];
     plans_shifts_and_files(store, "cli-plans-etcd").await;
+}
+
+/// `delete-offsets` and `delete`: refused while a member is live, forced
+/// `delete` takes the offsets but not what the member's session holds, and
+/// on a dead group both do their work.
+async fn deletes_are_guarded(store: Vec<String>, backend: Box<dyn Backend>, name: &str) {
+    let client = kafka::client().await;
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 3).await;
+    for (p, &count) in FIRST.iter().enumerate() {
+        kafka::produce(&client, &topic, p as u32, count as usize).await;
+    }
+    let group = common::group(name);
+    reset_json(
+        &store,
+        &group,
+        &["--topic", &topic, "--to", "latest", "--force", "--execute"],
+    );
+    assert_eq!(committed(&store, &group), numbers(&FIRST));
+
+    let config = Config::new(&group, "a", [topic.as_str()])
+        .expect("valid config")
+        .with_session_timeout(common::SESSION);
+    let member = GroupMember::builder(config)
+        .partitions([(topic.clone(), 3)].into())
+        .auto_drain(true)
+        .join(backend)
+        .await
+        .expect("join");
+    let mut view = member.watch_view();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        view.wait_for(|v| v.registered && v.settled && v.owned.len() == 3),
+    )
+    .await
+    .expect("settled within 20 s")
+    .expect("member running");
+
+    // Live: both refused, a dry run shows and deletes nothing.
+    let p1 = format!("{topic}:1");
+    refused(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1],
+        &["live member", "(a)", "--force"],
+    );
+    refused(
+        &store,
+        &["delete", &group],
+        &["live member", "(a)", "--force"],
+    );
+    for args in [
+        &["delete-offsets", &group, "--topic", &p1, "--dry-run"][..],
+        &["delete", &group, "--dry-run"],
+    ] {
+        let dry = tenure(&store, args);
+        assert!(dry.status.success(), "{args:?}: {}", stderr(&dry));
+        assert!(stdout(&dry).contains("nothing deleted"), "{}", stdout(&dry));
+    }
+    assert_eq!(committed(&store, &group), numbers(&FIRST));
+
+    // Forced on a live group: the offsets go, the member's registration and
+    // owner records stay.
+    let forced = tenure(&store, &["delete", &group, "--force", "--json"]);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    let forced: Value = serde_json::from_slice(&forced.stdout).expect("JSON");
+    assert!(
+        !forced["kept"].as_array().expect("kept").is_empty(),
+        "{forced:#}"
+    );
+    let kept = describe(&store, &group);
+    assert_eq!(kept["members"][0]["id"], "a", "{kept:#}");
+    assert_eq!(column(&kept, "owner"), vec![Value::from("a"); 3]);
+    assert_eq!(column(&kept, "committed"), vec![Value::Null; 3]);
+    member.close().await.expect("clean close");
+
+    // Dead: offsets of one partition, then the whole group.
+    reset_json(
+        &store,
+        &group,
+        &["--topic", &topic, "--to", "latest", "--force", "--execute"],
+    );
+    let deleted = tenure(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1, "--json"],
+    );
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let deleted: Value = serde_json::from_slice(&deleted.stdout).expect("JSON");
+    assert_eq!(deleted["applied"], true);
+    assert_eq!(deleted["offsets"][0]["offset"], FIRST[1]);
+    assert_eq!(
+        committed(&store, &group),
+        vec![Value::from(FIRST[0]), Value::Null, Value::from(FIRST[2])]
+    );
+    refused(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1],
+        &["nothing to delete"],
+    );
+    let gone = tenure(&store, &["delete", &group]);
+    assert!(gone.status.success(), "{}", stderr(&gone));
+    assert!(stdout(&gone).contains("deleted"), "{}", stdout(&gone));
+    refused(&store, &["describe", &group], &["has no records"]);
+    let groups = tenure(&store, &["groups"]);
+    assert!(
+        !stdout(&groups).lines().any(|l| l == group),
+        "{}",
+        stdout(&groups)
+    );
+    refused(&store, &["delete", &group], &["has no records"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_are_guarded_on_zookeeper() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("cli-delete").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let store = vec!["--zookeeper".to_owned(), connect.clone()];
+    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect);
+    deletes_are_guarded(store, Box::new(backend), "cli-delete-zk").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_are_guarded_on_etcd() {
+    let etcd = common::etcd::Etcd::new("cli-delete").await;
+    let store = vec![
+        "--etcd".to_owned(),
+        etcd.endpoint().to_owned(),
+        "--etcd-prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
+    deletes_are_guarded(store, Box::new(backend), "cli-delete-etcd").await;
 }
