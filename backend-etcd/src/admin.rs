@@ -1,5 +1,6 @@
 //! Groups in etcd seen from outside, for the `tenure` command: the keys
-//! under `<prefix>/<group>/` read and (offsets only) written.
+//! under `<prefix>/<group>/` read, offsets written and deleted, and a
+//! group's unleased keys deleted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 };
 use tenure_core::{FencingToken, Offset, TopicPartition};
-use tenure_tokio::admin::{AdminError, GroupAdmin, GroupRecords, WriteGuard};
+use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 
 /// etcd's default bound on the operations of one transaction
 /// (`--max-txn-ops`).
@@ -117,12 +118,13 @@ impl EtcdAdmin {
         }
     }
 
-    /// Every key under `prefix` (with values unless `keys_only`).
+    /// Every key under `prefix` (with values unless `keys_only`), with its
+    /// create revision and its lease (0 for none).
     async fn get(
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<Vec<(String, Vec<u8>, i64)>, AdminError> {
+    ) -> Result<Vec<(String, Vec<u8>, i64, i64)>, AdminError> {
         let mut options = GetOptions::new().with_prefix();
         if keys_only {
             options = options.with_keys_only();
@@ -147,9 +149,80 @@ impl EtcdAdmin {
                     String::from_utf8_lossy(kv.key()).into_owned(),
                     kv.value().to_vec(),
                     kv.create_revision(),
+                    kv.lease(),
                 )
             })
             .collect())
+    }
+
+    /// Runs `ops` in transactions of at most [`MAX_TXN_OPS`], each (with
+    /// [`WriteGuard::NoLiveMembers`]) only while no member key of the group
+    /// exists: the compare is in the same transaction as the writes, so a
+    /// member cannot register between a check and the write. A refused
+    /// transaction is [`AdminError::GroupActive`], naming the members.
+    async fn guarded_txns(
+        &self,
+        group: &str,
+        keys: &Keys,
+        ops: Vec<TxnOp>,
+        guard: WriteGuard,
+        what: &str,
+    ) -> Result<(), AdminError> {
+        let members = keys.members();
+        // All at once where etcd allows it, so a reader sees the old records
+        // or the new, not a mix (over an empty range the compare sees
+        // version 0). Guarded, one transaction even with nothing to do: the
+        // refusal is the answer then.
+        let mut chunks: Vec<&[TxnOp]> = ops.chunks(MAX_TXN_OPS).collect();
+        if chunks.is_empty() && guard == WriteGuard::NoLiveMembers {
+            chunks.push(&[]);
+        }
+        for chunk in chunks {
+            // etcd-client wants the compare before the operations.
+            let txn = match guard {
+                WriteGuard::None => Txn::new().and_then(chunk.to_vec()),
+                WriteGuard::NoLiveMembers => Txn::new()
+                    .when([Compare::version(members.clone(), CompareOp::Equal, 0).with_prefix()])
+                    .and_then(chunk.to_vec())
+                    .or_else([TxnOp::get(
+                        members.clone(),
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )]),
+            };
+            let mut client = self.client.clone();
+            let response = match tokio::time::timeout(self.timeout, client.txn(txn)).await {
+                Err(_) => {
+                    return Err(AdminError::Unreachable {
+                        store: self.store(),
+                        detail: format!("{what}: no answer within {:?}", self.timeout),
+                    })
+                }
+                Ok(Err(error)) => return Err(self.refused(what.to_owned(), error)),
+                Ok(Ok(response)) => response,
+            };
+            if !response.succeeded() {
+                let live = response
+                    .op_responses()
+                    .into_iter()
+                    .filter_map(|r| match r {
+                        TxnOpResponse::Get(get) => Some(get),
+                        _ => None,
+                    })
+                    .flat_map(|get| {
+                        get.kvs()
+                            .iter()
+                            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+                            .collect::<Vec<_>>()
+                    })
+                    .map(|key| key.strip_prefix(&members).unwrap_or(&key).to_owned())
+                    .collect();
+                return Err(AdminError::GroupActive {
+                    group: group.to_owned(),
+                    members: live,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -174,7 +247,7 @@ impl GroupAdmin for EtcdAdmin {
             .get(&base, true)
             .await?
             .into_iter()
-            .filter_map(|(key, _, _)| {
+            .filter_map(|(key, _, _, _)| {
                 let rest = key.strip_prefix(&base)?;
                 let (group, _) = rest.split_once('/')?;
                 Some(group.to_owned())
@@ -194,7 +267,7 @@ impl GroupAdmin for EtcdAdmin {
             });
         }
         let mut records = GroupRecords::default();
-        for (key, value, created) in kvs {
+        for (key, value, created, _) in kvs {
             let rest = &key[base.len()..];
             if let Some(id) = rest.strip_prefix("members/") {
                 records.add_member(&key, id, &value, None);
@@ -224,60 +297,58 @@ impl GroupAdmin for EtcdAdmin {
     ) -> Result<(), AdminError> {
         tenure_core::types::validate_path_element("group", group)?;
         let keys = Keys::new(&self.prefix, group);
-        let members = keys.members();
         let puts: Vec<TxnOp> = offsets
             .iter()
             .map(|(partition, offset)| TxnOp::put(keys.offset(partition), offset.to_string(), None))
             .collect();
-        // All at once where etcd allows it, so a reader sees old or new
-        // offsets, not a mix; and, guarded, only while no member key exists
-        // (over an empty range the compare sees version 0), so a member
-        // cannot register between a check and the write.
-        for chunk in puts.chunks(MAX_TXN_OPS) {
-            // etcd-client wants the compare before the operations.
-            let txn = match guard {
-                WriteGuard::None => Txn::new().and_then(chunk.to_vec()),
-                WriteGuard::NoLiveMembers => Txn::new()
-                    .when([Compare::version(members.clone(), CompareOp::Equal, 0).with_prefix()])
-                    .and_then(chunk.to_vec())
-                    .or_else([TxnOp::get(
-                        members.clone(),
-                        Some(GetOptions::new().with_prefix().with_keys_only()),
-                    )]),
-            };
-            let mut client = self.client.clone();
-            let response = match tokio::time::timeout(self.timeout, client.txn(txn)).await {
-                Err(_) => {
-                    return Err(AdminError::Unreachable {
-                        store: self.store(),
-                        detail: format!("writing offsets: no answer within {:?}", self.timeout),
-                    })
-                }
-                Ok(Err(error)) => return Err(self.refused("writing offsets".to_owned(), error)),
-                Ok(Ok(response)) => response,
-            };
-            if !response.succeeded() {
-                let live = response
-                    .op_responses()
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        TxnOpResponse::Get(get) => Some(get),
-                        _ => None,
-                    })
-                    .flat_map(|get| {
-                        get.kvs()
-                            .iter()
-                            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-                            .collect::<Vec<_>>()
-                    })
-                    .map(|key| key.strip_prefix(&members).unwrap_or(&key).to_owned())
-                    .collect();
-                return Err(AdminError::GroupActive {
-                    group: group.to_owned(),
-                    members: live,
-                });
-            }
+        self.guarded_txns(group, &keys, puts, guard, "writing offsets")
+            .await
+    }
+
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &BTreeSet<TopicPartition>,
+        guard: WriteGuard,
+    ) -> Result<(), AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let keys = Keys::new(&self.prefix, group);
+        let deletes: Vec<TxnOp> = partitions
+            .iter()
+            .map(|partition| TxnOp::delete(keys.offset(partition), None))
+            .collect();
+        self.guarded_txns(group, &keys, deletes, guard, "deleting offsets")
+            .await
+    }
+
+    async fn delete_group(
+        &self,
+        group: &str,
+        guard: WriteGuard,
+    ) -> Result<GroupDeletion, AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let keys = Keys::new(&self.prefix, group);
+        let kvs = self.get(&keys.all(), true).await?;
+        if kvs.is_empty() {
+            return Err(AdminError::UnknownGroup {
+                group: group.to_owned(),
+                store: self.store(),
+            });
         }
-        Ok(())
+        // A leased key is a live session's (a registration, an owner
+        // record): it stays, and goes with its lease.
+        let (kept, doomed): (Vec<_>, Vec<_>) =
+            kvs.into_iter().partition(|(_, _, _, lease)| *lease != 0);
+        let removed = doomed.len();
+        let deletes = doomed
+            .into_iter()
+            .map(|(key, _, _, _)| TxnOp::delete(key, None))
+            .collect();
+        self.guarded_txns(group, &keys, deletes, guard, "deleting the group")
+            .await?;
+        Ok(GroupDeletion {
+            removed,
+            kept: kept.into_iter().map(|(key, _, _, _)| key).collect(),
+        })
     }
 }

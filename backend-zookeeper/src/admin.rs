@@ -1,15 +1,43 @@
 //! Groups in ZooKeeper seen from outside, for the `tenure` command: the
-//! znodes of Kafka 0.8's layout read and (offsets only) written with a
-//! session of the tool's own.
+//! znodes of Kafka 0.8's layout read, offsets written and deleted, and a
+//! group's persistent znodes deleted, with a session of the tool's own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{FencingToken, Offset, TopicPartition};
-use tenure_tokio::admin::{AdminError, GroupAdmin, GroupRecords, WriteGuard};
+use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use zookeeper_client as zk;
+
+/// The most deletes sent in one multi-op: well within the server's 1 MB
+/// request bound (`jute.maxbuffer`) for any path ZooKeeper allows.
+const MAX_MULTI_OPS: usize = 1_000;
+
+/// How often a deletion starts over when the group changed under it (a
+/// node created or deleted between the look and the multi-op).
+const DELETE_ATTEMPTS: usize = 5;
+
+/// One znode of a group, as [`ZooKeeperAdmin::group_tree`] finds it.
+struct Node {
+    path: String,
+    /// Held by a session: an ephemeral node.
+    ephemeral: bool,
+    /// Its depth below the group's node (the group's own is 0).
+    depth: usize,
+}
+
+/// How a multi-op of deletes ended.
+enum Deleted {
+    /// Every node went.
+    All,
+    /// The node at this index of the batch was missing (deleted meanwhile).
+    Missing(usize),
+    /// The node at this index of the batch had children (created
+    /// meanwhile).
+    NotEmpty(usize),
+}
 
 /// Reads and writes the records of the groups in one ZooKeeper ensemble (a
 /// [`GroupAdmin`]).
@@ -122,6 +150,160 @@ impl ZooKeeperAdmin {
         }
         Ok(nodes)
     }
+
+    /// Refuses with [`AdminError::GroupActive`] if a member of the group
+    /// whose layout is `layout` is registered now.
+    async fn refuse_if_live(&self, group: &str, layout: &Layout) -> Result<(), AdminError> {
+        // A multi-op can check a node's data version but not whether it has
+        // children: a look just before the write is all there is.
+        let live = self.children(&layout.ids()).await?;
+        if live.is_empty() {
+            Ok(())
+        } else {
+            Err(AdminError::GroupActive {
+                group: group.to_owned(),
+                members: live,
+            })
+        }
+    }
+
+    /// Deletes `paths` (children before their parents) in one multi-op.
+    async fn delete_batch(&self, paths: &[String]) -> Result<Deleted, AdminError> {
+        let mut writer = self.client.new_multi_writer();
+        for path in paths {
+            if let Err(error) = writer.add_delete(path, None) {
+                return Err(self.refused(format!("deleting {path}"), error));
+            }
+        }
+        match writer.commit().await {
+            Ok(_) => Ok(Deleted::All),
+            Err(zk::MultiWriteError::OperationFailed {
+                index,
+                source: zk::Error::NoNode,
+            }) => Ok(Deleted::Missing(index)),
+            Err(zk::MultiWriteError::OperationFailed {
+                index,
+                source: zk::Error::NotEmpty,
+            }) => Ok(Deleted::NotEmpty(index)),
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                let path = paths.get(index).map_or("a node", String::as_str);
+                Err(self.refused(format!("deleting {path}"), source))
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(self.refused("deleting records".to_owned(), source))
+            }
+        }
+    }
+
+    /// Every znode under the group's node and the node itself, read level
+    /// by level (the reads of one level go out together); none if the
+    /// group's node does not exist.
+    async fn group_tree(&self, layout: &Layout) -> Result<Vec<Node>, AdminError> {
+        let mut nodes = Vec::new();
+        let mut level = vec![layout.group().to_owned()];
+        let mut depth = 0;
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for (path, _, stat) in self.read_all(level).await? {
+                if stat.num_children > 0 {
+                    for child in self.children(&path).await? {
+                        next.push(format!("{path}/{child}"));
+                    }
+                }
+                nodes.push(Node {
+                    path,
+                    ephemeral: stat.ephemeral_owner != 0,
+                    depth,
+                });
+            }
+            level = next;
+            depth += 1;
+        }
+        Ok(nodes)
+    }
+
+    /// One attempt at [`GroupAdmin::delete_group`]: `None` when the group
+    /// changed under it and it should start over.
+    async fn try_delete_group(
+        &self,
+        group: &str,
+        layout: &Layout,
+        guard: WriteGuard,
+    ) -> Result<Option<GroupDeletion>, AdminError> {
+        if guard == WriteGuard::NoLiveMembers {
+            self.refuse_if_live(group, layout).await?;
+        }
+        let nodes = self.group_tree(layout).await?;
+        if nodes.is_empty() {
+            return Err(AdminError::UnknownGroup {
+                group: group.to_owned(),
+                store: self.store(),
+            });
+        }
+        // A node is kept if a session holds it or anything under it; the
+        // rest goes, deepest first.
+        let held: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n.ephemeral)
+            .map(|n| n.path.as_str())
+            .collect();
+        let under = |node: &Node, held: &str| {
+            held == node.path
+                || held
+                    .strip_prefix(node.path.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        };
+        let (kept, mut doomed): (Vec<&Node>, Vec<&Node>) = nodes
+            .iter()
+            .partition(|node| held.iter().any(|h| under(node, h)));
+        let ids = layout.ids();
+        // Deepest first, so children go before their parents; but the member
+        // list first of all: it has no children unless a member registered
+        // since the look, and then the multi-op that deletes it fails.
+        doomed.sort_by_key(|n| (n.path != ids, std::cmp::Reverse(n.depth)));
+        let mut batches: Vec<Vec<String>> = Vec::new();
+        if doomed.len() <= MAX_MULTI_OPS {
+            batches.push(doomed.iter().map(|n| n.path.clone()).collect());
+        } else {
+            // Too many for one multi-op: the partitions' and topics' nodes
+            // in batches, then the member list with the group's own nodes.
+            let (last, leaves): (Vec<&Node>, Vec<&Node>) =
+                doomed.into_iter().partition(|n| n.depth <= 1);
+            let leaves: Vec<String> = leaves.into_iter().map(|n| n.path.clone()).collect();
+            batches.extend(leaves.chunks(MAX_MULTI_OPS).map(<[String]>::to_vec));
+            batches.push(last.into_iter().map(|n| n.path.clone()).collect());
+        }
+        let removed = batches.iter().map(Vec::len).sum();
+        let count = batches.len();
+        for (number, batch) in batches.into_iter().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            if number > 0 && guard == WriteGuard::NoLiveMembers {
+                self.refuse_if_live(group, layout).await?;
+            }
+            match self.delete_batch(&batch).await? {
+                Deleted::All => {}
+                Deleted::NotEmpty(index) if batch.get(index) == Some(&ids) => {
+                    if guard == WriteGuard::NoLiveMembers {
+                        self.refuse_if_live(group, layout).await?;
+                    }
+                    return Ok(None);
+                }
+                Deleted::Missing(_) | Deleted::NotEmpty(_) => return Ok(None),
+            }
+            tracing::debug!(
+                group,
+                batch = number + 1,
+                of = count,
+                "deleted a batch of records"
+            );
+        }
+        Ok(Some(GroupDeletion {
+            removed,
+            kept: kept.into_iter().map(|n| n.path.clone()).collect(),
+        }))
+    }
 }
 
 #[async_trait]
@@ -193,15 +375,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         tenure_core::types::validate_path_element("group", group)?;
         let layout = Layout::new("", group);
         if guard == WriteGuard::NoLiveMembers {
-            // A multi-op can check a node's data version but not whether it
-            // has children: a look just before the write is all there is.
-            let live = self.children(&layout.ids()).await?;
-            if !live.is_empty() {
-                return Err(AdminError::GroupActive {
-                    group: group.to_owned(),
-                    members: live,
-                });
-            }
+            self.refuse_if_live(group, &layout).await?;
         }
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         for (partition, offset) in offsets {
@@ -230,5 +404,74 @@ impl GroupAdmin for ZooKeeperAdmin {
             }
         }
         Ok(())
+    }
+
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &BTreeSet<TopicPartition>,
+        guard: WriteGuard,
+    ) -> Result<(), AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let layout = Layout::new("", group);
+        if guard == WriteGuard::NoLiveMembers {
+            self.refuse_if_live(group, &layout).await?;
+        }
+        let paths: Vec<String> = partitions.iter().map(|p| layout.offset(p)).collect();
+        // All at once where it fits, so a reader sees old or new offsets;
+        // one already gone is no longer asked for.
+        for chunk in paths.chunks(MAX_MULTI_OPS) {
+            let mut batch = chunk.to_vec();
+            while !batch.is_empty() {
+                match self.delete_batch(&batch).await? {
+                    Deleted::All => break,
+                    Deleted::Missing(index) if index < batch.len() => {
+                        batch.remove(index);
+                    }
+                    Deleted::Missing(_) | Deleted::NotEmpty(_) => {
+                        return Err(AdminError::Store {
+                            store: self.store(),
+                            operation: "deleting offsets".to_owned(),
+                            detail: "an offset node has children: not a group's record".to_owned(),
+                        })
+                    }
+                }
+            }
+        }
+        // A topic left with no offsets loses its node too (Kafka 0.8's tools
+        // list topics by these nodes); one still in use stays.
+        let parents: BTreeSet<&str> = paths
+            .iter()
+            .filter_map(|path| path.rsplit_once('/').map(|(parent, _)| parent))
+            .collect();
+        for parent in parents {
+            match self.client.delete(parent, None).await {
+                Ok(()) | Err(zk::Error::NoNode) | Err(zk::Error::NotEmpty) => {}
+                Err(error) => return Err(self.refused(format!("deleting {parent}"), error)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_group(
+        &self,
+        group: &str,
+        guard: WriteGuard,
+    ) -> Result<GroupDeletion, AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let layout = Layout::new("", group);
+        for _ in 0..DELETE_ATTEMPTS {
+            if let Some(deletion) = self.try_delete_group(group, &layout, guard).await? {
+                return Ok(deletion);
+            }
+        }
+        Err(AdminError::Store {
+            store: self.store(),
+            operation: format!("deleting group {group}"),
+            detail: format!(
+                "its records kept changing during {DELETE_ATTEMPTS} attempts: are members \
+                 starting? Try again"
+            ),
+        })
     }
 }

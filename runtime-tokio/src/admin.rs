@@ -1,12 +1,16 @@
 //! A group seen from outside: who is in it, who owns which partition, how
-//! far behind each partition is, and moving its committed offsets. The
-//! library side of the `tenure` command (`groups`, `describe`,
-//! `reset-offsets`).
+//! far behind each partition is, moving its committed offsets, and deleting
+//! them or the whole group. The library side of the `tenure` command
+//! (`groups`, `describe`, `reset-offsets`, `delete-offsets`, `delete`).
 //!
 //! A store answers through [`GroupAdmin`] (the ZooKeeper and etcd backends
-//! and [`crate::MemoryStore`] implement it); Kafka answers for log offsets
-//! through [`log_offsets`]. [`describe`] joins the two,
-//! [`plan_reset`] and [`apply_reset`] move offsets.
+//! implement it); Kafka answers for log offsets through [`log_offsets`].
+//! [`describe`] joins the two. [`plan_reset`] (or [`plan_listed`], for
+//! offsets given per partition such as [`parse_offsets_csv`] reads) computes
+//! a [`ResetPlan`] without writing; [`apply_reset`] writes it.
+//! [`plan_delete_offsets`] and [`apply_delete_offsets`] delete committed
+//! offsets, [`delete_group`] a group's records. Every write is refused while
+//! the group has live members unless forced ([`WriteGuard`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -55,9 +59,49 @@ pub trait GroupAdmin: Send + Sync {
         offsets: &BTreeMap<TopicPartition, Offset>,
         guard: WriteGuard,
     ) -> Result<(), AdminError>;
+
+    /// Deletes the committed offsets of `partitions` in `group`; a partition
+    /// with none is skipped. The guard is checked as by
+    /// [`GroupAdmin::write_offsets`].
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &BTreeSet<TopicPartition>,
+        guard: WriteGuard,
+    ) -> Result<(), AdminError>;
+
+    /// Deletes the records of `group`: its committed offsets and every other
+    /// record no live session holds. Records a live session holds (a
+    /// member's registration, a partition's owner record: ZooKeeper's
+    /// ephemeral nodes, etcd's leased keys) are kept and named in
+    /// [`GroupDeletion::kept`]: deleting them would let another member claim
+    /// a partition its owner still consumes. They go when their session
+    /// ends. A group with no records at all is [`AdminError::UnknownGroup`].
+    ///
+    /// With [`WriteGuard::NoLiveMembers`] it is refused with
+    /// [`AdminError::GroupActive`] if a member is registered: etcd checks in
+    /// each transaction that deletes; ZooKeeper looks first, and deletes the
+    /// member list in the same multi-op as the last records, which fails if
+    /// a member registered meanwhile.
+    async fn delete_group(
+        &self,
+        group: &str,
+        guard: WriteGuard,
+    ) -> Result<GroupDeletion, AdminError>;
 }
 
-/// What must hold for [`GroupAdmin::write_offsets`] to write.
+/// What [`GroupAdmin::delete_group`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupDeletion {
+    /// How many records (znodes, keys) it deleted.
+    pub removed: usize,
+    /// The records it kept because a live session holds them (and, on
+    /// ZooKeeper, their parents), by path or key.
+    pub kept: Vec<String>,
+}
+
+/// What must hold for a write of [`GroupAdmin`] (offsets written or
+/// deleted, a group deleted) to happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteGuard {
     /// Nothing: write even under live members (their next commits may
@@ -243,6 +287,42 @@ pub enum AdminError {
         /// The topic.
         topic: String,
     },
+    /// Kafka knows the topic but not this partition of it.
+    #[error(
+        "partition {partition} of topic {topic:?} does not exist in Kafka (the topic has {count} \
+         partition(s))"
+    )]
+    UnknownPartition {
+        /// The topic.
+        topic: String,
+        /// The partition asked for.
+        partition: u32,
+        /// How many partitions the topic has.
+        count: usize,
+    },
+    /// A shift is relative to the committed offset, and these partitions
+    /// have none.
+    #[error(
+        "cannot shift the offsets of group {group:?}: {} partition(s) have no committed offset \
+         ({}); pick partitions with --topic TOPIC:P,... or reset them with --to",
+        partitions.len(),
+        partitions.iter().map(|p| format!("{}:{}", p.topic, p.partition)).collect::<Vec<_>>().join(", ")
+    )]
+    NoCommittedOffset {
+        /// The group.
+        group: String,
+        /// The partitions without a committed offset.
+        partitions: Vec<TopicPartition>,
+    },
+    /// All topics were asked for, and the group names none.
+    #[error(
+        "group {group:?} has no offsets, owners or subscribed topics to select: name the topics \
+         with --topic"
+    )]
+    NothingSelected {
+        /// The group.
+        group: String,
+    },
     /// A request to Kafka failed.
     #[error("Kafka request for {what} failed: {detail}")]
     KafkaRequest {
@@ -311,15 +391,7 @@ pub async fn describe(
 ) -> Result<GroupDescription, AdminError> {
     tenure_core::types::validate_path_element("group", group)?;
     let records = admin.records(group).await?;
-    let mut topics: BTreeSet<String> = records
-        .members
-        .iter()
-        .filter_map(|m| m.subscription.named_topics())
-        .flatten()
-        .cloned()
-        .collect();
-    topics.extend(records.owners.keys().map(|p| p.topic.to_string()));
-    topics.extend(records.offsets.keys().map(|p| p.topic.to_string()));
+    let topics = group_topics(&records);
     let mut partitions: BTreeSet<TopicPartition> = records
         .owners
         .keys()
@@ -373,6 +445,7 @@ pub async fn describe(
 
 /// Where [`plan_reset`] moves offsets to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResetTarget {
     /// The first offset still in each partition's log.
     Earliest,
@@ -383,6 +456,16 @@ pub enum ResetTarget {
     /// The first message at or after this time (milliseconds since the Unix
     /// epoch); the log end where there is none.
     Timestamp(i64),
+    /// The committed offset moved by this many messages, back (negative) or
+    /// forward, clamped to the log's bounds. Every selected partition needs a
+    /// committed offset.
+    ShiftBy(i64),
+    /// The first message at or after the time this long before the plan is
+    /// made; the log end where there is none.
+    Duration(Duration),
+    /// The committed offset as it is (the log end where there is none): a
+    /// plan to export, or to write back later.
+    Current,
 }
 
 impl fmt::Display for ResetTarget {
@@ -396,6 +479,11 @@ impl fmt::Display for ResetTarget {
                 write!(f, "time {}", format_rfc3339(time))
             }
             ResetTarget::Timestamp(ms) => write!(f, "time @{ms} (ms since the epoch)"),
+            ResetTarget::ShiftBy(by) => write!(f, "shift by {by:+}"),
+            ResetTarget::Duration(duration) => {
+                write!(f, "{} before now", format_iso_duration(*duration))
+            }
+            ResetTarget::Current => f.write_str("current"),
         }
     }
 }
@@ -416,7 +504,7 @@ impl FromStr for ResetTarget {
 
     /// `earliest`, `latest`, a decimal offset, an RFC 3339 time
     /// (`2026-11-30T12:00:00Z`, `2026-11-30T13:00:00.250+01:00`) or
-    /// `@<milliseconds since the epoch>`.
+    /// `@<milliseconds since the epoch>`: the forms of `--to`.
     fn from_str(given: &str) -> Result<Self, Self::Err> {
         let error = || ResetTargetError {
             given: given.to_owned(),
@@ -438,6 +526,313 @@ impl FromStr for ResetTarget {
     }
 }
 
+/// A duration that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid duration {given:?}: {reason} (expected ISO 8601 such as PT1H30M or P1DT12H, or \
+     1h30m, 90s, 2d)"
+)]
+pub struct DurationError {
+    /// The duration as given.
+    pub given: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Parses a duration: ISO 8601 (`PT1H30M`, `P1DT12H`, `PT0.5S`, `P2W`;
+/// years and months are refused, their length varies) or the short form
+/// (`1h30m`, `90s`, `2d`, `1d12h`). Negative durations are refused.
+pub fn parse_duration(given: &str) -> Result<Duration, DurationError> {
+    let error = |reason| DurationError {
+        given: given.to_owned(),
+        reason,
+    };
+    let text = given.trim();
+    if text.is_empty() {
+        return Err(error("it is empty"));
+    }
+    if text.starts_with('-') {
+        return Err(error("it is negative"));
+    }
+    let iso = text.strip_prefix('P').or_else(|| text.strip_prefix('p'));
+    let (units, body) = match iso {
+        Some(body) => (Units::Iso, body),
+        None => (Units::Short, text),
+    };
+    let mut total = 0f64;
+    let mut in_time = false;
+    let mut seen_any = false;
+    let mut rest = body;
+    while !rest.is_empty() {
+        if units == Units::Iso && (rest.starts_with('T') || rest.starts_with('t')) {
+            if in_time {
+                return Err(error("`T` is given twice"));
+            }
+            in_time = true;
+            rest = &rest[1..];
+            continue;
+        }
+        let digits = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.' || *b == b',')
+            .count();
+        if digits == 0 {
+            return Err(error("a number must come before each unit"));
+        }
+        let number: f64 = rest[..digits]
+            .replace(',', ".")
+            .parse()
+            .map_err(|_| error("a number cannot be read"))?;
+        rest = &rest[digits..];
+        let unit = rest
+            .chars()
+            .next()
+            .ok_or_else(|| error("the last number has no unit"))?;
+        rest = &rest[unit.len_utf8()..];
+        let seconds = match (units, in_time, unit.to_ascii_uppercase()) {
+            (Units::Iso, false, 'W') => 604_800.0,
+            (Units::Iso, false, 'D') | (Units::Short, _, 'D') => 86_400.0,
+            (Units::Iso, false, 'Y') | (Units::Iso, false, 'M') => {
+                return Err(error("years and months have no fixed length: use days"))
+            }
+            (Units::Iso, true, 'H') | (Units::Short, _, 'H') => 3_600.0,
+            (Units::Iso, true, 'M') | (Units::Short, _, 'M') => 60.0,
+            (Units::Iso, true, 'S') | (Units::Short, _, 'S') => 1.0,
+            (Units::Iso, false, 'H' | 'S') => {
+                return Err(error("hours, minutes and seconds come after `T`"))
+            }
+            _ => return Err(error("unknown unit")),
+        };
+        total += number * seconds;
+        seen_any = true;
+    }
+    if !seen_any {
+        return Err(error("it has no amount"));
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| error("it is too long"))
+}
+
+/// Which notation [`parse_duration`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Units {
+    /// ISO 8601, after its `P`.
+    Iso,
+    /// `1h30m`.
+    Short,
+}
+
+/// Formats a duration in ISO 8601 (`PT1H30M`, `P2DT3H`, `PT0.5S`).
+pub fn format_iso_duration(duration: Duration) -> String {
+    let total = duration.as_secs();
+    let (days, hours) = (total / 86_400, total % 86_400 / 3_600);
+    let (minutes, seconds) = (total % 3_600 / 60, total % 60);
+    let millis = duration.subsec_millis();
+    let mut out = String::from("P");
+    if days > 0 {
+        out.push_str(&format!("{days}D"));
+    }
+    if hours > 0 || minutes > 0 || seconds > 0 || millis > 0 || days == 0 {
+        out.push('T');
+        if hours > 0 {
+            out.push_str(&format!("{hours}H"));
+        }
+        if minutes > 0 {
+            out.push_str(&format!("{minutes}M"));
+        }
+        if millis > 0 {
+            let fraction = format!("{millis:03}");
+            out.push_str(&format!("{seconds}.{}S", fraction.trim_end_matches('0')));
+        } else if seconds > 0 || (hours == 0 && minutes == 0) {
+            out.push_str(&format!("{seconds}S"));
+        }
+    }
+    out
+}
+
+/// A topic and, optionally, some of its partitions: one `--topic` argument
+/// (`orders` for every partition, `orders:0,2` for those two).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicPartitions {
+    /// The topic.
+    pub topic: String,
+    /// The partitions; `None` for every partition of the topic.
+    pub partitions: Option<BTreeSet<u32>>,
+}
+
+impl fmt::Display for TopicPartitions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.topic)?;
+        if let Some(partitions) = &self.partitions {
+            let numbers: Vec<String> = partitions.iter().map(u32::to_string).collect();
+            write!(f, ":{}", numbers.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// A `--topic` argument that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopicPartitionsError {
+    /// The topic's name is not one Kafka allows.
+    #[error("invalid topic selection {given:?}: {source}")]
+    Topic {
+        /// The selection as given.
+        given: String,
+        /// What is wrong with the name.
+        #[source]
+        source: NameError,
+    },
+    /// A partition is not a number.
+    #[error(
+        "invalid topic selection {given:?}: partition {partition:?} is not a partition number \
+         (expected TOPIC or TOPIC:P[,P...])"
+    )]
+    Partition {
+        /// The selection as given.
+        given: String,
+        /// The partition as given.
+        partition: String,
+    },
+}
+
+impl FromStr for TopicPartitions {
+    type Err = TopicPartitionsError;
+
+    /// `TOPIC` or `TOPIC:P[,P...]` (Kafka topic names have no `:`).
+    fn from_str(given: &str) -> Result<Self, Self::Err> {
+        let (topic, partitions) = match given.split_once(':') {
+            None => (given, None),
+            Some((topic, list)) => {
+                let mut partitions = BTreeSet::new();
+                for part in list.split(',') {
+                    let part = part.trim();
+                    let number = part
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                        .then(|| part.parse::<u32>().ok())
+                        .flatten()
+                        .ok_or_else(|| TopicPartitionsError::Partition {
+                            given: given.to_owned(),
+                            partition: part.to_owned(),
+                        })?;
+                    partitions.insert(number);
+                }
+                (topic, Some(partitions))
+            }
+        };
+        tenure_core::types::validate_topic(topic).map_err(|source| {
+            TopicPartitionsError::Topic {
+                given: given.to_owned(),
+                source,
+            }
+        })?;
+        Ok(TopicPartitions {
+            topic: topic.to_owned(),
+            partitions,
+        })
+    }
+}
+
+/// Which partitions a reset moves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PartitionSelection {
+    /// These topics (all their partitions, or some). A topic named twice
+    /// gets the partitions of both (all of them if either names all).
+    Topics(Vec<TopicPartitions>),
+    /// Every topic the group has offsets or owners for, or its members
+    /// subscribe to by name. Topics Kafka does not know (deleted ones whose
+    /// offsets remain) are left out and listed in
+    /// [`ResetPlan::missing_topics`].
+    AllTopics,
+}
+
+/// The topics `topics` name, each with its partitions (`None`: all).
+fn merge_topics(topics: &[TopicPartitions]) -> BTreeMap<&str, Option<BTreeSet<u32>>> {
+    let mut merged: BTreeMap<&str, Option<BTreeSet<u32>>> = BTreeMap::new();
+    for selection in topics {
+        let entry = merged
+            .entry(selection.topic.as_str())
+            .or_insert_with(|| Some(BTreeSet::new()));
+        match (entry.as_mut(), &selection.partitions) {
+            (Some(known), Some(more)) => known.extend(more),
+            (_, None) => *entry = None,
+            (None, Some(_)) => {}
+        }
+    }
+    merged
+}
+
+/// The topics a group's records name: those it has offsets or owners for,
+/// and those its members subscribe to by name.
+fn group_topics(records: &GroupRecords) -> BTreeSet<String> {
+    let mut topics: BTreeSet<String> = records
+        .members
+        .iter()
+        .filter_map(|m| m.subscription.named_topics())
+        .flatten()
+        .cloned()
+        .collect();
+    topics.extend(records.owners.keys().map(|p| p.topic.to_string()));
+    topics.extend(records.offsets.keys().map(|p| p.topic.to_string()));
+    topics
+}
+
+/// The log bounds of the partitions `selection` names, and the topics
+/// [`PartitionSelection::AllTopics`] found that Kafka does not know.
+async fn selected_logs(
+    client: &Client,
+    group: &str,
+    records: &GroupRecords,
+    selection: &PartitionSelection,
+) -> Result<(BTreeMap<TopicPartition, LogOffsets>, Vec<String>), AdminError> {
+    let mut logs = BTreeMap::new();
+    let mut missing = Vec::new();
+    match selection {
+        PartitionSelection::Topics(topics) => {
+            for (topic, partitions) in merge_topics(topics) {
+                tenure_core::types::validate_topic(topic)?;
+                let found = log_offsets(client, topic).await?;
+                let wanted: Vec<u32> = match partitions {
+                    None => found.keys().copied().collect(),
+                    Some(partitions) => partitions.into_iter().collect(),
+                };
+                for number in wanted {
+                    let log = found
+                        .get(&number)
+                        .ok_or_else(|| AdminError::UnknownPartition {
+                            topic: topic.to_owned(),
+                            partition: number,
+                            count: found.len(),
+                        })?;
+                    logs.insert(TopicPartition::new(topic, number), *log);
+                }
+            }
+        }
+        PartitionSelection::AllTopics => {
+            let topics = group_topics(records);
+            if topics.is_empty() {
+                return Err(AdminError::NothingSelected {
+                    group: group.to_owned(),
+                });
+            }
+            for topic in topics {
+                match log_offsets(client, &topic).await {
+                    Ok(found) => {
+                        for (number, log) in found {
+                            logs.insert(TopicPartition::new(&topic, number), log);
+                        }
+                    }
+                    Err(AdminError::UnknownTopic { .. }) => missing.push(topic),
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+    }
+    Ok((logs, missing))
+}
+
 /// One partition's move.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OffsetChange {
@@ -447,25 +842,61 @@ pub struct OffsetChange {
     pub current: Option<Offset>,
     /// The offset it gets.
     pub new: Offset,
+    /// The offset asked for, when it lay outside the log and [`Self::new`]
+    /// is the nearest bound instead.
+    pub clamped_from: Option<i64>,
 }
 
-/// What [`apply_reset`] will write, computed by [`plan_reset`].
+/// What [`apply_reset`] will write, computed by [`plan_reset`] or
+/// [`plan_listed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResetPlan {
     /// The group.
     pub group: String,
-    /// The topic.
-    pub topic: String,
-    /// Where the offsets go.
-    pub target: ResetTarget,
-    /// One change per partition of the topic.
+    /// Where the offsets go; `None` when they were given per partition
+    /// ([`plan_listed`]).
+    pub target: Option<ResetTarget>,
+    /// One change per selected partition, sorted.
     pub changes: Vec<OffsetChange>,
     /// The group's live members when the plan was made.
     pub live_members: Vec<String>,
+    /// Topics of [`PartitionSelection::AllTopics`] that Kafka does not
+    /// know: their offsets are left as they are.
+    pub missing_topics: Vec<String>,
 }
 
-/// Computes where the offsets of `topic` in `group` would move to, from the
-/// store's records and the topic's log offsets. Changes nothing.
+impl ResetPlan {
+    /// The topics the plan moves, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        let topics: BTreeSet<&str> = self.changes.iter().map(|c| &*c.partition.topic).collect();
+        topics.into_iter().map(str::to_owned).collect()
+    }
+}
+
+/// `asked` within the log's bounds, and `asked` again when it was not.
+fn clamp(asked: i64, log: LogOffsets) -> (Offset, Option<i64>) {
+    let new = asked.clamp(log.start, log.end.max(log.start));
+    (new, (new != asked).then_some(asked))
+}
+
+/// The records of `group`; none for a group without records when
+/// `allow_new_group`.
+async fn group_records(
+    admin: &dyn GroupAdmin,
+    group: &str,
+    allow_new_group: bool,
+) -> Result<GroupRecords, AdminError> {
+    tenure_core::types::validate_path_element("group", group)?;
+    match admin.records(group).await {
+        Ok(records) => Ok(records),
+        Err(AdminError::UnknownGroup { .. }) if allow_new_group => Ok(GroupRecords::default()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Computes where the offsets of the partitions `selection` names would
+/// move to in `group`, from the store's records and the log offsets.
+/// Changes nothing.
 ///
 /// With `allow_new_group`, a group with no records yet gets offsets (to
 /// start a new group somewhere else than its initial-offset policy says).
@@ -473,42 +904,125 @@ pub async fn plan_reset(
     admin: &dyn GroupAdmin,
     kafka_client: &Client,
     group: &str,
-    topic: &str,
+    selection: &PartitionSelection,
     target: ResetTarget,
     allow_new_group: bool,
 ) -> Result<ResetPlan, AdminError> {
-    tenure_core::types::validate_path_element("group", group)?;
-    tenure_core::types::validate_topic(topic)?;
-    let records = match admin.records(group).await {
-        Ok(records) => records,
-        Err(AdminError::UnknownGroup { .. }) if allow_new_group => GroupRecords::default(),
-        Err(error) => return Err(error),
+    let records = group_records(admin, group, allow_new_group).await?;
+    let (logs, missing_topics) = selected_logs(kafka_client, group, &records, selection).await?;
+    if let ResetTarget::ShiftBy(_) = target {
+        let without: Vec<TopicPartition> = logs
+            .keys()
+            .filter(|p| !records.offsets.contains_key(*p))
+            .cloned()
+            .collect();
+        if !without.is_empty() {
+            return Err(AdminError::NoCommittedOffset {
+                group: group.to_owned(),
+                partitions: without,
+            });
+        }
+    }
+    let time = match target {
+        ResetTarget::Timestamp(ms) => Some(ms),
+        ResetTarget::Duration(duration) => {
+            let since = SystemTime::now()
+                .checked_sub(duration)
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            Some(i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        }
+        _ => None,
     };
-    let logs = log_offsets(kafka_client, topic).await?;
     let mut changes = Vec::with_capacity(logs.len());
-    for (number, log) in logs {
-        let partition = TopicPartition::new(topic, number);
-        let new = match target {
-            ResetTarget::Earliest => log.start,
-            ResetTarget::Latest => log.end,
-            ResetTarget::Offset(offset) => offset.clamp(log.start, log.end),
-            ResetTarget::Timestamp(ms) => offset_at_time(kafka_client, &partition, ms)
-                .await?
-                .unwrap_or(log.end),
+    for (partition, log) in logs {
+        let current = records.offsets.get(&partition).copied();
+        let (new, clamped_from) = match (target, time) {
+            (_, Some(ms)) => (
+                offset_at_time(kafka_client, &partition, ms)
+                    .await?
+                    .unwrap_or(log.end),
+                None,
+            ),
+            (ResetTarget::Earliest, _) => (log.start, None),
+            (ResetTarget::Latest, _) => (log.end, None),
+            (ResetTarget::Offset(offset), _) => clamp(offset, log),
+            (ResetTarget::ShiftBy(by), _) => {
+                clamp(current.unwrap_or(log.end).saturating_add(by), log)
+            }
+            (ResetTarget::Current, _) | (_, None) => (current.unwrap_or(log.end), None),
         };
         changes.push(OffsetChange {
-            current: records.offsets.get(&partition).copied(),
             partition,
+            current,
             new,
+            clamped_from,
         });
     }
     Ok(ResetPlan {
         group: group.to_owned(),
-        topic: topic.to_owned(),
-        target,
+        target: Some(target),
         changes,
         live_members: records.members.into_iter().map(|m| m.id).collect(),
+        missing_topics,
     })
+}
+
+/// Computes a plan from offsets given per partition (such as
+/// [`parse_offsets_csv`] reads): each partition must exist in Kafka, and
+/// each offset is clamped to its log's bounds. Changes nothing.
+///
+/// `allow_new_group` as for [`plan_reset`].
+pub async fn plan_listed(
+    admin: &dyn GroupAdmin,
+    kafka_client: &Client,
+    group: &str,
+    offsets: &BTreeMap<TopicPartition, Offset>,
+    allow_new_group: bool,
+) -> Result<ResetPlan, AdminError> {
+    let records = group_records(admin, group, allow_new_group).await?;
+    let mut logs: BTreeMap<&str, BTreeMap<u32, LogOffsets>> = BTreeMap::new();
+    let mut changes = Vec::with_capacity(offsets.len());
+    for (partition, &asked) in offsets {
+        let topic = &*partition.topic;
+        if !logs.contains_key(topic) {
+            tenure_core::types::validate_topic(topic)?;
+            logs.insert(topic, log_offsets(kafka_client, topic).await?);
+        }
+        let found = logs.get(topic).ok_or_else(|| AdminError::UnknownTopic {
+            topic: topic.to_owned(),
+        })?;
+        let log = found
+            .get(&partition.partition)
+            .ok_or_else(|| AdminError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition: partition.partition,
+                count: found.len(),
+            })?;
+        let (new, clamped_from) = clamp(asked, *log);
+        changes.push(OffsetChange {
+            partition: partition.clone(),
+            current: records.offsets.get(partition).copied(),
+            new,
+            clamped_from,
+        });
+    }
+    Ok(ResetPlan {
+        group: group.to_owned(),
+        target: None,
+        changes,
+        live_members: records.members.into_iter().map(|m| m.id).collect(),
+        missing_topics: Vec::new(),
+    })
+}
+
+/// The guard a write gets: none when forced.
+fn guard(force: bool) -> WriteGuard {
+    if force {
+        WriteGuard::None
+    } else {
+        WriteGuard::NoLiveMembers
+    }
 }
 
 /// Writes a plan's offsets. Refuses while the group has live members (looked
@@ -523,12 +1037,260 @@ pub async fn apply_reset(
         .iter()
         .map(|change| (change.partition.clone(), change.new))
         .collect();
-    let guard = if force {
-        WriteGuard::None
-    } else {
-        WriteGuard::NoLiveMembers
-    };
-    admin.write_offsets(&plan.group, &offsets, guard).await
+    admin
+        .write_offsets(&plan.group, &offsets, guard(force))
+        .await
+}
+
+/// A plan's new offsets as kafka-consumer-groups.sh exports them: one
+/// `topic,partition,offset` line per partition, no header.
+/// [`parse_offsets_csv`] reads it back.
+pub fn offsets_csv(plan: &ResetPlan) -> String {
+    plan.changes
+        .iter()
+        .map(|c| {
+            format!(
+                "{},{},{}\n",
+                c.partition.topic, c.partition.partition, c.new
+            )
+        })
+        .collect()
+}
+
+/// A line of an offsets file that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CsvError {
+    /// The line has neither three fields nor four.
+    #[error(
+        "line {line}: expected topic,partition,offset (or group,topic,partition,offset), found \
+         {found} field(s)"
+    )]
+    Fields {
+        /// The line's number, from 1.
+        line: usize,
+        /// How many comma-separated fields it has.
+        found: usize,
+    },
+    /// The topic is not a name Kafka allows.
+    #[error("line {line}: {source}")]
+    Topic {
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with the name.
+        #[source]
+        source: NameError,
+    },
+    /// The partition is not a partition number.
+    #[error("line {line}: partition {given:?} is not a partition number")]
+    Partition {
+        /// The line's number, from 1.
+        line: usize,
+        /// The field as given.
+        given: String,
+    },
+    /// The offset is not an offset.
+    #[error("line {line}: offset {given:?} is not an offset (a whole number from 0)")]
+    Offset {
+        /// The line's number, from 1.
+        line: usize,
+        /// The field as given.
+        given: String,
+    },
+    /// The partition was given before.
+    #[error("line {line}: partition {partition} is already given on line {first}")]
+    Duplicate {
+        /// The line's number, from 1.
+        line: usize,
+        /// The partition, as `topic:partition`.
+        partition: String,
+        /// The line that gave it first.
+        first: usize,
+    },
+    /// A four-field line names another group.
+    #[error("line {line}: the offset is for group {found:?}, not {expected:?}")]
+    OtherGroup {
+        /// The line's number, from 1.
+        line: usize,
+        /// The group the line names.
+        found: String,
+        /// The group being reset.
+        expected: String,
+    },
+    /// The file has no offsets at all.
+    #[error("no offsets: the file has no topic,partition,offset line")]
+    Empty,
+}
+
+/// Reads offsets in kafka-consumer-groups.sh's CSV: `topic,partition,offset`
+/// lines, or `group,topic,partition,offset` lines whose group must be
+/// `group`. Blank lines are skipped; every other line must be one of those,
+/// and a partition may be given once.
+pub fn parse_offsets_csv(
+    text: &str,
+    group: &str,
+) -> Result<BTreeMap<TopicPartition, Offset>, CsvError> {
+    let mut offsets = BTreeMap::new();
+    let mut lines_of: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = index + 1;
+        let content = raw.trim_start_matches('\u{feff}').trim();
+        if content.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = content.split(',').map(str::trim).collect();
+        let (topic, partition, offset) = match fields.as_slice() {
+            [topic, partition, offset] => (*topic, *partition, *offset),
+            [named, topic, partition, offset] => {
+                if *named != group {
+                    return Err(CsvError::OtherGroup {
+                        line,
+                        found: (*named).to_owned(),
+                        expected: group.to_owned(),
+                    });
+                }
+                (*topic, *partition, *offset)
+            }
+            _ => {
+                return Err(CsvError::Fields {
+                    line,
+                    found: fields.len(),
+                })
+            }
+        };
+        tenure_core::types::validate_topic(topic)
+            .map_err(|source| CsvError::Topic { line, source })?;
+        let number = partition
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| partition.parse::<u32>().ok())
+            .flatten()
+            .ok_or_else(|| CsvError::Partition {
+                line,
+                given: partition.to_owned(),
+            })?;
+        let offset = offset
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| offset.parse::<Offset>().ok())
+            .flatten()
+            .filter(|o| *o >= 0)
+            .ok_or_else(|| CsvError::Offset {
+                line,
+                given: offset.to_owned(),
+            })?;
+        let partition = TopicPartition::new(topic, number);
+        if let Some(&first) = lines_of.get(&partition) {
+            return Err(CsvError::Duplicate {
+                line,
+                partition: format!("{topic}:{number}"),
+                first,
+            });
+        }
+        lines_of.insert(partition.clone(), line);
+        offsets.insert(partition, offset);
+    }
+    if offsets.is_empty() {
+        return Err(CsvError::Empty);
+    }
+    Ok(offsets)
+}
+
+/// What [`apply_delete_offsets`] will delete, computed by
+/// [`plan_delete_offsets`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeleteOffsetsPlan {
+    /// The group.
+    pub group: String,
+    /// The committed offsets to delete, with their values now.
+    pub offsets: BTreeMap<TopicPartition, Offset>,
+    /// What was selected but has no committed offset: a topic (all its
+    /// partitions) or some of its partitions.
+    pub absent: Vec<TopicPartitions>,
+    /// The group's live members when the plan was made.
+    pub live_members: Vec<String>,
+}
+
+/// Finds the committed offsets of `group` that `topics` select: every
+/// partition of a topic that has one, or the partitions named. Reads the
+/// store only (the topic may be gone from Kafka). Changes nothing.
+pub async fn plan_delete_offsets(
+    admin: &dyn GroupAdmin,
+    group: &str,
+    topics: &[TopicPartitions],
+) -> Result<DeleteOffsetsPlan, AdminError> {
+    let records = group_records(admin, group, false).await?;
+    let mut offsets = BTreeMap::new();
+    let mut absent = Vec::new();
+    for (topic, partitions) in merge_topics(topics) {
+        match partitions {
+            None => {
+                let found: Vec<_> = records
+                    .offsets
+                    .iter()
+                    .filter(|(p, _)| &*p.topic == topic)
+                    .collect();
+                if found.is_empty() {
+                    absent.push(TopicPartitions {
+                        topic: topic.to_owned(),
+                        partitions: None,
+                    });
+                }
+                offsets.extend(found.into_iter().map(|(p, o)| (p.clone(), *o)));
+            }
+            Some(partitions) => {
+                let mut missing = BTreeSet::new();
+                for number in partitions {
+                    let partition = TopicPartition::new(topic, number);
+                    match records.offsets.get(&partition) {
+                        Some(offset) => {
+                            offsets.insert(partition, *offset);
+                        }
+                        None => {
+                            missing.insert(number);
+                        }
+                    }
+                }
+                if !missing.is_empty() {
+                    absent.push(TopicPartitions {
+                        topic: topic.to_owned(),
+                        partitions: Some(missing),
+                    });
+                }
+            }
+        }
+    }
+    Ok(DeleteOffsetsPlan {
+        group: group.to_owned(),
+        offsets,
+        absent,
+        live_members: records.members.into_iter().map(|m| m.id).collect(),
+    })
+}
+
+/// Deletes a plan's offsets. Refuses while the group has live members
+/// (looked up again now) unless `force`.
+pub async fn apply_delete_offsets(
+    admin: &dyn GroupAdmin,
+    plan: &DeleteOffsetsPlan,
+    force: bool,
+) -> Result<(), AdminError> {
+    let partitions = plan.offsets.keys().cloned().collect();
+    admin
+        .delete_offsets(&plan.group, &partitions, guard(force))
+        .await
+}
+
+/// Deletes the records of `group` ([`GroupAdmin::delete_group`]). Refuses
+/// while the group has live members unless `force`; even forced, the
+/// records live sessions hold stay.
+pub async fn delete_group(
+    admin: &dyn GroupAdmin,
+    group: &str,
+    force: bool,
+) -> Result<GroupDeletion, AdminError> {
+    tenure_core::types::validate_path_element("group", group)?;
+    admin.delete_group(group, guard(force)).await
 }
 
 /// The bounds of one partition's log.
@@ -786,6 +1548,120 @@ mod tests {
         ] {
             assert!(bad.parse::<ResetTarget>().is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn durations_parse() {
+        let secs = Duration::from_secs;
+        assert_eq!(parse_duration("PT1H30M"), Ok(secs(5_400)));
+        assert_eq!(parse_duration("1h30m"), Ok(secs(5_400)));
+        assert_eq!(parse_duration("P1DT12H"), Ok(secs(129_600)));
+        assert_eq!(parse_duration("P2W"), Ok(secs(1_209_600)));
+        assert_eq!(parse_duration("PT0.5S"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("90s"), Ok(secs(90)));
+        assert_eq!(parse_duration("2d"), Ok(secs(172_800)));
+        assert_eq!(parse_duration("pt15m"), Ok(secs(900)));
+        for bad in [
+            "", "P", "PT", "-PT1H", "P1M", "P1Y", "P1H", "PT1D", "1x", "90", "h", "PT1H1H2",
+            "PTT1H",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+        }
+        for d in [5_400, 129_600, 0, 59, 86_400] {
+            let text = format_iso_duration(secs(d));
+            assert_eq!(parse_duration(&text), Ok(secs(d)), "{text}");
+        }
+        assert_eq!(format_iso_duration(secs(5_400)), "PT1H30M");
+        assert_eq!(format_iso_duration(Duration::from_millis(1_500)), "PT1.5S");
+    }
+
+    #[test]
+    fn topic_selections_parse() {
+        let t: TopicPartitions = "orders".parse().expect("a topic");
+        assert_eq!(t.partitions, None);
+        let t: TopicPartitions = "orders:0,2".parse().expect("a topic and partitions");
+        assert_eq!(t.topic, "orders");
+        assert_eq!(t.partitions, Some([0, 2].into()));
+        assert_eq!(t.to_string(), "orders:0,2");
+        for bad in [
+            "",
+            "a b",
+            "orders:",
+            "orders:x",
+            "orders:-1",
+            "orders:1,,2",
+            ":1",
+        ] {
+            assert!(bad.parse::<TopicPartitions>().is_err(), "{bad:?} parsed");
+        }
+        let given: Vec<TopicPartitions> = ["a:1", "a:0", "b:1", "b"]
+            .iter()
+            .map(|t| t.parse().expect("a selection"))
+            .collect();
+        let merged = merge_topics(&given);
+        assert_eq!(merged["a"], Some([0, 1].into()));
+        assert_eq!(merged["b"], None);
+    }
+
+    #[test]
+    fn offsets_csv_round_trips() {
+        let change = |topic: &str, partition, new| OffsetChange {
+            partition: TopicPartition::new(topic, partition),
+            current: None,
+            new,
+            clamped_from: None,
+        };
+        let plan = ResetPlan {
+            group: "g".to_owned(),
+            target: Some(ResetTarget::Earliest),
+            changes: vec![change("a", 0, 5), change("a", 1, 0), change("b.c", 0, 42)],
+            live_members: Vec::new(),
+            missing_topics: Vec::new(),
+        };
+        let text = offsets_csv(&plan);
+        assert_eq!(text, "a,0,5\na,1,0\nb.c,0,42\n");
+        let read = parse_offsets_csv(&text, "g").expect("its own export");
+        let expected: BTreeMap<TopicPartition, Offset> = plan
+            .changes
+            .iter()
+            .map(|c| (c.partition.clone(), c.new))
+            .collect();
+        assert_eq!(read, expected);
+        // With the group in front, blank lines and CRLF.
+        let read = parse_offsets_csv("g,a,0,5\r\n\r\ng,a,1,0\r\ng,b.c,0,42\r\n", "g");
+        assert_eq!(read.expect("four fields"), expected);
+    }
+
+    #[test]
+    fn bad_offsets_csv_lines_are_named() {
+        let line = |text: &str| match parse_offsets_csv(text, "g") {
+            Err(CsvError::Empty) => 0,
+            Err(
+                CsvError::Fields { line, .. }
+                | CsvError::Topic { line, .. }
+                | CsvError::Partition { line, .. }
+                | CsvError::Offset { line, .. }
+                | CsvError::Duplicate { line, .. }
+                | CsvError::OtherGroup { line, .. },
+            ) => line,
+            other => panic!("{text:?} read as {other:?}"),
+        };
+        assert_eq!(line("a,0,1\na,1"), 2);
+        assert_eq!(line("a,0,1\n\na b,1,2"), 3);
+        assert_eq!(line("a,x,1"), 1);
+        assert_eq!(line("a,0,-1"), 1);
+        assert_eq!(line("a,0,1.5"), 1);
+        assert_eq!(line("a,0,1\na,0,2"), 2);
+        assert_eq!(line("h,a,0,1"), 1);
+        assert_eq!(line("a,0,1,2,3"), 1);
+        assert_eq!(line("\n\n"), 0);
+        let message = parse_offsets_csv("a,0,1\na,0,2", "g")
+            .expect_err("a duplicate")
+            .to_string();
+        assert!(
+            message.contains("line 2") && message.contains("line 1"),
+            "{message}"
+        );
     }
 
     #[test]

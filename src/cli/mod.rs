@@ -1,14 +1,18 @@
 //! The `tenure` command (feature `cli`): who is in a group, who owns which
-//! partition, how far behind each partition is, and moving its committed
-//! offsets — for groups in ZooKeeper or etcd, with Kafka for the log
-//! offsets. The binary is [`main`]; the library behind it is
+//! partition, how far behind each partition is, moving its committed offsets
+//! (planned by default, written with `--execute`), and deleting them or the
+//! group — for groups in ZooKeeper or etcd, with Kafka for the log offsets.
+//! The binary is [`main`]; the library behind it is
 //! [`tenure::tokio::admin`](crate::tokio::admin).
 //!
 //! ```text
 //! tenure --zookeeper 127.0.0.1:2181 groups
 //! tenure --zookeeper 127.0.0.1:2181 --bootstrap 127.0.0.1:9092 describe orders
 //! tenure --etcd http://127.0.0.1:2379 --bootstrap 127.0.0.1:9092 \
-//!     reset-offsets orders --topic payments --to 2026-11-30T12:00:00Z --dry-run
+//!     reset-offsets orders --topic payments --to 2026-11-30T12:00:00Z
+//! tenure --etcd http://127.0.0.1:2379 --bootstrap 127.0.0.1:9092 \
+//!     reset-offsets orders --topic payments:0,2 --shift-by -100 --execute
+//! tenure --zookeeper 127.0.0.1:2181 delete-offsets orders --topic retired
 //! ```
 
 #[cfg(not(any(feature = "zookeeper", feature = "etcd")))]
@@ -16,13 +20,16 @@ compile_error!("the tenure command needs a store: enable the `zookeeper` or the 
 
 mod render;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::tokio::admin::{self, AdminError, GroupAdmin, ResetTarget};
+use crate::tokio::admin::{
+    self, AdminError, GroupAdmin, PartitionSelection, ResetPlan, ResetTarget, TopicPartitions,
+};
 use crate::tokio::kafka::{self, KafkaConfig};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The key prefix of tenure's groups in etcd unless `--etcd-prefix` says
 /// otherwise (the members' default).
@@ -32,7 +39,7 @@ const DEFAULT_ETCD_PREFIX: &str = "/tenure";
 #[command(
     name = "tenure",
     version,
-    about = "Inspect tenure consumer groups in ZooKeeper or etcd, and move their offsets",
+    about = "Inspect tenure consumer groups in ZooKeeper or etcd, move their offsets, delete them",
     after_help = "Every connection flag may also come from the environment variable named \
                   beside it. Exit status: 0 done, 1 failed or refused (or corrupt records \
                   found), 2 bad usage."
@@ -102,35 +109,125 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Move a group's committed offsets of one topic (refused while the
-    /// group has live members, unless --force)
-    ResetOffsets {
+    /// Plan a move of a group's committed offsets and print it; write it with
+    /// --execute (refused while the group has live members, unless --force)
+    ResetOffsets(ResetArgs),
+    /// Delete a group's committed offsets of some topics or partitions
+    /// (refused while the group has live members, unless --force)
+    DeleteOffsets {
         /// The group
         group: String,
-        /// The topic whose offsets move (every partition of it)
-        #[arg(long)]
-        topic: String,
-        /// Where to: earliest, latest, an offset, or a time (RFC 3339 such as
-        /// 2026-11-30T12:00:00Z, or @MILLISECONDS since the epoch)
-        #[arg(long, value_name = "earliest|latest|OFFSET|TIME", value_parser = parse_target)]
-        to: ResetTarget,
-        /// Print the plan and write nothing
+        /// A topic whose offsets go: every partition that has one, or those
+        /// listed (TOPIC:0,2); repeat for several topics
+        #[arg(long = "topic", value_name = "TOPIC[:P,...]", value_parser = parse_topic, required = true)]
+        topics: Vec<TopicPartitions>,
+        /// Print what would be deleted and delete nothing
         #[arg(long)]
         dry_run: bool,
-        /// Write even while members are live (their next commits may
-        /// overwrite the new offsets), or for a group with no records yet
+        /// Delete even while members are live (their next commits write
+        /// offsets again)
         #[arg(long)]
         force: bool,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
     },
+    /// Delete a group's records: its offsets and every record no live
+    /// session holds (refused while the group has live members, unless
+    /// --force)
+    Delete {
+        /// The group
+        group: String,
+        /// Print what would be deleted and delete nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete the offsets even while members are live (their
+        /// registrations and owner records stay: they go with the members)
+        #[arg(long)]
+        force: bool,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `tenure reset-offsets`: which partitions, where to, and whether to
+/// write.
+#[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .args(["to", "shift_by", "by_duration", "to_current", "from_file"])
+))]
+struct ResetArgs {
+    /// The group
+    group: String,
+    /// A topic whose offsets move: all its partitions, or those listed
+    /// (TOPIC:0,2); repeat for several topics
+    #[arg(
+        long = "topic",
+        value_name = "TOPIC[:P,...]",
+        value_parser = parse_topic,
+        required_unless_present_any = ["all_topics", "from_file"],
+        conflicts_with_all = ["all_topics", "from_file"]
+    )]
+    topics: Vec<TopicPartitions>,
+    /// Every topic the group has offsets or owners for, or its members
+    /// subscribe to by name
+    #[arg(long, conflicts_with = "from_file")]
+    all_topics: bool,
+    /// Where to: earliest, latest, an offset, or a time (RFC 3339 such as
+    /// 2026-11-30T12:00:00Z, or @MILLISECONDS since the epoch)
+    #[arg(long, value_name = "earliest|latest|OFFSET|TIME", value_parser = parse_target)]
+    to: Option<ResetTarget>,
+    /// Move each committed offset by N messages (negative: back), clamped to
+    /// the log
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    shift_by: Option<i64>,
+    /// To the first message at or after this long ago: ISO 8601 (PT1H30M,
+    /// P1DT12H) or 1h30m
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    by_duration: Option<Duration>,
+    /// To the committed offsets as they are (the log end where there is
+    /// none): a plan to --export
+    #[arg(long)]
+    to_current: bool,
+    /// The offsets to set, from a CSV file of topic,partition,offset lines
+    /// as --export prints them (- for standard input)
+    #[arg(long, value_name = "FILE")]
+    from_file: Option<PathBuf>,
+    /// Write the plan; without it the plan is only printed
+    #[arg(long)]
+    execute: bool,
+    /// Only print the plan (the default; accepted to say so)
+    #[arg(long, conflicts_with = "execute")]
+    dry_run: bool,
+    /// Print the plan as CSV (topic,partition,offset lines), for --from-file
+    #[arg(long, conflicts_with = "json")]
+    export: bool,
+    /// Write even while members are live (their next commits may overwrite
+    /// the new offsets), or for a group with no records yet
+    #[arg(long)]
+    force: bool,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_target(given: &str) -> Result<ResetTarget, String> {
     given
         .parse()
         .map_err(|e: admin::ResetTargetError| e.to_string())
+}
+
+fn parse_topic(given: &str) -> Result<TopicPartitions, String> {
+    given
+        .parse()
+        .map_err(|e: admin::TopicPartitionsError| e.to_string())
+}
+
+fn parse_duration(given: &str) -> Result<Duration, String> {
+    admin::parse_duration(given).map_err(|e| e.to_string())
 }
 
 /// Which store the flags and environment name.
@@ -240,46 +337,201 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode, String> {
                 ExitCode::FAILURE
             })
         }
-        Command::ResetOffsets {
+        Command::ResetOffsets(args) => reset_offsets(admin.as_ref(), &cli.connection, args).await,
+        Command::DeleteOffsets {
             group,
-            topic,
-            to,
+            topics,
             dry_run,
             force,
             json,
         } => {
-            let Some(client) = connect_kafka(&cli.connection).await? else {
-                return Err(
-                    "reset-offsets needs Kafka: pass --bootstrap HOST:PORT (or set TENURE_KAFKA)"
-                        .to_owned(),
-                );
-            };
-            let plan = admin::plan_reset(admin.as_ref(), &client, &group, &topic, to, force)
+            let plan = admin::plan_delete_offsets(admin.as_ref(), &group, &topics)
                 .await
                 .map_err(|e| e.to_string())?;
+            for absent in &plan.absent {
+                eprintln!("note: group {group} has no committed offset for {absent}: skipped");
+            }
+            if plan.offsets.is_empty() {
+                return Err(format!(
+                    "nothing to delete: group {group} has no committed offsets for the topics \
+                     given (`tenure describe {group}` shows them)"
+                ));
+            }
             if dry_run {
-                print!("{}", render::plan(&plan, json, false));
-                if !plan.live_members.is_empty() && !force {
-                    eprintln!(
-                        "note: the group has live members ({}); without --dry-run this is refused unless --force",
-                        plan.live_members.join(", ")
-                    );
-                }
+                print!("{}", render::offset_deletion(&plan, json, false));
+                note_live_members(&plan.live_members, force, "without --dry-run");
                 return Ok(ExitCode::SUCCESS);
             }
-            match admin::apply_reset(admin.as_ref(), &plan, force).await {
+            match admin::apply_delete_offsets(admin.as_ref(), &plan, force).await {
                 Ok(()) => {
-                    print!("{}", render::plan(&plan, json, true));
+                    print!("{}", render::offset_deletion(&plan, json, true));
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(error @ AdminError::GroupActive { .. }) => {
-                    eprint!("{}", render::plan(&plan, false, false));
+                    eprint!("{}", render::offset_deletion(&plan, false, false));
                     Err(error.to_string())
                 }
                 Err(error) => Err(error.to_string()),
             }
         }
+        Command::Delete {
+            group,
+            dry_run,
+            force,
+            json,
+        } => {
+            if dry_run {
+                let records = admin.records(&group).await.map_err(|e| e.to_string())?;
+                print!("{}", render::group_records(&group, &records, json));
+                let live: Vec<String> = records.members.iter().map(|m| m.id.clone()).collect();
+                note_live_members(&live, force, "without --dry-run");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let deletion = admin::delete_group(admin.as_ref(), &group, force)
+                .await
+                .map_err(|e| e.to_string())?;
+            print!("{}", render::group_deletion(&group, &deletion, json));
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// Tells, on stderr, that the write a plan shows would be refused for
+/// `live` members unless forced; `how` names what would write.
+fn note_live_members(live: &[String], force: bool, how: &str) {
+    if !live.is_empty() && !force {
+        eprintln!(
+            "note: the group has live members ({}); {how} this is refused unless --force",
+            live.join(", ")
+        );
+    }
+}
+
+/// `tenure reset-offsets`: plans, prints, and with `--execute` writes.
+async fn reset_offsets(
+    admin: &dyn GroupAdmin,
+    connection: &Connection,
+    args: ResetArgs,
+) -> Result<ExitCode, String> {
+    let Some(client) = connect_kafka(connection).await? else {
+        return Err(
+            "reset-offsets needs Kafka: pass --bootstrap HOST:PORT (or set TENURE_KAFKA)"
+                .to_owned(),
+        );
+    };
+    let group = args.group.as_str();
+    let plan = if let Some(path) = &args.from_file {
+        let text = read_file(path)?;
+        let offsets = admin::parse_offsets_csv(&text, group)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        match admin::plan_listed(admin, &client, group, &offsets, args.force).await {
+            // A partition Kafka does not have is named with its line.
+            Err(
+                error @ (AdminError::UnknownTopic { .. } | AdminError::UnknownPartition { .. }),
+            ) => {
+                let line = match &error {
+                    AdminError::UnknownPartition {
+                        topic, partition, ..
+                    } => line_of(&text, group, topic, Some(*partition)),
+                    AdminError::UnknownTopic { topic } => line_of(&text, group, topic, None),
+                    _ => None,
+                };
+                let at = line.map_or_else(String::new, |line| format!("line {line}: "));
+                return Err(format!("{}: {at}{error}", path.display()));
+            }
+            other => other,
+        }
+    } else {
+        let target = if let Some(to) = args.to {
+            to
+        } else if let Some(by) = args.shift_by {
+            ResetTarget::ShiftBy(by)
+        } else if let Some(duration) = args.by_duration {
+            ResetTarget::Duration(duration)
+        } else {
+            // clap requires one target: --to-current is the one left.
+            ResetTarget::Current
+        };
+        let selection = if args.all_topics {
+            PartitionSelection::AllTopics
+        } else {
+            PartitionSelection::Topics(args.topics.clone())
+        };
+        admin::plan_reset(admin, &client, group, &selection, target, args.force).await
+    }
+    .map_err(|error| match error {
+        AdminError::UnknownGroup { .. } => {
+            format!("{error}; to seed the offsets of a new group, pass --force")
+        }
+        error => error.to_string(),
+    })?;
+    note_plan(&plan);
+    if plan.changes.is_empty() {
+        return Err(format!(
+            "nothing to reset: none of the topics of group {group} exists in Kafka"
+        ));
+    }
+    let output = |applied| {
+        if args.export {
+            admin::offsets_csv(&plan)
+        } else {
+            render::plan(&plan, args.json, applied)
+        }
+    };
+    if !args.execute {
+        print!("{}", output(false));
+        note_live_members(&plan.live_members, args.force, "with --execute");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match admin::apply_reset(admin, &plan, args.force).await {
+        Ok(()) => {
+            print!("{}", output(true));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error @ AdminError::GroupActive { .. }) => {
+            eprint!("{}", render::plan(&plan, false, false));
+            Err(error.to_string())
+        }
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Tells, on stderr, what a plan leaves out or bends: topics Kafka does not
+/// know, offsets clamped to the log.
+fn note_plan(plan: &ResetPlan) {
+    for topic in &plan.missing_topics {
+        eprintln!("note: topic {topic} does not exist in Kafka: its offsets are left as they are");
+    }
+    for change in &plan.changes {
+        if let Some(asked) = change.clamped_from {
+            eprintln!(
+                "note: {}:{}: offset {asked} is outside the log, {} is used",
+                change.partition.topic, change.partition.partition, change.new
+            );
+        }
+    }
+}
+
+/// Reads a whole file (`-`: standard input), naming it in its error.
+fn read_file(path: &std::path::Path) -> Result<String, String> {
+    if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// The number of the first line of an offsets file that names `topic` (and
+/// `partition`, if given).
+fn line_of(text: &str, group: &str, topic: &str, partition: Option<u32>) -> Option<usize> {
+    text.lines().enumerate().find_map(|(index, line)| {
+        let offsets = admin::parse_offsets_csv(line, group).ok()?;
+        offsets
+            .keys()
+            .any(|p| &*p.topic == topic && partition.is_none_or(|n| p.partition == n))
+            .then_some(index + 1)
+    })
 }
 
 /// Runs the command on this process's arguments and environment (the
@@ -308,5 +560,69 @@ pub fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let mut all = vec!["tenure", "--zookeeper", "z:1"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+    }
+
+    #[test]
+    fn a_reset_takes_exactly_one_target_and_a_selection() {
+        let reset = |args: &[&str]| {
+            let mut all = vec!["reset-offsets", "g"];
+            all.extend_from_slice(args);
+            parse(&all)
+        };
+        assert!(reset(&["--topic", "t", "--to", "earliest"]).is_ok());
+        assert!(reset(&["--topic", "t:0,2", "--topic", "u", "--shift-by", "-5"]).is_ok());
+        assert!(reset(&["--all-topics", "--by-duration", "PT1H"]).is_ok());
+        assert!(reset(&["--all-topics", "--to-current", "--export"]).is_ok());
+        assert!(reset(&["--from-file", "plan.csv", "--execute"]).is_ok());
+        for bad in [
+            &["--topic", "t"][..],
+            &["--topic", "t", "--to", "earliest", "--shift-by", "1"],
+            &["--to", "earliest"],
+            &["--topic", "t", "--all-topics", "--to", "latest"],
+            &["--topic", "t", "--from-file", "f"],
+            &["--all-topics", "--from-file", "f"],
+            &["--topic", "t", "--to", "latest", "--execute", "--dry-run"],
+            &["--topic", "t", "--to", "latest", "--export", "--json"],
+            &["--topic", "t:x", "--to", "latest"],
+            &["--topic", "t", "--by-duration", "1 hour"],
+        ] {
+            let error = reset(bad).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{bad:?}: {error}");
+        }
+        let Ok(Cli {
+            command: Command::ResetOffsets(args),
+            ..
+        }) = reset(&["--topic", "t", "--shift-by", "-5"])
+        else {
+            panic!("a reset");
+        };
+        assert_eq!(args.shift_by, Some(-5));
+        assert!(!args.execute, "planning is the default");
+    }
+
+    #[test]
+    fn deletes_parse() {
+        assert!(parse(&["delete-offsets", "g", "--topic", "t:1"]).is_ok());
+        assert!(
+            parse(&["delete-offsets", "g"]).is_err(),
+            "a topic is needed"
+        );
+        assert!(parse(&["delete", "g", "--force"]).is_ok());
     }
 }

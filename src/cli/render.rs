@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use crate::tokio::admin::{
-    format_rfc3339, GroupDescription, MemberRecord, PartitionDescription, ResetPlan,
+    format_rfc3339, DeleteOffsetsPlan, GroupDeletion, GroupDescription, GroupRecords, MemberRecord,
+    PartitionDescription, ResetPlan,
 };
 use serde_json::{json, Value};
 
@@ -153,6 +154,12 @@ pub fn description(description: &GroupDescription, json: bool, with_kafka: bool)
     out
 }
 
+/// How a reset plan says where the offsets go.
+fn plan_target(plan: &ResetPlan) -> String {
+    plan.target
+        .map_or_else(|| "offsets from a file".to_owned(), |t| t.to_string())
+}
+
 /// `tenure reset-offsets`: the plan, and whether it was written.
 pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
     if json {
@@ -165,15 +172,17 @@ pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
                     "partition": c.partition.partition,
                     "current": c.current,
                     "new": c.new,
+                    "clamped_from": c.clamped_from,
                 })
             })
             .collect();
         let document = json!({
             "group": plan.group,
-            "topic": plan.topic,
-            "target": plan.target.to_string(),
+            "topics": plan.topics(),
+            "target": plan_target(plan),
             "applied": applied,
             "live_members": plan.live_members,
+            "missing_topics": plan.missing_topics,
             "changes": changes,
         });
         return format!("{document}\n");
@@ -190,15 +199,113 @@ pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
             ]
         })
         .collect();
+    let topics = plan.topics();
     let mut out = format!(
-        "group {}, topic {}: to {}\n\n",
-        plan.group, plan.topic, plan.target
+        "group {}, {} {}: to {}\n\n",
+        plan.group,
+        if topics.len() == 1 { "topic" } else { "topics" },
+        if topics.is_empty() {
+            "(none)".to_owned()
+        } else {
+            topics.join(", ")
+        },
+        plan_target(plan)
     );
     out.push_str(&table(&["TOPIC", "PARTITION", "CURRENT", "NEW"], &rows));
     out.push_str(if applied {
         "\noffsets written\n"
     } else {
-        "\nnothing written\n"
+        "\nnothing written: this is the plan; pass --execute to write it\n"
     });
+    out
+}
+
+/// `tenure delete-offsets`: what goes, and whether it went.
+pub fn offset_deletion(plan: &DeleteOffsetsPlan, json: bool, applied: bool) -> String {
+    if json {
+        let offsets: Vec<Value> = plan
+            .offsets
+            .iter()
+            .map(|(p, offset)| {
+                json!({ "topic": &*p.topic, "partition": p.partition, "offset": offset })
+            })
+            .collect();
+        let absent: Vec<String> = plan.absent.iter().map(ToString::to_string).collect();
+        let document = json!({
+            "group": plan.group,
+            "applied": applied,
+            "live_members": plan.live_members,
+            "offsets": offsets,
+            "absent": absent,
+        });
+        return format!("{document}\n");
+    }
+    let rows: Vec<Vec<String>> = plan
+        .offsets
+        .iter()
+        .map(|(p, offset)| {
+            vec![
+                p.topic.to_string(),
+                p.partition.to_string(),
+                offset.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = format!("group {}: committed offsets to delete\n\n", plan.group);
+    out.push_str(&table(&["TOPIC", "PARTITION", "OFFSET"], &rows));
+    out.push_str(if applied {
+        "\noffsets deleted\n"
+    } else {
+        "\nnothing deleted\n"
+    });
+    out
+}
+
+/// `tenure delete --dry-run`: what the group has.
+pub fn group_records(group: &str, records: &GroupRecords, json: bool) -> String {
+    let live: Vec<&str> = records.members.iter().map(|m| m.id.as_str()).collect();
+    if json {
+        let document = json!({
+            "group": group,
+            "applied": false,
+            "offsets": records.offsets.len(),
+            "owners": records.owners.len(),
+            "live_members": live,
+        });
+        return format!("{document}\n");
+    }
+    let mut out = format!(
+        "group {group}: {} committed offset(s), {} owner record(s), {} live member(s)\n",
+        records.offsets.len(),
+        records.owners.len(),
+        live.len()
+    );
+    out.push_str("nothing deleted\n");
+    out
+}
+
+/// `tenure delete`: what went, and what live sessions still hold.
+pub fn group_deletion(group: &str, deletion: &GroupDeletion, json: bool) -> String {
+    if json {
+        let document = json!({
+            "group": group,
+            "applied": true,
+            "removed": deletion.removed,
+            "kept": deletion.kept,
+        });
+        return format!("{document}\n");
+    }
+    if deletion.kept.is_empty() {
+        return format!("group {group} deleted ({} record(s))\n", deletion.removed);
+    }
+    let mut out = format!(
+        "group {group}: {} record(s) deleted; {} kept that live sessions hold (they go when \
+         those members stop):\n",
+        deletion.removed,
+        deletion.kept.len()
+    );
+    for kept in &deletion.kept {
+        out.push_str(&format!("  {kept}\n"));
+    }
     out
 }

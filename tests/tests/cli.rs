@@ -1,9 +1,12 @@
 //! The `tenure` command end to end, on the real ZooKeeper, etcd and Kafka of
 //! `scripts/services`: `describe` after a known consumption gives the known
-//! owners, tokens, offsets and lag; `reset-offsets` refuses on a live group,
-//! plans without writing on `--dry-run`, and moves offsets where a new
-//! member then starts; the member's metrics agree with `describe`; corrupt
-//! records are named with their path.
+//! owners, tokens, offsets and lag; `reset-offsets` plans without writing by
+//! default (and on `--dry-run`), refuses `--execute` on a live group, and
+//! moves offsets where a new member then starts; shifts, durations,
+//! partition selections and CSV export and re-import give the offsets they
+//! should, and a bad CSV line is named; `delete-offsets` and `delete` are
+//! refused on a live group and work on a dead one; the member's metrics
+//! agree with `describe`; corrupt records are named with their path.
 
 use tenure_tests as common;
 use tenure_tests::recorder;
@@ -108,8 +111,9 @@ fn reset(store: &[String], group: &str, topic: &str, to: &str, extra: &[&str]) -
     tenure(store, &args)
 }
 
+/// `reset-offsets --execute`, which must succeed.
 fn reset_ok(store: &[String], group: &str, topic: &str, to: &str) -> Value {
-    let output = reset(store, group, topic, to, &[]);
+    let output = reset(store, group, topic, to, &["--execute"]);
     assert!(
         output.status.success(),
         "reset to {to} failed: {}{}",
@@ -117,6 +121,57 @@ fn reset_ok(store: &[String], group: &str, topic: &str, to: &str) -> Value {
         stderr(&output)
     );
     serde_json::from_slice(&output.stdout).expect("reset-offsets --json prints JSON")
+}
+
+/// The new offsets of a `reset-offsets --json` plan, in partition order.
+fn news(plan: &Value) -> Vec<Value> {
+    plan["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| c["new"].clone())
+        .collect()
+}
+
+/// `tenure reset-offsets <group> <args> --json`, which must succeed.
+fn reset_json(store: &[String], group: &str, args: &[&str]) -> Value {
+    let mut all = vec!["reset-offsets", group];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let output = tenure(store, &all);
+    assert!(
+        output.status.success(),
+        "reset-offsets {args:?} failed: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout).expect("reset-offsets --json prints JSON")
+}
+
+/// `tenure <args>`, which must fail (exit status 1) with all of `words` in
+/// its error.
+fn refused(store: &[String], args: &[&str], words: &[&str]) -> Output {
+    let output = tenure(store, args);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{args:?} was not refused: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    for word in words {
+        assert!(
+            stderr(&output).contains(word),
+            "{args:?}: no {word:?} in {}",
+            stderr(&output)
+        );
+    }
+    output
+}
+
+/// The committed offsets `describe` shows, in topic and partition order.
+fn committed(store: &[String], group: &str) -> Vec<Value> {
+    column(&describe(store, group), "committed")
 }
 
 async fn join(backend: Box<dyn Backend>, group: &str, member: &str, topic: &str) -> GroupMember {
@@ -270,26 +325,24 @@ async fn describe_and_reset(
     assert_eq!(column(&lagging, "log_end"), numbers(&ends));
     assert_eq!(column(&lagging, "committed"), numbers(&FIRST));
 
-    // A live group is not reset; a dry run shows the plan and writes nothing.
-    let refused = reset(&store, &group, &topic, "earliest", &[]);
+    // A live group is not reset; a plan (the default, or said with
+    // --dry-run) shows what would move and writes nothing.
+    let refused = reset(&store, &group, &topic, "earliest", &["--execute"]);
     assert_eq!(refused.status.code(), Some(1), "{}", stdout(&refused));
     assert!(
         stderr(&refused).contains("live member") && stderr(&refused).contains("--force"),
         "{}",
         stderr(&refused)
     );
-    let dry = reset(&store, &group, &topic, "earliest", &["--dry-run"]);
-    assert!(dry.status.success(), "{}", stderr(&dry));
-    let plan: Value = serde_json::from_slice(&dry.stdout).expect("JSON plan");
-    assert_eq!(plan["applied"], false);
-    assert_eq!(plan["live_members"], serde_json::json!(["a"]));
-    let news: Vec<Value> = plan["changes"]
-        .as_array()
-        .expect("changes")
-        .iter()
-        .map(|c| c["new"].clone())
-        .collect();
-    assert_eq!(news, numbers(&[0, 0, 0]));
+    for extra in [&[][..], &["--dry-run"]] {
+        let dry = reset(&store, &group, &topic, "earliest", extra);
+        assert!(dry.status.success(), "{}", stderr(&dry));
+        assert!(stderr(&dry).contains("--execute"), "{}", stderr(&dry));
+        let plan: Value = serde_json::from_slice(&dry.stdout).expect("JSON plan");
+        assert_eq!(plan["applied"], false);
+        assert_eq!(plan["live_members"], serde_json::json!(["a"]));
+        assert_eq!(news(&plan), numbers(&[0, 0, 0]));
+    }
     let unchanged = describe(&store, &group);
     assert_eq!(column(&unchanged, "committed"), numbers(&FIRST));
 
@@ -474,8 +527,9 @@ async fn unreachable_stores_are_named() {
     );
 }
 
-/// The guard of an offset write is checked by the store at the write (etcd:
-/// in the same transaction), not only by the tool's look beforehand.
+/// The guard of an offset write, an offset delete and a group delete is
+/// checked by the store at the write (etcd: in the same transaction), not
+/// only by the tool's look beforehand.
 async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: Box<dyn Backend>) {
     use tenure::tokio::admin::{AdminError, WriteGuard};
     let group = common::group("cli-guard");
@@ -507,14 +561,55 @@ async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: B
     }
     let records = admin.records(&group).await.expect("records");
     assert_ne!(records.offsets.get(&partition), Some(&7), "nothing written");
+    let partitions = [partition.clone()].into();
+    match admin
+        .delete_offsets(&group, &partitions, WriteGuard::NoLiveMembers)
+        .await
+    {
+        Err(AdminError::GroupActive { members, .. }) => assert_eq!(members, ["a"]),
+        other => panic!("a guarded delete of offsets under a live member: {other:?}"),
+    }
+    match admin.delete_group(&group, WriteGuard::NoLiveMembers).await {
+        Err(AdminError::GroupActive { members, .. }) => assert_eq!(members, ["a"]),
+        other => panic!("a guarded delete of the group under a live member: {other:?}"),
+    }
+    assert_eq!(
+        admin.records(&group).await.expect("records").members.len(),
+        1
+    );
 
     member.close().await.expect("clean close");
+    // Two offsets, so that one is left when the other is deleted (etcd
+    // knows no group without keys).
+    let offsets = [(partition.clone(), 7), (TopicPartition::new("t", 1), 8)].into();
     admin
         .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
         .await
         .expect("a guarded write with no member");
     let records = admin.records(&group).await.expect("records");
     assert_eq!(records.offsets.get(&partition), Some(&7));
+    admin
+        .delete_offsets(&group, &partitions, WriteGuard::NoLiveMembers)
+        .await
+        .expect("a guarded delete of offsets with no member");
+    let records = admin.records(&group).await.expect("records");
+    assert_eq!(records.offsets.get(&partition), None);
+    admin
+        .write_offsets(&group, &offsets, WriteGuard::NoLiveMembers)
+        .await
+        .expect("written again");
+    let deletion = admin
+        .delete_group(&group, WriteGuard::NoLiveMembers)
+        .await
+        .expect("a guarded delete of the group with no member");
+    assert!(
+        deletion.removed > 0 && deletion.kept.is_empty(),
+        "{deletion:?}"
+    );
+    match admin.records(&group).await {
+        Err(AdminError::UnknownGroup { .. }) => {}
+        other => panic!("records of a deleted group: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,4 +632,401 @@ async fn guarded_writes_on_etcd() {
             .expect("admin connection");
     let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
     guarded_writes(&admin, Box::new(backend)).await;
+}
+
+/// A file of this test's own, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str, contents: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("tenure-cli-{name}.csv"));
+        std::fs::write(&path, contents).expect("write a temporary file");
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temporary path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Planning by default, `--execute`, shifts, durations, partition
+/// selections, and CSV export and re-import, on a group without members.
+async fn plans_shifts_and_files(store: Vec<String>, name: &str) {
+    let client = kafka::client().await;
+    let a = kafka::topic(&format!("{name}-a"));
+    let b = kafka::topic(&format!("{name}-b"));
+    kafka::create_topic(&client, &a, 3).await;
+    kafka::create_topic(&client, &b, 2).await;
+    for (p, &count) in FIRST.iter().enumerate() {
+        kafka::produce(&client, &a, p as u32, count as usize).await;
+    }
+    // b gets 5 messages per partition now and 5 more later, for the
+    // durations.
+    for p in 0..2 {
+        kafka::produce(&client, &b, p, 5).await;
+    }
+    let first_batch_done = now_ms();
+    let group = common::group(name);
+
+    // A plan is the default: printed, and nothing written — not even the
+    // group. Seeding a group with no records needs --force.
+    refused(
+        &store,
+        &["reset-offsets", &group, "--topic", &a, "--to", "3"],
+        &["has no records", "--force"],
+    );
+    for extra in [&[][..], &["--dry-run"]] {
+        let mut args = vec!["--topic", &a, "--to", "3", "--force"];
+        args.extend_from_slice(extra);
+        let plan = reset_json(&store, &group, &args);
+        assert_eq!(plan["applied"], false);
+        assert_eq!(news(&plan), numbers(&[3, 3, 3]));
+        refused(&store, &["describe", &group], &["has no records"]);
+    }
+    let table = tenure(
+        &store,
+        &[
+            "reset-offsets",
+            &group,
+            "--topic",
+            &a,
+            "--to",
+            "3",
+            "--force",
+        ],
+    );
+    assert!(table.status.success(), "{}", stderr(&table));
+    assert!(
+        stdout(&table).contains("nothing written") && stdout(&table).contains("--execute"),
+        "{}",
+        stdout(&table)
+    );
+    // --execute writes it.
+    let written = reset_json(
+        &store,
+        &group,
+        &["--topic", &a, "--to", "3", "--force", "--execute"],
+    );
+    assert_eq!(written["applied"], true);
+    assert_eq!(committed(&store, &group), numbers(&[3, 3, 3]));
+
+    // Shifts: from the committed offset, on the partitions named, clamped
+    // to the log.
+    let a02 = format!("{a}:0,2");
+    reset_json(
+        &store,
+        &group,
+        &["--topic", &a02, "--shift-by", "-2", "--execute"],
+    );
+    assert_eq!(committed(&store, &group), numbers(&[1, 3, 1]));
+    let a0 = format!("{a}:0");
+    let past = reset_json(
+        &store,
+        &group,
+        &["--topic", &a0, "--shift-by", "100", "--execute"],
+    );
+    assert_eq!(past["changes"][0]["new"], 10, "{past:#}");
+    assert_eq!(past["changes"][0]["clamped_from"], 101, "{past:#}");
+    let before = reset_json(&store, &group, &["--topic", &a0, "--shift-by=-1000"]);
+    assert_eq!(news(&before), numbers(&[0]), "clamped to the log start");
+    assert_eq!(committed(&store, &group), numbers(&[10, 3, 1]));
+    refused(
+        &store,
+        &["reset-offsets", &group, "--topic", &b, "--shift-by", "1"],
+        &["no committed offset", &format!("{b}:0")],
+    );
+
+    // Selections: some partitions of one topic, all of another; every topic
+    // of the group; a partition Kafka does not have.
+    let a1 = format!("{a}:1");
+    let both = reset_json(
+        &store,
+        &group,
+        &[
+            "--topic",
+            &a1,
+            "--topic",
+            &b,
+            "--to",
+            "earliest",
+            "--execute",
+        ],
+    );
+    assert_eq!(both["topics"], serde_json::json!([a, b]));
+    assert_eq!(committed(&store, &group), numbers(&[10, 0, 1, 0, 0]));
+    let all = reset_json(&store, &group, &["--all-topics", "--to", "latest"]);
+    assert_eq!(all["applied"], false);
+    assert_eq!(news(&all), numbers(&[10, 20, 30, 5, 5]));
+    refused(
+        &store,
+        &[
+            "reset-offsets",
+            &group,
+            "--topic",
+            &format!("{a}:3"),
+            "--to",
+            "0",
+        ],
+        &["partition 3", "does not exist"],
+    );
+
+    // Export: the committed offsets as kafka-consumer-groups.sh writes
+    // them; re-imported, the same plan, and written back exactly.
+    let export = tenure(
+        &store,
+        &[
+            "reset-offsets",
+            &group,
+            "--all-topics",
+            "--to-current",
+            "--export",
+        ],
+    );
+    assert!(export.status.success(), "{}", stderr(&export));
+    let csv = stdout(&export);
+    assert_eq!(
+        csv,
+        format!("{a},0,10\n{a},1,0\n{a},2,1\n{b},0,0\n{b},1,0\n"),
+        "the export"
+    );
+    let file = TempFile::new(&group, &csv);
+    reset_json(
+        &store,
+        &group,
+        &["--all-topics", "--to", "latest", "--execute"],
+    );
+    assert_eq!(committed(&store, &group), numbers(&[10, 20, 30, 5, 5]));
+    let again = tenure(
+        &store,
+        &[
+            "reset-offsets",
+            &group,
+            "--from-file",
+            file.path(),
+            "--export",
+        ],
+    );
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(stdout(&again), csv, "export, import, export round-trips");
+    let imported = reset_json(&store, &group, &["--from-file", file.path(), "--execute"]);
+    assert_eq!(imported["applied"], true);
+    assert_eq!(committed(&store, &group), numbers(&[10, 0, 1, 0, 0]));
+
+    // Bad files: the line is named, partitions Kafka lacks are refused, and
+    // nothing is written.
+    let bad = |contents: &str, words: &[&str]| {
+        let file = TempFile::new(&format!("{group}-bad"), contents);
+        let args = [
+            "reset-offsets",
+            &group,
+            "--from-file",
+            file.path(),
+            "--execute",
+        ];
+        let output = refused(&store, &args, words);
+        assert!(stderr(&output).contains(file.path()), "{}", stderr(&output));
+    };
+    bad(&format!("{a},0,1\n{a},zero,2\n"), &["line 2", "\"zero\""]);
+    bad(&format!("{a},0,1\n\n{a},0,2\n"), &["line 3", "line 1"]);
+    bad(
+        &format!("{a},0,1\n{a},1\n"),
+        &["line 2", "found 2 field(s)"],
+    );
+    bad(&format!("{a},0,-5\n"), &["line 1", "offset"]);
+    bad(
+        &format!("other-group,{a},0,5\n"),
+        &["line 1", "other-group"],
+    );
+    bad("\n\n", &["no offsets"]);
+    bad(
+        &format!("{a},0,1\n{a},9,1\n"),
+        &["line 2", "partition 9", "does not exist"],
+    );
+    bad(
+        &format!("{a},0,1\n{a}-missing,0,1\n"),
+        &["line 2", "does not exist in Kafka"],
+    );
+    assert_eq!(committed(&store, &group), numbers(&[10, 0, 1, 0, 0]));
+
+    // Durations: b's second batch comes at least 6 s after its first, so a
+    // time between the two finds the second batch's first offset.
+    while now_ms() < first_batch_done + 6_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let between = now_ms();
+    for p in 0..2 {
+        kafka::produce(&client, &b, p, 5).await;
+    }
+    for (duration, expected) in [("P1D", [0, 0]), ("1d", [0, 0]), ("PT0S", [10, 10])] {
+        let plan = reset_json(&store, &group, &["--topic", &b, "--by-duration", duration]);
+        assert_eq!(news(&plan), numbers(&expected), "--by-duration {duration}");
+    }
+    let ago = now_ms() - (between - 3_000);
+    let duration = format!("PT{}.{:03}S", ago / 1000, ago % 1000);
+    let moved = reset_json(
+        &store,
+        &group,
+        &["--topic", &b, "--by-duration", &duration, "--execute"],
+    );
+    assert_eq!(news(&moved), numbers(&[5, 5]), "--by-duration {duration}");
+    assert_eq!(committed(&store, &group), numbers(&[10, 0, 1, 5, 5]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_shifts_and_files_on_zookeeper() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("cli-plans").await;
+    let store = vec![
+        "--zookeeper".to_owned(),
+        zookeeper.connect_string().to_owned(),
+    ];
+    plans_shifts_and_files(store, "cli-plans-zk").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_shifts_and_files_on_etcd() {
+    let etcd = common::etcd::Etcd::new("cli-plans").await;
+    let store = vec![
+        "--etcd".to_owned(),
+        etcd.endpoint().to_owned(),
+        "--etcd-prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    plans_shifts_and_files(store, "cli-plans-etcd").await;
+}
+
+/// `delete-offsets` and `delete`: refused while a member is live, forced
+/// `delete` takes the offsets but not what the member's session holds, and
+/// on a dead group both do their work.
+async fn deletes_are_guarded(store: Vec<String>, backend: Box<dyn Backend>, name: &str) {
+    let client = kafka::client().await;
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 3).await;
+    for (p, &count) in FIRST.iter().enumerate() {
+        kafka::produce(&client, &topic, p as u32, count as usize).await;
+    }
+    let group = common::group(name);
+    reset_json(
+        &store,
+        &group,
+        &["--topic", &topic, "--to", "latest", "--force", "--execute"],
+    );
+    assert_eq!(committed(&store, &group), numbers(&FIRST));
+
+    let config = Config::new(&group, "a", [topic.as_str()])
+        .expect("valid config")
+        .with_session_timeout(common::SESSION);
+    let member = GroupMember::builder(config)
+        .partitions([(topic.clone(), 3)].into())
+        .auto_drain(true)
+        .join(backend)
+        .await
+        .expect("join");
+    let mut view = member.watch_view();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        view.wait_for(|v| v.registered && v.settled && v.owned.len() == 3),
+    )
+    .await
+    .expect("settled within 20 s")
+    .expect("member running");
+
+    // Live: both refused, a dry run shows and deletes nothing.
+    let p1 = format!("{topic}:1");
+    refused(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1],
+        &["live member", "(a)", "--force"],
+    );
+    refused(
+        &store,
+        &["delete", &group],
+        &["live member", "(a)", "--force"],
+    );
+    for args in [
+        &["delete-offsets", &group, "--topic", &p1, "--dry-run"][..],
+        &["delete", &group, "--dry-run"],
+    ] {
+        let dry = tenure(&store, args);
+        assert!(dry.status.success(), "{args:?}: {}", stderr(&dry));
+        assert!(stdout(&dry).contains("nothing deleted"), "{}", stdout(&dry));
+    }
+    assert_eq!(committed(&store, &group), numbers(&FIRST));
+
+    // Forced on a live group: the offsets go, the member's registration and
+    // owner records stay.
+    let forced = tenure(&store, &["delete", &group, "--force", "--json"]);
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    let forced: Value = serde_json::from_slice(&forced.stdout).expect("JSON");
+    assert!(
+        !forced["kept"].as_array().expect("kept").is_empty(),
+        "{forced:#}"
+    );
+    let kept = describe(&store, &group);
+    assert_eq!(kept["members"][0]["id"], "a", "{kept:#}");
+    assert_eq!(column(&kept, "owner"), vec![Value::from("a"); 3]);
+    assert_eq!(column(&kept, "committed"), vec![Value::Null; 3]);
+    member.close().await.expect("clean close");
+
+    // Dead: offsets of one partition, then the whole group.
+    reset_json(
+        &store,
+        &group,
+        &["--topic", &topic, "--to", "latest", "--force", "--execute"],
+    );
+    let deleted = tenure(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1, "--json"],
+    );
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let deleted: Value = serde_json::from_slice(&deleted.stdout).expect("JSON");
+    assert_eq!(deleted["applied"], true);
+    assert_eq!(deleted["offsets"][0]["offset"], FIRST[1]);
+    assert_eq!(
+        committed(&store, &group),
+        vec![Value::from(FIRST[0]), Value::Null, Value::from(FIRST[2])]
+    );
+    refused(
+        &store,
+        &["delete-offsets", &group, "--topic", &p1],
+        &["nothing to delete"],
+    );
+    let gone = tenure(&store, &["delete", &group]);
+    assert!(gone.status.success(), "{}", stderr(&gone));
+    assert!(stdout(&gone).contains("deleted"), "{}", stdout(&gone));
+    refused(&store, &["describe", &group], &["has no records"]);
+    let groups = tenure(&store, &["groups"]);
+    assert!(
+        !stdout(&groups).lines().any(|l| l == group),
+        "{}",
+        stdout(&groups)
+    );
+    refused(&store, &["delete", &group], &["has no records"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_are_guarded_on_zookeeper() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("cli-delete").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let store = vec!["--zookeeper".to_owned(), connect.clone()];
+    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect);
+    deletes_are_guarded(store, Box::new(backend), "cli-delete-zk").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_are_guarded_on_etcd() {
+    let etcd = common::etcd::Etcd::new("cli-delete").await;
+    let store = vec![
+        "--etcd".to_owned(),
+        etcd.endpoint().to_owned(),
+        "--etcd-prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
+    deletes_are_guarded(store, Box::new(backend), "cli-delete-etcd").await;
 }
