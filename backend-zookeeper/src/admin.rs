@@ -11,6 +11,8 @@ use tenure_core::{FencingToken, Offset, TopicPartition};
 use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use zookeeper_client as zk;
 
+use crate::{acls_for, Digest};
+
 /// The most deletes sent in one multi-op: well within the server's 1 MB
 /// request bound (`jute.maxbuffer`) for any path ZooKeeper allows.
 const MAX_MULTI_OPS: usize = 1_000;
@@ -45,20 +47,40 @@ enum Deleted {
 pub struct ZooKeeperAdmin {
     client: zk::Client,
     connect_string: String,
+    /// Who the session authenticated as: records this admin creates get
+    /// the ACL members with these credentials give theirs.
+    digest: Option<Digest>,
 }
 
 impl ZooKeeperAdmin {
     /// Opens a session with the ensemble at `connect_string`
     /// (`host:port[,host:port...][/chroot]`), waiting at most `timeout`.
     pub async fn connect(connect_string: &str, timeout: Duration) -> Result<Self, AdminError> {
-        let store = format!("ZooKeeper at {connect_string}");
+        ZooKeeperAdmin::connect_as(connect_string, None, timeout).await
+    }
+
+    /// Opens a session as [`ZooKeeperAdmin::connect`] does, authenticated
+    /// with `digest` (the credentials of the groups' members, when their
+    /// znodes are under a digest ACL: see `ZooKeeperBackend::digest`).
+    pub async fn connect_as(
+        connect_string: &str,
+        digest: Option<Digest>,
+        timeout: Duration,
+    ) -> Result<Self, AdminError> {
+        let store = match &digest {
+            Some(digest) => format!("ZooKeeper at {connect_string} as {}", digest.user()),
+            None => format!("ZooKeeper at {connect_string}"),
+        };
         let unreachable = |detail: String| AdminError::Unreachable {
             store: store.clone(),
             detail,
         };
-        let connecting = zk::Client::connector()
-            .with_session_timeout(timeout.max(Duration::from_secs(4)))
-            .connect(connect_string);
+        let mut connector =
+            zk::Client::connector().with_session_timeout(timeout.max(Duration::from_secs(4)));
+        if let Some(digest) = &digest {
+            connector = connector.with_auth("digest", &digest.auth());
+        }
+        let connecting = connector.connect(connect_string);
         let client = match tokio::time::timeout(timeout, connecting).await {
             Err(_) => return Err(unreachable(format!("no session within {timeout:?}"))),
             Ok(Err(zk::Error::BadArguments(detail))) => {
@@ -80,6 +102,7 @@ impl ZooKeeperAdmin {
             Ok(Ok(Some(_))) => Ok(ZooKeeperAdmin {
                 client,
                 connect_string: connect_string.to_owned(),
+                digest,
             }),
         }
     }
@@ -92,6 +115,10 @@ impl ZooKeeperAdmin {
                     detail: format!("{operation}: {error}"),
                 }
             }
+            zk::Error::NoAuth => AdminError::Denied {
+                store: self.store(),
+                operation,
+            },
             error => AdminError::Store {
                 store: self.store(),
                 operation,
@@ -309,7 +336,10 @@ impl ZooKeeperAdmin {
 #[async_trait]
 impl GroupAdmin for ZooKeeperAdmin {
     fn store(&self) -> String {
-        format!("ZooKeeper at {}", self.connect_string)
+        match &self.digest {
+            Some(digest) => format!("ZooKeeper at {} as {}", self.connect_string, digest.user()),
+            None => format!("ZooKeeper at {}", self.connect_string),
+        }
     }
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {
@@ -377,7 +407,13 @@ impl GroupAdmin for ZooKeeperAdmin {
         if guard == WriteGuard::NoLiveMembers {
             self.refuse_if_live(group, &layout).await?;
         }
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        // `<chroot>/consumers` is every group's: open, as members make it.
+        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match self.client.mkdir(&Layout::groups(""), &open).await {
+            Ok(()) | Err(zk::Error::NodeExists) => {}
+            Err(error) => return Err(self.refused("creating the groups' node".to_owned(), error)),
+        }
+        let options = zk::CreateMode::Persistent.with_acls(acls_for(self.digest.as_ref()));
         for (partition, offset) in offsets {
             let path = layout.offset(partition);
             let data = offset.to_string().into_bytes();

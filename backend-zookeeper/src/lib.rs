@@ -79,6 +79,8 @@ pub(crate) struct Config {
     pub(crate) connect_string: String,
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    /// Who every session authenticates as, if anyone.
+    pub(crate) digest: Option<Digest>,
     pub(crate) hooks: Hooks,
     /// Requests sent to ZooKeeper so far, across sessions.
     pub(crate) requests: Arc<AtomicU64>,
@@ -87,7 +89,71 @@ pub(crate) struct Config {
 impl Config {
     /// How the store is named in errors and logs.
     pub(crate) fn store(&self) -> String {
-        format!("ZooKeeper at {}", self.connect_string)
+        match &self.digest {
+            Some(digest) => format!("ZooKeeper at {} as {}", self.connect_string, digest.user),
+            None => format!("ZooKeeper at {}", self.connect_string),
+        }
+    }
+
+    /// The ACL of the group's znodes: with credentials, every right for the
+    /// identity that created them (every member that authenticates alike)
+    /// and none for anyone else; without, open, as Kafka 0.8 made them.
+    pub(crate) fn acls(&self) -> zk::Acls<'static> {
+        acls_for(self.digest.as_ref())
+    }
+}
+
+/// The ACL of a group's znodes for a client that authenticates as `digest`
+/// (see [`Config::acls`]).
+pub(crate) fn acls_for(digest: Option<&Digest>) -> zk::Acls<'static> {
+    match digest {
+        Some(_) => zk::Acls::creator_all(),
+        None => zk::Acls::anyone_all(),
+    }
+}
+
+/// Credentials for ZooKeeper's `digest` scheme: a user and a password. The
+/// server knows the identity only as `user:base64(sha1(user:password))`, so
+/// members that share the credentials share the identity.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Digest {
+    user: String,
+    password: String,
+}
+
+impl Digest {
+    /// Credentials of `user` with `password`. A user name with `:` cannot
+    /// be told apart from its password on the wire, and is refused, as is
+    /// an empty one.
+    pub fn new(user: &str, password: &str) -> Result<Digest, BackendError> {
+        if user.is_empty() || user.contains(':') {
+            return Err(BackendError::Config(format!(
+                "ZooKeeper digest user {user:?} cannot be used: it must be non-empty and hold no `:`"
+            )));
+        }
+        Ok(Digest {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        })
+    }
+
+    /// The user.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// What the client sends: `user:password`.
+    pub(crate) fn auth(&self) -> Vec<u8> {
+        format!("{}:{}", self.user, self.password).into_bytes()
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    /// The password stays out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Digest")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
     }
 }
 
@@ -139,6 +205,7 @@ impl ZooKeeperBackend {
                 // The member's, set when it starts the backend.
                 session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                digest: None,
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
             },
@@ -151,6 +218,17 @@ impl ZooKeeperBackend {
     /// [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Authenticates every session with ZooKeeper's `digest` scheme, and
+    /// creates the group's znodes under an ACL that gives that identity
+    /// every right and everybody else none: members of a group must share
+    /// the credentials, and so must the `tenure` command and any Kafka 0.8
+    /// tool that reads the group. `<chroot>/consumers` itself, shared by
+    /// every group, is created open if it is missing.
+    pub fn digest(mut self, digest: Digest) -> Self {
+        self.config.digest = Some(digest);
         self
     }
 
@@ -177,6 +255,20 @@ impl Backend for ZooKeeperBackend {
         self.config.session_timeout = joining.session_timeout;
         let before = Instant::now();
         let client = session::connect(&self.config).await?;
+        // Credentials that do not match the group's ACL would fail every
+        // request, each reported on its own: say it once, before joining.
+        let layout = Layout::new("", &joining.group);
+        if let Err(zk::Error::NoAuth) = client.list_children(&layout.ids()).await {
+            return Err(BackendError::Denied {
+                store: self.config.store(),
+                detail: format!(
+                    "the znodes of group {:?} were created under an ACL these credentials do \
+                     not satisfy; use the digest credentials the group's members use \
+                     (ZooKeeperBackend::digest)",
+                    joining.group
+                ),
+            });
+        }
         let current = Current {
             session: session_id(&client),
             client,

@@ -37,6 +37,11 @@ fn store_error(error: zk::Error) -> StoreError {
         }
         zk::Error::SessionExpired => StoreError::SessionExpired,
         zk::Error::NoNode => StoreError::NoNode,
+        zk::Error::NoAuth => StoreError::Denied {
+            detail: "ZooKeeper refused a request on the group's znodes: their ACL is not \
+                     satisfied by this member's credentials (ZooKeeperBackend::digest)"
+                .to_owned(),
+        },
         other => StoreError::Other(ClientError::new(other)),
     }
 }
@@ -108,12 +113,20 @@ impl Ctx {
             .fetch_add(requests, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Creates the persistent ancestors of `path` (NodeExists is success).
+    /// Creates the persistent ancestors of `path` (NodeExists is success):
+    /// those above the group's node open (they are every group's), the
+    /// group's own under its ACL.
     async fn create_parents(&self, path: &str) -> Result<(), zk::Error> {
         let Some(parent) = parent(path) else {
             return Ok(());
         };
-        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        // Without credentials every node is open: one request makes them all.
+        let groups = self::parent(self.shared.layout.group());
+        if let (Some(groups), Some(_)) = (groups, &self.shared.config.digest) {
+            let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            self.call(|| self.client.mkdir(groups, &open)).await?;
+        }
+        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.acls());
         self.call(|| self.client.mkdir(parent, &options)).await
     }
 
@@ -124,7 +137,7 @@ impl Ctx {
         data: &[u8],
         mode: zk::CreateMode,
     ) -> Result<zk::Stat, zk::Error> {
-        let options = mode.with_acls(zk::Acls::anyone_all());
+        let options = mode.with_acls(self.shared.config.acls());
         match self.call(|| self.client.create(path, data, &options)).await {
             Err(zk::Error::NoNode) => {}
             other => return other.map(|(stat, _)| stat),
@@ -283,7 +296,7 @@ impl StoreOps for Ctx {
                 None => writer.add_create(
                     &path,
                     &data,
-                    &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+                    &zk::CreateMode::Persistent.with_acls(self.shared.config.acls()),
                 ),
             });
         built.map_err(store_error)?;

@@ -23,7 +23,10 @@ pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError>
 }
 
 async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
-    let connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    if let Some(digest) = &config.digest {
+        connector = connector.with_auth("digest", &digest.auth());
+    }
     let attempt = connector.connect(&config.connect_string);
     let client = match tokio::time::timeout(config.connect_timeout, attempt).await {
         Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),

@@ -81,6 +81,14 @@ pub enum StoreError {
         /// What is wrong with it.
         detail: String,
     },
+    /// The store refused the request for want of rights: the credentials
+    /// in use (or none) do not match the access control of the group's
+    /// records. Retrying cannot help; the configuration must change.
+    #[error("access denied: {detail}")]
+    Denied {
+        /// What was refused, and what to check.
+        detail: String,
+    },
     /// Any other failure the store or its client reported, kept whole: its
     /// message is this error's, and [`ClientError::get_ref`] reaches the
     /// client's own error (a `zookeeper_client::Error`, an

@@ -243,6 +243,15 @@ pub enum AdminError {
         /// What went wrong.
         detail: String,
     },
+    /// The store refused a request for want of rights: the records were
+    /// made by another identity (ZooKeeper: a digest ACL).
+    #[error("{store} refused {operation}: the credentials in use do not satisfy the records' access control; use the credentials the group's members use")]
+    Denied {
+        /// Which store, and as whom.
+        store: String,
+        /// What was refused.
+        operation: String,
+    },
     /// The store's address is unusable.
     #[error("invalid address for {store}: {detail}")]
     BadAddress {

@@ -105,6 +105,15 @@ pub enum BackendError {
         /// What the store granted.
         granted: Duration,
     },
+    /// The store refused the group's records to this member's credentials
+    /// (or to no credentials): they were made by another identity.
+    #[error("{store} refused access: {detail}")]
+    Denied {
+        /// Which store.
+        store: String,
+        /// What was refused, and what to check.
+        detail: String,
+    },
 }
 
 /// A coordination store seen from one member: it carries the core's store

@@ -61,6 +61,16 @@ struct Connection {
         value_name = "HOST:PORT[,...][/CHROOT]"
     )]
     zookeeper: Option<String>,
+    /// ZooKeeper digest credentials, for groups whose members authenticate
+    /// (their znodes are under a digest ACL)
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ZOOKEEPER_DIGEST",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD"
+    )]
+    zookeeper_digest: Option<String>,
     /// The etcd cluster holding the groups
     #[arg(
         long,
@@ -267,9 +277,19 @@ async fn connect_store(
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let admin = crate::zookeeper::ZooKeeperAdmin::connect(&address, connection.wait())
-                .await
-                .map_err(|e| e.to_string())?;
+            let digest = match &connection.zookeeper_digest {
+                None => None,
+                Some(credentials) => {
+                    let (user, password) = credentials.split_once(':').ok_or(
+                        "--zookeeper-digest takes USER:PASSWORD (TENURE_ZOOKEEPER_DIGEST too)",
+                    )?;
+                    Some(crate::zookeeper::Digest::new(user, password).map_err(|e| e.to_string())?)
+                }
+            };
+            let admin =
+                crate::zookeeper::ZooKeeperAdmin::connect_as(&address, digest, connection.wait())
+                    .await
+                    .map_err(|e| e.to_string())?;
             Ok(Box::new(admin))
         }
         #[cfg(not(feature = "zookeeper"))]
