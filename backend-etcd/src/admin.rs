@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::ops::bad_endpoint;
+use crate::EtcdSecurity;
 use crate::Keys;
 use async_trait::async_trait;
 use etcd_client::{
@@ -26,6 +27,7 @@ pub struct EtcdAdmin {
     endpoints: String,
     prefix: String,
     timeout: Duration,
+    security: EtcdSecurity,
 }
 
 impl std::fmt::Debug for EtcdAdmin {
@@ -47,7 +49,21 @@ impl EtcdAdmin {
         prefix: &str,
         timeout: Duration,
     ) -> Result<Self, AdminError> {
-        let store = format!("etcd at {endpoints}");
+        EtcdAdmin::connect_with(endpoints, prefix, EtcdSecurity::new(), timeout).await
+    }
+
+    /// Connects as [`EtcdAdmin::connect`] does, with the credentials and
+    /// TLS settings of a secured cluster.
+    pub async fn connect_with(
+        endpoints: &str,
+        prefix: &str,
+        security: EtcdSecurity,
+        timeout: Duration,
+    ) -> Result<Self, AdminError> {
+        let store = match security.user_name() {
+            Some(user) => format!("etcd at {endpoints} as {user}"),
+            None => format!("etcd at {endpoints}"),
+        };
         let list: Vec<&str> = endpoints
             .split(',')
             .map(str::trim)
@@ -59,9 +75,15 @@ impl EtcdAdmin {
                 detail: "no endpoint given".to_owned(),
             });
         }
-        let options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+        let owned: Vec<String> = list.iter().map(|e| (*e).to_owned()).collect();
+        if let Err(detail) = security.check_endpoints(&owned) {
+            return Err(AdminError::BadAddress { store, detail });
+        }
+        let options = security.apply(
+            ConnectOptions::new()
+                .with_connect_timeout(timeout)
+                .with_timeout(timeout),
+        );
         let client =
             match tokio::time::timeout(timeout, Client::connect(&list, Some(options))).await {
                 Err(_) => {
@@ -71,6 +93,9 @@ impl EtcdAdmin {
                     })
                 }
                 Ok(Err(error)) => {
+                    if let Some(refusal) = security.explain(&error) {
+                        return Err(refusal.into_admin_error(store));
+                    }
                     let detail = error.to_string();
                     return Err(if bad_endpoint(&error) {
                         AdminError::BadAddress { store, detail }
@@ -85,6 +110,7 @@ impl EtcdAdmin {
             endpoints: endpoints.to_owned(),
             prefix: prefix.trim_end_matches('/').to_owned(),
             timeout,
+            security,
         };
         // The client connects lazily: one request proves the cluster is there.
         admin.get(&format!("{}/", admin.prefix), true).await?;
@@ -92,6 +118,9 @@ impl EtcdAdmin {
     }
 
     fn refused(&self, operation: String, error: etcd_client::Error) -> AdminError {
+        if let Some(refusal) = self.security.explain(&error) {
+            return refusal.into_admin_error(self.store());
+        }
         match error {
             etcd_client::Error::GRpcStatus(status)
                 if matches!(
@@ -238,7 +267,10 @@ fn partition_of(rest: &str) -> Option<TopicPartition> {
 #[async_trait]
 impl GroupAdmin for EtcdAdmin {
     fn store(&self) -> String {
-        format!("etcd at {}", self.endpoints)
+        match self.security.user_name() {
+            Some(user) => format!("etcd at {} as {user}", self.endpoints),
+            None => format!("etcd at {}", self.endpoints),
+        }
     }
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {

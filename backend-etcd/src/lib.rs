@@ -39,9 +39,11 @@
 
 mod admin;
 mod ops;
+mod security;
 mod session;
 
 pub use admin::EtcdAdmin;
+pub use security::EtcdSecurity;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,6 +97,8 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     /// `None`: derived from the session timeout.
     pub(crate) request_timeout: Option<Duration>,
+    /// Credentials and TLS, for a secured cluster.
+    pub(crate) security: EtcdSecurity,
     pub(crate) hooks: Hooks,
     /// Requests sent to etcd so far, across leases.
     pub(crate) requests: Arc<AtomicU64>,
@@ -103,7 +107,10 @@ pub(crate) struct Config {
 impl Config {
     /// How the store is named in errors and logs.
     pub(crate) fn store(&self) -> String {
-        format!("etcd at {}", self.endpoints)
+        match self.security.user_name() {
+            Some(user) => format!("etcd at {} as {user}", self.endpoints),
+            None => format!("etcd at {}", self.endpoints),
+        }
     }
 
     /// The lease TTL to ask for: the session timeout in whole seconds,
@@ -260,6 +267,7 @@ impl EtcdBackend {
                 session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 request_timeout: None,
+                security: EtcdSecurity::new(),
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
             },
@@ -278,6 +286,14 @@ impl EtcdBackend {
     /// waits for a server (default [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Credentials and TLS for a secured cluster (default: none, plaintext).
+    /// A user or password etcd refuses, or a server certificate the CA did
+    /// not sign, fails [`Backend::start`] with `BackendError::Denied`.
+    pub fn security(mut self, security: EtcdSecurity) -> Self {
+        self.config.security = security;
         self
     }
 

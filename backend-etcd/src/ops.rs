@@ -79,6 +79,14 @@ pub(crate) fn store_error(error: etcd_client::Error) -> StoreError {
         StoreError::SessionExpired
     } else if !answered(&error) {
         StoreError::ConnectionLoss
+    } else if matches!(&error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::PermissionDenied)
+    {
+        StoreError::Denied {
+            detail: format!(
+                "etcd refused a request on the group's keys: the user lacks rights on the \
+                 prefix (EtcdSecurity::user): {error}"
+            ),
+        }
     } else {
         StoreError::Other(ClientError::new(error))
     }

@@ -31,11 +31,17 @@ pub(crate) async fn connect(
     endpoints: &[String],
 ) -> Result<(Client, Current), BackendError> {
     let request_timeout = config.request_timeout();
-    let options = ConnectOptions::new()
-        .with_connect_timeout(config.connect_timeout)
-        // Lets the channel notice a dead connection (and fail the requests
-        // on it) rather than wait for TCP to give up.
-        .with_keep_alive(HTTP2_PING_INTERVAL, request_timeout);
+    config
+        .security
+        .check_endpoints(endpoints)
+        .map_err(|detail| BackendError::Config(format!("{}: {detail}", config.store())))?;
+    let options = config.security.apply(
+        ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            // Lets the channel notice a dead connection (and fail the
+            // requests on it) rather than wait for TCP to give up.
+            .with_keep_alive(HTTP2_PING_INTERVAL, request_timeout),
+    );
     // The client connects lazily; building it only checks the URLs.
     let client = match tokio::time::timeout(
         config.connect_timeout,
@@ -55,12 +61,23 @@ pub(crate) async fn connect(
             }
             .into_backend_error(config.store()))
         }
-        Ok(Err(e)) => return Err(ConnectError::Client(e).into_backend_error(config.store())),
+        Ok(Err(e)) => {
+            if let Some(refusal) = config.security.explain(&e) {
+                return Err(refusal.into_backend_error(config.store()));
+            }
+            return Err(ConnectError::Client(e).into_backend_error(config.store()));
+        }
         Ok(Ok(client)) => client,
     };
-    let current = grant(config, &client)
-        .await
-        .map_err(|e| e.into_backend_error(config.store()))?;
+    // The client connects lazily: a certificate the CA did not sign, or
+    // rights the user lacks, show here, at the first request.
+    let current = grant(config, &client).await.map_err(|e| match &e {
+        ConnectError::Client(error) => match config.security.explain(error) {
+            Some(refusal) => refusal.into_backend_error(config.store()),
+            None => e.into_backend_error(config.store()),
+        },
+        _ => e.into_backend_error(config.store()),
+    })?;
     Ok((client, current))
 }
 

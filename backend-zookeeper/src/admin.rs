@@ -117,7 +117,10 @@ impl ZooKeeperAdmin {
             }
             zk::Error::NoAuth => AdminError::Denied {
                 store: self.store(),
-                operation,
+                detail: format!(
+                    "{operation}: the group's znodes are under an ACL these credentials do not \
+                     satisfy; use the digest credentials its members use (--zookeeper-digest)"
+                ),
             },
             error => AdminError::Store {
                 store: self.store(),

@@ -243,14 +243,14 @@ pub enum AdminError {
         /// What went wrong.
         detail: String,
     },
-    /// The store refused a request for want of rights: the records were
-    /// made by another identity (ZooKeeper: a digest ACL).
-    #[error("{store} refused {operation}: the credentials in use do not satisfy the records' access control; use the credentials the group's members use")]
+    /// The store refused a request for want of rights: wrong credentials,
+    /// or records made by another identity (ZooKeeper: a digest ACL).
+    #[error("{store} refused access: {detail}")]
     Denied {
         /// Which store, and as whom.
         store: String,
-        /// What was refused.
-        operation: String,
+        /// What was refused, and what to check.
+        detail: String,
     },
     /// The store's address is unusable.
     #[error("invalid address for {store}: {detail}")]

@@ -79,6 +79,40 @@ struct Connection {
         value_name = "http://HOST:PORT[,...]"
     )]
     etcd: Option<String>,
+    /// The etcd user, for a cluster with auth enabled
+    #[arg(long, global = true, env = "TENURE_ETCD_USER", value_name = "USER")]
+    etcd_user: Option<String>,
+    /// The etcd user's password
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ETCD_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    etcd_password: Option<String>,
+    /// The CA certificate (PEM) that signed the etcd servers' certificates:
+    /// speaks TLS to https:// endpoints
+    #[arg(long, global = true, env = "TENURE_ETCD_CA", value_name = "FILE")]
+    etcd_ca: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) to present to etcd, with --etcd-key
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ETCD_CERT",
+        value_name = "FILE",
+        requires = "etcd_key"
+    )]
+    etcd_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM)
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ETCD_KEY",
+        value_name = "FILE",
+        requires = "etcd_cert"
+    )]
+    etcd_key: Option<std::path::PathBuf>,
     /// The key prefix of the groups in etcd
     #[arg(long, global = true, env = "TENURE_ETCD_PREFIX", default_value = DEFAULT_ETCD_PREFIX)]
     etcd_prefix: String,
@@ -299,9 +333,10 @@ async fn connect_store(
         )),
         #[cfg(feature = "etcd")]
         Store::Etcd(endpoints) => {
-            let admin = crate::etcd::EtcdAdmin::connect(
+            let admin = crate::etcd::EtcdAdmin::connect_with(
                 &endpoints,
                 &connection.etcd_prefix,
+                etcd_security(connection)?,
                 connection.wait(),
             )
             .await
@@ -314,6 +349,29 @@ async fn connect_store(
              `etcd` (cargo install --path . --features cli,etcd)"
         )),
     }
+}
+
+/// The etcd credentials and TLS settings the flags (or variables) give.
+#[cfg(feature = "etcd")]
+fn etcd_security(connection: &Connection) -> Result<crate::etcd::EtcdSecurity, String> {
+    let mut security = crate::etcd::EtcdSecurity::new();
+    match (&connection.etcd_user, &connection.etcd_password) {
+        (Some(user), Some(password)) => security = security.user(user, password),
+        (Some(_), None) => {
+            return Err("--etcd-user needs --etcd-password (or TENURE_ETCD_PASSWORD)".to_owned())
+        }
+        (None, Some(_)) => return Err("--etcd-password needs --etcd-user".to_owned()),
+        (None, None) => {}
+    }
+    if let Some(ca) = &connection.etcd_ca {
+        security = security.ca_file(ca).map_err(|e| e.to_string())?;
+    }
+    if let (Some(cert), Some(key)) = (&connection.etcd_cert, &connection.etcd_key) {
+        security = security
+            .client_identity_files(cert, key)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(security)
 }
 
 async fn connect_kafka(

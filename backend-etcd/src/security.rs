@@ -1,0 +1,200 @@
+//! What a secured etcd cluster asks of a client: a user and password (etcd's
+//! `auth enable`), and TLS — the server's certificate checked against a CA,
+//! and a client certificate where the server asks for one
+//! (`--client-cert-auth`).
+
+use std::fmt;
+use std::path::Path;
+
+use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use tenure_tokio::admin::AdminError;
+use tenure_tokio::BackendError;
+
+/// Credentials and TLS settings for an etcd cluster that requires them.
+///
+/// ```no_run
+/// # fn main() -> Result<(), tenure_tokio::BackendError> {
+/// use tenure_etcd::{EtcdBackend, EtcdSecurity};
+/// let security = EtcdSecurity::new()
+///     .user("billing", "s3cret")
+///     .ca_file("/etc/etcd/ca.pem")?
+///     .client_identity_files("/etc/etcd/client.pem", "/etc/etcd/client-key.pem")?;
+/// let backend = EtcdBackend::new("https://etcd1:2379,https://etcd2:2379").security(security);
+/// # drop(backend);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct EtcdSecurity {
+    user: Option<(String, String)>,
+    tls: Option<TlsOptions>,
+    /// The CA file, named in errors about the server's certificate.
+    ca: Option<String>,
+}
+
+impl EtcdSecurity {
+    /// No credentials, no TLS: a plaintext cluster without auth.
+    pub fn new() -> EtcdSecurity {
+        EtcdSecurity::default()
+    }
+
+    /// Authenticates as `user` with `password`.
+    pub fn user(mut self, user: &str, password: &str) -> EtcdSecurity {
+        self.user = Some((user.to_owned(), password.to_owned()));
+        self
+    }
+
+    /// Speaks TLS (the endpoints must be `https://`), trusting the server
+    /// certificates the CA in the PEM file at `path` signed.
+    pub fn ca_file(mut self, path: impl AsRef<Path>) -> Result<EtcdSecurity, BackendError> {
+        let pem = read(path.as_ref(), "CA certificate")?;
+        let tls = self.tls.take().unwrap_or_default();
+        self.tls = Some(tls.ca_certificate(Certificate::from_pem(pem)));
+        self.ca = Some(path.as_ref().display().to_string());
+        Ok(self)
+    }
+
+    /// Presents the client certificate and key in the PEM files at `cert`
+    /// and `key`, for a server that asks for one.
+    pub fn client_identity_files(
+        mut self,
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Result<EtcdSecurity, BackendError> {
+        let cert = read(cert.as_ref(), "client certificate")?;
+        let key = read(key.as_ref(), "client key")?;
+        let tls = self.tls.take().unwrap_or_default();
+        self.tls = Some(tls.identity(Identity::from_pem(cert, key)));
+        Ok(self)
+    }
+
+    /// Whether TLS is on.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The user, if any.
+    pub fn user_name(&self) -> Option<&str> {
+        self.user.as_ref().map(|(user, _)| user.as_str())
+    }
+
+    /// `options` with these settings.
+    pub(crate) fn apply(&self, mut options: ConnectOptions) -> ConnectOptions {
+        if let Some((user, password)) = &self.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
+    }
+
+    /// Refuses endpoints whose scheme does not match the TLS setting: the
+    /// client would otherwise fail later with an obscure transport error.
+    pub(crate) fn check_endpoints(&self, endpoints: &[String]) -> Result<(), String> {
+        for endpoint in endpoints {
+            let https = endpoint.starts_with("https://");
+            if self.uses_tls() && !https {
+                return Err(format!(
+                    "endpoint {endpoint:?} is not https:// but TLS is configured (EtcdSecurity::ca_file)"
+                ));
+            }
+            if !self.uses_tls() && https {
+                return Err(format!(
+                    "endpoint {endpoint:?} is https:// but no CA is configured to check the server \
+                     (EtcdSecurity::ca_file)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What a failed connection means, in words that say what to check:
+    /// refused credentials, or a server certificate the CA did not sign.
+    pub(crate) fn explain(&self, error: &etcd_client::Error) -> Option<Refusal> {
+        if let etcd_client::Error::GRpcStatus(status) = error {
+            if status.message().contains("authentication failed") {
+                let user = self.user_name().unwrap_or("(none)");
+                return Some(Refusal::Credentials(format!(
+                    "etcd refused user {user:?} and its password (EtcdSecurity::user): {}",
+                    status.message()
+                )));
+            }
+            if status.code() == tonic::Code::PermissionDenied
+                || status.message().contains("user name is empty")
+            {
+                return Some(Refusal::Credentials(format!(
+                    "etcd requires a user with rights on the prefix (EtcdSecurity::user): {}",
+                    status.message()
+                )));
+            }
+        }
+        let chain = error_chain(error);
+        if self.uses_tls() && (chain.contains("certificate") || chain.contains("Certificate")) {
+            let ca = self.ca.as_deref().unwrap_or("(none)");
+            return Some(Refusal::Certificate(format!(
+                "the server's TLS certificate is not trusted: check that the CA file {ca} signed \
+                 it, and that the endpoint's host is named in it ({chain})"
+            )));
+        }
+        None
+    }
+}
+
+/// Why a secured etcd refused a client.
+pub(crate) enum Refusal {
+    /// The user or password.
+    Credentials(String),
+    /// The server's certificate.
+    Certificate(String),
+}
+
+impl Refusal {
+    /// The error the runtime sees, naming `store`.
+    pub(crate) fn into_backend_error(self, store: String) -> BackendError {
+        match self {
+            Refusal::Credentials(detail) | Refusal::Certificate(detail) => {
+                BackendError::Denied { store, detail }
+            }
+        }
+    }
+
+    /// The error the admin side sees, naming `store`.
+    pub(crate) fn into_admin_error(self, store: String) -> AdminError {
+        match self {
+            Refusal::Credentials(detail) => AdminError::Denied { store, detail },
+            Refusal::Certificate(detail) => AdminError::Unreachable { store, detail },
+        }
+    }
+}
+
+/// `error` and each of its sources, joined: transport errors keep the
+/// useful part (an unknown issuer, say) in a source.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(source) = current {
+        parts.push(source.to_string());
+        current = source.source();
+    }
+    parts.join(": ")
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {
+    std::fs::read(path).map_err(|e| {
+        BackendError::Config(format!(
+            "cannot read the etcd {what} {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+impl fmt::Debug for EtcdSecurity {
+    /// The password stays out of logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdSecurity")
+            .field("user", &self.user_name())
+            .field("tls", &self.uses_tls())
+            .field("ca", &self.ca)
+            .finish()
+    }
+}
