@@ -14,6 +14,8 @@ use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling
 use rskafka::client::{Client, ClientBuilder};
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
+
+pub use crate::kafka_security::{KafkaSecurity, SaslMechanism};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -37,6 +39,11 @@ pub struct KafkaConfig {
     pub metadata_refresh: Duration,
     /// How long connecting to the brokers may take. Default: 10 s.
     pub connect_timeout: Duration,
+    /// The client id the brokers see (in their logs and quotas). Default:
+    /// `tenure`.
+    pub client_id: String,
+    /// SASL and TLS, for brokers that require them. Default: none.
+    pub security: KafkaSecurity,
 }
 
 impl KafkaConfig {
@@ -53,6 +60,8 @@ impl KafkaConfig {
             buffered_batches: 8,
             metadata_refresh: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
+            client_id: "tenure".to_owned(),
+            security: KafkaSecurity::new(),
         }
     }
 }
@@ -64,6 +73,19 @@ pub enum KafkaError {
     /// No bootstrap broker was given.
     #[error("no Kafka bootstrap broker given")]
     NoBootstrap,
+    /// The security settings cannot be used (a CA or key file that cannot
+    /// be read, say).
+    #[error("Kafka security settings: {0}")]
+    Config(String),
+    /// The brokers refused this member's SASL credentials, or their TLS
+    /// certificate is not trusted.
+    #[error("Kafka at {bootstrap}: {detail}")]
+    Refused {
+        /// The bootstrap brokers.
+        bootstrap: String,
+        /// What was refused, and what to check.
+        detail: String,
+    },
     /// The brokers did not answer.
     #[error("Kafka at {bootstrap} does not answer: {detail}")]
     Unreachable {
@@ -140,20 +162,51 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         bootstrap: bootstrap.clone(),
         detail,
     };
-    let building = ClientBuilder::new(config.bootstrap.clone())
-        .client_id("tenure")
+    // Failures of the connection (a refused password, an untrusted
+    // certificate) are retried by the client until this deadline, and then
+    // reported with their cause, rather than retried for ever.
+    let backoff = rskafka::BackoffConfig {
+        deadline: Some(config.connect_timeout),
+        ..rskafka::BackoffConfig::default()
+    };
+    let building = config
+        .security
+        .apply(ClientBuilder::new(config.bootstrap.clone()))
+        .client_id(config.client_id.as_str())
+        .backoff_config(backoff)
         .build();
-    let client = tokio::time::timeout(config.connect_timeout, building)
+    let failed = |error: String| {
+        config
+            .security
+            .explain(&bootstrap, &error)
+            .unwrap_or_else(|| unreachable(error))
+    };
+    // The retries end at the deadline with their cause; this bound, a
+    // little later, only catches an attempt that hangs.
+    let bound = config.connect_timeout + Duration::from_secs(3);
+    let client = tokio::time::timeout(bound, building)
         .await
-        .map_err(|_| unreachable(format!("no answer within {:?}", config.connect_timeout)))?
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|_| unreachable(format!("no answer within {bound:?}")))?
+        .map_err(|e| failed(error_chain(&e)))?;
     // The client connects lazily: ask for metadata to know the brokers are
     // really there.
     tokio::time::timeout(config.connect_timeout, client.list_topics())
         .await
         .map_err(|_| unreachable(format!("no metadata within {:?}", config.connect_timeout)))?
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| failed(error_chain(&e)))?;
     Ok(Arc::new(client))
+}
+
+/// `error` and each of its sources, joined: the cause of a failed
+/// connection (a SASL refusal, an unknown issuer) sits in a source.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(source) = current {
+        parts.push(source.to_string());
+        current = source.source();
+    }
+    parts.join(": ")
 }
 
 /// What the cluster's topics give a subscription.

@@ -13,6 +13,7 @@
 pub mod admin;
 mod backend;
 pub mod kafka;
+mod kafka_security;
 mod member;
 mod memory;
 pub mod session;
@@ -20,7 +21,9 @@ mod streams;
 mod telemetry;
 
 pub use backend::{hostname, registration_record, Backend, BackendError, EventSender, Joining};
-pub use kafka::{KafkaConfig, KafkaError, Message, PartitionStream, StartOffsets};
+pub use kafka::{
+    KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
+};
 pub use member::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
     JoinError, Problem, SeekError, TaskGone, View,

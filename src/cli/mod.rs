@@ -124,6 +124,56 @@ struct Connection {
         value_name = "HOST:PORT[,...]"
     )]
     bootstrap: Option<String>,
+    /// The client id Kafka's brokers see
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_KAFKA_CLIENT_ID",
+        default_value = "tenure"
+    )]
+    kafka_client_id: String,
+    /// The SASL mechanism of the Kafka listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_KAFKA_SASL_MECHANISM",
+        value_name = "MECHANISM",
+        requires = "kafka_user"
+    )]
+    kafka_sasl_mechanism: Option<String>,
+    /// The SASL user for Kafka
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_KAFKA_USER",
+        value_name = "USER",
+        requires = "kafka_password"
+    )]
+    kafka_user: Option<String>,
+    /// The SASL user's password
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_KAFKA_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    kafka_password: Option<String>,
+    /// The CA certificate (PEM) that signed the brokers' certificates: speaks TLS
+    #[arg(long, global = true, env = "TENURE_KAFKA_CA", value_name = "FILE")]
+    kafka_ca: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) to present to the brokers, with --kafka-key
+    #[arg(long, global = true, env = "TENURE_KAFKA_CERT", value_name = "FILE", requires_all = ["kafka_key", "kafka_ca"])]
+    kafka_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM)
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_KAFKA_KEY",
+        value_name = "FILE",
+        requires = "kafka_cert"
+    )]
+    kafka_key: Option<std::path::PathBuf>,
     /// How long to wait for each server, in seconds
     #[arg(long, global = true, default_value_t = 10, value_name = "SECS")]
     timeout: u64,
@@ -374,6 +424,50 @@ fn etcd_security(connection: &Connection) -> Result<crate::etcd::EtcdSecurity, S
     Ok(security)
 }
 
+/// The Kafka SASL and TLS settings the flags (or variables) give.
+fn kafka_security(connection: &Connection) -> Result<kafka::KafkaSecurity, String> {
+    let mut security = kafka::KafkaSecurity::new();
+    if let (Some(user), Some(password)) = (&connection.kafka_user, &connection.kafka_password) {
+        let name = connection
+            .kafka_sasl_mechanism
+            .as_deref()
+            .unwrap_or("SCRAM-SHA-512");
+        let mechanism = kafka::SaslMechanism::from_name(name).ok_or(format!(
+            "--kafka-sasl-mechanism {name:?}: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+        ))?;
+        security = security.sasl(mechanism, user, password);
+    }
+    if let Some(ca) = &connection.kafka_ca {
+        security = kafka_tls(security, ca, connection)?;
+    }
+    Ok(security)
+}
+
+#[cfg(feature = "kafka-tls")]
+fn kafka_tls(
+    security: kafka::KafkaSecurity,
+    ca: &std::path::Path,
+    connection: &Connection,
+) -> Result<kafka::KafkaSecurity, String> {
+    let client = match (&connection.kafka_cert, &connection.kafka_key) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        _ => None,
+    };
+    security.tls(ca, client).map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "kafka-tls"))]
+fn kafka_tls(
+    _security: kafka::KafkaSecurity,
+    ca: &std::path::Path,
+    _connection: &Connection,
+) -> Result<kafka::KafkaSecurity, String> {
+    Err(format!(
+        "--kafka-ca {}: this tenure was built without TLS to Kafka (the Cargo feature `kafka-tls`)",
+        ca.display()
+    ))
+}
+
 async fn connect_kafka(
     connection: &Connection,
 ) -> Result<Option<std::sync::Arc<admin::KafkaClient>>, String> {
@@ -382,6 +476,8 @@ async fn connect_kafka(
     };
     let mut config = KafkaConfig::new(bootstrap);
     config.connect_timeout = connection.wait();
+    config.client_id = connection.kafka_client_id.clone();
+    config.security = kafka_security(connection)?;
     kafka::connect(&config)
         .await
         .map(Some)
