@@ -117,6 +117,22 @@ impl EtcdAdmin {
         Ok(admin)
     }
 
+    /// Carries out the operations `ops` makes of `group`'s keys (once its
+    /// name is checked) in transactions guarded by `guard` (see
+    /// `guarded_txns`); `what` names them in errors.
+    async fn guarded_ops(
+        &self,
+        group: &str,
+        guard: WriteGuard,
+        what: &str,
+        ops: impl FnOnce(&Keys) -> Vec<TxnOp>,
+    ) -> Result<(), AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let keys = Keys::new(&self.prefix, group);
+        let ops = ops(&keys);
+        self.guarded_txns(group, &keys, ops, guard, what).await
+    }
+
     fn refused(&self, operation: String, error: etcd_client::Error) -> AdminError {
         if let Some(refusal) = self.security.explain(&error) {
             return refusal.into_admin_error(self.store());
@@ -327,14 +343,15 @@ impl GroupAdmin for EtcdAdmin {
         offsets: &BTreeMap<TopicPartition, Offset>,
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
-        tenure_core::types::validate_path_element("group", group)?;
-        let keys = Keys::new(&self.prefix, group);
-        let puts: Vec<TxnOp> = offsets
-            .iter()
-            .map(|(partition, offset)| TxnOp::put(keys.offset(partition), offset.to_string(), None))
-            .collect();
-        self.guarded_txns(group, &keys, puts, guard, "writing offsets")
-            .await
+        self.guarded_ops(group, guard, "writing offsets", |keys| {
+            offsets
+                .iter()
+                .map(|(partition, offset)| {
+                    TxnOp::put(keys.offset(partition), offset.to_string(), None)
+                })
+                .collect()
+        })
+        .await
     }
 
     async fn delete_offsets(
@@ -343,14 +360,13 @@ impl GroupAdmin for EtcdAdmin {
         partitions: &BTreeSet<TopicPartition>,
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
-        tenure_core::types::validate_path_element("group", group)?;
-        let keys = Keys::new(&self.prefix, group);
-        let deletes: Vec<TxnOp> = partitions
-            .iter()
-            .map(|partition| TxnOp::delete(keys.offset(partition), None))
-            .collect();
-        self.guarded_txns(group, &keys, deletes, guard, "deleting offsets")
-            .await
+        self.guarded_ops(group, guard, "deleting offsets", |keys| {
+            partitions
+                .iter()
+                .map(|partition| TxnOp::delete(keys.offset(partition), None))
+                .collect()
+        })
+        .await
     }
 
     async fn delete_group(

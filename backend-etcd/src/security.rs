@@ -3,11 +3,11 @@
 //! and a client certificate where the server asks for one
 //! (`--client-cert-auth`).
 
-use std::fmt;
 use std::path::Path;
 
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
 use tenure_tokio::admin::AdminError;
+use tenure_tokio::security::{error_chain, Password};
 use tenure_tokio::BackendError;
 
 /// Credentials and TLS settings for an etcd cluster that requires them.
@@ -23,9 +23,9 @@ use tenure_tokio::BackendError;
 /// # drop(backend);
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct EtcdSecurity {
-    user: Option<(String, String)>,
+    user: Option<(String, Password)>,
     tls: Option<TlsOptions>,
     /// The CA file, named in errors about the server's certificate.
     ca: Option<String>,
@@ -39,7 +39,7 @@ impl EtcdSecurity {
 
     /// Authenticates as `user` with `password`.
     pub fn user(mut self, user: &str, password: &str) -> EtcdSecurity {
-        self.user = Some((user.to_owned(), password.to_owned()));
+        self.user = Some((user.to_owned(), Password::new(password)));
         self
     }
 
@@ -80,7 +80,7 @@ impl EtcdSecurity {
     /// `options` with these settings.
     pub(crate) fn apply(&self, mut options: ConnectOptions) -> ConnectOptions {
         if let Some((user, password)) = &self.user {
-            options = options.with_user(user.clone(), password.clone());
+            options = options.with_user(user.clone(), password.expose());
         }
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.clone());
@@ -167,18 +167,6 @@ impl Refusal {
     }
 }
 
-/// `error` and each of its sources, joined: transport errors keep the
-/// useful part (an unknown issuer, say) in a source.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut current = error.source();
-    while let Some(source) = current {
-        parts.push(source.to_string());
-        current = source.source();
-    }
-    parts.join(": ")
-}
-
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {
     std::fs::read(path).map_err(|e| {
         BackendError::Config(format!(
@@ -186,15 +174,4 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {
             path.display()
         ))
     })
-}
-
-impl fmt::Debug for EtcdSecurity {
-    /// The password stays out of logs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdSecurity")
-            .field("user", &self.user_name())
-            .field("tls", &self.uses_tls())
-            .field("ca", &self.ca)
-            .finish()
-    }
 }

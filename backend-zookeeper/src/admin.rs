@@ -107,6 +107,17 @@ impl ZooKeeperAdmin {
         }
     }
 
+    /// The layout of `group`, once its name is checked and, under
+    /// `guard`, once no member of it is live.
+    async fn guarded(&self, group: &str, guard: WriteGuard) -> Result<Layout, AdminError> {
+        tenure_core::types::validate_path_element("group", group)?;
+        let layout = Layout::new("", group);
+        if guard == WriteGuard::NoLiveMembers {
+            self.refuse_if_live(group, &layout).await?;
+        }
+        Ok(layout)
+    }
+
     fn refused(&self, operation: String, error: zk::Error) -> AdminError {
         match error {
             zk::Error::ConnectionLoss | zk::Error::SessionExpired | zk::Error::ClientClosed => {
@@ -405,11 +416,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         offsets: &BTreeMap<TopicPartition, Offset>,
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
-        tenure_core::types::validate_path_element("group", group)?;
-        let layout = Layout::new("", group);
-        if guard == WriteGuard::NoLiveMembers {
-            self.refuse_if_live(group, &layout).await?;
-        }
+        let layout = self.guarded(group, guard).await?;
         // `<chroot>/consumers` is every group's: open, as members make it.
         let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         match self.client.mkdir(&Layout::groups(""), &open).await {
@@ -451,11 +458,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         partitions: &BTreeSet<TopicPartition>,
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
-        tenure_core::types::validate_path_element("group", group)?;
-        let layout = Layout::new("", group);
-        if guard == WriteGuard::NoLiveMembers {
-            self.refuse_if_live(group, &layout).await?;
-        }
+        let layout = self.guarded(group, guard).await?;
         let paths: Vec<String> = partitions.iter().map(|p| layout.offset(p)).collect();
         // All at once where it fits, so a reader sees old or new offsets;
         // one already gone is no longer asked for.

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Event, MemberInfo, SessionId, StoreRequest};
+use tenure_tokio::security::Password;
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
@@ -115,10 +116,10 @@ pub(crate) fn acls_for(digest: Option<&Digest>) -> zk::Acls<'static> {
 /// Credentials for ZooKeeper's `digest` scheme: a user and a password. The
 /// server knows the identity only as `user:base64(sha1(user:password))`, so
 /// members that share the credentials share the identity.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Digest {
     user: String,
-    password: String,
+    password: Password,
 }
 
 impl Digest {
@@ -133,7 +134,7 @@ impl Digest {
         }
         Ok(Digest {
             user: user.to_owned(),
-            password: password.to_owned(),
+            password: Password::new(password),
         })
     }
 
@@ -144,16 +145,7 @@ impl Digest {
 
     /// What the client sends: `user:password`.
     pub(crate) fn auth(&self) -> Vec<u8> {
-        format!("{}:{}", self.user, self.password).into_bytes()
-    }
-}
-
-impl std::fmt::Debug for Digest {
-    /// The password stays out of logs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Digest")
-            .field("user", &self.user)
-            .finish_non_exhaustive()
+        format!("{}:{}", self.user, self.password.expose()).into_bytes()
     }
 }
 

@@ -15,7 +15,8 @@ use rskafka::client::{Client, ClientBuilder};
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
 
-pub use crate::kafka_security::{KafkaSecurity, SaslMechanism};
+use crate::security::error_chain;
+pub use crate::security::{KafkaSecurity, SaslMechanism};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -195,18 +196,6 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         .map_err(|_| unreachable(format!("no metadata within {:?}", config.connect_timeout)))?
         .map_err(|e| failed(error_chain(&e)))?;
     Ok(Arc::new(client))
-}
-
-/// `error` and each of its sources, joined: the cause of a failed
-/// connection (a SASL refusal, an unknown issuer) sits in a source.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut current = error.source();
-    while let Some(source) = current {
-        parts.push(source.to_string());
-        current = source.source();
-    }
-    parts.join(": ")
 }
 
 /// What the cluster's topics give a subscription.

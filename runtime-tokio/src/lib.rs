@@ -13,9 +13,9 @@
 pub mod admin;
 mod backend;
 pub mod kafka;
-mod kafka_security;
 mod member;
 mod memory;
+pub mod security;
 pub mod session;
 mod streams;
 mod telemetry;

@@ -1,7 +1,9 @@
-//! What a secured Kafka asks of a client: SASL (PLAIN, SCRAM-SHA-256,
-//! SCRAM-SHA-512) and, with the Cargo feature `tls`, TLS — the brokers'
-//! certificates checked against a CA, and a client certificate where they
-//! ask for one.
+//! Secured servers: what a secured Kafka asks of a client — SASL (PLAIN,
+//! SCRAM-SHA-256, SCRAM-SHA-512) and, with the Cargo feature `tls`, TLS
+//! (the brokers' certificates checked against a CA, and a client
+//! certificate where they ask for one) — and what every store backend's
+//! credentials share: a password that stays out of logs, and the causes of
+//! a refused connection.
 
 use std::fmt;
 #[cfg(feature = "tls")]
@@ -47,11 +49,47 @@ impl SaslMechanism {
     }
 }
 
+/// A password: it is shown as `***` in `Debug` output, so that a settings
+/// struct holding one can be logged whole.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// `password`, kept.
+    pub fn new(password: &str) -> Password {
+        Password(password.to_owned())
+    }
+
+    /// The password itself, for the client that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// `error` and each of its sources, joined with `: `: the cause of a
+/// refused connection (a SASL refusal, an unknown certificate issuer)
+/// usually sits in a source, not in the top error's message.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(source) = current {
+        parts.push(source.to_string());
+        current = source.source();
+    }
+    parts.join(": ")
+}
+
 /// Credentials and TLS settings for Kafka brokers that require them
 /// (listeners `SASL_PLAINTEXT`, `SSL`, `SASL_SSL`).
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct KafkaSecurity {
-    sasl: Option<(SaslMechanism, String, String)>,
+    sasl: Option<(SaslMechanism, String, Password)>,
     #[cfg(feature = "tls")]
     tls: Option<Arc<rustls::ClientConfig>>,
     /// The CA file, named in errors about the brokers' certificates.
@@ -66,7 +104,7 @@ impl KafkaSecurity {
 
     /// Authenticates with SASL `mechanism` as `user` with `password`.
     pub fn sasl(mut self, mechanism: SaslMechanism, user: &str, password: &str) -> KafkaSecurity {
-        self.sasl = Some((mechanism, user.to_owned(), password.to_owned()));
+        self.sasl = Some((mechanism, user.to_owned(), Password::new(password)));
         self
     }
 
@@ -145,7 +183,7 @@ impl KafkaSecurity {
     /// `builder` with these settings.
     pub(crate) fn apply(&self, mut builder: ClientBuilder) -> ClientBuilder {
         if let Some((mechanism, user, password)) = &self.sasl {
-            let credentials = Credentials::new(user.clone(), password.clone());
+            let credentials = Credentials::new(user.clone(), password.expose().to_owned());
             builder = builder.sasl_config(match mechanism {
                 SaslMechanism::Plain => SaslConfig::Plain(credentials),
                 SaslMechanism::ScramSha256 => SaslConfig::ScramSha256(credentials),
@@ -185,16 +223,5 @@ impl KafkaSecurity {
             )));
         }
         None
-    }
-}
-
-impl fmt::Debug for KafkaSecurity {
-    /// The password stays out of logs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KafkaSecurity")
-            .field("sasl", &self.sasl_user())
-            .field("tls", &self.uses_tls())
-            .field("ca", &self.ca)
-            .finish()
     }
 }
