@@ -705,6 +705,15 @@ pub enum TopicPartitionsError {
     },
 }
 
+/// A partition number as an operator writes it: ASCII digits only (no
+/// sign, no spaces), fitting in a `u32`.
+fn parse_partition(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 impl FromStr for TopicPartitions {
     type Err = TopicPartitionsError;
 
@@ -716,12 +725,8 @@ impl FromStr for TopicPartitions {
                 let mut partitions = BTreeSet::new();
                 for part in list.split(',') {
                     let part = part.trim();
-                    let number = part
-                        .bytes()
-                        .all(|b| b.is_ascii_digit())
-                        .then(|| part.parse::<u32>().ok())
-                        .flatten()
-                        .ok_or_else(|| TopicPartitionsError::Partition {
+                    let number =
+                        parse_partition(part).ok_or_else(|| TopicPartitionsError::Partition {
                             given: given.to_owned(),
                             partition: part.to_owned(),
                         })?;
@@ -1169,15 +1174,10 @@ pub fn parse_offsets_csv(
         };
         tenure_core::types::validate_topic(topic)
             .map_err(|source| CsvError::Topic { line, source })?;
-        let number = partition
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| partition.parse::<u32>().ok())
-            .flatten()
-            .ok_or_else(|| CsvError::Partition {
-                line,
-                given: partition.to_owned(),
-            })?;
+        let number = parse_partition(partition).ok_or_else(|| CsvError::Partition {
+            line,
+            given: partition.to_owned(),
+        })?;
         let offset = offset
             .bytes()
             .all(|b| b.is_ascii_digit())

@@ -953,19 +953,13 @@ impl Drop for DataPlane {
 /// error's chain), if it is one.
 fn unreadable_codec(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     const MARK: &str = "Unimplemented compression: ";
-    let mut current = Some(error);
-    while let Some(error) = current {
-        let text = error.to_string();
-        if let Some(at) = text.find(MARK) {
-            let codec: String = text[at + MARK.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect();
-            return Some(codec.to_ascii_lowercase());
-        }
-        current = error.source();
-    }
-    None
+    let chain = error_chain(error);
+    let at = chain.find(MARK)? + MARK.len();
+    let codec: String = chain[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    Some(codec.to_ascii_lowercase())
 }
 
 struct Fetcher {
