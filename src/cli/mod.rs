@@ -80,7 +80,13 @@ struct Connection {
     )]
     etcd: Option<String>,
     /// The etcd user, for a cluster with auth enabled
-    #[arg(long, global = true, env = "TENURE_ETCD_USER", value_name = "USER")]
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ETCD_USER",
+        value_name = "USER",
+        requires = "etcd_password"
+    )]
     etcd_user: Option<String>,
     /// The etcd user's password
     #[arg(
@@ -88,7 +94,8 @@ struct Connection {
         global = true,
         env = "TENURE_ETCD_PASSWORD",
         hide_env_values = true,
-        value_name = "PASSWORD"
+        value_name = "PASSWORD",
+        requires = "etcd_user"
     )]
     etcd_password: Option<String>,
     /// The CA certificate (PEM) that signed the etcd servers' certificates:
@@ -156,7 +163,8 @@ struct Connection {
         global = true,
         env = "TENURE_KAFKA_PASSWORD",
         hide_env_values = true,
-        value_name = "PASSWORD"
+        value_name = "PASSWORD",
+        requires = "kafka_user"
     )]
     kafka_password: Option<String>,
     /// The CA certificate (PEM) that signed the brokers' certificates: speaks TLS
@@ -405,13 +413,9 @@ async fn connect_store(
 #[cfg(feature = "etcd")]
 fn etcd_security(connection: &Connection) -> Result<crate::etcd::EtcdSecurity, String> {
     let mut security = crate::etcd::EtcdSecurity::new();
-    match (&connection.etcd_user, &connection.etcd_password) {
-        (Some(user), Some(password)) => security = security.user(user, password),
-        (Some(_), None) => {
-            return Err("--etcd-user needs --etcd-password (or TENURE_ETCD_PASSWORD)".to_owned())
-        }
-        (None, Some(_)) => return Err("--etcd-password needs --etcd-user".to_owned()),
-        (None, None) => {}
+    // Each of the two requires the other (clap says so on bad usage).
+    if let (Some(user), Some(password)) = (&connection.etcd_user, &connection.etcd_password) {
+        security = security.user(user, password);
     }
     if let Some(ca) = &connection.etcd_ca {
         security = security.ca_file(ca).map_err(|e| e.to_string())?;
