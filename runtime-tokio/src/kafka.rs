@@ -164,10 +164,13 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         detail,
     };
     // Failures of the connection (a refused password, an untrusted
-    // certificate) are retried by the client until this deadline, and then
-    // reported with their cause, rather than retried for ever.
+    // certificate) are retried by the client until its deadline, and then
+    // reported with their cause, rather than retried for ever. The client
+    // counts only its pauses against that deadline, not the attempts (a
+    // failed TLS and SCRAM exchange takes a while on a loaded machine): half
+    // the connect timeout leaves the other half for them.
     let backoff = rskafka::BackoffConfig {
-        deadline: Some(config.connect_timeout),
+        deadline: Some(config.connect_timeout / 2),
         ..rskafka::BackoffConfig::default()
     };
     let building = config
