@@ -21,6 +21,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// How to reach Kafka and how to fetch.
+///
+/// Fetches read committed (as the Java consumer's
+/// `isolation.level=read_committed`): records of aborted transactions are
+/// not handed out, nothing past a partition's last stable offset is, and
+/// the committed offset moves past transaction markers.
 #[derive(Clone, Debug)]
 pub struct KafkaConfig {
     /// Bootstrap brokers, `host:port`.
@@ -392,19 +397,43 @@ impl futures_core::Stream for PartitionStream {
 /// not), so a receiver waiting on it also wakes when a partition stops.
 pub(crate) type Lease = watch::Receiver<Option<Instant>>;
 
+/// What one fetch of a partition brought: its messages, and how far the
+/// fetch went past the last of them.
+#[derive(Debug)]
+pub(crate) struct Fetched {
+    messages: Vec<Message>,
+    /// Offsets past the last message that hold nothing to hand out
+    /// (transaction markers, records of aborted transactions): once the
+    /// messages before them are handed out, they count as handed out, so
+    /// that the committed offset can reach the log's end.
+    passed: Option<Passed>,
+}
+
+/// Offsets a fetch went past without a message, up to `last`.
+#[derive(Debug)]
+struct Passed {
+    ledger: Arc<LedgerCell>,
+    token: FencingToken,
+    generation: u64,
+    last: Offset,
+}
+
 /// Batches of fetched messages, handed out one message at a time.
 #[derive(Debug)]
 pub(crate) struct Batches {
-    receiver: mpsc::Receiver<Vec<Message>>,
+    receiver: mpsc::Receiver<Fetched>,
     current: std::iter::Peekable<std::vec::IntoIter<Message>>,
+    /// What the current batch passed after its messages.
+    passed: Option<Passed>,
     lease: Lease,
 }
 
 impl Batches {
-    pub(crate) fn new(receiver: mpsc::Receiver<Vec<Message>>, lease: Lease) -> Batches {
+    pub(crate) fn new(receiver: mpsc::Receiver<Fetched>, lease: Lease) -> Batches {
         Batches {
             receiver,
             current: Vec::new().into_iter().peekable(),
+            passed: None,
             lease,
         }
     }
@@ -422,7 +451,10 @@ impl Batches {
     pub(crate) async fn next(&mut self) -> Option<Message> {
         loop {
             let Some(message) = self.current.peek() else {
-                self.current = self.receiver.recv().await?.into_iter().peekable();
+                self.pass();
+                let fetched = self.receiver.recv().await?;
+                self.current = fetched.messages.into_iter().peekable();
+                self.passed = fetched.passed;
                 continue;
             };
             if !message.ledger.is_live(message.token, message.generation) {
@@ -440,8 +472,24 @@ impl Batches {
                 .ledger
                 .deliver(message.offset, message.token, message.generation)
             {
+                // What the fetch passed after its last message counts at
+                // once: an application that stops asking after the last
+                // message still commits past a trailing transaction marker.
+                if self.current.peek().is_none() {
+                    self.pass();
+                }
                 return Some(message);
             }
+        }
+    }
+
+    /// Counts what the current batch passed after its messages as handed
+    /// out.
+    fn pass(&mut self) {
+        if let Some(passed) = self.passed.take() {
+            passed
+                .ledger
+                .pass(passed.last, passed.token, passed.generation);
         }
     }
 }
@@ -524,6 +572,28 @@ impl LedgerCell {
         while ledger.outstanding.front().is_some_and(|(_, acked)| *acked) {
             ledger.outstanding.pop_front();
         }
+        self.advance(ledger);
+    }
+
+    /// Counts the offsets up to `last` that a fetch of the claim `token`
+    /// went past without a message as handed out (and, once everything
+    /// handed out before them is acknowledged, as processed).
+    fn pass(&self, last: Offset, token: FencingToken, generation: u64) {
+        let mut ledger = self.lock();
+        if token != self.token
+            || ledger.stopping
+            || ledger.generation != generation
+            || ledger.last_delivered >= Some(last)
+        {
+            return;
+        }
+        ledger.last_delivered = Some(last);
+        self.advance(ledger);
+    }
+
+    /// Moves the watermark up to what is acknowledged, and wakes the
+    /// member's task if it moved or a drain ended.
+    fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
         let watermark = match ledger.outstanding.front() {
             Some((first, _)) => first.checked_sub(1),
             None => ledger.last_delivered,
@@ -632,7 +702,7 @@ pub(crate) enum DataEvent {
 #[derive(Debug)]
 pub(crate) enum Delivery {
     /// One bounded stream for every partition.
-    Group(mpsc::Sender<Vec<Message>>),
+    Group(mpsc::Sender<Fetched>),
     /// A stream per partition, handed out as partitions are assigned.
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
@@ -659,7 +729,7 @@ struct Claim {
     from: FetchFrom,
     /// Where its messages go; kept while paused, so that a per-partition
     /// stream stays open.
-    sender: mpsc::Sender<Vec<Message>>,
+    sender: mpsc::Sender<Fetched>,
     /// The fetch running, unless paused.
     fetcher: Option<JoinHandle<()>>,
 }
@@ -1015,7 +1085,7 @@ impl Fetcher {
         self.offset_at(client, at).await
     }
 
-    async fn run(self, from: FetchFrom, sender: mpsc::Sender<Vec<Message>>) {
+    async fn run(self, from: FetchFrom, sender: mpsc::Sender<Fetched>) {
         let client = self.partition_client().await;
         let mut next = match from {
             FetchFrom::Offset(offset) => offset,
@@ -1027,13 +1097,14 @@ impl Fetcher {
         let mut reported_end = None;
         loop {
             match client
-                .fetch_records(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
+                .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
                 .await
             {
-                Ok((records, high_watermark)) => {
+                Ok(fetched) => {
                     pause = Duration::from_millis(50);
                     // Lag needs the log end; an idle partition answers every
                     // fetch wait, so only a moved watermark is worth a message.
+                    let high_watermark = fetched.high_watermark;
                     if reported_end != Some(high_watermark) {
                         reported_end = Some(high_watermark);
                         let _ = self.events.send(DataEvent::HighWatermark(
@@ -1042,15 +1113,15 @@ impl Fetcher {
                             high_watermark,
                         ));
                     }
-                    let mut batch = Vec::with_capacity(records.len());
-                    for record in records {
+                    let mut messages = Vec::with_capacity(fetched.records.len());
+                    for record in fetched.records {
                         if record.offset < next {
                             // A compressed batch can start before the offset
                             // asked for.
                             continue;
                         }
                         next = record.offset + 1;
-                        batch.push(Message {
+                        messages.push(Message {
                             topic: self.partition.topic.clone(),
                             partition: self.partition.partition,
                             offset: record.offset,
@@ -1063,7 +1134,21 @@ impl Fetcher {
                             generation: self.generation,
                         });
                     }
-                    if !batch.is_empty() && sender.send(batch).await.is_err() {
+                    // A transaction's marker, or an aborted transaction,
+                    // after the last record: the fetch moves past it, and so
+                    // does the committed offset once the records are done.
+                    let passed = (fetched.next_offset > next).then(|| {
+                        next = fetched.next_offset;
+                        Passed {
+                            ledger: self.ledger.clone(),
+                            token: self.token,
+                            generation: self.generation,
+                            last: next - 1,
+                        }
+                    });
+                    if (!messages.is_empty() || passed.is_some())
+                        && sender.send(Fetched { messages, passed }).await.is_err()
+                    {
                         return;
                     }
                 }
@@ -1144,5 +1229,52 @@ mod tests {
         assert_eq!(unreadable_codec(&deep).as_deref(), Some("zstd"));
         let other = Chain("connection refused", None);
         assert_eq!(unreadable_codec(&other), None);
+    }
+
+    /// The ledger's watermark, as the member's task would read it.
+    fn processed(ledgers: &Ledgers) -> Vec<Offset> {
+        let mut out = VecDeque::new();
+        ledgers.changes(&mut out);
+        out.into_iter()
+            .filter_map(|event| match event {
+                DataEvent::Processed(_, _, offset) => Some(offset),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
+        let ledgers = Ledgers::default();
+        let partition = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let token = FencingToken(7);
+        let cell = ledgers.open(&partition, token);
+
+        // Records 10 and 11, then a commit marker at 12.
+        assert!(cell.deliver(10, token, 0));
+        assert!(cell.deliver(11, token, 0));
+        cell.pass(12, token, 0);
+        cell.ack(10);
+        assert_eq!(processed(&ledgers), [10], "11 is not processed yet");
+        cell.ack(11);
+        assert_eq!(processed(&ledgers), [12], "past the marker");
+
+        // Only a marker, nothing outstanding: it counts at once.
+        cell.pass(15, token, 0);
+        assert_eq!(processed(&ledgers), [15]);
+
+        // Not under another claim, nor from an earlier fetch, nor backwards.
+        cell.pass(20, FencingToken(6), 0);
+        cell.pass(20, token, 1);
+        cell.pass(14, token, 0);
+        assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+
+        // Not once the partition is stopping.
+        ledgers.stop(&partition, token);
+        cell.pass(20, token, 0);
+        assert_eq!(processed(&ledgers), Vec::<Offset>::new());
     }
 }

@@ -126,12 +126,10 @@ pub async fn end_offsets(client: &Client, topic: &str, partitions: u32) -> Vec<i
 /// Grows `topic` to `partitions` partitions with Kafka's own tool (rskafka
 /// has no CreatePartitions).
 pub fn add_partitions(topic: &str, partitions: u32) {
-    let libs = std::env::var("TENURE_KAFKA_LIBS")
-        .unwrap_or_else(|_| panic!("TENURE_KAFKA_LIBS is not set; {HOW_TO_START}"));
     let status = std::process::Command::new("java")
         .args([
             "-cp",
-            &format!("{libs}/*"),
+            &kafka_classpath(),
             "org.apache.kafka.tools.TopicCommand",
             "--bootstrap-server",
             &bootstrap(),
@@ -155,15 +153,13 @@ pub fn produce_with_kafkas_producer(
     count: usize,
     settings: &[&str],
 ) -> std::process::Child {
-    let libs = std::env::var("TENURE_KAFKA_LIBS")
-        .unwrap_or_else(|_| panic!("TENURE_KAFKA_LIBS is not set; {HOW_TO_START}"));
     let bootstrap = format!("bootstrap.servers={}", bootstrap());
     let mut command = std::process::Command::new("java");
     command
         .args([
             "-Xmx128m",
             "-cp",
-            &format!("{libs}/*"),
+            &kafka_classpath(),
             "org.apache.kafka.tools.ProducerPerformance",
         ])
         .args(["--topic", topic, "--num-records", &count.to_string()])
@@ -180,6 +176,70 @@ pub fn produce_with_kafkas_producer(
     command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run Kafka's ProducerPerformance: {e}"))
+}
+
+/// Kafka's jars and tools (`TENURE_KAFKA_LIBS`), as a java classpath.
+fn kafka_classpath() -> String {
+    let libs = std::env::var("TENURE_KAFKA_LIBS")
+        .unwrap_or_else(|_| panic!("TENURE_KAFKA_LIBS is not set; {HOW_TO_START}"));
+    format!("{libs}/*")
+}
+
+/// Starts copying every record of partition 0 of `input` to partition 0 of
+/// `output` with Kafka's own transactional producer
+/// (`TransactionalMessageCopier`, the tool of Kafka's exactly-once system
+/// tests), `transaction_size` records to a transaction, aborting about one
+/// transaction in three at random (an aborted transaction's records are
+/// copied again in a later one): the output gets every input record once
+/// in committed transactions, the records of aborted ones, and a marker
+/// after each transaction. Wait for it with [`finished`].
+pub fn copy_transactionally(
+    input: &str,
+    output: &str,
+    transaction_size: usize,
+) -> std::process::Child {
+    std::process::Command::new("java")
+        .args(["-Xmx128m", "-cp", &kafka_classpath()])
+        .arg("org.apache.kafka.tools.TransactionalMessageCopier")
+        .args(["--broker-list", &bootstrap()])
+        .args(["--input-topic", input, "--input-partition", "0"])
+        .args(["--output-topic", output])
+        .args(["--consumer-group", &format!("{input}-copier")])
+        .args(["--transactional-id", &format!("{input}-copier")])
+        .args(["--transaction-size", &transaction_size.to_string()])
+        .arg("--enable-random-aborts")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run Kafka's TransactionalMessageCopier: {e}"))
+}
+
+/// Waits for one of Kafka's tools, started by this module, and fails the
+/// test if it failed.
+pub fn finished(mut tool: std::process::Child, what: &str) {
+    let status = tool
+        .wait()
+        .unwrap_or_else(|e| panic!("wait for {what}: {e}"));
+    assert!(status.success(), "{what} failed: {status}");
+}
+
+/// How many records of `topic` Kafka's own consumer reads with `isolation`
+/// (`read_committed` or `read_uncommitted`), from the start to the end.
+pub fn count_with_kafkas_consumer(topic: &str, isolation: &str) -> usize {
+    let output = std::process::Command::new("java")
+        .args(["-Xmx128m", "-cp", &kafka_classpath()])
+        .arg("org.apache.kafka.tools.consumer.ConsoleConsumer")
+        .args(["--bootstrap-server", &bootstrap(), "--topic", topic])
+        .args(["--from-beginning", "--isolation-level", isolation])
+        // Ends once nothing more came for this long.
+        .args(["--timeout-ms", "5000"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run Kafka's ConsoleConsumer: {e}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    const TOTAL: &str = "Processed a total of ";
+    stderr
+        .lines()
+        .find_map(|line| line.strip_prefix(TOTAL)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("Kafka's ConsoleConsumer did not say its total: {stderr}"))
 }
 
 /// Waits until the broker's metadata lists `partitions` partitions of

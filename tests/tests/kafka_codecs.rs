@@ -34,12 +34,8 @@ async fn topics_in_every_codec_are_consumed_fully() {
             )
         })
         .collect();
-    for (mut producer, codec) in producers.into_iter().zip(CODECS) {
-        let status = producer.wait().expect("wait for Kafka's producer");
-        assert!(
-            status.success(),
-            "Kafka's producer failed for {codec}: {status}"
-        );
+    for (producer, codec) in producers.into_iter().zip(CODECS) {
+        kafka::finished(producer, &format!("Kafka's producer ({codec})"));
     }
 
     let stores = ZooKeeper::new("codec").await;

@@ -11,9 +11,10 @@ use crate::{
         messages::{
             DeleteRecordsRequest, DeleteRecordsResponse, DeleteRequestPartition,
             DeleteRequestTopic, DeleteResponsePartition, FetchRequest, FetchRequestPartition,
-            FetchRequestTopic, FetchResponse, FetchResponsePartition, IsolationLevel,
-            ListOffsetsRequest, ListOffsetsRequestPartition, ListOffsetsRequestTopic,
-            ListOffsetsResponse, ListOffsetsResponsePartition, NORMAL_CONSUMER, ProduceRequest,
+            FetchRequestTopic, FetchResponse, FetchResponseAbortedTransaction,
+            FetchResponsePartition, IsolationLevel, ListOffsetsRequest,
+            ListOffsetsRequestPartition, ListOffsetsRequestTopic, ListOffsetsResponse,
+            ListOffsetsResponsePartition, NORMAL_CONSUMER, ProduceRequest,
             ProduceRequestPartitionData, ProduceRequestTopicData, ProduceResponse,
         },
         primitives::*,
@@ -32,6 +33,25 @@ use tokio::sync::Mutex;
 use tracing::{debug, error, info};
 
 use super::{error::ServerErrorResponse, metadata_cache::MetadataCacheGeneration};
+
+/// What [`PartitionClient::fetch`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FetchedRecords {
+    /// The committed records, in offset order, from the requested offset on.
+    pub records: Vec<RecordAndOffset>,
+
+    /// The offset to fetch from next: one past the last batch the broker returned, whether it held records,
+    /// records of an aborted transaction or a transaction marker; the requested offset if it returned none.
+    pub next_offset: i64,
+
+    /// The partition's high watermark.
+    pub high_watermark: i64,
+
+    /// The partition's last stable offset: no transaction is open below it. Read-committed fetches return nothing
+    /// at or past it.
+    pub last_stable_offset: Option<i64>,
+}
 
 /// How strongly a [`PartitionClient`] is bound to a partition.
 ///
@@ -230,6 +250,10 @@ impl PartitionClient {
     ///
     /// Returns the records, and the current high watermark.
     ///
+    /// Records of aborted transactions are not returned, and neither are transaction markers: a consumer that moves
+    /// on from the last returned offset can stop short of the log's end for ever. Use [`fetch`](Self::fetch), which
+    /// also returns the offset to fetch from next.
+    ///
     ///
     /// # Error Handling
     /// Fetching records outside the range known the to broker (marked by low and high watermark) will lead to a
@@ -241,6 +265,24 @@ impl PartitionClient {
         bytes: Range<i32>,
         max_wait_ms: i32,
     ) -> Result<(Vec<RecordAndOffset>, i64)> {
+        let fetched = self.fetch(offset, bytes, max_wait_ms).await?;
+        Ok((fetched.records, fetched.high_watermark))
+    }
+
+    /// Fetch `bytes` bytes of record data starting at sequence number `offset`, with read-committed isolation.
+    ///
+    /// Returns the committed records (records of aborted transactions are left out, as are transaction markers),
+    /// the offset to fetch from next (past every batch the broker returned, markers and aborted batches included),
+    /// the high watermark and the last stable offset.
+    ///
+    /// # Error Handling
+    /// As [`fetch_records`](Self::fetch_records).
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        bytes: Range<i32>,
+        max_wait_ms: i32,
+    ) -> Result<FetchedRecords> {
         let request = &build_fetch_request(offset, bytes, max_wait_ms, self.partition, &self.topic);
 
         let partition = maybe_retry(
@@ -264,9 +306,17 @@ impl PartitionClient {
         )
         .await?;
 
-        let records = extract_records(partition.records.0, offset)?;
+        let high_watermark = partition.high_watermark.0;
+        let last_stable_offset = partition.last_stable_offset.map(|x| x.0);
+        let (records, next_offset) =
+            extract_records(partition.records.0, &partition.aborted_transactions, offset)?;
 
-        Ok((records, partition.high_watermark.0))
+        Ok(FetchedRecords {
+            records,
+            next_offset,
+            high_watermark,
+            last_stable_offset,
+        })
     }
 
     /// Get offset for this partition.
@@ -835,15 +885,38 @@ fn process_fetch_response(
 
 fn extract_records(
     partition_records: Vec<RecordBatch>,
+    aborted_transactions: &[FetchResponseAbortedTransaction],
     request_offset: i64,
-) -> Result<Vec<RecordAndOffset>> {
+) -> Result<(Vec<RecordAndOffset>, i64)> {
     let mut records = vec![];
+    let mut next_offset = request_offset;
+
+    // As the Java consumer does: a producer's transaction is aborted from the first offset the broker lists for it
+    // up to its abort marker. The list is only sent for read-committed fetches.
+    let mut aborted_starts: Vec<(i64, i64)> = aborted_transactions
+        .iter()
+        .map(|t| (t.first_offset.0, t.producer_id.0))
+        .collect();
+    aborted_starts.sort_unstable();
+    let mut aborted_starts = aborted_starts.into_iter().peekable();
+    let mut aborted_producers = std::collections::HashSet::new();
 
     for batch in partition_records {
+        let last_offset = batch.base_offset + i64::from(batch.last_offset_delta);
+        next_offset = next_offset.max(last_offset + 1);
+        while let Some((_, producer_id)) =
+            aborted_starts.next_if(|(first_offset, _)| *first_offset <= last_offset)
+        {
+            aborted_producers.insert(producer_id);
+        }
+
         match batch.records {
-            ControlBatchOrRecords::ControlBatch(_) => {
-                // ignore
+            ControlBatchOrRecords::ControlBatch(ControlBatchRecord::Abort) => {
+                aborted_producers.remove(&batch.producer_id);
             }
+            ControlBatchOrRecords::ControlBatch(ControlBatchRecord::Commit) => {}
+            ControlBatchOrRecords::Records(_)
+                if batch.is_transactional && aborted_producers.contains(&batch.producer_id) => {}
             ControlBatchOrRecords::Records(protocol_records) => {
                 records.reserve(protocol_records.len());
 
@@ -897,7 +970,7 @@ fn extract_records(
         }
     }
 
-    Ok(records)
+    Ok((records, next_offset))
 }
 
 fn build_list_offsets_request(partition: i32, topic: &str, at: OffsetAt) -> ListOffsetsRequest {

@@ -525,8 +525,14 @@ impl RecordBatchBody {
                 ));
             }
 
-            let record = ControlBatchRecord::read(reader)?;
-            Ok(ControlBatchOrRecords::ControlBatch(record))
+            // A control batch holds one record like any other, whose key is the control record (its value,
+            // the coordinator's epoch, is not needed to read the log).
+            let record = Record::read(reader)?;
+            let key = record.key.ok_or_else(|| {
+                ReadError::Malformed("Control batch record without a key".to_string().into())
+            })?;
+            let control = ControlBatchRecord::read(&mut key.as_slice())?;
+            Ok(ControlBatchOrRecords::ControlBatch(control))
         } else {
             let mut records = VecBuilder::new(n_records);
             for _ in 0..n_records {
@@ -759,7 +765,18 @@ impl RecordBatchBodyRef<'_> {
         W: Write,
     {
         match records {
-            ControlBatchOrRecords::ControlBatch(control_batch) => control_batch.write(writer),
+            ControlBatchOrRecords::ControlBatch(control_batch) => {
+                let mut key = vec![];
+                control_batch.write(&mut key)?;
+                Record {
+                    timestamp_delta: 0,
+                    offset_delta: 0,
+                    key: Some(key),
+                    value: None,
+                    headers: vec![],
+                }
+                .write(writer)
+            }
             ControlBatchOrRecords::Records(records) => {
                 for record in records {
                     record.write(writer)?;
