@@ -11,7 +11,8 @@ use tenure_core::{FencingToken, Offset, TopicPartition};
 use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use zookeeper_client as zk;
 
-use crate::{acls_for, Digest};
+use crate::session::TLS_PROBE_TIMEOUT;
+use crate::ZooKeeperSecurity;
 
 /// The most deletes sent in one multi-op: well within the server's 1 MB
 /// request bound (`jute.maxbuffer`) for any path ZooKeeper allows.
@@ -49,61 +50,76 @@ pub struct ZooKeeperAdmin {
     connect_string: String,
     /// Who the session authenticated as: records this admin creates get
     /// the ACL members with these credentials give theirs.
-    digest: Option<Digest>,
+    security: ZooKeeperSecurity,
 }
 
 impl ZooKeeperAdmin {
     /// Opens a session with the ensemble at `connect_string`
     /// (`host:port[,host:port...][/chroot]`), waiting at most `timeout`.
     pub async fn connect(connect_string: &str, timeout: Duration) -> Result<Self, AdminError> {
-        ZooKeeperAdmin::connect_as(connect_string, None, timeout).await
+        ZooKeeperAdmin::connect_with(connect_string, ZooKeeperSecurity::new(), timeout).await
     }
 
-    /// Opens a session as [`ZooKeeperAdmin::connect`] does, authenticated
-    /// with `digest` (the credentials of the groups' members, when their
-    /// znodes are under a digest ACL: see `ZooKeeperBackend::digest`).
-    pub async fn connect_as(
+    /// Opens a session as [`ZooKeeperAdmin::connect`] does, with the
+    /// credentials and TLS of `security` (the groups' members' digest, when
+    /// their znodes are under a digest ACL: see [`ZooKeeperSecurity`]).
+    pub async fn connect_with(
         connect_string: &str,
-        digest: Option<Digest>,
+        security: ZooKeeperSecurity,
         timeout: Duration,
     ) -> Result<Self, AdminError> {
-        let store = match &digest {
-            Some(digest) => format!("ZooKeeper at {connect_string} as {}", digest.user()),
-            None => format!("ZooKeeper at {connect_string}"),
-        };
-        let unreachable = |detail: String| AdminError::Unreachable {
-            store: store.clone(),
-            detail,
-        };
-        let mut connector =
-            zk::Client::connector().with_session_timeout(timeout.max(Duration::from_secs(4)));
-        if let Some(digest) = &digest {
-            connector = connector.with_auth("digest", &digest.auth());
+        let store = security.store(connect_string);
+        if let Err(error) = security.check() {
+            return Err(AdminError::BadAddress {
+                store,
+                detail: error.to_string(),
+            });
         }
-        let connecting = connector.connect(connect_string);
-        let client = match tokio::time::timeout(timeout, connecting).await {
-            Err(_) => return Err(unreachable(format!("no session within {timeout:?}"))),
+        let connector =
+            zk::Client::connector().with_session_timeout(timeout.max(Duration::from_secs(4)));
+        let connecting = security.connect(connector, connect_string);
+        let detail = match tokio::time::timeout(timeout, connecting).await {
+            Ok(Ok(client)) => {
+                let admin = ZooKeeperAdmin {
+                    client,
+                    connect_string: connect_string.to_owned(),
+                    security,
+                };
+                return admin.checked(timeout).await;
+            }
             Ok(Err(zk::Error::BadArguments(detail))) => {
                 return Err(AdminError::BadAddress {
                     store,
                     detail: detail.to_string(),
                 })
             }
-            Ok(Err(error)) => return Err(unreachable(error.to_string())),
-            Ok(Ok(client)) => client,
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => format!("no session within {timeout:?}"),
         };
-        match tokio::time::timeout(timeout, client.check_stat("/")).await {
+        // Over TLS the client only times out; a handshake of our own says why.
+        match security
+            .tls_refusal(connect_string, TLS_PROBE_TIMEOUT)
+            .await
+        {
+            Some(detail) => Err(AdminError::Denied { store, detail }),
+            None => Err(AdminError::Unreachable { store, detail }),
+        }
+    }
+
+    /// The admin, once its chroot is found to exist.
+    async fn checked(self, timeout: Duration) -> Result<Self, AdminError> {
+        let unreachable = |detail: String| AdminError::Unreachable {
+            store: self.store(),
+            detail,
+        };
+        match tokio::time::timeout(timeout, self.client.check_stat("/")).await {
             Err(_) => Err(unreachable(format!("no answer within {timeout:?}"))),
             Ok(Err(error)) => Err(unreachable(error.to_string())),
             Ok(Ok(None)) => Err(AdminError::BadAddress {
-                store,
-                detail: format!("the chroot {} does not exist", client.path()),
+                store: self.store(),
+                detail: format!("the chroot {} does not exist", self.client.path()),
             }),
-            Ok(Ok(Some(_))) => Ok(ZooKeeperAdmin {
-                client,
-                connect_string: connect_string.to_owned(),
-                digest,
-            }),
+            Ok(Ok(Some(_))) => Ok(self),
         }
     }
 
@@ -350,10 +366,7 @@ impl ZooKeeperAdmin {
 #[async_trait]
 impl GroupAdmin for ZooKeeperAdmin {
     fn store(&self) -> String {
-        match &self.digest {
-            Some(digest) => format!("ZooKeeper at {} as {}", self.connect_string, digest.user()),
-            None => format!("ZooKeeper at {}", self.connect_string),
-        }
+        self.security.store(&self.connect_string)
     }
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {
@@ -423,7 +436,7 @@ impl GroupAdmin for ZooKeeperAdmin {
             Ok(()) | Err(zk::Error::NodeExists) => {}
             Err(error) => return Err(self.refused("creating the groups' node".to_owned(), error)),
         }
-        let options = zk::CreateMode::Persistent.with_acls(acls_for(self.digest.as_ref()));
+        let options = zk::CreateMode::Persistent.with_acls(self.security.acls());
         for (partition, offset) in offsets {
             let path = layout.offset(partition);
             let data = offset.to_string().into_bytes();

@@ -30,9 +30,11 @@
 
 mod admin;
 mod ops;
+mod security;
 mod session;
 
 pub use admin::ZooKeeperAdmin;
+pub use security::{Digest, ZooKeeperSecurity};
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -41,7 +43,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Event, MemberInfo, SessionId, StoreRequest};
-use tenure_tokio::security::Password;
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
@@ -80,8 +81,8 @@ pub(crate) struct Config {
     pub(crate) connect_string: String,
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
-    /// Who every session authenticates as, if anyone.
-    pub(crate) digest: Option<Digest>,
+    /// Who every session authenticates as, and TLS.
+    pub(crate) security: ZooKeeperSecurity,
     pub(crate) hooks: Hooks,
     /// Requests sent to ZooKeeper so far, across sessions.
     pub(crate) requests: Arc<AtomicU64>,
@@ -90,62 +91,7 @@ pub(crate) struct Config {
 impl Config {
     /// How the store is named in errors and logs.
     pub(crate) fn store(&self) -> String {
-        match &self.digest {
-            Some(digest) => format!("ZooKeeper at {} as {}", self.connect_string, digest.user),
-            None => format!("ZooKeeper at {}", self.connect_string),
-        }
-    }
-
-    /// The ACL of the group's znodes: with credentials, every right for the
-    /// identity that created them (every member that authenticates alike)
-    /// and none for anyone else; without, open, as Kafka 0.8 made them.
-    pub(crate) fn acls(&self) -> zk::Acls<'static> {
-        acls_for(self.digest.as_ref())
-    }
-}
-
-/// The ACL of a group's znodes for a client that authenticates as `digest`
-/// (see [`Config::acls`]).
-pub(crate) fn acls_for(digest: Option<&Digest>) -> zk::Acls<'static> {
-    match digest {
-        Some(_) => zk::Acls::creator_all(),
-        None => zk::Acls::anyone_all(),
-    }
-}
-
-/// Credentials for ZooKeeper's `digest` scheme: a user and a password. The
-/// server knows the identity only as `user:base64(sha1(user:password))`, so
-/// members that share the credentials share the identity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Digest {
-    user: String,
-    password: Password,
-}
-
-impl Digest {
-    /// Credentials of `user` with `password`. A user name with `:` cannot
-    /// be told apart from its password on the wire, and is refused, as is
-    /// an empty one.
-    pub fn new(user: &str, password: &str) -> Result<Digest, BackendError> {
-        if user.is_empty() || user.contains(':') {
-            return Err(BackendError::Config(format!(
-                "ZooKeeper digest user {user:?} cannot be used: it must be non-empty and hold no `:`"
-            )));
-        }
-        Ok(Digest {
-            user: user.to_owned(),
-            password: Password::new(password),
-        })
-    }
-
-    /// The user.
-    pub fn user(&self) -> &str {
-        &self.user
-    }
-
-    /// What the client sends: `user:password`.
-    pub(crate) fn auth(&self) -> Vec<u8> {
-        format!("{}:{}", self.user, self.password.expose()).into_bytes()
+        self.security.store(&self.connect_string)
     }
 }
 
@@ -197,7 +143,7 @@ impl ZooKeeperBackend {
                 // The member's, set when it starts the backend.
                 session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                digest: None,
+                security: ZooKeeperSecurity::new(),
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
             },
@@ -213,14 +159,10 @@ impl ZooKeeperBackend {
         self
     }
 
-    /// Authenticates every session with ZooKeeper's `digest` scheme, and
-    /// creates the group's znodes under an ACL that gives that identity
-    /// every right and everybody else none: members of a group must share
-    /// the credentials, and so must the `tenure` command and any Kafka 0.8
-    /// tool that reads the group. `<chroot>/consumers` itself, shared by
-    /// every group, is created open if it is missing.
-    pub fn digest(mut self, digest: Digest) -> Self {
-        self.config.digest = Some(digest);
+    /// Credentials and TLS for a secured ensemble (see
+    /// [`ZooKeeperSecurity`] for the ACLs a digest brings).
+    pub fn security(mut self, security: ZooKeeperSecurity) -> Self {
+        self.config.security = security;
         self
     }
 
@@ -245,6 +187,7 @@ impl Backend for ZooKeeperBackend {
     async fn start(&mut self, joining: Joining) -> Result<(), BackendError> {
         check_start(self.running.is_some(), joining.session_timeout)?;
         self.config.session_timeout = joining.session_timeout;
+        self.config.security.check()?;
         let before = Instant::now();
         let client = session::connect(&self.config).await?;
         // Credentials that do not match the group's ACL would fail every
@@ -256,7 +199,7 @@ impl Backend for ZooKeeperBackend {
                 detail: format!(
                     "the znodes of group {:?} were created under an ACL these credentials do \
                      not satisfy; use the digest credentials the group's members use \
-                     (ZooKeeperBackend::digest)",
+                     (ZooKeeperSecurity::digest)",
                     joining.group
                 ),
             });

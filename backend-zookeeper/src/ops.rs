@@ -122,11 +122,12 @@ impl Ctx {
         };
         // Without credentials every node is open: one request makes them all.
         let groups = self::parent(self.shared.layout.group());
-        if let (Some(groups), Some(_)) = (groups, &self.shared.config.digest) {
+        if let (Some(groups), Some(_)) = (groups, self.shared.config.security.digest_credentials())
+        {
             let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
             self.call(|| self.client.mkdir(groups, &open)).await?;
         }
-        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.acls());
+        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
         self.call(|| self.client.mkdir(parent, &options)).await
     }
 
@@ -137,7 +138,7 @@ impl Ctx {
         data: &[u8],
         mode: zk::CreateMode,
     ) -> Result<zk::Stat, zk::Error> {
-        let options = mode.with_acls(self.shared.config.acls());
+        let options = mode.with_acls(self.shared.config.security.acls());
         match self.call(|| self.client.create(path, data, &options)).await {
             Err(zk::Error::NoNode) => {}
             other => return other.map(|(stat, _)| stat),
@@ -296,7 +297,7 @@ impl StoreOps for Ctx {
                 None => writer.add_create(
                     &path,
                     &data,
-                    &zk::CreateMode::Persistent.with_acls(self.shared.config.acls()),
+                    &zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls()),
                 ),
             });
         built.map_err(store_error)?;

@@ -23,22 +23,33 @@ pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError>
 }
 
 async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
-    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
-    if let Some(digest) = &config.digest {
-        connector = connector.with_auth("digest", &digest.auth());
-    }
-    let attempt = connector.connect(&config.connect_string);
-    let client = match tokio::time::timeout(config.connect_timeout, attempt).await {
-        Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
+    let connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    let attempt = config.security.connect(connector, &config.connect_string);
+    let failed = match tokio::time::timeout(config.connect_timeout, attempt).await {
+        Err(_) => ConnectError::Timeout(config.connect_timeout),
         Ok(Err(source @ zk::Error::BadArguments(_))) => {
             return Err(ConnectError::BadAddress {
                 address: config.connect_string.clone(),
                 source,
             })
         }
-        Ok(Err(e)) => return Err(ConnectError::Client(e)),
-        Ok(Ok(client)) => client,
+        Ok(Err(e)) => ConnectError::Client(e),
+        Ok(Ok(client)) => return check_session(config, client).await,
     };
+    // Over TLS the client only times out; a handshake of our own says why.
+    let refusal = config
+        .security
+        .tls_refusal(&config.connect_string, TLS_PROBE_TIMEOUT)
+        .await;
+    Err(refusal.map_or(failed, ConnectError::Denied))
+}
+
+/// How long finding out why a TLS session did not open may take.
+pub(crate) const TLS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Checks a newly opened session: its chroot exists, and the server
+/// granted the session timeout asked for.
+async fn check_session(config: &Config, client: zk::Client) -> Result<zk::Client, ConnectError> {
     // Every path is under the chroot; a missing chroot would fail every
     // request with NoNode, so say so now.
     let root = tokio::time::timeout(config.connect_timeout, client.check_stat("/")).await;

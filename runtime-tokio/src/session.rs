@@ -542,6 +542,10 @@ pub enum OpenError<E> {
         /// What the store granted.
         granted: Duration,
     },
+    /// The store refused this client: its credentials or certificates
+    /// (the detail says what to fix).
+    #[error("{0}")]
+    Denied(String),
     /// The client failed otherwise.
     #[error("{0}")]
     Client(E),
@@ -560,6 +564,7 @@ impl<E: std::error::Error + Send + Sync + 'static> OpenError<E> {
                 asked,
                 granted,
             },
+            OpenError::Denied(detail) => BackendError::Denied { store, detail },
             OpenError::Timeout(_) | OpenError::Client(_) => BackendError::Connect {
                 store,
                 detail: self.to_string(),

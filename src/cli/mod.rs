@@ -71,6 +71,28 @@ struct Connection {
         value_name = "USER:PASSWORD"
     )]
     zookeeper_digest: Option<String>,
+    /// The CA certificate (PEM) that signed the ZooKeeper servers'
+    /// certificates: speaks TLS (the address names their secureClientPort)
+    #[arg(long, global = true, env = "TENURE_ZOOKEEPER_CA", value_name = "FILE")]
+    zookeeper_ca: Option<std::path::PathBuf>,
+    /// The client certificate (PEM) to present to ZooKeeper, with --zookeeper-key
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ZOOKEEPER_CERT",
+        value_name = "FILE",
+        requires_all = ["zookeeper_key", "zookeeper_ca"]
+    )]
+    zookeeper_cert: Option<std::path::PathBuf>,
+    /// The client certificate's key (PEM)
+    #[arg(
+        long,
+        global = true,
+        env = "TENURE_ZOOKEEPER_KEY",
+        value_name = "FILE",
+        requires = "zookeeper_cert"
+    )]
+    zookeeper_key: Option<std::path::PathBuf>,
     /// The etcd cluster holding the groups
     #[arg(
         long,
@@ -369,19 +391,13 @@ async fn connect_store(
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let digest = match &connection.zookeeper_digest {
-                None => None,
-                Some(credentials) => {
-                    let (user, password) = credentials.split_once(':').ok_or(
-                        "--zookeeper-digest takes USER:PASSWORD (TENURE_ZOOKEEPER_DIGEST too)",
-                    )?;
-                    Some(crate::zookeeper::Digest::new(user, password).map_err(|e| e.to_string())?)
-                }
-            };
-            let admin =
-                crate::zookeeper::ZooKeeperAdmin::connect_as(&address, digest, connection.wait())
-                    .await
-                    .map_err(|e| e.to_string())?;
+            let admin = crate::zookeeper::ZooKeeperAdmin::connect_with(
+                &address,
+                zookeeper_security(connection)?,
+                connection.wait(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok(Box::new(admin))
         }
         #[cfg(not(feature = "zookeeper"))]
@@ -407,6 +423,55 @@ async fn connect_store(
              `etcd` (cargo install --path . --features cli,etcd)"
         )),
     }
+}
+
+/// The ZooKeeper credentials and TLS settings the flags (or variables)
+/// give.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_security(
+    connection: &Connection,
+) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
+    let mut security = crate::zookeeper::ZooKeeperSecurity::new();
+    if let Some(credentials) = &connection.zookeeper_digest {
+        let (user, password) = credentials
+            .split_once(':')
+            .ok_or("--zookeeper-digest takes USER:PASSWORD (TENURE_ZOOKEEPER_DIGEST too)")?;
+        let digest = crate::zookeeper::Digest::new(user, password).map_err(|e| e.to_string())?;
+        security = security.digest(digest);
+    }
+    match &connection.zookeeper_ca {
+        Some(ca) => zookeeper_tls(security, ca, connection),
+        None => Ok(security),
+    }
+}
+
+#[cfg(feature = "zookeeper-tls")]
+fn zookeeper_tls(
+    security: crate::zookeeper::ZooKeeperSecurity,
+    ca: &std::path::Path,
+    connection: &Connection,
+) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
+    let mut security = security.ca_file(ca).map_err(|e| e.to_string())?;
+    // Each of the two requires the other (clap says so on bad usage).
+    if let (Some(cert), Some(key)) = (&connection.zookeeper_cert, &connection.zookeeper_key) {
+        security = security
+            .client_identity_files(cert, key)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(security)
+}
+
+#[cfg(all(feature = "zookeeper", not(feature = "zookeeper-tls")))]
+fn zookeeper_tls(
+    _security: crate::zookeeper::ZooKeeperSecurity,
+    ca: &std::path::Path,
+    _connection: &Connection,
+) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
+    Err(format!(
+        "--zookeeper-ca {}: this tenure was built without TLS to ZooKeeper (the Cargo feature \
+         `zookeeper-tls`)",
+        ca.display()
+    ))
 }
 
 /// The etcd credentials and TLS settings the flags (or variables) give.

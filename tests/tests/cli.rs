@@ -1030,3 +1030,151 @@ async fn deletes_are_guarded_on_etcd() {
     let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
     deletes_are_guarded(store, Box::new(backend), "cli-delete-etcd").await;
 }
+
+fn secured_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: this test needs the secured servers of scripts/services; start \
+             them with `eval \"$(scripts/services start)\"`, or run scripts/test"
+        )
+    })
+}
+
+/// `tenure describe <group> --json` with exactly `args` before it; asserts
+/// that it succeeds and that `member` is the group's one member.
+fn described_by(args: &[&str], group: &str, member: &str) {
+    let mut all = args.to_vec();
+    all.extend(["--timeout", "10", "describe", group, "--json"]);
+    let output = run_tenure(&all);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let description: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    assert_eq!(description["members"][0]["id"], member, "{description:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
+    use tenure::etcd::{EtcdBackend, EtcdSecurity};
+    use tenure::zookeeper::{Digest, ZooKeeperBackend, ZooKeeperSecurity};
+
+    let client = kafka::client().await;
+    let topic = kafka::topic("cli-secured");
+    kafka::create_topic(&client, &topic, 1).await;
+
+    // ZooKeeper over TLS, with a client certificate and a digest.
+    let (zk, zk_ca, zk_cert, zk_key) = (
+        secured_var("TENURE_ZOOKEEPER_TLS"),
+        secured_var("TENURE_ZOOKEEPER_TLS_CA"),
+        secured_var("TENURE_ZOOKEEPER_TLS_CERT"),
+        secured_var("TENURE_ZOOKEEPER_TLS_KEY"),
+    );
+    let security = ZooKeeperSecurity::new()
+        .digest(Digest::new("billing", "s3cret").expect("valid credentials"))
+        .ca_file(&zk_ca)
+        .expect("the CA")
+        .client_identity_files(&zk_cert, &zk_key)
+        .expect("the certificate");
+    let group = common::group("cli-zk-tls");
+    let member = join(
+        Box::new(ZooKeeperBackend::new(zk.as_str()).security(security)),
+        &group,
+        "m1",
+        &topic,
+    )
+    .await;
+    let zk_flags = [
+        "--zookeeper",
+        &zk,
+        "--zookeeper-ca",
+        &zk_ca,
+        "--zookeeper-cert",
+        &zk_cert,
+        "--zookeeper-key",
+        &zk_key,
+        "--zookeeper-digest",
+        "billing:s3cret",
+    ];
+    described_by(&zk_flags, &group, "m1");
+    // Without the client certificate: refused, saying so.
+    let output = run_tenure(&[
+        "--zookeeper",
+        &zk,
+        "--zookeeper-ca",
+        &zk_ca,
+        "--timeout",
+        "5",
+        "groups",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("client's certificate"),
+        "{}",
+        stderr(&output)
+    );
+    member.close().await.expect("close");
+
+    // etcd over TLS with a user, and Kafka over SASL_SSL, at once.
+    let (etcd, etcd_ca, etcd_cert, etcd_key, etcd_user, etcd_password) = (
+        secured_var("TENURE_ETCD_TLS"),
+        secured_var("TENURE_ETCD_TLS_CA"),
+        secured_var("TENURE_ETCD_TLS_CERT"),
+        secured_var("TENURE_ETCD_TLS_KEY"),
+        secured_var("TENURE_ETCD_TLS_USER"),
+        secured_var("TENURE_ETCD_TLS_PASSWORD"),
+    );
+    let group = common::group("cli-etcd-tls");
+    let prefix = format!("/tenure-cli/{group}");
+    let security = EtcdSecurity::new()
+        .user(&etcd_user, &etcd_password)
+        .ca_file(&etcd_ca)
+        .expect("the CA")
+        .client_identity_files(&etcd_cert, &etcd_key)
+        .expect("the certificate");
+    let member = join(
+        Box::new(
+            EtcdBackend::new(etcd.as_str())
+                .prefix(&prefix)
+                .security(security),
+        ),
+        &group,
+        "m1",
+        &topic,
+    )
+    .await;
+    let (kafka_secured, kafka_ca, kafka_user, kafka_password) = (
+        secured_var("TENURE_KAFKA_SECURED"),
+        secured_var("TENURE_KAFKA_CA"),
+        secured_var("TENURE_KAFKA_SASL_USER"),
+        secured_var("TENURE_KAFKA_SASL_PASSWORD"),
+    );
+    described_by(
+        &[
+            "--etcd",
+            &etcd,
+            "--etcd-prefix",
+            &prefix,
+            "--etcd-user",
+            &etcd_user,
+            "--etcd-password",
+            &etcd_password,
+            "--etcd-ca",
+            &etcd_ca,
+            "--etcd-cert",
+            &etcd_cert,
+            "--etcd-key",
+            &etcd_key,
+            "--bootstrap",
+            &kafka_secured,
+            "--kafka-sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--kafka-user",
+            &kafka_user,
+            "--kafka-password",
+            &kafka_password,
+            "--kafka-ca",
+            &kafka_ca,
+        ],
+        &group,
+        "m1",
+    );
+    member.close().await.expect("close");
+}

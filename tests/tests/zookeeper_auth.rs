@@ -13,7 +13,7 @@ use common::kafka;
 use common::zookeeper::ZooKeeper;
 use tenure::tokio::admin::{self, AdminError};
 use tenure::tokio::{BackendError, GroupMember, JoinError, KafkaConfig};
-use tenure::zookeeper::{Digest, ZooKeeperAdmin, ZooKeeperBackend};
+use tenure::zookeeper::{Digest, ZooKeeperAdmin, ZooKeeperBackend, ZooKeeperSecurity};
 use zookeeper_client as zk;
 
 const MESSAGES: usize = 40;
@@ -31,7 +31,10 @@ async fn join(
 ) -> Result<GroupMember, JoinError> {
     GroupMember::builder(common::config_for(group, member, topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
-        .join(ZooKeeperBackend::new(zookeeper.connect_string()).digest(as_who))
+        .join(
+            ZooKeeperBackend::new(zookeeper.connect_string())
+                .security(ZooKeeperSecurity::new().digest(as_who)),
+        )
         .await
 }
 
@@ -120,9 +123,9 @@ async fn a_group_with_digest_credentials_keeps_other_identities_out() {
         Err(AdminError::Denied { .. }) => {}
         other => panic!("expected Denied, got {other:?}"),
     }
-    let authed = ZooKeeperAdmin::connect_as(
+    let authed = ZooKeeperAdmin::connect_with(
         zookeeper.connect_string(),
-        Some(digest("billing", "s3cret")),
+        ZooKeeperSecurity::new().digest(digest("billing", "s3cret")),
         Duration::from_secs(10),
     )
     .await
