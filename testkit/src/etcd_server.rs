@@ -22,7 +22,8 @@ pub fn endpoint() -> String {
 /// lazily); fails the test if the server does not answer.
 pub async fn client(endpoint: &str) -> Client {
     let connecting = async {
-        let mut client = Client::connect([endpoint], None).await?;
+        // A cluster's endpoints come comma-separated, as members take them.
+        let mut client = Client::connect(endpoint.split(',').collect::<Vec<_>>(), None).await?;
         client.status().await?;
         Ok::<_, etcd_client::Error>(client)
     };

@@ -38,7 +38,24 @@ impl Etcd {
         }
     }
 
-    /// The server's endpoint (`http://host:port`).
+    /// A prefix of its own on the 3-node cluster of `scripts/services`;
+    /// members are given every endpoint.
+    pub async fn on_cluster(test: &str) -> Etcd {
+        let endpoint = super::cluster::Cluster::Etcd.servers().join(",");
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("/tenure-test-{test}-{nanos}");
+        let raw = server::client(&endpoint).await;
+        Etcd {
+            endpoint,
+            prefix,
+            raw,
+        }
+    }
+
+    /// The server's endpoint (`http://host:port`), or every endpoint of a
+    /// cluster, comma-separated.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -50,11 +67,16 @@ impl Etcd {
 
     /// A backend that reaches etcd through a proxy the test can stall or cut.
     pub async fn through_proxy(&self) -> (EtcdBackend, proxy::Proxy) {
-        let address = self.endpoint.trim_start_matches("http://").to_owned();
-        let proxy = proxy::Proxy::start(&address).await;
+        let proxy = proxy::Proxy::start(&self.first_address()).await;
         let backend =
             EtcdBackend::new(format!("http://{}", proxy.address)).prefix(self.prefix.clone());
         (backend, proxy)
+    }
+
+    /// The first server's `host:port`, for a proxy in front of it.
+    fn first_address(&self) -> String {
+        let first = self.endpoint.split(',').next().unwrap_or_default();
+        first.trim_start_matches("http://").to_owned()
     }
 
     /// A client of the real etcd, for looking at keys directly.
@@ -86,8 +108,7 @@ impl Stores for Etcd {
     async fn doomed(&self) -> (Box<dyn Backend>, Box<dyn FnOnce() + Send>) {
         // Through a proxy that can be cut: the dying member's lease is
         // never revoked, it has to lapse, as after a crash.
-        let address = self.endpoint.trim_start_matches("http://").to_owned();
-        let proxy = proxy::Proxy::start(&address).await;
+        let proxy = proxy::Proxy::start(&self.first_address()).await;
         let backend = Box::new(
             EtcdBackend::new(format!("http://{}", proxy.address)).prefix(self.prefix.clone()),
         );

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod etcd;
 pub mod kafka;
 pub mod memory;

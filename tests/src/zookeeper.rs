@@ -46,6 +46,39 @@ impl ZooKeeper {
         &self.raw
     }
 
+    /// A chroot of its own on the 3-node ensemble of `scripts/services`,
+    /// with node `first` first in the connect string: a client connects to
+    /// the first server it is given, so that is the node its members talk
+    /// to until it fails.
+    pub async fn on_cluster(test: &str, first: u8) -> ZooKeeper {
+        let mut servers = super::cluster::Cluster::ZooKeeper.servers();
+        let at = usize::from(first.saturating_sub(1)) % servers.len();
+        servers.rotate_left(at);
+        let all = servers.join(",");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let chroot = format!("/tenure-test-{test}-{nanos}");
+        client(&all)
+            .await
+            .create(
+                &chroot,
+                b"",
+                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .expect("create the test's chroot");
+        let connect = format!("{all}{chroot}");
+        let raw = client(&connect).await;
+        ZooKeeper {
+            // Proxies (a doomed member's) stand in front of the first node.
+            address: servers[0].clone(),
+            chroot,
+            connect,
+            raw,
+        }
+    }
+
     pub async fn new(test: &str) -> ZooKeeper {
         let (address, chroot) = server::fresh_chroot(test).await;
         let connect = format!("{address}{chroot}");

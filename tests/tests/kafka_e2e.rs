@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::cluster::{Cluster, Node};
 use common::kafka;
 use common::zookeeper::ZooKeeper;
 use common::{Monitor, Stores};
@@ -82,15 +83,78 @@ fn consume(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_zookeeper() {
-    a_hundred_thousand_messages(&ZooKeeper::new("e2e").await, "zookeeper").await;
+    a_hundred_thousand_messages(&ZooKeeper::new("e2e").await, "zookeeper", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_messages_through_joins_leaves_and_deaths_on_etcd() {
-    a_hundred_thousand_messages(&common::etcd::Etcd::new("e2e").await, "etcd").await;
+    a_hundred_thousand_messages(&common::etcd::Etcd::new("e2e").await, "etcd", None).await;
 }
 
-async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_on_a_zookeeper_ensemble_losing_its_leader() {
+    let cluster = Cluster::ZooKeeper;
+    let _alone = cluster.exclusive().await;
+    let stores = ZooKeeper::on_cluster("e2e-leader", 1).await;
+    a_hundred_thousand_messages(
+        &stores,
+        "a zookeeper ensemble losing its leader",
+        Some((cluster, Node::Leader)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_on_a_zookeeper_ensemble_losing_the_members_server() {
+    let cluster = Cluster::ZooKeeper;
+    let _alone = cluster.exclusive().await;
+    // Every member connects to node 2 first: the one that dies.
+    let stores = ZooKeeper::on_cluster("e2e-server", 2).await;
+    a_hundred_thousand_messages(
+        &stores,
+        "a zookeeper ensemble losing the members' server",
+        Some((cluster, Node::Number(2))),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_on_an_etcd_cluster_losing_its_leader() {
+    let cluster = Cluster::Etcd;
+    let _alone = cluster.exclusive().await;
+    let stores = common::etcd::Etcd::on_cluster("e2e-leader").await;
+    a_hundred_thousand_messages(
+        &stores,
+        "an etcd cluster losing its leader",
+        Some((cluster, Node::Leader)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_messages_on_an_etcd_cluster_losing_a_follower() {
+    let cluster = Cluster::Etcd;
+    let _alone = cluster.exclusive().await;
+    let stores = common::etcd::Etcd::on_cluster("e2e-follower").await;
+    // Members speak to every node (the client balances over them); this
+    // one is a follower when it dies.
+    let follower = (1..=3).find(|n| *n != cluster.leader()).unwrap_or(1);
+    a_hundred_thousand_messages(
+        &stores,
+        "an etcd cluster losing a follower",
+        Some((cluster, Node::Number(follower))),
+    )
+    .await;
+}
+
+/// 100,000 messages consumed while members join, close and die; with
+/// `fault`, that node of a 3-node store dies too (SIGKILL) just after the
+/// fourth member joins, and comes back after the kill of a member.
+async fn a_hundred_thousand_messages(
+    stores: &dyn Stores,
+    store: &str,
+    fault: Option<(Cluster, Node)>,
+) {
     const PARTITIONS: u32 = 16;
     const PER_PARTITION: usize = 6250;
     let client = kafka::client().await;
@@ -140,6 +204,17 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
     tasks.push(consume(fourth, processed.clone(), rx));
     controls.insert("m4", (tx, None));
 
+    let killed = match fault {
+        Some((cluster, node)) => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let number = tokio::task::spawn_blocking(move || cluster.kill(node))
+                .await
+                .expect("kill a node");
+            Some((cluster, number))
+        }
+        None => None,
+    };
+
     tokio::time::sleep(Duration::from_secs(2)).await;
     controls["m1"].0.send(Control::Close).expect("m1 listens");
 
@@ -147,6 +222,13 @@ async fn a_hundred_thousand_messages(stores: &dyn Stores, store: &str) {
     let (tx, crash) = controls.get_mut("m2").expect("m2");
     tx.send(Control::Kill(crash.take().expect("m2's plug")))
         .expect("m2 listens");
+
+    if let Some((cluster, number)) = killed {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::task::spawn_blocking(move || cluster.start(number))
+            .await
+            .expect("start the node again");
+    }
 
     producing.await.expect("producer");
     let ends = kafka::end_offsets(&client, &topic, PARTITIONS).await;
