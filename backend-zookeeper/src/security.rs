@@ -196,10 +196,10 @@ mod tls {
             connect_string: &str,
         ) -> Result<zk::Client, zk::Error> {
             // The client builds its rustls configuration with the process's
-            // default crypto provider; two are compiled in (ring, which the
-            // Kafka and etcd clients use, and the client's own default), so
-            // one must be named. An application that installed its own
-            // keeps it.
+            // default crypto provider, which rustls cannot pick by itself
+            // when an application's other dependencies compile in a second
+            // one: name ring, which every client of tenure's uses. An
+            // application that installed its own keeps it.
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mut options = zk::TlsOptions::new();
             if let Some(ca) = &self.ca {

@@ -15,20 +15,14 @@
 //!
 //! ## Feature flags
 //! * `tls`: Toggle TLS support.
-//! * `fips`: Toggle TLS FIPS mode support. See also [TlsOptions::with_fips].
-//! * `fips-only`: Force TLS FIPS mode. This should be considered as an application only feature to
-//!   fulfill security requirement at global level.
-//! * `sasl`: Toggle SASL support.
-//! * `sasl-gssapi`: Toggle only GSSAPI SASL support. This relies on binding package `libgssapi-sys`.
-//! * `sasl-digest-md5`: Toggle only DIGEST-MD5 SASL support.
+//!
+//! (This copy, built for tenure, leaves out the FIPS and SASL features of the published crate.)
 //!
 //! ## Async runtime support
 //! This library uses [asyncs](https://docs.rs/asyncs) and [spawns](https://docs.rs/spawns) to
 //! spawn asynchronous tasks. It exposes runtime feature flags for handy. Please refer their docs
 //! for references.
 //! * `tokio`: Toggle support for [tokio](https://docs.rs/tokio).
-//! * `smol`: Toggle support for [smol](https://docs.rs/smol) builtin global executor.
-//! * `async-global-executor`: Toggle support for [async-global-executor](https://docs.rs/async-global-executor).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -49,6 +49,21 @@ impl SessionInfo {
         self.id
     }
 
+    /// Session password: with the id, what lets a client resume the session (from another process, say,
+    /// after a restart, as the Java client's `getSessionPasswd` allows).
+    pub fn password(&self) -> &[u8] {
+        &self.password
+    }
+
+    /// The session with this id and password, to resume with [Connector::with_session]: one established before,
+    /// by this process or another. The server refuses a wrong password, and reports a session that expired
+    /// meanwhile as such.
+    ///
+    /// [Connector::with_session]: crate::Connector::with_session
+    pub fn resume(id: SessionId, password: Vec<u8>) -> Self {
+        Self::new(id, password)
+    }
+
     /// Is this an readonly session ?
     ///
     /// Readonly sessions are local to connected server thus not eligible for session reestablishment.
