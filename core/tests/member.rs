@@ -1947,3 +1947,116 @@ fn the_same_seed_and_events_give_the_same_commands() {
     assert!(!a.1.is_empty(), "and fetches: {:?}", a.1);
     assert_eq!(a, b);
 }
+
+// ----- a resumed session (static membership) -----
+
+/// A member whose process restarted and resumed its session finds its
+/// registration and its claims: it keeps the claims its assignment gives
+/// it, with their tokens (nothing moves), and releases the others.
+#[test]
+fn a_resumed_session_keeps_the_claims_it_is_assigned_and_releases_the_rest() {
+    // Partition 1 goes to m2 while m2 is there; partition 0 to us.
+    let mut h = Harness::new(config_with(&[(1, "m2")]));
+    let commands = h.event(Event::SessionEstablished {
+        session: SessionId(1),
+    });
+    let (register, watch) = match commands.as_slice() {
+        [StoreRequest {
+            id: r,
+            op: StoreOp::Register { .. },
+            ..
+        }, StoreRequest {
+            id: w,
+            op: StoreOp::WatchMembers,
+            ..
+        }] => (*r, *w),
+        other => panic!("expected Register and WatchMembers, got {other:?}"),
+    };
+    // The session still holds partitions 0 and 1 from before the restart.
+    assert!(h
+        .event(Event::ClaimsHeld {
+            partitions: vec![tp(0), tp(1)],
+        })
+        .is_empty());
+    assert!(h.set_counts(counts(2)).is_empty(), "not registered yet");
+    // Our registration is the session's own: no second one, no wait.
+    assert!(h
+        .event(Event::RegisterResult {
+            id: register,
+            result: Ok(RegisterOutcome::Exists {
+                session: SessionId(1),
+            }),
+        })
+        .is_empty());
+    assert!(h.reports().is_empty(), "{:?}", h.reports());
+    let commands = h.event(Event::MembersResult {
+        id: watch,
+        result: Ok(vec![info(OURS), info("m2")]),
+    });
+    let mut claimed = claims(&commands);
+    claimed.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        claimed.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        vec![tp(0), tp(1)],
+        "both claims are looked at again: {commands:?}"
+    );
+    assert_eq!(h.member.assigned(), &BTreeSet::from([tp(0)]));
+
+    // Partition 0: the session's own record, its token kept.
+    let commands = h.event(Event::ClaimResult {
+        id: claimed[0].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid(OURS)),
+            session: SessionId(1),
+            token: FencingToken(40),
+        }),
+    });
+    assert!(releases(&commands).is_empty(), "{commands:?}");
+    assert_eq!(
+        h.member.owned().collect::<Vec<_>>(),
+        vec![(&tp(0), FencingToken(40))]
+    );
+    // Partition 1: the session's own record too, not ours to keep: released
+    // under its token, for m2 to take.
+    let commands = h.event(Event::ClaimResult {
+        id: claimed[1].0,
+        result: Ok(ClaimOutcome::Held {
+            owner: Some(mid(OURS)),
+            session: SessionId(1),
+            token: FencingToken(41),
+        }),
+    });
+    let released = releases(&commands);
+    assert_eq!(released.len(), 1, "{commands:?}");
+    assert_eq!(
+        (&released[0].1, released[0].2),
+        (&tp(1), Some(FencingToken(41)))
+    );
+    h.event(Event::ReleaseResult {
+        id: released[0].0,
+        result: Ok(()),
+    });
+    assert_eq!(
+        h.member.owned().collect::<Vec<_>>(),
+        vec![(&tp(0), FencingToken(40))]
+    );
+}
+
+/// Claims reported for a session that then expires are forgotten with it.
+#[test]
+fn the_claims_of_a_resumed_session_go_with_its_expiry() {
+    let mut h = Harness::new(base_config());
+    h.event(Event::SessionEstablished {
+        session: SessionId(1),
+    });
+    h.event(Event::ClaimsHeld {
+        partitions: vec![tp(3)],
+    });
+    h.event(Event::SessionExpired);
+    // A fresh session, alone, two partitions: partition 3 is nobody's
+    // business any more.
+    h.join(&[info(OURS)]);
+    let commands = h.set_counts(counts(2));
+    let claimed: Vec<TopicPartition> = claims(&commands).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(claimed, vec![tp(0), tp(1)], "{commands:?}");
+}

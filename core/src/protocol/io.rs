@@ -22,6 +22,17 @@ pub enum Event {
         /// The store's id of the session (ZooKeeper session id, etcd lease).
         session: SessionId,
     },
+    /// The session just established is one a previous process of this
+    /// member opened and left alive (static membership: a restart within
+    /// the session timeout resumed it), and it holds the claims of these
+    /// partitions already. Sent after [`Event::SessionEstablished`], before
+    /// any result. The member claims them again once it knows its
+    /// assignment: it keeps those the assignment gives it (with their
+    /// fencing tokens, nothing moves) and releases the others.
+    ClaimsHeld {
+        /// The partitions whose owner records the session holds.
+        partitions: Vec<TopicPartition>,
+    },
     /// The connection to the store is lost (or the session cannot be kept
     /// alive); the session may still be alive on the server.
     SessionSuspended {

@@ -153,6 +153,9 @@ pub struct Member {
     counts: PartitionCounts,
     /// The strategy or subscription mismatch reported last, as reported.
     reported_mismatch: Option<String>,
+    /// Claims a resumed session held when it was resumed
+    /// ([`Event::ClaimsHeld`]), until the first assignment sorts them out.
+    claims_held: BTreeSet<TopicPartition>,
     reported_taken: Option<SessionId>,
 
     assigned: BTreeSet<TopicPartition>,
@@ -198,6 +201,7 @@ impl Member {
             members: None,
             counts: PartitionCounts::new(),
             reported_mismatch: None,
+            claims_held: BTreeSet::new(),
             reported_taken: None,
             assigned: BTreeSet::new(),
             partitions: BTreeMap::new(),
@@ -400,6 +404,11 @@ impl Member {
         }
         match event {
             Event::SessionEstablished { session } => self.on_session_established(session),
+            Event::ClaimsHeld { partitions } => {
+                if self.session.is_some() {
+                    self.claims_held.extend(partitions);
+                }
+            }
             Event::SessionSuspended { last_heard } => {
                 // The backend knows best what keeps its session alive (any
                 // request on ZooKeeper, only keep-alives on etcd): take the
@@ -607,6 +616,7 @@ impl Member {
     /// yet, and no request of the member's own is under way.
     fn reset_session(&mut self, session: Option<SessionId>) {
         self.session = session;
+        self.claims_held.clear();
         self.last_heard = None;
         self.suspended = false;
         self.registration = Step::Idle;
@@ -808,6 +818,27 @@ impl Member {
             Some(desired) => desired,
             None => return,
         };
+        if self.registration == Step::Done && self.members.is_some() && !self.shutting_down {
+            // A resumed session's claims, once the assignment covers their
+            // topic: those it gives us are claimed below (our own records:
+            // nothing moves); the others are claimed back only to be let go,
+            // so that their records do not outlive the assignment. A topic
+            // whose partition count is not known yet waits for it, unless
+            // the member no longer subscribes to it.
+            let held = std::mem::take(&mut self.claims_held);
+            for partition in held {
+                let known = self
+                    .counts
+                    .get(&*partition.topic)
+                    .is_some_and(|count| partition.partition < *count);
+                if !known && self.info.subscription.includes(&partition.topic) {
+                    self.claims_held.insert(partition);
+                } else if !desired.contains(&partition) && !self.partitions.contains_key(&partition)
+                {
+                    self.start_claiming(&partition);
+                }
+            }
+        }
         self.assigned = desired;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
         for partition in assigned {
