@@ -54,7 +54,7 @@ use tenure_core::{Event, MemberId, MemberInfo, SessionId, StoreRequest, TopicPar
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
-use tenure_tokio::{Backend, BackendError, Joining};
+use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
 /// How long [`Backend::start`] waits for a server to grant the first lease
 /// when no other bound is set.
@@ -102,6 +102,9 @@ pub(crate) struct Config {
     pub(crate) hooks: Hooks,
     /// Requests sent to etcd so far, across leases.
     pub(crate) requests: Arc<AtomicU64>,
+    /// Static membership: a lease outlives the backend (nothing revokes it
+    /// when the backend is dropped), for a restarted process to resume.
+    pub(crate) detached: bool,
 }
 
 impl Config {
@@ -193,6 +196,18 @@ impl Keys {
         format!("{}/members/{id}", self.base)
     }
 
+    /// The partitions of the owner records among `keys`.
+    pub(crate) fn owned_partitions(&self, keys: &[Vec<u8>]) -> Vec<TopicPartition> {
+        let owners = format!("{}/owners/", self.base);
+        keys.iter()
+            .filter_map(|key| {
+                let key = std::str::from_utf8(key).ok()?;
+                let (topic, partition) = key.strip_prefix(&owners)?.split_once('/')?;
+                Some(TopicPartition::new(topic, partition.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// A partition's owner record.
     pub(crate) fn owner(&self, partition: &TopicPartition) -> String {
         format!(
@@ -270,6 +285,7 @@ impl EtcdBackend {
                 security: EtcdSecurity::new(),
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
+                detached: false,
             },
             running: None,
         }
@@ -339,11 +355,15 @@ impl Backend for EtcdBackend {
                 self.config.store()
             )));
         }
+        self.config.detached = joining.static_membership;
+        let keys = Keys::new(&self.config.prefix, &joining.group);
         let before = Instant::now();
-        let (client, current) = session::connect(&self.config, &endpoints).await?;
+        let resume = joining.resume.as_ref().map(|ticket| ticket.id);
+        let (client, current, held) = session::connect(&self.config, &endpoints, resume).await?;
+        let claims_held = held.map(|held| keys.owned_partitions(&held));
         let shared = Arc::new(Shared {
             config: self.config.clone(),
-            keys: Keys::new(&self.config.prefix, &joining.group),
+            keys,
             member: joining.member,
             client,
             state: SessionState::new(joining.events, current, before),
@@ -357,9 +377,44 @@ impl Backend for EtcdBackend {
         shared.state.send(Event::SessionEstablished {
             session: current.session,
         });
+        if let Some(partitions) = claims_held {
+            // The claims the previous process left under the lease: the
+            // member keeps those it is assigned and releases the others.
+            tracing::info!(
+                lease = %format_args!("{:x}", current.lease),
+                claims = partitions.len(),
+                "etcd lease resumed from a previous process"
+            );
+            shared.state.send(Event::ClaimsHeld { partitions });
+        }
         let follower = tokio::spawn(session::follow(shared.clone()));
         self.running = Some(Running::new(shared, follower));
         Ok(())
+    }
+
+    fn ticket(&self) -> Option<SessionTicket> {
+        let current = self.running.as_ref()?.shared().state.current()?;
+        Some(SessionTicket {
+            id: current.lease,
+            secret: Vec::new(),
+        })
+    }
+
+    async fn detach(&mut self) {
+        if !self.config.detached {
+            return self.shutdown().await;
+        }
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        // Nothing keeps the lease alive any more: it runs out, unless a
+        // restarted process resumes it first.
+        if let Some(current) = running.stop().await {
+            tracing::info!(
+                lease = %format_args!("{:x}", current.lease),
+                "etcd lease left to run out, for a restarted process to resume"
+            );
+        }
     }
 
     fn submit(&mut self, command: StoreRequest) {
@@ -429,6 +484,11 @@ impl Drop for EtcdBackend {
         };
         let mut client = running.shared().client.clone();
         let current = running.abort();
+        if self.config.detached {
+            // A static member dropped without a close is a crash: its lease
+            // is left for a restarted process to resume.
+            return;
+        }
         // Without shutdown, revoke in the background if a runtime is still
         // there; otherwise the lease simply expires.
         if let (Some(current), Ok(handle)) = (current, tokio::runtime::Handle::try_current()) {

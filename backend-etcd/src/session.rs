@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{
+    Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions,
+};
 use tenure_core::Event;
 use tenure_tokio::session::OpenError;
 use tenure_tokio::BackendError;
@@ -29,7 +31,8 @@ type ConnectError = OpenError<etcd_client::Error>;
 pub(crate) async fn connect(
     config: &Config,
     endpoints: &[String],
-) -> Result<(Client, Current), BackendError> {
+    resume: Option<i64>,
+) -> Result<(Client, Current, Option<Vec<Vec<u8>>>), BackendError> {
     let request_timeout = config.request_timeout();
     config
         .security
@@ -69,6 +72,11 @@ pub(crate) async fn connect(
         }
         Ok(Ok(client)) => client,
     };
+    if let Some(lease) = resume {
+        if let Some((current, keys)) = resumed(config, &client, lease).await {
+            return Ok((client, current, Some(keys)));
+        }
+    }
     // The client connects lazily: a certificate the CA did not sign, or
     // rights the user lacks, show here, at the first request.
     let current = grant(config, &client).await.map_err(|e| match &e {
@@ -78,7 +86,31 @@ pub(crate) async fn connect(
         },
         _ => e.into_backend_error(config.store()),
     })?;
-    Ok((client, current))
+    Ok((client, current, None))
+}
+
+/// The lease `lease` of a previous process and the keys attached to it,
+/// if it is still alive with the TTL this member needs (static
+/// membership); `None` to grant a new one.
+async fn resumed(config: &Config, client: &Client, lease: i64) -> Option<(Current, Vec<Vec<u8>>)> {
+    let mut client = client.clone();
+    let asked = client.lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
+    let answer = match tokio::time::timeout(config.connect_timeout, asked).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(error)) => {
+            tracing::info!(lease = %format_args!("{lease:x}"), %error, "cannot look up the previous process's etcd lease; granting a new one");
+            return None;
+        }
+        Err(_) => return None,
+    };
+    let current = Current::new(lease, answer.granted_ttl());
+    // A lease that ran out (TTL -1), or one granted for a shorter session
+    // than this member's, is not resumed.
+    if answer.ttl() <= 0 || current.ttl < config.session_timeout {
+        tracing::info!(lease = %format_args!("{lease:x}"), "the previous process's etcd lease is gone; granting a new one");
+        return None;
+    }
+    Some((current, answer.keys().to_vec()))
 }
 
 /// Grants a lease of the configured TTL, within the connect timeout.

@@ -46,7 +46,7 @@ use tenure_core::{Event, MemberInfo, SessionId, StoreRequest};
 use tenure_tokio::session::{
     check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
-use tenure_tokio::{Backend, BackendError, Joining};
+use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 use zookeeper_client as zk;
 
 /// How long [`Backend::start`] waits for a server to answer when no other
@@ -83,6 +83,10 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     /// Who every session authenticates as, and TLS.
     pub(crate) security: ZooKeeperSecurity,
+    /// Static membership: sessions are detached (a dropped client leaves
+    /// its session to run out rather than close it), for a restarted
+    /// process to resume.
+    pub(crate) detached: bool,
     pub(crate) hooks: Hooks,
     /// Requests sent to ZooKeeper so far, across sessions.
     pub(crate) requests: Arc<AtomicU64>,
@@ -92,6 +96,14 @@ impl Config {
     /// How the store is named in errors and logs.
     pub(crate) fn store(&self) -> String {
         self.security.store(&self.connect_string)
+    }
+
+    /// This configuration with sessions that close with their client.
+    fn attached(&self) -> Config {
+        Config {
+            detached: false,
+            ..self.clone()
+        }
     }
 }
 
@@ -144,6 +156,7 @@ impl ZooKeeperBackend {
                 session_timeout: Duration::ZERO,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 security: ZooKeeperSecurity::new(),
+                detached: false,
                 hooks: Hooks::default(),
                 requests: Arc::new(AtomicU64::new(0)),
             },
@@ -188,8 +201,15 @@ impl Backend for ZooKeeperBackend {
         check_start(self.running.is_some(), joining.session_timeout)?;
         self.config.session_timeout = joining.session_timeout;
         self.config.security.check()?;
+        self.config.detached = joining.static_membership;
         let before = Instant::now();
-        let client = session::connect(&self.config).await?;
+        let (client, resumed) = match &joining.resume {
+            Some(ticket) => match session::resume(&self.config, ticket).await {
+                Some(client) => (client, true),
+                None => (session::connect(&self.config).await?, false),
+            },
+            None => (session::connect(&self.config).await?, false),
+        };
         // Credentials that do not match the group's ACL would fail every
         // request, each reported on its own: say it once, before joining.
         let layout = Layout::new("", &joining.group);
@@ -223,6 +243,19 @@ impl Backend for ZooKeeperBackend {
             state: SessionState::new(joining.events, current, before),
         });
         shared.state.send(Event::SessionEstablished { session });
+        if resumed {
+            // The claims the previous process left under the session: the
+            // member keeps those it is assigned and releases the others.
+            if let Some(current) = shared.state.current() {
+                let partitions = session::claims_held(&current.client, &shared.layout).await;
+                tracing::info!(
+                    session = %current.client.session_id(),
+                    claims = partitions.len(),
+                    "ZooKeeper session resumed from a previous process"
+                );
+                shared.state.send(Event::ClaimsHeld { partitions });
+            }
+        }
         let follower = tokio::spawn(session::follow(shared.clone(), watcher));
         self.running = Some(Running::new(shared, follower));
         Ok(())
@@ -232,15 +265,49 @@ impl Backend for ZooKeeperBackend {
         submit(self.running.as_mut(), command, ops::execute);
     }
 
+    fn ticket(&self) -> Option<SessionTicket> {
+        let current = self.running.as_ref()?.shared().state.current()?;
+        let session = current.client.session();
+        Some(SessionTicket {
+            id: session.id().0,
+            secret: session.password().to_vec(),
+        })
+    }
+
+    async fn detach(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        if !self.config.detached {
+            // A session that is not detached closes with its client.
+            self.running = Some(running);
+            return self.shutdown().await;
+        }
+        if let Some(current) = running.stop().await {
+            tracing::info!(
+                session = %current.client.session_id(),
+                "ZooKeeper session left to run out, for a restarted process to resume"
+            );
+        }
+    }
+
     async fn shutdown(&mut self) {
         let Some(running) = self.running.take() else {
             return;
         };
         // The session closes when the last clone of its client is dropped:
         // stop every task that holds one, then drop ours.
-        let Some(current) = running.stop().await else {
+        let Some(mut current) = running.stop().await else {
             return;
         };
+        if self.config.detached {
+            // A detached client leaves its session behind when dropped: a
+            // client that resumes it, not detached, closes it on its way out.
+            match session::resume(&self.config.attached(), &ticket_of(&current.client)).await {
+                Some(client) => current.client = client,
+                None => return,
+            }
+        }
         let mut watcher = current.client.state_watcher();
         let session = current.client.session_id();
         drop(current);
@@ -271,6 +338,15 @@ impl Drop for ZooKeeperBackend {
             // background.
             drop(running.abort());
         }
+    }
+}
+
+/// The ticket of a client's session.
+fn ticket_of(client: &zk::Client) -> SessionTicket {
+    let session = client.session();
+    SessionTicket {
+        id: session.id().0,
+        secret: session.password().to_vec(),
     }
 }
 

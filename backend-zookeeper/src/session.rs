@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tenure_core::records::Layout;
 use tenure_core::Event;
+use tenure_core::TopicPartition;
 use tenure_tokio::session::OpenError;
-use tenure_tokio::BackendError;
+use tenure_tokio::{BackendError, SessionTicket};
 use zookeeper_client as zk;
 
 use crate::{session_id, Config, Current, Shared};
@@ -22,8 +24,62 @@ pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError>
         .map_err(|e| e.into_backend_error(config.store()))
 }
 
+/// Resumes the session of `ticket` (static membership), within the
+/// connect timeout; `None` if it is gone (expired, or the server does not
+/// know it), so that the caller opens a new one.
+pub(crate) async fn resume(config: &Config, ticket: &SessionTicket) -> Option<zk::Client> {
+    let session = zk::SessionInfo::resume(zk::SessionId(ticket.id), ticket.secret.clone());
+    match try_connect_with(config, Some(session)).await {
+        Ok(client) if client.session_id().0 == ticket.id => Some(client),
+        Ok(_) => None,
+        Err(error) => {
+            tracing::info!(
+                session = %zk::SessionId(ticket.id),
+                %error,
+                "the ZooKeeper session of the previous process cannot be resumed; opening a new one"
+            );
+            None
+        }
+    }
+}
+
+/// The partitions whose owner records the client's session holds.
+pub(crate) async fn claims_held(client: &zk::Client, layout: &Layout) -> Vec<TopicPartition> {
+    let owners = layout.owners();
+    match client.list_ephemerals(&owners).await {
+        Ok(paths) => paths
+            .iter()
+            .filter_map(|path| {
+                let rest = path.strip_prefix(&owners)?.strip_prefix('/')?;
+                let (topic, partition) = rest.split_once('/')?;
+                Some(TopicPartition::new(topic, partition.parse().ok()?))
+            })
+            .collect(),
+        Err(error) => {
+            // Without the list the member claims what it is assigned (its
+            // own records, found as such); claims it is not assigned stay
+            // until the session ends.
+            tracing::warn!(%error, "cannot list the resumed session's claims");
+            Vec::new()
+        }
+    }
+}
+
 async fn try_connect(config: &Config) -> Result<zk::Client, ConnectError> {
-    let connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    try_connect_with(config, None).await
+}
+
+async fn try_connect_with(
+    config: &Config,
+    session: Option<zk::SessionInfo>,
+) -> Result<zk::Client, ConnectError> {
+    let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
+    if config.detached {
+        connector = connector.with_detached();
+    }
+    if let Some(session) = session {
+        connector = connector.with_session(session);
+    }
     let attempt = config.security.connect(connector, &config.connect_string);
     let failed = match tokio::time::timeout(config.connect_timeout, attempt).await {
         Err(_) => ConnectError::Timeout(config.connect_timeout),

@@ -52,6 +52,14 @@ pub struct Joining {
     pub session_timeout: Duration,
     /// Where every event goes from then on.
     pub events: EventSender,
+    /// Static membership: the session outlives the process (a backend
+    /// keeps it alive until [`Backend::shutdown`] ends it, and
+    /// [`Backend::detach`] leaves it to run out), and may be resumed.
+    pub static_membership: bool,
+    /// A session of this member's a previous process left alive, to resume
+    /// rather than open a new one (static membership). A backend that
+    /// finds it gone opens a new session.
+    pub resume: Option<SessionTicket>,
 }
 
 impl Joining {
@@ -68,7 +76,37 @@ impl Joining {
             member,
             session_timeout,
             events,
+            static_membership: false,
+            resume: None,
         }
+    }
+
+    /// With static membership, resuming `resume` if it is still alive.
+    pub fn static_membership(mut self, resume: Option<SessionTicket>) -> Joining {
+        self.static_membership = true;
+        self.resume = resume;
+        self
+    }
+}
+
+/// A store session as another process needs it to resume it (static
+/// membership): its id and what proves the right to it. Its `Debug` shows
+/// no secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionTicket {
+    /// The store's id of the session (ZooKeeper session id, etcd lease id).
+    pub id: i64,
+    /// ZooKeeper: the session's password; etcd: empty (a lease is kept
+    /// alive by id).
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for SessionTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionTicket")
+            .field("id", &format_args!("{:#x}", self.id))
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .finish()
     }
 }
 
@@ -143,6 +181,21 @@ pub trait Backend: Send + 'static {
     /// Ends the session at once: its ephemeral records disappear now rather
     /// than after the session timeout.
     async fn shutdown(&mut self);
+
+    /// The current session, for a later process of this member to resume
+    /// (static membership); `None` if there is none, or the store's
+    /// sessions cannot be resumed from another process.
+    fn ticket(&self) -> Option<SessionTicket> {
+        None
+    }
+
+    /// Stops using the session without ending it: its records stay until
+    /// it times out, for a restarted process to resume (static membership).
+    /// A backend whose sessions cannot be resumed ends it, as
+    /// [`Backend::shutdown`] does.
+    async fn detach(&mut self) {
+        self.shutdown().await
+    }
 }
 
 #[async_trait]
@@ -157,5 +210,13 @@ impl Backend for Box<dyn Backend> {
 
     async fn shutdown(&mut self) {
         (**self).shutdown().await
+    }
+
+    fn ticket(&self) -> Option<SessionTicket> {
+        (**self).ticket()
+    }
+
+    async fn detach(&mut self) {
+        (**self).detach().await
     }
 }

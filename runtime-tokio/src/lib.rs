@@ -14,13 +14,16 @@ pub mod admin;
 mod backend;
 pub mod kafka;
 mod member;
+mod membership;
 mod memory;
 pub mod security;
 pub mod session;
 mod streams;
 mod telemetry;
 
-pub use backend::{hostname, registration_record, Backend, BackendError, EventSender, Joining};
+pub use backend::{
+    hostname, registration_record, Backend, BackendError, EventSender, Joining, SessionTicket,
+};
 pub use kafka::{
     KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
 };
@@ -28,6 +31,7 @@ pub use member::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
     JoinError, Problem, SeekError, TaskGone, View,
 };
+pub use membership::{StateFileError, StaticMembership};
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
 pub use tenure_core as core;

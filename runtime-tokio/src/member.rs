@@ -19,6 +19,7 @@ use crate::kafka::{
     self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
     PartitionStream, StartOffsets,
 };
+use crate::membership::{StateFile, StateFileError, StaticMembership};
 use crate::streams::{
     self, Errors, EventSender, Events, HeldClaims, Messages, PartitionStreams, ProblemSender,
 };
@@ -118,6 +119,10 @@ pub enum JoinError {
     /// reason: it is reported on [`GroupMember::errors`] and waited for).
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    /// Static membership: the state file cannot be used, or another
+    /// process of the member holds it.
+    #[error(transparent)]
+    StateFile(#[from] StateFileError),
 }
 
 /// A problem a member reports while it runs; it keeps working after each.
@@ -131,6 +136,11 @@ pub enum Problem {
     /// From fetching: an unreachable broker, an offset out of range...
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    /// Static membership: the session could not be written to the state
+    /// file, so a restart within the session timeout opens a new session
+    /// (its partitions move) instead of resuming this one.
+    #[error(transparent)]
+    StateFile(Arc<StateFileError>),
     /// Problems the application did not read in time were dropped (see
     /// [`crate::Errors`]).
     #[error("{count} problem(s) dropped: the application did not read them in time")]
@@ -149,6 +159,8 @@ impl Problem {
         match self {
             Problem::Coordination(error) => error.is_transient(),
             Problem::Kafka(error) => error.is_transient(),
+            // A disk that refuses a write needs someone to look at it.
+            Problem::StateFile(_) => false,
             Problem::Dropped { .. } => false,
         }
     }
@@ -268,9 +280,24 @@ pub struct GroupMemberBuilder {
     per_partition: bool,
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
     start_offsets: Option<StartOffsets>,
+    static_membership: Option<StaticMembership>,
 }
 
 impl GroupMemberBuilder {
+    /// Makes the member a static member: its id is an instance identity,
+    /// and its store session, kept in `membership`'s state file, is resumed
+    /// by a process that restarts within the session timeout — its
+    /// registration and claims are found where it left them, with their
+    /// fencing tokens, and no partition moves. See [`StaticMembership`]
+    /// for what a close does. Only one process at a time can run a static
+    /// member (the state file is locked); the store must keep sessions for
+    /// other processes to resume (ZooKeeper and etcd do; the embedded
+    /// store does not: its members start afresh).
+    pub fn static_membership(mut self, membership: StaticMembership) -> Self {
+        self.static_membership = Some(membership);
+        self
+    }
+
     /// Also sends every view the member publishes, in order and none
     /// skipped, to `log` (for monitors and tests; [`GroupMember::watch_view`]
     /// only ever shows the latest).
@@ -384,14 +411,30 @@ impl GroupMemberBuilder {
         let id = member.id().clone();
         let group = member.config().group.clone();
         let (store_tx, store_rx) = mpsc::unbounded_channel();
-        backend
-            .start(Joining::new(
+        let mut joining = Joining::new(
+            group.as_str(),
+            member.info().clone(),
+            member.config().session_timeout,
+            store_tx,
+        );
+        let mut state = None;
+        let mut leave_on_close = true;
+        if let Some(membership) = &self.static_membership {
+            // A previous process of the member may still be on its way
+            // out: its lock goes with it. One that runs on past the
+            // session timeout is another live process.
+            let mut file = StateFile::open(
+                membership,
                 group.as_str(),
-                member.info().clone(),
+                id.as_str(),
                 member.config().session_timeout,
-                store_tx,
-            ))
+            )
             .await?;
+            joining = joining.static_membership(file.ticket());
+            leave_on_close = membership.leaves_on_close();
+            state = Some(file);
+        }
+        backend.start(joining).await?;
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         let claims = HeldClaims::default();
         let ((events_tx, events_rx), (errors_tx, errors_rx)) =
@@ -420,6 +463,9 @@ impl GroupMemberBuilder {
             view_log: self.view_log,
             data,
             telemetry: Telemetry::new(&group, &id),
+            state,
+            leave_on_close,
+            detaching: None,
         };
         let task = tokio::spawn(driver.run().instrument(telemetry::member_span(&group, &id)));
         Ok(GroupMember {
@@ -432,6 +478,15 @@ impl GroupMemberBuilder {
             messages: Some(Messages::new(messages)),
             streams: Some(PartitionStreams::new(streams)),
         })
+    }
+}
+
+/// The final commits of a static member's close that leaves its session
+/// (`None` if the task answering them is gone).
+async fn detached(report: &mut Option<oneshot::Receiver<CommitReport>>) -> Option<CommitReport> {
+    match report.as_mut() {
+        Some(report) => report.await.ok(),
+        None => std::future::pending().await,
     }
 }
 
@@ -480,6 +535,7 @@ impl GroupMember {
             kafka: None,
             per_partition: false,
             start_offsets: None,
+            static_membership: None,
         }
     }
 
@@ -741,13 +797,41 @@ struct Driver {
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
     data: Option<DataPlane>,
     telemetry: Telemetry,
+    /// Static membership: the locked state file, where every session the
+    /// backend opens is kept.
+    state: Option<StateFile>,
+    /// Whether a close leaves the group (always, for a dynamic member)
+    /// rather than leave the session to run out.
+    leave_on_close: bool,
+    /// A static member's close that leaves its session: the final commits'
+    /// report, once the store answered them.
+    detaching: Option<oneshot::Receiver<CommitReport>>,
 }
 
 impl Driver {
     /// Feeds what the store said to the core.
     fn handle(&mut self, event: Event) {
         self.telemetry.on_event();
+        let established = matches!(event, Event::SessionEstablished { .. });
         self.member.handle_event(now(), event);
+        if established {
+            self.keep_session();
+        }
+    }
+
+    /// Static membership: writes the backend's new session to the state
+    /// file, for a restarted process to resume.
+    fn keep_session(&mut self) {
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        let Some(ticket) = self.backend.ticket() else {
+            return;
+        };
+        if let Err(error) = state.save(&ticket) {
+            tracing::warn!(member = %self.member.id(), %error, "static membership");
+            self.report(Problem::StateFile(Arc::new(error)));
+        }
     }
 
     /// The application (or the data plane) has processed `partition` up
@@ -834,6 +918,25 @@ impl Driver {
                         self.member.commit_now(now());
                         self.commit_requests.push(reply);
                     }
+                    Some(Input::Close(done)) if !self.leave_on_close => {
+                        // Static membership: commit what was acknowledged,
+                        // stop fetching, and leave the session (and every
+                        // claim under it) to the next process.
+                        self.closing.push(done);
+                        if self.detaching.is_none() {
+                            let flushed = self.data.as_mut().map(DataPlane::flush);
+                            for event in flushed.into_iter().flatten() {
+                                self.on_data(event);
+                            }
+                            if let Some(data) = self.data.as_mut() {
+                                data.shutdown();
+                            }
+                            let (reply, report) = oneshot::channel();
+                            self.member.commit_now(now());
+                            self.commit_requests.push(reply);
+                            self.detaching = Some(report);
+                        }
+                    }
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
                         self.close_report.get_or_insert_with(CommitReport::default);
@@ -853,6 +956,14 @@ impl Driver {
                 },
                 _ = sleep_until(deadline), if deadline.is_some() => {
                     self.member.handle_timeout(now());
+                }
+                report = detached(&mut self.detaching), if self.detaching.is_some() => {
+                    self.backend.detach().await;
+                    let report = report.unwrap_or_default();
+                    for done in self.closing.drain(..) {
+                        let _ = done.send(report.clone());
+                    }
+                    return;
                 }
                 event = next_data(&mut self.data), if self.data.is_some() => match event {
                     Some(event) => self.on_data(event),

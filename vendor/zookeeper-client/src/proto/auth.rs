@@ -2,12 +2,7 @@ use bytes::BufMut;
 
 use crate::acl::AuthUser;
 use crate::record::{
-    self,
-    DeserializableRecord,
-    DeserializeError,
-    DynamicRecord,
-    ReadingBuf,
-    SerializableRecord,
+    self, DeserializableRecord, DeserializeError, DynamicRecord, ReadingBuf, SerializableRecord,
     StaticRecord,
 };
 

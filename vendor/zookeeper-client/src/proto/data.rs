@@ -4,11 +4,7 @@ use super::stat::Stat;
 use crate::acl::Acls;
 use crate::chroot::ChrootPath;
 use crate::record::{
-    DeserializableRecord,
-    DeserializeError,
-    DynamicRecord,
-    ReadingBuf,
-    SerializableRecord,
+    DeserializableRecord, DeserializeError, DynamicRecord, ReadingBuf, SerializableRecord,
     StaticRecord,
 };
 
