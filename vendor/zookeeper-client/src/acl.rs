@@ -76,13 +76,7 @@ impl std::fmt::Display for Permission {
         .into_iter()
         .filter_map(|(perm, str)| if self.has(perm) { Some(str) } else { None })
         .enumerate()
-        .try_for_each(|(i, str)| {
-            if i == 0 {
-                f.write_str(str)
-            } else {
-                write!(f, "|{str}")
-            }
-        })
+        .try_for_each(|(i, str)| if i == 0 { f.write_str(str) } else { write!(f, "|{str}") })
     }
 }
 
@@ -103,18 +97,12 @@ pub struct AuthId {
 impl AuthId {
     /// Constructs an auth id with specified id under given scheme.
     pub fn new(scheme: &str, id: &str) -> AuthId {
-        AuthId {
-            scheme: CompactString::new(scheme),
-            id: CompactString::new(id),
-        }
+        AuthId { scheme: CompactString::new(scheme), id: CompactString::new(id) }
     }
 
     /// Const alternative to [AuthId::new].
     pub const fn new_const(scheme: &'static str, id: &'static str) -> AuthId {
-        AuthId {
-            scheme: CompactString::new_inline(scheme),
-            id: CompactString::new_inline(id),
-        }
+        AuthId { scheme: CompactString::new_inline(scheme), id: CompactString::new_inline(id) }
     }
 
     /// Returns the scheme this auth id serve for.
@@ -148,10 +136,7 @@ pub struct AuthUser {
 impl AuthUser {
     /// Constructs an auth user with auth scheme and user name.
     pub fn new(scheme: &str, user: &str) -> AuthUser {
-        AuthUser {
-            scheme: CompactString::new(scheme),
-            user: CompactString::new(user),
-        }
+        AuthUser { scheme: CompactString::new(scheme), user: CompactString::new(user) }
     }
 
     /// Returns authed scheme.
@@ -172,20 +157,14 @@ static CREATOR_ALL: [Acl; 1] = [Acl::new_const(Permission::ALL, "auth", "")];
 impl Acl {
     /// Constructs an acl with specified permission for given auth id.
     pub fn new(permission: Permission, auth_id: AuthId) -> Acl {
-        Acl {
-            permission,
-            auth_id,
-        }
+        Acl { permission, auth_id }
     }
 
     /// Const alternative to [Acl::new].
     pub const fn new_const(permission: Permission, scheme: &'static str, id: &'static str) -> Acl {
         Acl {
             permission,
-            auth_id: AuthId {
-                scheme: CompactString::new_inline(scheme),
-                id: CompactString::new_inline(id),
-            },
+            auth_id: AuthId { scheme: CompactString::new_inline(scheme), id: CompactString::new_inline(id) },
         }
     }
 
@@ -227,32 +206,24 @@ pub struct Acls<'a> {
 impl<'a> Acls<'a> {
     /// Wraps list of [Acl] as [Acls]. See also [Acls::from].
     pub fn new(acls: &'a [Acl]) -> Self {
-        Self {
-            inner: AclsInner::Acls { acls },
-        }
+        Self { inner: AclsInner::Acls { acls } }
     }
 
     /// Returns acls that expresses anyone can have full permissions over nodes created by this
     /// session.
     pub const fn anyone_all() -> Acls<'static> {
-        Acls {
-            inner: AclsInner::AnyoneAll,
-        }
+        Acls { inner: AclsInner::AnyoneAll }
     }
 
     /// Returns acls that expresses anyone can read nodes created by this session.
     pub const fn anyone_read() -> Acls<'static> {
-        Acls {
-            inner: AclsInner::AnyoneRead,
-        }
+        Acls { inner: AclsInner::AnyoneRead }
     }
 
     /// Returns acls that expresses anyone who has same auth as creator can have full permissions
     /// over nodes created by this session.
     pub const fn creator_all() -> Acls<'static> {
-        Acls {
-            inner: AclsInner::CreatorAll,
-        }
+        Acls { inner: AclsInner::CreatorAll }
     }
 }
 
@@ -283,11 +254,7 @@ mod tests {
 
     #[test]
     fn permission_test() {
-        let all = Permission::READ
-            | Permission::WRITE
-            | Permission::CREATE
-            | Permission::DELETE
-            | Permission::ADMIN;
+        let all = Permission::READ | Permission::WRITE | Permission::CREATE | Permission::DELETE | Permission::ADMIN;
 
         assert!(Permission::ALL.has(all));
         assert_eq!(Permission::ALL & Permission::ALL, Permission::ALL);

@@ -34,13 +34,7 @@ impl<'a> Chroot<'a> {
     }
 
     pub fn to_owned(self) -> OwnedChroot {
-        OwnedChroot {
-            chroot: if self.is_none() {
-                None
-            } else {
-                Some(Arc::new(self.chroot.to_string()))
-            },
-        }
+        OwnedChroot { chroot: if self.is_none() { None } else { Some(Arc::new(self.chroot.to_string())) } }
     }
 }
 
@@ -65,9 +59,7 @@ impl OwnedChroot {
     }
 
     pub fn as_ref(&self) -> Chroot<'_> {
-        Chroot {
-            chroot: self.root(),
-        }
+        Chroot { chroot: self.root() }
     }
 
     pub fn chroot<'a>(&mut self, path: impl Into<Cow<'a, str>>) -> bool {
@@ -91,11 +83,7 @@ pub struct ChrootPath<'a> {
 }
 
 impl<'a> ChrootPath<'a> {
-    pub fn new(
-        chroot: Chroot<'a>,
-        path: &'a str,
-        allow_trailing_slash: bool,
-    ) -> Result<Self, Error> {
+    pub fn new(chroot: Chroot<'a>, path: &'a str, allow_trailing_slash: bool) -> Result<Self, Error> {
         let path = crate::util::validate_path(chroot, path, allow_trailing_slash)?;
         Ok(Self { chroot, path })
     }
@@ -190,26 +178,14 @@ mod tests {
 
     #[test]
     fn test_chroot_display() {
-        assert_that!(ChrootPath::new(Chroot::default(), "/a/b/c", false)
-            .unwrap()
-            .to_string())
-        .is_same_string_to("/a/b/c");
-        assert_that!(ChrootPath::new(Chroot::default(), "/a/b/c/", true)
-            .unwrap()
-            .to_string())
-        .is_same_string_to("/a/b/c/");
+        assert_that!(ChrootPath::new(Chroot::default(), "/a/b/c", false).unwrap().to_string())
+            .is_same_string_to("/a/b/c");
+        assert_that!(ChrootPath::new(Chroot::default(), "/a/b/c/", true).unwrap().to_string())
+            .is_same_string_to("/a/b/c/");
 
-        assert_that!(
-            ChrootPath::new(Chroot::new("/x/y").unwrap(), "/a/b/c", false)
-                .unwrap()
-                .to_string()
-        )
-        .is_same_string_to("/x/y/a/b/c");
-        assert_that!(
-            ChrootPath::new(Chroot::new("/x/y").unwrap(), "/a/b/c/", true)
-                .unwrap()
-                .to_string()
-        )
-        .is_same_string_to("/x/y/a/b/c/");
+        assert_that!(ChrootPath::new(Chroot::new("/x/y").unwrap(), "/a/b/c", false).unwrap().to_string())
+            .is_same_string_to("/x/y/a/b/c");
+        assert_that!(ChrootPath::new(Chroot::new("/x/y").unwrap(), "/a/b/c/", true).unwrap().to_string())
+            .is_same_string_to("/x/y/a/b/c/");
     }
 }

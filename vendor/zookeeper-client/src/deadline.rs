@@ -13,17 +13,11 @@ pub struct Deadline {
 
 impl Deadline {
     pub fn never() -> Self {
-        Self {
-            timer: Timer::never().fuse(),
-            deadline: None,
-        }
+        Self { timer: Timer::never().fuse(), deadline: None }
     }
 
     pub fn until(deadline: Instant) -> Self {
-        Self {
-            timer: Timer::at(deadline).fuse(),
-            deadline: Some(deadline),
-        }
+        Self { timer: Timer::at(deadline).fuse(), deadline: Some(deadline) }
     }
 
     pub fn elapsed(&self) -> bool {

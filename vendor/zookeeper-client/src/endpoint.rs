@@ -23,11 +23,7 @@ pub struct EndpointRef<'a> {
 
 impl Endpoint {
     pub fn new(host: impl Into<String>, port: u16, tls: bool) -> Self {
-        Self {
-            host: host.into(),
-            port,
-            tls,
-        }
+        Self { host: host.into(), port, tls }
     }
 }
 
@@ -140,10 +136,7 @@ fn parse_address(s: &str) -> Result<(&str, u16), InvalidAddress> {
 }
 
 /// Parses connection string to host port pairs and chroot.
-pub fn parse_connect_string(
-    s: &str,
-    tls: bool,
-) -> Result<(Vec<EndpointRef<'_>>, Chroot<'_>), Error> {
+pub fn parse_connect_string(s: &str, tls: bool) -> Result<(Vec<EndpointRef<'_>>, Chroot<'_>), Error> {
     let mut chroot = None;
     let mut endpoints = Vec::with_capacity(10);
     for s in s.rsplit(',') {
@@ -191,12 +184,7 @@ pub struct Index {
 
 impl IterableEndpoints {
     pub fn new(endpoints: impl Into<Vec<Endpoint>>) -> Self {
-        Self {
-            cycle: false,
-            start: 0,
-            next: 0,
-            endpoints: endpoints.into(),
-        }
+        Self { cycle: false, start: 0, next: 0, endpoints: endpoints.into() }
     }
 
     pub fn len(&self) -> usize {
@@ -246,8 +234,7 @@ impl IterableEndpoints {
         if index.offset == 0 {
             let jitter = Duration::from_millis(fastrand::u32(0..100).into());
             let base = Duration::from_millis(1000).min(unit * size as u32);
-            base.saturating_mul(2u32.saturating_pow(index.cycles as u32 - 1))
-                .saturating_add(jitter)
+            base.saturating_mul(2u32.saturating_pow(index.cycles as u32 - 1)).saturating_add(jitter)
         } else {
             let jitter = Duration::from_millis(fastrand::u32(0..50).into());
             (unit * (index.offset as u32)) / 2 + jitter
@@ -271,17 +258,13 @@ impl IterableEndpoints {
     }
 
     pub fn peek(&self) -> Option<EndpointRef<'_>> {
-        self.index()
-            .map(|index| self.endpoints[index.offset].to_ref())
+        self.index().map(|index| self.endpoints[index.offset].to_ref())
     }
 }
 
 impl From<&[EndpointRef<'_>]> for IterableEndpoints {
     fn from(endpoints: &[EndpointRef<'_>]) -> Self {
-        let endpoints: Vec<_> = endpoints
-            .iter()
-            .map(|endpoint| endpoint.to_value())
-            .collect();
+        let endpoints: Vec<_> = endpoints.iter().map(|endpoint| endpoint.to_value()).collect();
         Self::new(endpoints)
     }
 }
@@ -296,18 +279,9 @@ mod tests {
     #[test]
     fn test_parse_address_v4() {
         use super::{parse_address, InvalidAddress};
-        assert_eq!(
-            parse_address("fasl:0").unwrap_err(),
-            InvalidAddress(&"invalid port number")
-        );
-        assert_eq!(
-            parse_address(":1234").unwrap_err(),
-            InvalidAddress(&"empty host")
-        );
-        assert_eq!(
-            parse_address("fasl:a234").unwrap_err(),
-            InvalidAddress(&"invalid port")
-        );
+        assert_eq!(parse_address("fasl:0").unwrap_err(), InvalidAddress(&"invalid port number"));
+        assert_eq!(parse_address(":1234").unwrap_err(), InvalidAddress(&"empty host"));
+        assert_eq!(parse_address("fasl:a234").unwrap_err(), InvalidAddress(&"invalid port"));
         assert_eq!(parse_address("fasl:1234").unwrap(), ("fasl", 1234));
         assert_eq!(parse_address("fasl:2181").unwrap(), ("fasl", 2181));
         assert_eq!(parse_address("fasl").unwrap(), ("fasl", 2181));
@@ -316,22 +290,10 @@ mod tests {
     #[test]
     fn test_parse_address_v6() {
         use super::{parse_address, InvalidAddress};
-        assert_eq!(
-            parse_address("[fasl").unwrap_err(),
-            InvalidAddress(&"invalid address")
-        );
-        assert_eq!(
-            parse_address("[fasl]:0").unwrap_err(),
-            InvalidAddress(&"invalid port number")
-        );
-        assert_eq!(
-            parse_address("[]:1234").unwrap_err(),
-            InvalidAddress(&"empty host")
-        );
-        assert_eq!(
-            parse_address("[fasl]:a234").unwrap_err(),
-            InvalidAddress(&"invalid port")
-        );
+        assert_eq!(parse_address("[fasl").unwrap_err(), InvalidAddress(&"invalid address"));
+        assert_eq!(parse_address("[fasl]:0").unwrap_err(), InvalidAddress(&"invalid port number"));
+        assert_eq!(parse_address("[]:1234").unwrap_err(), InvalidAddress(&"empty host"));
+        assert_eq!(parse_address("[fasl]:a234").unwrap_err(), InvalidAddress(&"invalid port"));
         assert_eq!(parse_address("[fasl]:1234").unwrap(), ("fasl", 1234));
         assert_eq!(parse_address("[fasl]").unwrap(), ("fasl", 2181));
         assert_eq!(parse_address("[::1]:2181").unwrap(), ("::1", 2181));
@@ -341,14 +303,8 @@ mod tests {
     fn test_parse_connect_string() {
         use super::parse_connect_string;
 
-        assert_eq!(
-            parse_connect_string("", false).unwrap_err(),
-            Error::BadArguments(&"empty connect string")
-        );
-        assert_eq!(
-            parse_connect_string("host1:abc", false).unwrap_err(),
-            Error::BadArguments(&"invalid address")
-        );
+        assert_eq!(parse_connect_string("", false).unwrap_err(), Error::BadArguments(&"empty connect string"));
+        assert_eq!(parse_connect_string("host1:abc", false).unwrap_err(), Error::BadArguments(&"invalid address"));
         assert_eq!(
             parse_connect_string("host1/abc/", true).unwrap_err(),
             Error::BadArguments(&"path must not end with '/'")
@@ -368,26 +324,16 @@ mod tests {
         );
         assert_eq!(
             parse_connect_string("host1,host2:2222/", false).unwrap(),
-            (
-                vec![("host1", 2181, false).into(), ("host2", 2222, false).into()],
-                Chroot::default()
-            )
+            (vec![("host1", 2181, false).into(), ("host2", 2222, false).into()], Chroot::default())
         );
         assert_eq!(
             parse_connect_string("host1,host2:2222/abc", false).unwrap(),
-            (
-                vec![("host1", 2181, false).into(), ("host2", 2222, false).into()],
-                Chroot::new("/abc").unwrap()
-            )
+            (vec![("host1", 2181, false).into(), ("host2", 2222, false).into()], Chroot::new("/abc").unwrap())
         );
         assert_eq!(
             parse_connect_string("host1,tcp+tls://host2:2222,tcp://host3/abc", true).unwrap(),
             (
-                vec![
-                    ("host1", 2181, true).into(),
-                    ("host2", 2222, true).into(),
-                    ("host3", 2181, false).into()
-                ],
+                vec![("host1", 2181, true).into(), ("host2", 2222, true).into(), ("host3", 2181, false).into()],
                 Chroot::new("/abc").unwrap()
             )
         );
@@ -400,54 +346,21 @@ mod tests {
         use assertor::*;
 
         use super::{parse_connect_string, EndpointRef, Index, IterableEndpoints};
-        let (endpoints, _) =
-            parse_connect_string("host1:2181,tcp://host2,tcp+tls://host3:2182", true).unwrap();
+        let (endpoints, _) = parse_connect_string("host1:2181,tcp://host2,tcp+tls://host3:2182", true).unwrap();
         let mut endpoints = IterableEndpoints::from(endpoints.as_slice());
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host1", 2181, true))
-        );
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host2", 2181, false))
-        );
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host3", 2182, true))
-        );
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host1", 2181, true)));
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host2", 2181, false)));
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host3", 2182, true)));
         assert_eq!(endpoints.next(Duration::MAX).await, None);
 
         endpoints.cycle();
         let start = std::time::Instant::now();
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host1", 2181, true))
-        );
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host2", 2181, false))
-        );
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host3", 2182, true))
-        );
-        assert_eq!(
-            endpoints.next(Duration::MAX).await,
-            Some(EndpointRef::new("host1", 2181, true))
-        );
-        let delay = IterableEndpoints::timeout(
-            Index {
-                offset: 0,
-                cycles: 1,
-            },
-            3,
-        ) + IterableEndpoints::timeout(
-            Index {
-                offset: 1,
-                cycles: 1,
-            },
-            3,
-        );
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host1", 2181, true)));
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host2", 2181, false)));
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host3", 2182, true)));
+        assert_eq!(endpoints.next(Duration::MAX).await, Some(EndpointRef::new("host1", 2181, true)));
+        let delay = IterableEndpoints::timeout(Index { offset: 0, cycles: 1 }, 3)
+            + IterableEndpoints::timeout(Index { offset: 1, cycles: 1 }, 3);
         let now = std::time::Instant::now();
         assert_that!(now).is_greater_than(start + delay);
 
@@ -467,51 +380,26 @@ mod tests {
     #[test]
     fn test_iterable_endpoints_peek() {
         use super::{parse_connect_string, EndpointRef, IterableEndpoints};
-        let (endpoints, _) =
-            parse_connect_string("host1:2181,tcp://host2,tcp+tls://host3:2182", true).unwrap();
+        let (endpoints, _) = parse_connect_string("host1:2181,tcp://host2,tcp+tls://host3:2182", true).unwrap();
         let mut endpoints = IterableEndpoints::from(endpoints.as_slice());
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host1", 2181, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host1", 2181, true)));
         // Successive `peek` without `step` doesn't advance.
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host1", 2181, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host1", 2181, true)));
         endpoints.step();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host2", 2181, false))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host2", 2181, false)));
         endpoints.step();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host3", 2182, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host3", 2182, true)));
         endpoints.step();
         assert_eq!(endpoints.peek(), None);
 
         endpoints.cycle();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host1", 2181, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host1", 2181, true)));
         endpoints.step();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host2", 2181, false))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host2", 2181, false)));
         endpoints.step();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host3", 2182, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host3", 2182, true)));
         endpoints.step();
-        assert_eq!(
-            endpoints.peek(),
-            Some(EndpointRef::new("host1", 2181, true))
-        );
+        assert_eq!(endpoints.peek(), Some(EndpointRef::new("host1", 2181, true)));
     }
 
     #[test]

@@ -10,10 +10,7 @@ use thiserror::Error;
 #[derive(Error, Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     #[error("unable to unmarshal {entity} due to {reason}")]
-    UnmarshalError {
-        entity: &'static str,
-        reason: &'static &'static str,
-    },
+    UnmarshalError { entity: &'static str, reason: &'static &'static str },
 
     #[error("no available hosts")]
     NoHosts,
@@ -128,10 +125,7 @@ impl Eq for CustomError {}
 
 impl Error {
     pub(crate) fn is_terminated(&self) -> bool {
-        matches!(
-            self,
-            Self::NoHosts | Self::SessionExpired | Self::AuthFailed | Self::ClientClosed
-        )
+        matches!(self, Self::NoHosts | Self::SessionExpired | Self::AuthFailed | Self::ClientClosed)
     }
 
     pub(crate) fn has_no_data_change(&self) -> bool {
@@ -162,10 +156,7 @@ impl Error {
     }
 
     pub(crate) fn with_message(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::Custom(CustomError {
-            message: Some(Arc::new(message.into())),
-            source: None,
-        })
+        Self::Custom(CustomError { message: Some(Arc::new(message.into())), source: None })
     }
 
     #[allow(dead_code)]
@@ -173,17 +164,11 @@ impl Error {
         message: impl Into<Cow<'static, str>>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Self::Custom(CustomError {
-            message: Some(Arc::new(message.into())),
-            source: Some(Arc::new(source)),
-        })
+        Self::Custom(CustomError { message: Some(Arc::new(message.into())), source: Some(Arc::new(source)) })
     }
 
     pub(crate) fn other(source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Custom(CustomError {
-            message: None,
-            source: Some(Arc::new(source)),
-        })
+        Self::Custom(CustomError { message: None, source: Some(Arc::new(source)) })
     }
 }
 

@@ -45,9 +45,7 @@ pub use self::acl::{Acl, Acls, AuthId, AuthUser, Permission};
 pub use self::error::Error;
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-pub use self::tls::{
-    TlsCa, TlsCerts, TlsCertsBuilder, TlsCertsOptions, TlsDynamicCerts, TlsIdentity, TlsOptions,
-};
+pub use self::tls::{TlsCa, TlsCerts, TlsCertsBuilder, TlsCertsOptions, TlsDynamicCerts, TlsIdentity, TlsOptions};
 pub use crate::client::*;
 #[cfg(feature = "sasl-digest-md5")]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sasl", feature = "sasl-digest-md5"))))]
@@ -56,8 +54,5 @@ pub use crate::sasl::DigestMd5SaslOptions;
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sasl", feature = "sasl-gssapi"))))]
 pub use crate::sasl::GssapiSaslOptions;
 #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
-#[cfg_attr(
-    docsrs,
-    doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5")))
-)]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5"))))]
 pub use crate::sasl::SaslOptions;

@@ -41,13 +41,8 @@ pub trait UnmarshalError: Sized {
 impl DeserializeError {
     pub fn with_entity(self, entity: &'static str) -> ZkError {
         match self {
-            DeserializeError::InsufficientBuf => ZkError::UnmarshalError {
-                entity,
-                reason: &"insufficient buf",
-            },
-            DeserializeError::UnexpectedOpCode(code) => {
-                ZkError::UnexpectedError(format!("unexpected op code {code}"))
-            }
+            DeserializeError::InsufficientBuf => ZkError::UnmarshalError { entity, reason: &"insufficient buf" },
+            DeserializeError::UnexpectedOpCode(code) => ZkError::UnexpectedError(format!("unexpected op code {code}")),
             DeserializeError::UnexpectedErrorCode(code) => ZkError::UnexpectedErrorCode(code),
             DeserializeError::UnmarshalError(err) => ZkError::UnexpectedError(err),
         }
@@ -116,9 +111,7 @@ impl HasInsufficientError for DeserializeError {
     fn to_data_error(self) -> Option<Self::DataError> {
         match self {
             DeserializeError::InsufficientBuf => None,
-            DeserializeError::UnexpectedOpCode(op_code) => {
-                Some(InvalidData::UnexpectedOpCode(op_code))
-            }
+            DeserializeError::UnexpectedOpCode(op_code) => Some(InvalidData::UnexpectedOpCode(op_code)),
             DeserializeError::UnexpectedErrorCode(ec) => Some(InvalidData::UnexpectedErrorCode(ec)),
             DeserializeError::UnmarshalError(reason) => Some(InvalidData::UnmarshalError(reason)),
         }
@@ -195,10 +188,7 @@ where
     T::deserialize(buf).map_err(|e| e.with_context(std::any::type_name::<T>()))
 }
 
-pub fn unmarshal_entity<'a, T>(
-    entity: &'static &'static str,
-    buf: &mut ReadingBuf<'a>,
-) -> Result<T, ZkError>
+pub fn unmarshal_entity<'a, T>(entity: &'static &'static str, buf: &mut ReadingBuf<'a>) -> Result<T, ZkError>
 where
     T: DeserializableRecord<'a> + 'a,
 {
@@ -250,10 +240,7 @@ pub trait DeserializableRecord<'a> {
 
     fn try_deserialize(
         buf: &mut ReadingBuf<'a>,
-    ) -> Result<
-        Option<Self>,
-        <<Self as DeserializableRecord<'a>>::Error as HasInsufficientError>::DataError,
-    >
+    ) -> Result<Option<Self>, <<Self as DeserializableRecord<'a>>::Error as HasInsufficientError>::DataError>
     where
         Self: Sized + 'a,
     {
@@ -266,7 +253,7 @@ pub trait DeserializableRecord<'a> {
                     None => Ok(None),
                     Some(err) => Err(err),
                 }
-            }
+            },
         }
     }
 }
@@ -300,9 +287,7 @@ impl UnsafeRead<'_> for bool {
         match buf.get_unchecked_u8() {
             0 => Ok(false),
             1 => Ok(true),
-            u => Err(InvalidData::UnmarshalError(format!(
-                "invalid value {u} for bool"
-            ))),
+            u => Err(InvalidData::UnmarshalError(format!("invalid value {u} for bool"))),
         }
     }
 }
@@ -399,17 +384,13 @@ impl<'a> DeserializableRecord<'a> for &'a str {
             Err(err) => {
                 let pos = err.valid_up_to();
                 let err = match err.error_len() {
-                    None => DeserializeError::UnmarshalError(format!(
-                        "unexpected utf8 end after {:?}",
-                        &bytes[pos..]
-                    )),
-                    Some(n) => DeserializeError::UnmarshalError(format!(
-                        "invalid utf8 bytes {:?}",
-                        &bytes[pos..pos + n]
-                    )),
+                    None => DeserializeError::UnmarshalError(format!("unexpected utf8 end after {:?}", &bytes[pos..])),
+                    Some(n) => {
+                        DeserializeError::UnmarshalError(format!("invalid utf8 bytes {:?}", &bytes[pos..pos + n]))
+                    },
                 };
                 return Err(err);
-            }
+            },
             Ok(s) => s,
         };
         unsafe { *buf = buf.get_unchecked(n..) };

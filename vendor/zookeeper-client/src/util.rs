@@ -18,19 +18,11 @@ pub fn split_path(path: &str) -> (&str, &str, &str) {
     if last_slash == 0 {
         ("/", "/", &path[1..])
     } else {
-        (
-            &path[0..last_slash],
-            &path[0..last_slash + 1],
-            &path[last_slash + 1..],
-        )
+        (&path[0..last_slash], &path[0..last_slash + 1], &path[last_slash + 1..])
     }
 }
 
-pub fn validate_path<'a>(
-    chroot: Chroot<'a>,
-    path: &'a str,
-    allow_trailing_slash: bool,
-) -> Result<&'a str, Error> {
+pub fn validate_path<'a>(chroot: Chroot<'a>, path: &'a str, allow_trailing_slash: bool) -> Result<&'a str, Error> {
     if path.is_empty() {
         return Err(Error::BadArguments(&"path cannot be empty"));
     }
@@ -44,14 +36,8 @@ pub fn validate_path<'a>(
     let mut last_chars = ['/', '/', '/'];
     for c in path.chars().skip(1) {
         let u = u32::from(c);
-        let invalid = [
-            0x0000..=0x001f,
-            0x007f..=0x009f,
-            0xd800..=0xf8ff,
-            0xfff0..=0xffff,
-        ]
-        .into_iter()
-        .any(|r| r.contains(&u));
+        let invalid =
+            [0x0000..=0x001f, 0x007f..=0x009f, 0xd800..=0xf8ff, 0xfff0..=0xffff].into_iter().any(|r| r.contains(&u));
         if invalid {
             return Err(Error::BadArguments(&"unsupported characters in path"));
         }
@@ -81,9 +67,7 @@ pub fn strip_root_path<'a>(server_path: &'a str, root: &str) -> Result<&'a str, 
         }
         return Ok(client_path);
     }
-    Err(Error::UnexpectedError(format!(
-        "server path {server_path} is not descendant of root {root}"
-    )))
+    Err(Error::UnexpectedError(format!("server path {server_path} is not descendant of root {root}")))
 }
 
 pub fn drain_root_path(server_path: &mut String, root: &str) -> Result<(), Error> {
@@ -94,9 +78,7 @@ pub fn drain_root_path(server_path: &mut String, root: &str) -> Result<(), Error
         }
         return Ok(());
     }
-    Err(Error::UnexpectedError(format!(
-        "server path {server_path} is not descendant of root {root}"
-    )))
+    Err(Error::UnexpectedError(format!("server path {server_path} is not descendant of root {root}")))
 }
 
 #[allow(dead_code)]
@@ -137,14 +119,8 @@ mod tests {
 
         pretty_assertions::assert_eq!(validate_path(Chroot::default(), path, false), result);
         pretty_assertions::assert_eq!(validate_path(Chroot::default(), path, true), result);
-        pretty_assertions::assert_eq!(
-            validate_path(Chroot::new("/abc").unwrap(), path, false),
-            result
-        );
-        pretty_assertions::assert_eq!(
-            validate_path(Chroot::new("/abc").unwrap(), path, true),
-            result
-        );
+        pretty_assertions::assert_eq!(validate_path(Chroot::new("/abc").unwrap(), path, false), result);
+        pretty_assertions::assert_eq!(validate_path(Chroot::new("/abc").unwrap(), path, true), result);
     }
 
     #[test]
@@ -153,14 +129,8 @@ mod tests {
 
         assert_eq!(validate_path(Chroot::default(), "/", false).unwrap(), "/");
         assert_eq!(validate_path(Chroot::default(), "/", true).unwrap(), "/");
-        assert_eq!(
-            validate_path(Chroot::new("/abc").unwrap(), "/", false).unwrap(),
-            ""
-        );
-        assert_eq!(
-            validate_path(Chroot::new("/abc").unwrap(), "/", true).unwrap(),
-            ""
-        );
+        assert_eq!(validate_path(Chroot::new("/abc").unwrap(), "/", false).unwrap(), "");
+        assert_eq!(validate_path(Chroot::new("/abc").unwrap(), "/", true).unwrap(), "");
     }
 
     #[test]
@@ -170,18 +140,12 @@ mod tests {
             validate_path(Chroot::default(), "/abc/", false).unwrap_err(),
             Error::BadArguments(&"path must not end with '/'")
         );
-        assert_eq!(
-            validate_path(Chroot::default(), "/abc/", true).unwrap(),
-            "/abc/"
-        );
+        assert_eq!(validate_path(Chroot::default(), "/abc/", true).unwrap(), "/abc/");
         assert_eq!(
             validate_path(Chroot::new("/abc").unwrap(), "/abc/", false).unwrap_err(),
             Error::BadArguments(&"path must not end with '/'")
         );
-        assert_eq!(
-            validate_path(Chroot::new("/abc").unwrap(), "/abc/", true).unwrap(),
-            "/abc/"
-        );
+        assert_eq!(validate_path(Chroot::new("/abc").unwrap(), "/abc/", true).unwrap(), "/abc/");
     }
 
     #[test]
@@ -193,9 +157,7 @@ mod tests {
 
         assert_eq!(
             strip_root_path("/abc/efg", "/abcd").unwrap_err(),
-            Error::UnexpectedError(
-                "server path /abc/efg is not descendant of root /abcd".to_string()
-            )
+            Error::UnexpectedError("server path /abc/efg is not descendant of root /abcd".to_string())
         );
     }
 
@@ -204,16 +166,11 @@ mod tests {
         use super::into_client_path;
 
         assert_eq!(into_client_path("/abc".to_string(), "/abc").unwrap(), "/");
-        assert_eq!(
-            into_client_path("/abc/efg".to_string(), "/abc").unwrap(),
-            "/efg"
-        );
+        assert_eq!(into_client_path("/abc/efg".to_string(), "/abc").unwrap(), "/efg");
 
         assert_eq!(
             into_client_path("/abc/efg".to_string(), "/abcd").unwrap_err(),
-            Error::UnexpectedError(
-                "server path /abc/efg is not descendant of root /abcd".to_string()
-            )
+            Error::UnexpectedError("server path /abc/efg is not descendant of root /abcd".to_string())
         );
     }
 }

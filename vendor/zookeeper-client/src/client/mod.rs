@@ -22,10 +22,9 @@ use crate::chroot::{Chroot, ChrootPath, OwnedChroot};
 use crate::endpoint::{self, IterableEndpoints};
 use crate::error::Error;
 use crate::proto::{
-    self, AuthPacket, CheckVersionRequest, CreateRequest, DeleteRequest, ExistsRequest,
-    GetAclResponse, GetChildren2Response, GetChildrenRequest, GetRequest, MultiHeader,
-    MultiReadResponse, MultiWriteResponse, OpCode, PersistentWatchRequest, ReconfigRequest,
-    RequestBuffer, RequestHeader, SetAclRequest, SetDataRequest, SyncRequest,
+    self, AuthPacket, CheckVersionRequest, CreateRequest, DeleteRequest, ExistsRequest, GetAclResponse,
+    GetChildren2Response, GetChildrenRequest, GetRequest, MultiHeader, MultiReadResponse, MultiWriteResponse, OpCode,
+    PersistentWatchRequest, ReconfigRequest, RequestBuffer, RequestHeader, SetAclRequest, SetDataRequest, SyncRequest,
 };
 pub use crate::proto::{EnsembleUpdate, Stat};
 use crate::record::{self, Record, StaticRecord};
@@ -53,11 +52,7 @@ pub enum CreateMode {
 impl CreateMode {
     /// Constructs [CreateOptions] with this mode and given acls.
     pub const fn with_acls(self, acls: Acls<'_>) -> CreateOptions<'_> {
-        CreateOptions {
-            mode: self,
-            acls,
-            ttl: None,
-        }
+        CreateOptions { mode: self, acls, ttl: None }
     }
 
     fn is_sequential(self) -> bool {
@@ -85,14 +80,14 @@ impl CreateMode {
                 } else {
                     0
                 }
-            }
+            },
             PersistentSequential => {
                 if ttl {
                     6
                 } else {
                     2
                 }
-            }
+            },
             Ephemeral => 1,
             EphemeralSequential => 3,
             Container => 4,
@@ -142,16 +137,11 @@ impl<'a> CreateOptions<'a> {
     fn validate(&'a self) -> Result<()> {
         if let Some(ref ttl) = self.ttl {
             if !self.mode.is_persistent() {
-                return Err(Error::BadArguments(
-                    &"ttl can only be specified with persistent node",
-                ));
+                return Err(Error::BadArguments(&"ttl can only be specified with persistent node"));
             } else if ttl.is_zero() {
                 return Err(Error::BadArguments(&"ttl is zero"));
             } else if ttl.as_millis() > TTL_MAX_MILLIS {
-                return Err(Error::BadArguments(&formatcp!(
-                    "ttl cannot larger than {}",
-                    TTL_MAX_MILLIS
-                )));
+                return Err(Error::BadArguments(&formatcp!("ttl cannot larger than {}", TTL_MAX_MILLIS)));
             }
         }
         if self.acls.is_empty() {
@@ -165,9 +155,7 @@ impl<'a> CreateOptions<'a> {
         if self.mode.is_ephemeral() {
             return Err(Error::BadArguments(&"directory node must not be ephemeral"));
         } else if self.mode.is_sequential() {
-            return Err(Error::BadArguments(
-                &"directory node must not be sequential",
-            ));
+            return Err(Error::BadArguments(&"directory node must not be sequential"));
         }
         Ok(())
     }
@@ -242,14 +230,7 @@ impl Client {
         requester: Arc<mpsc::UnboundedSender<Request>>,
         state_watcher: StateWatcher,
     ) -> Client {
-        Client {
-            chroot,
-            version,
-            session,
-            session_timeout: timeout,
-            requester,
-            state_watcher,
-        }
+        Client { chroot, version, session, session_timeout: timeout, requester, state_watcher }
     }
 
     fn validate_path<'a>(&'a self, path: &'a str) -> Result<ChrootPath<'a>> {
@@ -304,10 +285,7 @@ impl Client {
     ///
     /// # Notable behaviors
     /// * Existing watchers are not affected.
-    pub fn chroot<'a>(
-        mut self,
-        path: impl Into<Cow<'a, str>>,
-    ) -> std::result::Result<Client, Client> {
+    pub fn chroot<'a>(mut self, path: impl Into<Cow<'a, str>>) -> std::result::Result<Client, Client> {
         if self.chroot.chroot(path) {
             Ok(self)
         } else {
@@ -324,9 +302,7 @@ impl Client {
         let (operation, receiver) = SessionOperation::new_marshalled(request).with_responser();
         if let Err(err) = self.requester.unbounded_send(operation.into()) {
             let state = self.state();
-            err.into_inner()
-                .into_responser()
-                .send(Err(state.to_error()));
+            err.into_inner().into_responser().send(Err(state.to_error()));
         }
         receiver
     }
@@ -341,9 +317,7 @@ impl Client {
         }
     }
 
-    async fn resolve<T, E, F>(
-        result: std::result::Result<Either<F, T>, E>,
-    ) -> std::result::Result<T, E>
+    async fn resolve<T, E, F>(result: std::result::Result<Either<F, T>, E>) -> std::result::Result<T, E>
     where
         F: Future<Output = std::result::Result<T, E>>,
     {
@@ -384,15 +358,11 @@ impl Client {
     fn parse_sequence(client_path: &str, prefix: &str) -> Result<CreateSequence> {
         if let Some(sequence_path) = client_path.strip_prefix(prefix) {
             match sequence_path.parse::<i64>() {
-                Err(_) => Err(Error::UnexpectedError(format!(
-                    "sequential node get no i32 path {client_path}"
-                ))),
+                Err(_) => Err(Error::UnexpectedError(format!("sequential node get no i32 path {client_path}"))),
                 Ok(i) => Ok(CreateSequence(i)),
             }
         } else {
-            Err(Error::UnexpectedError(format!(
-                "sequential path {client_path} does not contain prefix path {prefix}",
-            )))
+            Err(Error::UnexpectedError(format!("sequential path {client_path} does not contain prefix path {prefix}",)))
         }
     }
 
@@ -424,7 +394,7 @@ impl Client {
                     } else {
                         j = path.len();
                     }
-                }
+                },
                 Err(Error::NoNode) => {
                     let i = path[..j].rfind('/').unwrap();
                     if i == 0 {
@@ -432,7 +402,7 @@ impl Client {
                         return Err(Error::NoNode);
                     }
                     j = i;
-                }
+                },
                 Err(err) => return Err(err),
             }
         }
@@ -469,11 +439,7 @@ impl Client {
         options.validate()?;
         let create_mode = options.mode;
         let sequential = create_mode.is_sequential();
-        let chroot_path = if sequential {
-            self.validate_sequential_path(path)?
-        } else {
-            self.validate_path(path)?
-        };
+        let chroot_path = if sequential { self.validate_sequential_path(path)? } else { self.validate_path(path)? };
         if chroot_path.is_root() {
             return Err(Error::BadArguments(&"can not create root node"));
         }
@@ -488,29 +454,16 @@ impl Client {
             OpCode::Create
         };
         let flags = create_mode.as_flags(ttl != 0);
-        let request = CreateRequest {
-            path: chroot_path,
-            data,
-            acls: options.acls,
-            flags,
-            ttl,
-        };
+        let request = CreateRequest { path: chroot_path, data, acls: options.acls, flags, ttl };
         let receiver = self.send_request(op_code, &request);
         Ok(async move {
             let (body, _) = receiver.await?;
             let mut buf = body.as_slice();
             let server_path = record::unmarshal_entity::<&str>(&"server path", &mut buf)?;
             let client_path = util::strip_root_path(server_path, self.chroot.root())?;
-            let sequence = if sequential {
-                Self::parse_sequence(client_path, path)?
-            } else {
-                CreateSequence(-1)
-            };
-            let stat = if op_code == OpCode::Create {
-                Stat::new_invalid()
-            } else {
-                record::unmarshal::<Stat>(&mut buf)?
-            };
+            let sequence = if sequential { Self::parse_sequence(client_path, path)? } else { CreateSequence(-1) };
+            let stat =
+                if op_code == OpCode::Create { Stat::new_invalid() } else { record::unmarshal::<Stat>(&mut buf)? };
             Ok((stat, sequence))
         })
     }
@@ -521,27 +474,16 @@ impl Client {
     /// * [Error::NoNode] if such node does not exist.
     /// * [Error::BadVersion] if such node exists but has different version.
     /// * [Error::NotEmpty] if such node exists but has children.
-    pub fn delete(
-        &self,
-        path: &str,
-        expected_version: Option<i32>,
-    ) -> impl Future<Output = Result<()>> + Send {
+    pub fn delete(&self, path: &str, expected_version: Option<i32>) -> impl Future<Output = Result<()>> + Send {
         Self::wait(self.delete_internally(path, expected_version))
     }
 
-    fn delete_internally(
-        &self,
-        path: &str,
-        expected_version: Option<i32>,
-    ) -> Result<impl Future<Output = Result<()>>> {
+    fn delete_internally(&self, path: &str, expected_version: Option<i32>) -> Result<impl Future<Output = Result<()>>> {
         let chroot_path = self.validate_path(path)?;
         if chroot_path.is_root() {
             return Err(Error::BadArguments(&"can not delete root node"));
         }
-        let request = DeleteRequest {
-            path: chroot_path,
-            version: expected_version.unwrap_or(-1),
-        };
+        let request = DeleteRequest { path: chroot_path, version: expected_version.unwrap_or(-1) };
         let receiver = self.send_request(OpCode::Delete, &request);
         Ok(async move {
             receiver.await?;
@@ -557,16 +499,13 @@ impl Client {
     }
 
     async fn delete_foreground(&self, path: &str) {
-        Client::retry_on_connection_loss(|| self.delete(path, None))
-            .await
-            .ignore();
+        Client::retry_on_connection_loss(|| self.delete(path, None)).await.ignore();
     }
 
     fn delete_ephemeral_background(self, prefix: String, unique: bool) {
         asyncs::spawn(async move {
             let (parent, tree, name) = util::split_path(&prefix);
-            let mut children =
-                Self::retry_on_connection_loss(|| self.list_children(parent)).await?;
+            let mut children = Self::retry_on_connection_loss(|| self.list_children(parent)).await?;
             if unique {
                 if let Some(i) = children.iter().position(|s| s.starts_with(name)) {
                     self.delete_foreground(&children[i]).await;
@@ -606,10 +545,7 @@ impl Client {
         watch: bool,
     ) -> Result<impl Future<Output = Result<(Vec<u8>, Stat, WatchReceiver)>> + Send> {
         let chroot_path = ChrootPath::new(chroot, path, false)?;
-        let request = GetRequest {
-            path: chroot_path,
-            watch,
-        };
+        let request = GetRequest { path: chroot_path, watch };
         let receiver = self.send_request(OpCode::GetData, &request);
         Ok(async move {
             let (mut body, watcher) = receiver.await?;
@@ -645,9 +581,7 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<u8>, Stat, OneshotWatcher)>> + Send + '_ {
         let result = self.get_data_internally(self.chroot.as_ref(), path, true);
-        Self::map_wait(result, |(data, stat, watcher)| {
-            (data, stat, watcher.into_oneshot(&self.chroot))
-        })
+        Self::map_wait(result, |(data, stat, watcher)| (data, stat, watcher.into_oneshot(&self.chroot)))
     }
 
     fn check_stat_internally(
@@ -656,10 +590,7 @@ impl Client {
         watch: bool,
     ) -> Result<impl Future<Output = Result<(Option<Stat>, WatchReceiver)>>> {
         let chroot_path = self.validate_path(path)?;
-        let request = ExistsRequest {
-            path: chroot_path,
-            watch,
-        };
+        let request = ExistsRequest { path: chroot_path, watch };
         let receiver = self.send_request(OpCode::Exists, &request);
         Ok(async move {
             let (body, watcher) = receiver.await?;
@@ -685,9 +616,7 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<(Option<Stat>, OneshotWatcher)>> + Send + '_ {
         let result = self.check_stat_internally(path, true);
-        Self::map_wait(result, |(stat, watcher)| {
-            (stat, watcher.into_oneshot(&self.chroot))
-        })
+        Self::map_wait(result, |(stat, watcher)| (stat, watcher.into_oneshot(&self.chroot)))
     }
 
     /// Sets data for node with given path and returns updated stat.
@@ -712,11 +641,7 @@ impl Client {
         expected_version: Option<i32>,
     ) -> Result<impl Future<Output = Result<Stat>>> {
         let chroot_path = self.validate_path(path)?;
-        let request = SetDataRequest {
-            path: chroot_path,
-            data,
-            version: expected_version.unwrap_or(-1),
-        };
+        let request = SetDataRequest { path: chroot_path, data, version: expected_version.unwrap_or(-1) };
         let receiver = self.send_request(OpCode::SetData, &request);
         Ok(async move {
             let (body, _) = receiver.await?;
@@ -732,10 +657,7 @@ impl Client {
         watch: bool,
     ) -> Result<impl Future<Output = Result<(Vec<String>, WatchReceiver)>>> {
         let chroot_path = self.validate_path(path)?;
-        let request = GetChildrenRequest {
-            path: chroot_path,
-            watch,
-        };
+        let request = GetChildrenRequest { path: chroot_path, watch };
         let receiver = self.send_request(OpCode::GetChildren, &request);
         Ok(async move {
             let (body, watcher) = receiver.await?;
@@ -749,14 +671,8 @@ impl Client {
     ///
     /// # Notable errors
     /// * [Error::NoNode] if such node does not exist.
-    pub fn list_children(
-        &self,
-        path: &str,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send + '_ {
-        Self::map_wait(
-            self.list_children_internally(path, false),
-            |(children, _)| children,
-        )
+    pub fn list_children(&self, path: &str) -> impl Future<Output = Result<Vec<String>>> + Send + '_ {
+        Self::map_wait(self.list_children_internally(path, false), |(children, _)| children)
     }
 
     /// Lists children for node with given path, and watches node deletion, children creation and
@@ -774,9 +690,7 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<String>, OneshotWatcher)>> + Send + '_ {
         let result = self.list_children_internally(path, true);
-        Self::map_wait(result, |(children, watcher)| {
-            (children, watcher.into_oneshot(&self.chroot))
-        })
+        Self::map_wait(result, |(children, watcher)| (children, watcher.into_oneshot(&self.chroot)))
     }
 
     fn get_children_internally(
@@ -785,10 +699,7 @@ impl Client {
         watch: bool,
     ) -> Result<impl Future<Output = Result<(Vec<String>, Stat, WatchReceiver)>>> {
         let chroot_path = self.validate_path(path)?;
-        let request = GetChildrenRequest {
-            path: chroot_path,
-            watch,
-        };
+        let request = GetChildrenRequest { path: chroot_path, watch };
         let receiver = self.send_request(OpCode::GetChildren2, &request);
         Ok(async move {
             let (body, watcher) = receiver.await?;
@@ -802,10 +713,7 @@ impl Client {
     ///
     /// # Notable errors
     /// * [Error::NoNode] if such node does not exist.
-    pub fn get_children(
-        &self,
-        path: &str,
-    ) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send {
+    pub fn get_children(&self, path: &str) -> impl Future<Output = Result<(Vec<String>, Stat)>> + Send {
         let result = self.get_children_internally(path, false);
         Self::map_wait(result, |(children, stat, _)| (children, stat))
     }
@@ -825,26 +733,18 @@ impl Client {
         path: &str,
     ) -> impl Future<Output = Result<(Vec<String>, Stat, OneshotWatcher)>> + Send + '_ {
         let result = self.get_children_internally(path, true);
-        Self::map_wait(result, |(children, stat, watcher)| {
-            (children, stat, watcher.into_oneshot(&self.chroot))
-        })
+        Self::map_wait(result, |(children, stat, watcher)| (children, stat, watcher.into_oneshot(&self.chroot)))
     }
 
     /// Counts descendants number for node with given path.
     ///
     /// # Notable errors
     /// * [Error::NoNode] if such node does not exist.
-    pub fn count_descendants_number(
-        &self,
-        path: &str,
-    ) -> impl Future<Output = Result<usize>> + Send {
+    pub fn count_descendants_number(&self, path: &str) -> impl Future<Output = Result<usize>> + Send {
         Self::wait(self.count_descendants_number_internally(path))
     }
 
-    fn count_descendants_number_internally(
-        &self,
-        path: &str,
-    ) -> Result<impl Future<Output = Result<usize>>> {
+    fn count_descendants_number_internally(&self, path: &str) -> Result<impl Future<Output = Result<usize>>> {
         let chroot_path = self.validate_path(path)?;
         let receiver = self.send_request(OpCode::GetAllChildrenNumber, &chroot_path);
         Ok(async move {
@@ -861,17 +761,11 @@ impl Client {
     /// * No [Error::NoNode] if node with give path does not exist.
     /// * Result will include given path if that node is ephemeral.
     /// * Returned paths are located at chroot but not ZooKeeper root.
-    pub fn list_ephemerals(
-        &self,
-        path: &str,
-    ) -> impl Future<Output = Result<Vec<String>>> + Send + '_ {
+    pub fn list_ephemerals(&self, path: &str) -> impl Future<Output = Result<Vec<String>>> + Send + '_ {
         Self::wait(self.list_ephemerals_internally(path))
     }
 
-    fn list_ephemerals_internally(
-        &self,
-        path: &str,
-    ) -> Result<impl Future<Output = Result<Vec<String>>> + Send + '_> {
+    fn list_ephemerals_internally(&self, path: &str) -> Result<impl Future<Output = Result<Vec<String>>> + Send + '_> {
         let path = self.validate_path(path)?;
         let receiver = self.send_request(OpCode::GetEphemerals, &path);
         Ok(async move {
@@ -889,17 +783,11 @@ impl Client {
     ///
     /// # Notable errors
     /// * [Error::NoNode] if such node does not exist.
-    pub fn get_acl(
-        &self,
-        path: &str,
-    ) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + '_ {
+    pub fn get_acl(&self, path: &str) -> impl Future<Output = Result<(Vec<Acl>, Stat)>> + Send + '_ {
         Self::wait(self.get_acl_internally(path))
     }
 
-    fn get_acl_internally(
-        &self,
-        path: &str,
-    ) -> Result<impl Future<Output = Result<(Vec<Acl>, Stat)>>> {
+    fn get_acl_internally(&self, path: &str) -> Result<impl Future<Output = Result<(Vec<Acl>, Stat)>>> {
         let chroot_path = self.validate_path(path)?;
         let receiver = self.send_request(OpCode::GetACL, &chroot_path);
         Ok(async move {
@@ -931,11 +819,7 @@ impl Client {
         expected_acl_version: Option<i32>,
     ) -> Result<impl Future<Output = Result<Stat>>> {
         let chroot_path = self.validate_path(path)?;
-        let request = SetAclRequest {
-            path: chroot_path,
-            acl,
-            version: expected_acl_version.unwrap_or(-1),
-        };
+        let request = SetAclRequest { path: chroot_path, acl, version: expected_acl_version.unwrap_or(-1) };
         let receiver = self.send_request(OpCode::SetACL, &request);
         Ok(async move {
             let (body, _) = receiver.await?;
@@ -959,11 +843,7 @@ impl Client {
     ///
     /// [ZOOKEEPER-4466]: https://issues.apache.org/jira/browse/ZOOKEEPER-4466
     /// [ZOOKEEPER-4698]: https://issues.apache.org/jira/browse/ZOOKEEPER-4698
-    pub fn watch(
-        &self,
-        path: &str,
-        mode: AddWatchMode,
-    ) -> impl Future<Output = Result<PersistentWatcher>> + Send + '_ {
+    pub fn watch(&self, path: &str, mode: AddWatchMode) -> impl Future<Output = Result<PersistentWatcher>> + Send + '_ {
         Self::wait(self.watch_internally(path, mode))
     }
 
@@ -974,10 +854,7 @@ impl Client {
     ) -> Result<impl Future<Output = Result<PersistentWatcher>> + Send + '_> {
         let chroot_path = self.validate_path(path)?;
         let proto_mode = proto::AddWatchMode::from(mode);
-        let request = PersistentWatchRequest {
-            path: chroot_path,
-            mode: proto_mode.into(),
-        };
+        let request = PersistentWatchRequest { path: chroot_path, mode: proto_mode.into() };
         let receiver = self.send_request(OpCode::AddWatch, &request);
         Ok(async move {
             let (_, watcher) = receiver.await?;
@@ -1047,8 +924,7 @@ impl Client {
         async move {
             let (body, _) = receiver.await?;
             let mut buf = body.as_slice();
-            let authed_users =
-                record::unmarshal_entity::<Vec<AuthUser>>(&"authed users", &mut buf)?;
+            let authed_users = record::unmarshal_entity::<Vec<AuthUser>>(&"authed users", &mut buf)?;
             Ok(authed_users)
         }
     }
@@ -1060,13 +936,9 @@ impl Client {
     }
 
     /// Gets stat and data for ZooKeeper config node, that is node with path "/zookeeper/config".
-    pub fn get_and_watch_config(
-        &self,
-    ) -> impl Future<Output = Result<(Vec<u8>, Stat, OneshotWatcher)>> + Send {
+    pub fn get_and_watch_config(&self) -> impl Future<Output = Result<(Vec<u8>, Stat, OneshotWatcher)>> + Send {
         let result = self.get_data_internally(Chroot::default(), Self::CONFIG_NODE, true);
-        Self::map_wait(result, |(data, stat, watcher)| {
-            (data, stat, watcher.into_oneshot(&OwnedChroot::default()))
-        })
+        Self::map_wait(result, |(data, stat, watcher)| (data, stat, watcher.into_oneshot(&OwnedChroot::default())))
     }
 
     /// Updates ZooKeeper ensemble.
@@ -1081,10 +953,7 @@ impl Client {
         update: EnsembleUpdate<'a, I>,
         expected_zxid: Option<i64>,
     ) -> impl Future<Output = Result<(Vec<u8>, Stat)>> + Send {
-        let request = ReconfigRequest {
-            update,
-            version: expected_zxid.unwrap_or(-1),
-        };
+        let request = ReconfigRequest { update, version: expected_zxid.unwrap_or(-1) };
         let receiver = self.send_request(OpCode::Reconfig, &request);
         async move {
             let (mut body, _) = receiver.await?;
@@ -1126,24 +995,12 @@ impl Client {
         let prefix = prefix.into();
         self.validate_sequential_path(&prefix)?;
         let (parent, _, _) = util::split_path(&prefix);
-        let guard = LockingGuard {
-            zk: self,
-            prefix: &prefix,
-            unique: kind.is_unique(),
-        };
+        let guard = LockingGuard { zk: self, prefix: &prefix, unique: kind.is_unique() };
         loop {
-            let mut result = self
-                .create(
-                    &prefix,
-                    data,
-                    &CreateMode::EphemeralSequential.with_acls(options.acls),
-                )
-                .await;
+            let mut result = self.create(&prefix, data, &CreateMode::EphemeralSequential.with_acls(options.acls)).await;
             if result == Err(Error::NoNode) {
                 if let Some(options) = &options.parent {
-                    match Self::retry_on_connection_loss(|| self.mkdir_internally(parent, options))
-                        .await
-                    {
+                    match Self::retry_on_connection_loss(|| self.mkdir_internally(parent, options)).await {
                         Ok(_) => continue,
                         Err(Error::NoNode) => result = Err(Error::NoNode),
                         Err(err) => return Err(err),
@@ -1157,7 +1014,7 @@ impl Client {
                     } else {
                         continue;
                     }
-                }
+                },
                 Err(err) => {
                     if err.has_no_data_change() {
                         std::mem::forget(guard);
@@ -1165,7 +1022,7 @@ impl Client {
                     } else {
                         return Err(err);
                     }
-                }
+                },
                 Ok((_stat, sequence)) => sequence,
             };
             std::mem::forget(guard);
@@ -1177,11 +1034,7 @@ impl Client {
         }
     }
 
-    async fn find_lock(
-        &self,
-        prefix: &str,
-        kind: LockPrefixKind<'_>,
-    ) -> Result<Option<CreateSequence>> {
+    async fn find_lock(&self, prefix: &str, kind: LockPrefixKind<'_>) -> Result<Option<CreateSequence>> {
         let (parent, tree, name) = util::split_path(prefix);
         let mut children = Self::retry_on_connection_loss(|| self.list_children(parent)).await?;
         if kind.is_unique() {
@@ -1219,41 +1072,26 @@ impl Client {
         Ok(None)
     }
 
-    async fn wait_lock(
-        &self,
-        lock: &str,
-        kind: LockPrefixKind<'_>,
-        sequence_len: usize,
-    ) -> Result<()> {
+    async fn wait_lock(&self, lock: &str, kind: LockPrefixKind<'_>, sequence_len: usize) -> Result<()> {
         let (parent, tree, this) = util::split_path(lock);
         loop {
-            let mut children =
-                Self::retry_on_connection_loss(|| self.list_children(parent)).await?;
+            let mut children = Self::retry_on_connection_loss(|| self.list_children(parent)).await?;
             children.retain(|s| {
-                s.len() >= sequence_len
-                    && kind.filter(s)
-                    && s[s.len() - sequence_len..].parse::<i32>().is_ok()
+                s.len() >= sequence_len && kind.filter(s) && s[s.len() - sequence_len..].parse::<i32>().is_ok()
             });
-            children.sort_unstable_by(|a, b| {
-                a[a.len() - sequence_len..].cmp(&b[b.len() - sequence_len..])
-            });
-            match children.binary_search_by(|a| {
-                a[a.len() - sequence_len..].cmp(&this[this.len() - sequence_len..])
-            }) {
+            children.sort_unstable_by(|a, b| a[a.len() - sequence_len..].cmp(&b[b.len() - sequence_len..]));
+            match children.binary_search_by(|a| a[a.len() - sequence_len..].cmp(&this[this.len() - sequence_len..])) {
                 Ok(0) => return Ok(()),
                 Ok(i) => {
                     let mut child = children.swap_remove(i - 1);
                     child.insert_str(0, tree);
-                    let watcher =
-                        match Self::retry_on_connection_loss(|| self.get_and_watch_data(&child))
-                            .await
-                        {
-                            Err(Error::NoNode) => continue,
-                            Err(err) => return Err(err),
-                            Ok((_data, _stat, watcher)) => watcher,
-                        };
+                    let watcher = match Self::retry_on_connection_loss(|| self.get_and_watch_data(&child)).await {
+                        Err(Error::NoNode) => continue,
+                        Err(err) => return Err(err),
+                        Ok((_data, _stat, watcher)) => watcher,
+                    };
                     watcher.changed().await;
-                }
+                },
                 Err(_) => return Err(Error::RuntimeInconsistent),
             }
         }
@@ -1301,18 +1139,12 @@ impl Client {
         }
         let prefix_kind = prefix.kind();
         let (lock, sequence_len) = self.create_lock(prefix, data, options).await?;
-        let client = LockClient {
-            client: self,
-            lock: Cow::from(lock),
-        };
-        match self
-            .wait_lock(&client.lock, prefix_kind, sequence_len)
-            .await
-        {
+        let client = LockClient { client: self, lock: Cow::from(lock) };
+        match self.wait_lock(&client.lock, prefix_kind, sequence_len).await {
             Err(err @ (Error::RuntimeInconsistent | Error::SessionExpired)) => {
                 std::mem::forget(client);
                 Err(err)
-            }
+            },
             Err(err) => Err(err),
             Ok(_) => Ok(client),
         }
@@ -1403,9 +1235,7 @@ impl<'a> LockPrefix<'a> {
         if name.find('/').is_some() {
             return Err(Error::BadArguments(&"lock name must not contain /"));
         }
-        Ok(Self {
-            inner: LockPrefixInner::Curator { dir, name },
-        })
+        Ok(Self { inner: LockPrefixInner::Curator { dir, name } })
     }
 
     /// Shared path prefix, the final lock path will be `{prefix}{ephemeral_sequence}`.
@@ -1421,9 +1251,7 @@ impl<'a> LockPrefix<'a> {
     /// [LeaderElectionSupport]: https://github.com/apache/zookeeper/blob/release-3.9.0/zookeeper-recipes/zookeeper-recipes-election/src/main/java/org/apache/zookeeper/recipes/leader/LeaderElectionSupport.java#L165
     pub fn new_shared(prefix: &'a str) -> Result<Self> {
         crate::util::validate_path(Chroot::default(), prefix, true)?;
-        Ok(Self {
-            inner: LockPrefixInner::Shared { prefix },
-        })
+        Ok(Self { inner: LockPrefixInner::Shared { prefix } })
     }
 
     /// Custom path prefix, the final lock path will be `{prefix}{ephemeral_sequence}`.
@@ -1446,14 +1274,10 @@ impl<'a> LockPrefix<'a> {
         if !name.is_empty() {
             let (_dir, _tree, this) = util::split_path(&prefix);
             if !this.contains(name) {
-                return Err(Error::BadArguments(
-                    &"lock path prefix must contain lock name",
-                ));
+                return Err(Error::BadArguments(&"lock path prefix must contain lock name"));
             }
         }
-        Ok(Self {
-            inner: LockPrefixInner::Custom { prefix, name },
-        })
+        Ok(Self { inner: LockPrefixInner::Custom { prefix, name } })
     }
 
     fn kind(&self) -> LockPrefixKind<'a> {
@@ -1462,16 +1286,14 @@ impl<'a> LockPrefix<'a> {
             LockPrefixInner::Shared { prefix } => {
                 let (_parent, _tree, name) = util::split_path(prefix);
                 LockPrefixKind::Shared { prefix: name }
-            }
+            },
             LockPrefixInner::Custom { name, .. } => LockPrefixKind::Custom { lock_name: name },
         }
     }
 
     fn into(self) -> String {
         match self.inner {
-            LockPrefixInner::Curator { dir, name } => {
-                format!("{}/_c_{}-{}", dir, uuid::Uuid::new_v4(), name)
-            }
+            LockPrefixInner::Curator { dir, name } => format!("{}/_c_{}-{}", dir, uuid::Uuid::new_v4(), name),
             LockPrefixInner::Shared { prefix } => prefix.to_string(),
             LockPrefixInner::Custom { prefix, .. } => prefix,
         }
@@ -1486,9 +1308,7 @@ struct LockingGuard<'a> {
 
 impl Drop for LockingGuard<'_> {
     fn drop(&mut self) {
-        self.zk
-            .clone()
-            .delete_ephemeral_background(self.prefix.to_string(), self.unique);
+        self.zk.clone().delete_ephemeral_background(self.prefix.to_string(), self.unique);
     }
 }
 
@@ -1589,11 +1409,7 @@ impl<'a> LockClient<'a> {
     }
 
     /// Similar to [Client::delete] except [Error::RuntimeInconsistent] if lock lost.
-    pub fn delete(
-        &self,
-        path: &str,
-        expected_version: Option<i32>,
-    ) -> impl Future<Output = Result<()>> + Send + 'a {
+    pub fn delete(&self, path: &str, expected_version: Option<i32>) -> impl Future<Output = Result<()>> + Send + 'a {
         Client::wait(self.delete_internally(path, expected_version))
     }
 
@@ -1613,11 +1429,7 @@ impl<'a> LockClient<'a> {
 
     /// Similar to [Client::new_check_writer] with this lock path.
     pub fn new_check_writer(&self) -> CheckWriter<'a> {
-        unsafe {
-            self.client
-                .new_check_writer(&self.lock, None)
-                .unwrap_unchecked()
-        }
+        unsafe { self.client.new_check_writer(&self.lock, None).unwrap_unchecked() }
     }
 
     /// Converts to [OwnedLockClient].
@@ -1625,10 +1437,7 @@ impl<'a> LockClient<'a> {
         let client = self.client.clone();
         let mut drop = ManuallyDrop::new(self);
         let lock = std::mem::take(drop.lock.to_mut());
-        OwnedLockClient {
-            client: ManuallyDrop::new(client),
-            lock,
-        }
+        OwnedLockClient { client: ManuallyDrop::new(client), lock }
     }
 }
 
@@ -1650,10 +1459,7 @@ pub struct OwnedLockClient {
 
 impl OwnedLockClient {
     fn lock_client(&self) -> std::mem::ManuallyDrop<LockClient<'_>> {
-        std::mem::ManuallyDrop::new(LockClient {
-            client: &self.client,
-            lock: Cow::from(&self.lock),
-        })
+        std::mem::ManuallyDrop::new(LockClient { client: &self.client, lock: Cow::from(&self.lock) })
     }
 
     /// Underlying client.
@@ -1687,21 +1493,13 @@ impl OwnedLockClient {
     }
 
     /// Same as [LockClient::delete].
-    pub fn delete(
-        &self,
-        path: &str,
-        expected_version: Option<i32>,
-    ) -> impl Future<Output = Result<()>> + Send + '_ {
+    pub fn delete(&self, path: &str, expected_version: Option<i32>) -> impl Future<Output = Result<()>> + Send + '_ {
         self.lock_client().delete(path, expected_version)
     }
 
     /// Same as [LockClient::new_check_writer].
     pub fn new_check_writer(&self) -> CheckWriter<'_> {
-        unsafe {
-            self.client
-                .new_check_writer(&self.lock, None)
-                .unwrap_unchecked()
-        }
+        unsafe { self.client.new_check_writer(&self.lock, None).unwrap_unchecked() }
     }
 }
 
@@ -1784,10 +1582,7 @@ impl Connector {
     /// Specifies idle timeout to conclude a connection as loss.
     ///
     /// Defaults to `2/5` of session timeout.
-    #[deprecated(
-        since = "0.11.0",
-        note = "use Connector::with_connection_timeout instead"
-    )]
+    #[deprecated(since = "0.11.0", note = "use Connector::with_connection_timeout instead")]
     pub fn connection_timeout(&mut self, timeout: Duration) -> &mut Self {
         self.connection_timeout = timeout;
         self
@@ -1817,10 +1612,7 @@ impl Connector {
     /// Specifies auth info for given authentication scheme.
     #[deprecated(since = "0.11.0", note = "use Connector::with_auth instead")]
     pub fn auth(&mut self, scheme: String, auth: Vec<u8>) -> &mut Self {
-        let packet = AuthPacket {
-            scheme: &scheme,
-            auth: &auth,
-        };
+        let packet = AuthPacket { scheme: &scheme, auth: &auth };
         let request = MarshalledRequest::new(OpCode::Auth, &packet);
         self.authes.push(request);
         self
@@ -1900,10 +1692,7 @@ impl Connector {
 
     /// Specifies SASL options.
     #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
-    #[cfg_attr(
-        docsrs,
-        doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5")))
-    )]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5"))))]
     pub fn with_sasl(mut self, options: impl Into<SaslOptions>) -> Self {
         self.sasl = Some(options.into());
         self
@@ -1911,10 +1700,7 @@ impl Connector {
 
     /// Specifies SASL options.
     #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
-    #[cfg_attr(
-        docsrs,
-        doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5")))
-    )]
+    #[cfg_attr(docsrs, doc(cfg(any(feature = "sasl", feature = "sasl-gssapi", feature = "sasl-digest-md5"))))]
     #[deprecated(since = "0.11.0", note = "use Connector::with_sasl instead")]
     pub fn sasl(&mut self, options: impl Into<SaslOptions>) -> &mut Self {
         self.sasl = Some(options.into());
@@ -1973,14 +1759,8 @@ impl Connector {
         asyncs::spawn(async move {
             session.serve(endpoints, conn, buf, depot, receiver).await;
         });
-        let client = Client::new(
-            chroot.to_owned(),
-            self.server_version,
-            session_info,
-            session_timeout,
-            sender,
-            state_watcher,
-        );
+        let client =
+            Client::new(chroot.to_owned(), self.server_version, session_info, session_timeout, sender, state_watcher);
         Ok(client)
     }
 
@@ -2019,11 +1799,7 @@ trait MultiBuffer {
         if buffer.is_empty() {
             return Default::default();
         }
-        let header = MultiHeader {
-            op: OpCode::Error,
-            done: true,
-            err: -1,
-        };
+        let header = MultiHeader { op: OpCode::Error, done: true, err: -1 };
         buffer.append_record(&header);
         buffer.finish();
         MarshalledRequest(std::mem::take(buffer))
@@ -2032,16 +1808,11 @@ trait MultiBuffer {
     fn add_operation(&mut self, op: OpCode, request: &impl Record) {
         let buffer = self.buffer();
         if buffer.is_empty() {
-            let n =
-                RequestHeader::record_len() + MultiHeader::record_len() + request.serialized_len();
+            let n = RequestHeader::record_len() + MultiHeader::record_len() + request.serialized_len();
             buffer.prepare_and_reserve(n);
             buffer.append_record(&RequestHeader::with_code(Self::op_code()));
         }
-        let header = MultiHeader {
-            op,
-            done: false,
-            err: -1,
-        };
+        let header = MultiHeader { op, done: false, err: -1 };
         self.buffer().append_record2(&header, request);
     }
 }
@@ -2078,10 +1849,7 @@ impl MultiBuffer for MultiReader<'_> {
 
 impl<'a> MultiReader<'a> {
     fn new(client: &'a Client) -> MultiReader<'a> {
-        MultiReader {
-            client,
-            buf: Default::default(),
-        }
+        MultiReader { client, buf: Default::default() }
     }
 
     /// Adds operation to get stat and data for node with given path.
@@ -2089,10 +1857,7 @@ impl<'a> MultiReader<'a> {
     /// See [Client::get_data] for more details.
     pub fn add_get_data(&mut self, path: &str) -> Result<()> {
         let chroot_path = self.client.validate_path(path)?;
-        let request = GetRequest {
-            path: chroot_path,
-            watch: false,
-        };
+        let request = GetRequest { path: chroot_path, watch: false };
         self.add_operation(OpCode::GetData, &request);
         Ok(())
     }
@@ -2102,10 +1867,7 @@ impl<'a> MultiReader<'a> {
     /// See [Client::get_children] for more details.
     pub fn add_get_children(&mut self, path: &str) -> Result<()> {
         let chroot_path = self.client.validate_path(path)?;
-        let request = GetChildrenRequest {
-            path: chroot_path,
-            watch: false,
-        };
+        let request = GetChildrenRequest { path: chroot_path, watch: false };
         self.add_operation(OpCode::GetChildren, &request);
         Ok(())
     }
@@ -2122,12 +1884,7 @@ impl<'a> MultiReader<'a> {
     fn commit_internally(
         &self,
         request: MarshalledRequest,
-    ) -> Result<
-        Either<
-            impl Future<Output = Result<Vec<MultiReadResult>>> + Send + 'a,
-            Vec<MultiReadResult>,
-        >,
-    > {
+    ) -> Result<Either<impl Future<Output = Result<Vec<MultiReadResult>>> + Send + 'a, Vec<MultiReadResult>>> {
         if request.is_empty() {
             return Ok(Right(Vec::default()));
         }
@@ -2138,12 +1895,8 @@ impl<'a> MultiReader<'a> {
             let mut results = Vec::with_capacity(response.len());
             for result in response {
                 match result {
-                    MultiReadResponse::Data { data, stat } => {
-                        results.push(MultiReadResult::Data { data, stat })
-                    }
-                    MultiReadResponse::Children { children } => {
-                        results.push(MultiReadResult::Children { children })
-                    }
+                    MultiReadResponse::Data { data, stat } => results.push(MultiReadResult::Data { data, stat }),
+                    MultiReadResponse::Children { children } => results.push(MultiReadResult::Children { children }),
                     MultiReadResponse::Error(err) => results.push(MultiReadResult::Error { err }),
                 }
             }
@@ -2201,40 +1954,28 @@ impl MultiWriteResult {
     fn into_check(self) -> Result<()> {
         match self {
             MultiWriteResult::Check => Ok(()),
-            _ => Err(Error::UnexpectedError(format!(
-                "expect MultiWriteResult::Check, got {}",
-                self.kind()
-            ))),
+            _ => Err(Error::UnexpectedError(format!("expect MultiWriteResult::Check, got {}", self.kind()))),
         }
     }
 
     fn into_create(self) -> Result<(String, Stat)> {
         match self {
             MultiWriteResult::Create { path, stat } => Ok((path, stat)),
-            _ => Err(Error::UnexpectedError(format!(
-                "expect MultiWriteResult::Create, got {}",
-                self.kind()
-            ))),
+            _ => Err(Error::UnexpectedError(format!("expect MultiWriteResult::Create, got {}", self.kind()))),
         }
     }
 
     fn into_set_data(self) -> Result<Stat> {
         match self {
             MultiWriteResult::SetData { stat } => Ok(stat),
-            _ => Err(Error::UnexpectedError(format!(
-                "expect MultiWriteResult::SetData, got {}",
-                self.kind()
-            ))),
+            _ => Err(Error::UnexpectedError(format!("expect MultiWriteResult::SetData, got {}", self.kind()))),
         }
     }
 
     fn into_delete(self) -> Result<()> {
         match self {
             MultiWriteResult::Delete => Ok(()),
-            _ => Err(Error::UnexpectedError(format!(
-                "expect MultiWriteResult::Delete, got {}",
-                self.kind()
-            ))),
+            _ => Err(Error::UnexpectedError(format!("expect MultiWriteResult::Delete, got {}", self.kind()))),
         }
     }
 }
@@ -2281,15 +2022,10 @@ impl From<MultiWriteError> for CheckWriteError {
     fn from(err: MultiWriteError) -> Self {
         match err {
             MultiWriteError::RequestFailed { source } => CheckWriteError::RequestFailed { source },
-            MultiWriteError::OperationFailed { index: 0, source } => {
-                CheckWriteError::CheckFailed { source }
-            }
+            MultiWriteError::OperationFailed { index: 0, source } => CheckWriteError::CheckFailed { source },
             MultiWriteError::OperationFailed { index, source } => {
-                CheckWriteError::OperationFailed {
-                    index: index - 1,
-                    source,
-                }
-            }
+                CheckWriteError::OperationFailed { index: index - 1, source }
+            },
         }
     }
 }
@@ -2298,9 +2034,7 @@ impl From<CheckWriteError> for Error {
     fn from(err: CheckWriteError) -> Self {
         match err {
             CheckWriteError::RequestFailed { source } => source,
-            CheckWriteError::CheckFailed {
-                source: Error::NoNode | Error::BadVersion,
-            } => Error::RuntimeInconsistent,
+            CheckWriteError::CheckFailed { source: Error::NoNode | Error::BadVersion } => Error::RuntimeInconsistent,
             CheckWriteError::CheckFailed { source } => source,
             CheckWriteError::OperationFailed { source, .. } => source,
         }
@@ -2319,22 +2053,12 @@ impl<'a> CheckWriter<'a> {
     }
 
     /// Same as [MultiWriter::add_create].
-    pub fn add_create(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        options: &CreateOptions<'_>,
-    ) -> Result<()> {
+    pub fn add_create(&mut self, path: &str, data: &[u8], options: &CreateOptions<'_>) -> Result<()> {
         self.writer.add_create(path, data, options)
     }
 
     /// Same as [MultiWriter::add_set_data].
-    pub fn add_set_data(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        expected_version: Option<i32>,
-    ) -> Result<()> {
+    pub fn add_set_data(&mut self, path: &str, data: &[u8], expected_version: Option<i32>) -> Result<()> {
         self.writer.add_set_data(path, data, expected_version)
     }
 
@@ -2346,8 +2070,7 @@ impl<'a> CheckWriter<'a> {
     /// Similar to [MultiWriter::commit] except independent path check error.
     pub fn commit(
         mut self,
-    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, CheckWriteError>> + Send + 'a
-    {
+    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, CheckWriteError>> + Send + 'a {
         let commit = self.writer.commit();
         async move {
             let mut results = commit.await?;
@@ -2381,10 +2104,7 @@ impl MultiBuffer for MultiWriter<'_> {
 
 impl<'a> MultiWriter<'a> {
     fn new(client: &'a Client) -> MultiWriter<'a> {
-        MultiWriter {
-            client,
-            buf: Default::default(),
-        }
+        MultiWriter { client, buf: Default::default() }
     }
 
     /// Adds operation to check version for node with given path.
@@ -2393,10 +2113,7 @@ impl<'a> MultiWriter<'a> {
     /// Effects of changes to data of given path in preceding operations affect this operation.
     pub fn add_check_version(&mut self, path: &str, version: i32) -> Result<()> {
         let chroot_path = self.client.validate_path(path)?;
-        let request = CheckVersionRequest {
-            path: chroot_path,
-            version,
-        };
+        let request = CheckVersionRequest { path: chroot_path, version };
         self.add_operation(OpCode::Check, &request);
         Ok(())
     }
@@ -2411,21 +2128,13 @@ impl<'a> MultiWriter<'a> {
     ///
     /// [ZOOKEEPER-4026]: https://issues.apache.org/jira/browse/ZOOKEEPER-4026
     /// [ZOOKEEPER-4667]: https://issues.apache.org/jira/browse/ZOOKEEPER-4667
-    pub fn add_create(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        options: &CreateOptions<'_>,
-    ) -> Result<()> {
+    pub fn add_create(&mut self, path: &str, data: &[u8], options: &CreateOptions<'_>) -> Result<()> {
         options.validate()?;
         let ttl = options.ttl.map(|ttl| ttl.as_millis() as i64).unwrap_or(0);
         let create_mode = options.mode;
         let sequential = create_mode.is_sequential();
-        let chroot_path = if sequential {
-            self.client.validate_sequential_path(path)?
-        } else {
-            self.client.validate_path(path)?
-        };
+        let chroot_path =
+            if sequential { self.client.validate_sequential_path(path)? } else { self.client.validate_path(path)? };
         let op_code = if ttl != 0 {
             OpCode::CreateTtl
         } else if create_mode.is_container() {
@@ -2434,13 +2143,7 @@ impl<'a> MultiWriter<'a> {
             OpCode::Create2
         };
         let flags = create_mode.as_flags(ttl != 0);
-        let request = CreateRequest {
-            path: chroot_path,
-            data,
-            acls: options.acls,
-            flags,
-            ttl,
-        };
+        let request = CreateRequest { path: chroot_path, data, acls: options.acls, flags, ttl };
         self.add_operation(op_code, &request);
         Ok(())
     }
@@ -2448,18 +2151,9 @@ impl<'a> MultiWriter<'a> {
     /// Adds operation to set data for node with given path.
     ///
     /// See [Client::set_data] for more details.
-    pub fn add_set_data(
-        &mut self,
-        path: &str,
-        data: &[u8],
-        expected_version: Option<i32>,
-    ) -> Result<()> {
+    pub fn add_set_data(&mut self, path: &str, data: &[u8], expected_version: Option<i32>) -> Result<()> {
         let chroot_path = self.client.validate_path(path)?;
-        let request = SetDataRequest {
-            path: chroot_path,
-            data,
-            version: expected_version.unwrap_or(-1),
-        };
+        let request = SetDataRequest { path: chroot_path, data, version: expected_version.unwrap_or(-1) };
         self.add_operation(OpCode::SetData, &request);
         Ok(())
     }
@@ -2472,10 +2166,7 @@ impl<'a> MultiWriter<'a> {
         if chroot_path.is_root() {
             return Err(Error::BadArguments(&"can not delete root node"));
         }
-        let request = DeleteRequest {
-            path: chroot_path,
-            version: expected_version.unwrap_or(-1),
-        };
+        let request = DeleteRequest { path: chroot_path, version: expected_version.unwrap_or(-1) };
         self.add_operation(OpCode::Delete, &request);
         Ok(())
     }
@@ -2489,8 +2180,7 @@ impl<'a> MultiWriter<'a> {
     /// * [Error::BadVersion] if check version failed.
     pub fn commit(
         &mut self,
-    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a
-    {
+    ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a {
         let request = self.build_request();
         Client::resolve(self.commit_internally(request))
     }
@@ -2500,10 +2190,7 @@ impl<'a> MultiWriter<'a> {
         &self,
         request: MarshalledRequest,
     ) -> Result<
-        Either<
-            impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a,
-            Vec<MultiWriteResult>,
-        >,
+        Either<impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a, Vec<MultiWriteResult>>,
         MultiWriteError,
     > {
         if request.is_empty() {
@@ -2514,33 +2201,21 @@ impl<'a> MultiWriter<'a> {
         Ok(Left(async move {
             let (body, _) = receiver.await?;
             let response = record::unmarshal::<Vec<MultiWriteResponse>>(&mut body.as_slice())?;
-            let failed = response
-                .first()
-                .map(|r| matches!(r, MultiWriteResponse::Error(_)))
-                .unwrap_or(false);
-            let mut results = if failed {
-                Vec::new()
-            } else {
-                Vec::with_capacity(response.len())
-            };
+            let failed = response.first().map(|r| matches!(r, MultiWriteResponse::Error(_))).unwrap_or(false);
+            let mut results = if failed { Vec::new() } else { Vec::with_capacity(response.len()) };
             for (index, result) in response.into_iter().enumerate() {
                 match result {
                     MultiWriteResponse::Check => results.push(MultiWriteResult::Check),
                     MultiWriteResponse::Delete => results.push(MultiWriteResult::Delete),
                     MultiWriteResponse::Create { mut path, stat } => {
                         path = util::strip_root_path(path, client.chroot.root())?;
-                        results.push(MultiWriteResult::Create {
-                            path: path.to_string(),
-                            stat,
-                        });
-                    }
-                    MultiWriteResponse::SetData { stat } => {
-                        results.push(MultiWriteResult::SetData { stat })
-                    }
-                    MultiWriteResponse::Error(Error::UnexpectedErrorCode(0)) => {}
+                        results.push(MultiWriteResult::Create { path: path.to_string(), stat });
+                    },
+                    MultiWriteResponse::SetData { stat } => results.push(MultiWriteResult::SetData { stat }),
+                    MultiWriteResponse::Error(Error::UnexpectedErrorCode(0)) => {},
                     MultiWriteResponse::Error(err) => {
                         return Err(MultiWriteError::OperationFailed { index, source: err })
-                    }
+                    },
                 }
             }
             Ok(results)
@@ -2561,29 +2236,16 @@ mod tests {
 
     #[test]
     fn test_create_options_validate() {
-        assert_that!(CreateMode::Persistent
-            .with_acls(Acls::new(Default::default()))
-            .validate()
-            .unwrap_err())
-        .is_equal_to(Error::InvalidAcl);
+        assert_that!(CreateMode::Persistent.with_acls(Acls::new(Default::default())).validate().unwrap_err())
+            .is_equal_to(Error::InvalidAcl);
 
         let acls = Acls::anyone_all();
 
-        assert_that!(CreateMode::Ephemeral
-            .with_acls(acls)
-            .with_ttl(Duration::from_secs(1))
-            .validate()
-            .unwrap_err())
-        .is_equal_to(Error::BadArguments(
-            &"ttl can only be specified with persistent node",
-        ));
+        assert_that!(CreateMode::Ephemeral.with_acls(acls).with_ttl(Duration::from_secs(1)).validate().unwrap_err())
+            .is_equal_to(Error::BadArguments(&"ttl can only be specified with persistent node"));
 
-        assert_that!(CreateMode::Persistent
-            .with_acls(acls)
-            .with_ttl(Duration::ZERO)
-            .validate()
-            .unwrap_err())
-        .is_equal_to(Error::BadArguments(&"ttl is zero"));
+        assert_that!(CreateMode::Persistent.with_acls(acls).with_ttl(Duration::ZERO).validate().unwrap_err())
+            .is_equal_to(Error::BadArguments(&"ttl is zero"));
 
         assert_that!(CreateMode::Persistent
             .with_acls(acls)
@@ -2592,11 +2254,8 @@ mod tests {
             .unwrap_err())
         .is_equal_to(Error::BadArguments(&"ttl cannot larger than 1099511627775"));
 
-        assert_that!(CreateMode::Persistent
-            .with_acls(acls)
-            .with_ttl(Duration::from_secs(5))
-            .validate())
-        .is_equal_to(Ok(()));
+        assert_that!(CreateMode::Persistent.with_acls(acls).with_ttl(Duration::from_secs(5)).validate())
+            .is_equal_to(Ok(()));
     }
 
     #[test]
@@ -2610,9 +2269,7 @@ mod tests {
         assert_that!(options
             .with_ancestor_options(CreateMode::PersistentSequential.with_acls(Acls::anyone_all()))
             .unwrap_err())
-        .is_equal_to(Error::BadArguments(
-            &"directory node must not be sequential",
-        ));
+        .is_equal_to(Error::BadArguments(&"directory node must not be sequential"));
     }
 
     #[test_log::test(asyncs::test)]
@@ -2625,26 +2282,14 @@ mod tests {
             .with_cmd(["./bin/zkServer.sh", "status"].iter())
             .with_interval(Duration::from_secs(2))
             .with_retries(60);
-        let image = GenericImage::new("zookeeper", "3.9.0")
-            .with_healthcheck(healthcheck)
-            .with_wait_for(WaitFor::Healthcheck);
+        let image =
+            GenericImage::new("zookeeper", "3.9.0").with_healthcheck(healthcheck).with_wait_for(WaitFor::Healthcheck);
         let docker = DockerCli::default();
         let container = docker.run(image);
         let endpoint = format!("127.0.0.1:{}", container.get_host_port(2181));
 
-        let client1 = Client::connector()
-            .with_detached()
-            .connect(&endpoint)
-            .await
-            .unwrap();
-        client1
-            .create(
-                "/n1",
-                b"",
-                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
-            )
-            .await
-            .unwrap();
+        let client1 = Client::connector().with_detached().connect(&endpoint).await.unwrap();
+        client1.create("/n1", b"", &CreateMode::Persistent.with_acls(Acls::anyone_all())).await.unwrap();
 
         let mut session = client1.into_session();
 
@@ -2660,19 +2305,8 @@ mod tests {
 
         // Succeed to connect with small zxid.
         session.last_zxid = 0;
-        let client2 = Client::connector()
-            .with_fail_eagerly()
-            .with_session(session.clone())
-            .connect(&endpoint)
-            .await
-            .unwrap();
-        client2
-            .create(
-                "/n2",
-                b"",
-                &CreateMode::Persistent.with_acls(Acls::anyone_all()),
-            )
-            .await
-            .unwrap();
+        let client2 =
+            Client::connector().with_fail_eagerly().with_session(session.clone()).connect(&endpoint).await.unwrap();
+        client2.create("/n2", b"", &CreateMode::Persistent.with_acls(Acls::anyone_all())).await.unwrap();
     }
 }

@@ -2,9 +2,7 @@ use asyncs::sync::watch;
 
 use crate::chroot::OwnedChroot;
 use crate::error::Error;
-use crate::session::{
-    OneshotReceiver, PersistentReceiver, SessionState, WatchReceiver, WatchedEvent,
-};
+use crate::session::{OneshotReceiver, PersistentReceiver, SessionState, WatchReceiver, WatchedEvent};
 
 /// StateWatcher tracks session state updates.
 #[derive(Clone, Debug)]
@@ -126,7 +124,7 @@ impl WatchReceiver {
             WatchReceiver::Oneshot(receiver) => OneshotWatcher::new(chroot.clone(), receiver),
             WatchReceiver::Persistent(_) => {
                 unreachable!("expect oneshot watcher, got persistent watcher")
-            }
+            },
         }
     }
 
@@ -135,7 +133,7 @@ impl WatchReceiver {
             WatchReceiver::None => unreachable!("expect oneshot watcher, got none watcher"),
             WatchReceiver::Oneshot(_) => {
                 unreachable!("expect oneshot watcher, got oneshot watcher")
-            }
+            },
             WatchReceiver::Persistent(receiver) => PersistentWatcher::new(chroot.clone(), receiver),
         }
     }

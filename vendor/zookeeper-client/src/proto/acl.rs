@@ -4,8 +4,7 @@ use super::stat::Stat;
 use crate::acl::{Acl, AuthId, Permission};
 use crate::chroot::ChrootPath;
 use crate::record::{
-    self, DeserializableRecord, DeserializeError, DynamicRecord, InvalidData, ReadingBuf,
-    SerializableRecord,
+    self, DeserializableRecord, DeserializeError, DynamicRecord, InvalidData, ReadingBuf, SerializableRecord,
 };
 
 impl SerializableRecord for Acl {
@@ -28,9 +27,7 @@ impl TryFrom<i32> for Permission {
     fn try_from(raw: i32) -> Result<Permission, Self::Error> {
         let all_bits = Permission::ALL.into_raw();
         if (raw & !all_bits) != 0 {
-            return Err(InvalidData::UnmarshalError(format!(
-                "invalid permission bits: {raw:#b}"
-            )));
+            return Err(InvalidData::UnmarshalError(format!("invalid permission bits: {raw:#b}")));
         }
         Ok(Permission::from_raw(raw))
     }

@@ -2,8 +2,7 @@ use bytes::BufMut;
 use derive_where::derive_where;
 
 use crate::record::{
-    DeserializableRecord, DeserializeError, DynamicRecord, ReadingBuf, SerializableRecord,
-    StaticRecord, UnsafeBuf,
+    DeserializableRecord, DeserializeError, DynamicRecord, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf,
 };
 
 #[derive_where(Debug)]
@@ -30,10 +29,7 @@ impl SerializableRecord for ConnectRequest<'_> {
 
 impl DynamicRecord for ConnectRequest<'_> {
     fn serialized_len(&self) -> usize {
-        2 * i32::record_len()
-            + 2 * i64::record_len()
-            + self.password.serialized_len()
-            + bool::record_len()
+        2 * i32::record_len() + 2 * i64::record_len() + self.password.serialized_len() + bool::record_len()
     }
 }
 
@@ -60,9 +56,7 @@ impl<'a> DeserializableRecord<'a> for ConnectResponse<'a> {
         let session_timeout = unsafe { buf.get_unchecked_i32() };
         let session_id = unsafe { buf.get_unchecked_i64() };
         if protocol_version != 0 {
-            return Err(DeserializeError::UnmarshalError(format!(
-                "unsupported server version {protocol_version}"
-            )));
+            return Err(DeserializeError::UnmarshalError(format!("unsupported server version {protocol_version}")));
         } else if session_timeout < 0 {
             return Err(DeserializeError::UnmarshalError(format!(
                 "invalid negotiated session timeout {session_timeout}"
@@ -70,28 +64,14 @@ impl<'a> DeserializableRecord<'a> for ConnectResponse<'a> {
         }
         let len = unsafe { buf.get_unchecked_i32() };
         if len <= 0 || len > buf.len() as i32 {
-            return Err(DeserializeError::UnmarshalError(format!(
-                "invalid session password length {len}"
-            )));
+            return Err(DeserializeError::UnmarshalError(format!("invalid session password length {len}")));
         }
         let len = len as usize;
         let password = unsafe { buf.get_unchecked(..len) };
-        let readonly = if len == buf.len() {
-            0
-        } else {
-            unsafe { *buf.get_unchecked(len) }
-        };
+        let readonly = if len == buf.len() { 0 } else { unsafe { *buf.get_unchecked(len) } };
         if readonly != 0 && readonly != 1 {
-            return Err(DeserializeError::UnmarshalError(format!(
-                "invalid session readonly value {readonly}"
-            )));
+            return Err(DeserializeError::UnmarshalError(format!("invalid session readonly value {readonly}")));
         }
-        Ok(ConnectResponse {
-            protocol_version,
-            session_timeout,
-            session_id,
-            password,
-            readonly: readonly == 1,
-        })
+        Ok(ConnectResponse { protocol_version, session_timeout, session_id, password, readonly: readonly == 1 })
     }
 }

@@ -2,9 +2,7 @@ use bytes::BufMut;
 use num_enum::{IntoPrimitive, TryFromPrimitive, TryFromPrimitiveError};
 
 use crate::error::Error;
-use crate::record::{
-    InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead,
-};
+use crate::record::{InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead};
 
 impl From<ErrorCode> for Error {
     fn from(ec: ErrorCode) -> Error {

@@ -1,9 +1,7 @@
 use bytes::BufMut;
 use num_enum::{IntoPrimitive, TryFromPrimitive};
 
-use crate::record::{
-    InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead,
-};
+use crate::record::{InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead};
 
 #[repr(i32)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq, IntoPrimitive, TryFromPrimitive, strum::Display)]

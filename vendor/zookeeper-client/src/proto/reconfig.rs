@@ -12,27 +12,18 @@ impl<'b, T: Iterator<Item = &'b str> + Clone> SerializableRecord for ServerList<
             return;
         }
         buf.put_i32(n as i32 - 4);
-        self.0
-            .clone()
-            .filter(|s| !s.is_empty())
-            .enumerate()
-            .for_each(|(i, s)| {
-                if i != 0 {
-                    buf.put_u8(b',');
-                }
-                buf.put_slice(s.as_bytes());
-            });
+        self.0.clone().filter(|s| !s.is_empty()).enumerate().for_each(|(i, s)| {
+            if i != 0 {
+                buf.put_u8(b',');
+            }
+            buf.put_slice(s.as_bytes());
+        });
     }
 }
 
 impl<'b, T: Iterator<Item = &'b str> + Clone> DynamicRecord for ServerList<'_, 'b, T> {
     fn serialized_len(&self) -> usize {
-        let n: usize = self
-            .0
-            .clone()
-            .filter(|s| !s.is_empty())
-            .map(|s| s.len() + 1)
-            .sum();
+        let n: usize = self.0.clone().filter(|s| !s.is_empty()).map(|s| s.len() + 1).sum();
         4 + if n > 0 { n - 1 } else { 0 }
     }
 }
@@ -66,12 +57,12 @@ impl<'a, T: Iterator<Item = &'a str> + Clone> SerializableRecord for ReconfigReq
                 ServerList(joinings).serialize(buf);
                 ServerList(leavings).serialize(buf);
                 buf.put_i32(-1);
-            }
+            },
             EnsembleUpdate::New { ensemble } => {
                 buf.put_i32(-1);
                 buf.put_i32(-1);
                 ServerList(ensemble).serialize(buf);
-            }
+            },
         };
         self.version.serialize(buf);
     }
@@ -82,11 +73,11 @@ impl<'a, T: Iterator<Item = &'a str> + Clone> DynamicRecord for ReconfigRequest<
         let n = match &self.update {
             EnsembleUpdate::Incremental { joinings, leavings } => {
                 4 + ServerList(joinings).serialized_len() + ServerList(leavings).serialized_len()
-            }
+            },
             EnsembleUpdate::New { ensemble } => {
                 let servers = ServerList(ensemble);
                 8 + servers.serialized_len()
-            }
+            },
         };
         n + 8
     }

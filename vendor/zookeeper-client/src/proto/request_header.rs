@@ -2,9 +2,7 @@ use bytes::BufMut;
 
 use super::consts::PredefinedXid;
 use super::op_code::OpCode;
-use crate::record::{
-    InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead,
-};
+use crate::record::{InvalidData, ReadingBuf, SerializableRecord, StaticRecord, UnsafeBuf, UnsafeRead};
 
 pub struct RequestHeader {
     pub xid: i32,

@@ -132,10 +132,7 @@ mod tests {
     #[test]
     fn test_insufficient_buf() {
         let rng = rand::thread_rng();
-        let data: Vec<u8> = rng
-            .sample_iter(Standard)
-            .take(Stat::record_len() - 1)
-            .collect();
+        let data: Vec<u8> = rng.sample_iter(Standard).take(Stat::record_len() - 1).collect();
         let mut buf = data.as_slice();
         let err = Stat::deserialize(&mut buf).unwrap_err();
         assert_eq!(err, record::InsufficientBuf);

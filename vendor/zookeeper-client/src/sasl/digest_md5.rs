@@ -21,24 +21,14 @@ impl DigestMd5SaslOptions {
         self.realm.as_ref().map(|s| s.as_ref())
     }
 
-    pub(crate) fn new(
-        username: impl Into<Cow<'static, str>>,
-        password: impl Into<Cow<'static, str>>,
-    ) -> Self {
-        Self {
-            realm: None,
-            username: username.into(),
-            password: password.into(),
-        }
+    pub(crate) fn new(username: impl Into<Cow<'static, str>>, password: impl Into<Cow<'static, str>>) -> Self {
+        Self { realm: None, username: username.into(), password: password.into() }
     }
 
     /// Specifies the client chosen realm.
     #[cfg(test)]
     pub fn with_realm(self, realm: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            realm: Some(realm.into()),
-            ..self
-        }
+        Self { realm: Some(realm.into()), ..self }
     }
 }
 
@@ -74,17 +64,10 @@ impl SessionCallback for DigestSessionCallback {
 
 impl SaslInitiator for DigestMd5SaslOptions {
     fn new_session(&self, _hostname: &str) -> Result<SaslSession> {
-        let callback = DigestSessionCallback {
-            options: self.clone(),
-        };
-        let config = SASLConfig::builder()
-            .with_defaults()
-            .with_callback(callback)
-            .unwrap();
+        let callback = DigestSessionCallback { options: self.clone() };
+        let config = SASLConfig::builder().with_defaults().with_callback(callback).unwrap();
         let client = SASLClient::new(config);
-        let session = client
-            .start_suggested(&[Mechname::parse(b"DIGEST-MD5").unwrap()])
-            .unwrap();
+        let session = client.start_suggested(&[Mechname::parse(b"DIGEST-MD5").unwrap()]).unwrap();
         SaslSession::new(session)
     }
 }

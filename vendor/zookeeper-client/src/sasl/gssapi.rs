@@ -24,10 +24,7 @@ pub struct GssapiSaslOptions {
 
 impl GssapiSaslOptions {
     pub(crate) fn new() -> Self {
-        Self {
-            username: Cow::from("zookeeper"),
-            hostname: None,
-        }
+        Self { username: Cow::from("zookeeper"), hostname: None }
     }
 
     /// Specifies the primary part of Kerberos principal.
@@ -37,20 +34,14 @@ impl GssapiSaslOptions {
     ///
     /// Defaults to "zookeeper".
     pub fn with_username(self, username: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            username: username.into(),
-            ..self
-        }
+        Self { username: username.into(), ..self }
     }
 
     /// Specifies the instance part of Kerberos principal.
     ///
     /// Defaults to hostname or ip of targeting server in connecting string.
     pub fn with_hostname(self, hostname: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            hostname: Some(hostname.into()),
-            ..self
-        }
+        Self { hostname: Some(hostname.into()), ..self }
     }
 
     fn hostname_or(&self, hostname: &str) -> Cow<'static, str> {
@@ -82,18 +73,10 @@ impl SaslInitiator for GssapiSaslOptions {
                 Ok(())
             }
         }
-        let provider = GssapiOptionsProvider {
-            username: self.username.clone(),
-            hostname: self.hostname_or(hostname),
-        };
-        let config = SASLConfig::builder()
-            .with_defaults()
-            .with_callback(provider)
-            .unwrap();
+        let provider = GssapiOptionsProvider { username: self.username.clone(), hostname: self.hostname_or(hostname) };
+        let config = SASLConfig::builder().with_defaults().with_callback(provider).unwrap();
         let client = SASLClient::new(config);
-        let session = client
-            .start_suggested(&[Mechname::parse(b"GSSAPI").unwrap()])
-            .unwrap();
+        let session = client.start_suggested(&[Mechname::parse(b"GSSAPI").unwrap()]).unwrap();
         SaslSession::new(session)
     }
 }

@@ -80,11 +80,7 @@ pub struct SaslSession {
 
 impl SaslSession {
     fn new(session: Session) -> Result<Self> {
-        let mut session = Self {
-            session,
-            output: Default::default(),
-            finished: false,
-        };
+        let mut session = Self { session, output: Default::default(), finished: false };
         if session.session.are_we_first() {
             session.step(Default::default())?;
         }
@@ -101,26 +97,19 @@ impl SaslSession {
 
     pub fn step(&mut self, challenge: &[u8]) -> Result<Option<&[u8]>> {
         if self.finished {
-            return Err(Error::UnexpectedError(format!(
-                "SASL {} session already finished",
-                self.name()
-            )));
+            return Err(Error::UnexpectedError(format!("SASL {} session already finished", self.name())));
         }
         self.output.clear();
-        match self
-            .session
-            .step(Some(challenge), &mut self.output)
-            .map_err(Error::other)?
-        {
+        match self.session.step(Some(challenge), &mut self.output).map_err(Error::other)? {
             State::Running => Ok(Some(&self.output)),
             State::Finished(MessageSent::Yes) => {
                 self.finished = true;
                 Ok(Some(&self.output))
-            }
+            },
             State::Finished(MessageSent::No) => {
                 self.finished = true;
                 Ok(None)
-            }
+            },
         }
     }
 }

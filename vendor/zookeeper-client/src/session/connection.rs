@@ -33,11 +33,8 @@ pub trait AsyncReadToBuf: AsyncReadExt {
         Self: Unpin,
     {
         let chunk = buf.chunk_mut();
-        let read_to = unsafe {
-            std::mem::transmute::<&mut [std::mem::MaybeUninit<u8>], &mut [u8]>(
-                chunk.as_uninit_slice_mut(),
-            )
-        };
+        let read_to =
+            unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<u8>], &mut [u8]>(chunk.as_uninit_slice_mut()) };
         let n = self.read(read_to).await?;
         if n != 0 {
             unsafe {
@@ -51,11 +48,7 @@ pub trait AsyncReadToBuf: AsyncReadExt {
 impl<T> AsyncReadToBuf for T where T: AsyncReadExt {}
 
 impl AsyncRead for Connection {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<Result<usize>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize>> {
         match self.get_mut() {
             Self::Raw(stream) => Pin::new(stream).poll_read(cx, buf),
             #[cfg(feature = "tls")]
@@ -73,11 +66,7 @@ impl AsyncWrite for Connection {
         }
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<Result<usize>> {
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
         match self.get_mut() {
             Self::Raw(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
             #[cfg(feature = "tls")]
@@ -107,11 +96,7 @@ pub struct ConnReader<'a> {
 }
 
 impl AsyncRead for ConnReader<'_> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<Result<usize>> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<Result<usize>> {
         Pin::new(&mut self.get_mut().conn).poll_read(cx, buf)
     }
 }
@@ -125,11 +110,7 @@ impl AsyncWrite for ConnWriter<'_> {
         Pin::new(&mut self.get_mut().conn).poll_write(cx, buf)
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<Result<usize>> {
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<Result<usize>> {
         Pin::new(&mut self.get_mut().conn).poll_write_vectored(cx, bufs)
     }
 
@@ -149,9 +130,7 @@ impl Connection {
 
     pub fn split(&mut self) -> (ConnReader<'_>, ConnWriter<'_>) {
         let reader = ConnReader { conn: self };
-        let writer = ConnWriter {
-            conn: unsafe { std::ptr::read(&reader.conn) },
-        };
+        let writer = ConnWriter { conn: unsafe { std::ptr::read(&reader.conn) } };
         (reader, writer)
     }
 
@@ -199,10 +178,7 @@ impl Connector {
 
     #[cfg(feature = "tls")]
     pub fn with_tls(client: TlsClient) -> Self {
-        Self {
-            tls: Some(client),
-            timeout: Duration::from_secs(10),
-        }
+        Self { tls: Some(client), timeout: Duration::from_secs(10) }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -218,24 +194,15 @@ impl Connector {
             #[cfg(feature = "tls")]
             return match self.tls.as_ref() {
                 None => return Err(Error::new(ErrorKind::Unsupported, "tls not configured")),
-                Some(client) => client
-                    .connect(endpoint.host, endpoint.port)
-                    .await
-                    .map(Connection::new_tls),
+                Some(client) => client.connect(endpoint.host, endpoint.port).await.map(Connection::new_tls),
             };
             #[cfg(not(feature = "tls"))]
             return Err(Error::new(ErrorKind::Unsupported, "tls not supported"));
         }
-        TcpStream::connect((endpoint.host, endpoint.port))
-            .await
-            .map(Connection::new_raw)
+        TcpStream::connect((endpoint.host, endpoint.port)).await.map(Connection::new_raw)
     }
 
-    pub async fn connect(
-        &self,
-        endpoint: EndpointRef<'_>,
-        deadline: &mut Deadline,
-    ) -> Result<Connection> {
+    pub async fn connect(&self, endpoint: EndpointRef<'_>, deadline: &mut Deadline) -> Result<Connection> {
         select! {
             biased;
             r = self.connect_endpoint(endpoint) => r,
@@ -244,10 +211,7 @@ impl Connector {
         }
     }
 
-    pub async fn seek_for_writable(
-        self,
-        endpoints: &mut IterableEndpoints,
-    ) -> Option<EndpointRef<'_>> {
+    pub async fn seek_for_writable(self, endpoints: &mut IterableEndpoints) -> Option<EndpointRef<'_>> {
         let n = endpoints.len();
         let max_timeout = Duration::from_secs(60);
         let mut i = 0;
@@ -259,10 +223,8 @@ impl Connector {
                 Ok(conn) => match conn.command_isro().await {
                     // Safety: https://github.com/rust-lang/rust/issues/74068
                     Ok(true) => {
-                        return Some(unsafe {
-                            std::mem::transmute::<EndpointRef<'_>, EndpointRef<'_>>(endpoint)
-                        })
-                    }
+                        return Some(unsafe { std::mem::transmute::<EndpointRef<'_>, EndpointRef<'_>>(endpoint) })
+                    },
                     Ok(false) => trace!("succeeds to contact readonly {}", endpoint),
                     Err(err) => trace!(%err, r#"fails to complete "isro" to {}"#, endpoint),
                 },
@@ -297,10 +259,7 @@ mod tests {
     async fn raw() {
         let connector = Connector::new();
         let endpoint = EndpointRef::new("host1", 2181, true);
-        let err = connector
-            .connect(endpoint, &mut Deadline::never())
-            .await
-            .unwrap_err();
+        let err = connector.connect(endpoint, &mut Deadline::never()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unsupported);
     }
 }

@@ -96,16 +96,12 @@ impl Depot {
 
     /// Check whether there is any ongoing operations.
     pub fn is_empty(&self) -> bool {
-        self.writing_operations.is_empty()
-            && self.written_operations.is_empty()
-            && self.pending_operations.is_empty()
+        self.writing_operations.is_empty() && self.written_operations.is_empty() && self.pending_operations.is_empty()
     }
 
     pub fn pop_request(&mut self, xid: i32) -> Result<SessionOperation, Error> {
         match self.written_operations.remove(&xid) {
-            None => Err(Error::UnexpectedError(format!(
-                "recv response with xid {xid} but no pending request"
-            ))),
+            None => Err(Error::UnexpectedError(format!("recv response with xid {xid} but no pending request"))),
             Some(operation) => Ok(operation),
         }
     }
@@ -163,14 +159,10 @@ impl Depot {
     }
 
     fn cancel_unwatch(&mut self, path: &'static str, mode: WatchMode) {
-        if let Some(SessionOperation { responser, .. }) =
-            self.unwatching_paths.remove(&(path, mode))
-        {
+        if let Some(SessionOperation { responser, .. }) = self.unwatching_paths.remove(&(path, mode)) {
             responser.send_empty();
         }
-        if let Some(SessionOperation { responser, .. }) =
-            self.unwatching_paths.remove(&(path, WatchMode::Any))
-        {
+        if let Some(SessionOperation { responser, .. }) = self.unwatching_paths.remove(&(path, WatchMode::Any)) {
             responser.send_empty();
         }
     }
@@ -226,14 +218,8 @@ impl Depot {
     }
 
     pub fn push_remove_watch(&mut self, path: &str, mode: WatchMode, responser: StateResponser) {
-        let record = RemoveWatchesRequest {
-            path,
-            mode: mode.into(),
-        };
-        let operation = SessionOperation {
-            request: MarshalledRequest::new(OpCode::RemoveWatches, &record),
-            responser,
-        };
+        let record = RemoveWatchesRequest { path, mode: mode.into() };
+        let operation = SessionOperation { request: MarshalledRequest::new(OpCode::RemoveWatches, &record), responser };
         self.push_session(operation);
     }
 
@@ -243,18 +229,12 @@ impl Depot {
             .any(|mode| self.watching_paths.contains_key(&(path, mode)))
     }
 
-    pub async fn write_to(
-        &mut self,
-        write: &mut (impl AsyncWriteExt + Unpin),
-    ) -> Result<(), Error> {
+    pub async fn write_to(&mut self, write: &mut (impl AsyncWriteExt + Unpin)) -> Result<(), Error> {
         if !self.has_pending_writes() {
             write.flush().await.map_err(Error::other)?;
             return std::future::pending().await;
         }
-        let mut written_bytes = write
-            .write_vectored(self.writing_slices.as_slice())
-            .await
-            .map_err(Error::other)?;
+        let mut written_bytes = write.write_vectored(self.writing_slices.as_slice()).await.map_err(Error::other)?;
         let written_slices = self
             .writing_slices
             .iter()

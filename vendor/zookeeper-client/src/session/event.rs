@@ -1,6 +1,6 @@
 use crate::record::{
-    self, DeserializableRecord, HasInsufficientError, InsufficientBuf, NotInsufficientError,
-    ReadingBuf, UnmarshalError, UnsafeBuf,
+    self, DeserializableRecord, HasInsufficientError, InsufficientBuf, NotInsufficientError, ReadingBuf,
+    UnmarshalError, UnsafeBuf,
 };
 use crate::util::{Ref, ToRef};
 use crate::{Error, EventType, SessionState, WatchedEvent};
@@ -45,20 +45,14 @@ impl WatcherEvent<'_> {
 
 impl From<InsufficientBuf> for Error {
     fn from(_: InsufficientBuf) -> Error {
-        Error::UnmarshalError {
-            entity: "",
-            reason: &"insufficient buf",
-        }
+        Error::UnmarshalError { entity: "", reason: &"insufficient buf" }
     }
 }
 
 impl UnmarshalError for Error {
     fn with_context(self, context: &'static str) -> Error {
         match self {
-            Error::UnmarshalError { reason, .. } => Error::UnmarshalError {
-                entity: context,
-                reason,
-            },
+            Error::UnmarshalError { reason, .. } => Error::UnmarshalError { entity: context, reason },
             err => err,
         }
     }
@@ -68,10 +62,7 @@ impl NotInsufficientError for Error {
     type DeserializeError = Error;
 
     fn insufficient() -> Self::DeserializeError {
-        Error::UnmarshalError {
-            entity: "",
-            reason: &"insufficient buf",
-        }
+        Error::UnmarshalError { entity: "", reason: &"insufficient buf" }
     }
 
     fn to_deserialize_error(self) -> Self::DeserializeError {
@@ -96,19 +87,11 @@ impl<'a> DeserializableRecord<'a> for WatcherEvent<'a> {
 
     fn deserialize(buf: &mut ReadingBuf<'a>) -> Result<Self, Self::Error> {
         if buf.len() < 12 {
-            return Err(Error::UnmarshalError {
-                entity: "watch notification",
-                reason: &"insufficient buf",
-            });
+            return Err(Error::UnmarshalError { entity: "watch notification", reason: &"insufficient buf" });
         }
         let event_type = EventType::from_server(unsafe { buf.get_unchecked_i32() })?;
         let session_state = SessionState::from_server(unsafe { buf.get_unchecked_i32() })?;
         let path = record::unmarshal(buf)?;
-        Ok(WatcherEvent {
-            event_type,
-            session_state,
-            path,
-            zxid: WatchedEvent::NO_ZXID,
-        })
+        Ok(WatcherEvent { event_type, session_state, path, zxid: WatchedEvent::NO_ZXID })
     }
 }

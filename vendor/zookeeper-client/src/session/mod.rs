@@ -22,8 +22,7 @@ use self::connection::{AsyncReadToBuf, Connection, Connector};
 pub use self::depot::Depot;
 use self::event::WatcherEvent;
 pub use self::request::{
-    ConnectOperation, MarshalledRequest, OpStat, Operation, Request, SessionOperation,
-    StateReceiver,
+    ConnectOperation, MarshalledRequest, OpStat, Operation, Request, SessionOperation, StateReceiver,
 };
 pub use self::types::{EventType, SessionId, SessionInfo, SessionState, WatchedEvent};
 use self::watch::WatchManager;
@@ -31,9 +30,7 @@ pub use self::watch::{OneshotReceiver, PersistentReceiver, WatchReceiver};
 use crate::deadline::Deadline;
 use crate::endpoint::IterableEndpoints;
 use crate::error::Error;
-use crate::proto::{
-    ConnectRequest, ConnectResponse, ErrorCode, OpCode, PredefinedXid, ReplyHeader,
-};
+use crate::proto::{ConnectRequest, ConnectResponse, ErrorCode, OpCode, PredefinedXid, ReplyHeader};
 use crate::record;
 #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
 use crate::sasl::{SaslInitiator, SaslOptions, SaslSession};
@@ -85,17 +82,11 @@ impl Builder {
     }
 
     pub fn with_session_timeout(self, session_timeout: Duration) -> Self {
-        Self {
-            session_timeout,
-            ..self
-        }
+        Self { session_timeout, ..self }
     }
 
     pub fn with_connection_timeout(self, connection_timeout: Duration) -> Self {
-        Self {
-            connection_timeout,
-            ..self
-        }
+        Self { connection_timeout, ..self }
     }
 
     pub fn build(self, requester: Weak<mpsc::UnboundedSender<Request>>) -> Result<Session, Error> {
@@ -109,15 +100,13 @@ impl Builder {
                 }
                 Span::current().record("session", display(session.id()));
                 session
-            }
+            },
             None => SessionInfo::new(SessionId(0), vec![0; PASSWORD_LEN]),
         };
         if self.session_timeout < Duration::ZERO {
             return Err(Error::BadArguments(&"session timeout must not be negative"));
         } else if self.connection_timeout < Duration::ZERO {
-            return Err(Error::BadArguments(
-                &"connection timeout must not be negative",
-            ));
+            return Err(Error::BadArguments(&"connection timeout must not be negative"));
         }
         #[cfg(feature = "tls")]
         let connector = match self.tls {
@@ -156,11 +145,7 @@ impl Builder {
             state_sender,
             watch_manager,
         };
-        let timeout = if self.session_timeout.is_zero() {
-            DEFAULT_SESSION_TIMEOUT
-        } else {
-            self.session_timeout
-        };
+        let timeout = if self.session_timeout.is_zero() { DEFAULT_SESSION_TIMEOUT } else { self.session_timeout };
         session.reset_timeout(timeout);
         Ok(session)
     }
@@ -230,24 +215,18 @@ impl Session {
     ) {
         endpoints.cycle();
         endpoints.reset();
-        self.serve_once(conn, &mut endpoints, &mut buf, &mut depot, &mut requester)
-            .await;
+        self.serve_once(conn, &mut endpoints, &mut buf, &mut depot, &mut requester).await;
         while !self.session_state.is_terminated() {
             let conn = match self.start(&mut endpoints, &mut buf, &mut depot).await {
                 Err(err) => {
-                    warn!(
-                        "fail to connect to cluster {:?} due to {}",
-                        endpoints.endpoints(),
-                        err
-                    );
+                    warn!("fail to connect to cluster {:?} due to {}", endpoints.endpoints(), err);
                     self.resolve_start_error(&err);
                     break;
-                }
+                },
                 Ok(conn) => conn,
             };
             endpoints.reset();
-            self.serve_once(conn, &mut endpoints, &mut buf, &mut depot, &mut requester)
-                .await;
+            self.serve_once(conn, &mut endpoints, &mut buf, &mut depot, &mut requester).await;
         }
         let err = self.state_error();
         Self::close_requester(requester, &err).await;
@@ -294,43 +273,25 @@ impl Session {
         depot: &mut Depot,
         requester: &mut mpsc::UnboundedReceiver<Request>,
     ) {
-        let err = self
-            .serve_session(endpoints, &mut conn, buf, depot, requester)
-            .await
-            .unwrap_err();
+        let err = self.serve_session(endpoints, &mut conn, buf, depot, requester).await.unwrap_err();
         self.resolve_serve_error(&err);
         info!("enter state {} due to {}", self.session_state, err);
         depot.error(&err);
     }
 
-    fn handle_notification(
-        &mut self,
-        zxid: i64,
-        mut body: &[u8],
-        depot: &mut Depot,
-    ) -> Result<(), Error> {
+    fn handle_notification(&mut self, zxid: i64, mut body: &[u8], depot: &mut Depot) -> Result<(), Error> {
         let event = record::unmarshal_entity::<WatcherEvent>(&"watch notification", &mut body)?;
-        self.watch_manager
-            .dispatch_server_event(event.with_zxid(zxid), depot);
+        self.watch_manager.dispatch_server_event(event.with_zxid(zxid), depot);
         Ok(())
     }
 
-    fn handle_session_failure(
-        &mut self,
-        operation: SessionOperation,
-        err: Error,
-        depot: &mut Depot,
-    ) {
-        let SessionOperation {
-            responser, request, ..
-        } = operation;
+    fn handle_session_failure(&mut self, operation: SessionOperation, err: Error, depot: &mut Depot) {
+        let SessionOperation { responser, request, .. } = operation;
         let info = request.get_operation_info();
         debug!("unknown operation failure: {:?}, {:?}", info, err);
         match info {
-            (op_code, OpStat::Watch { path, mode }) if op_code != OpCode::RemoveWatches => {
-                depot.fail_watch(path, mode)
-            }
-            _ => {}
+            (op_code, OpStat::Watch { path, mode }) if op_code != OpCode::RemoveWatches => depot.fail_watch(path, mode),
+            _ => {},
         }
         responser.send(Err(err));
     }
@@ -344,14 +305,10 @@ impl Session {
         let info = request.get_operation_info();
         debug!("operation get reply: {:?}, {:?}", info, error_code);
         let (op_code, path, mode) = match info {
-            (op_code, OpStat::Watch { path, mode }) if op_code != OpCode::RemoveWatches => {
-                (op_code, path, mode)
-            }
+            (op_code, OpStat::Watch { path, mode }) if op_code != OpCode::RemoveWatches => (op_code, path, mode),
             (op_code, _) => return (op_code, WatchReceiver::None),
         };
-        let watcher = self
-            .watch_manager
-            .create_watcher(path, mode, request.get_code(), error_code);
+        let watcher = self.watch_manager.create_watcher(path, mode, request.get_code(), error_code);
         if watcher.is_none() {
             depot.fail_watch(path, mode);
         } else {
@@ -372,15 +329,11 @@ impl Session {
             Err(err) => {
                 self.handle_session_failure(operation, Error::from(err), depot);
                 return Ok(());
-            }
+            },
         };
-        let SessionOperation {
-            responser, request, ..
-        } = operation;
+        let SessionOperation { responser, request, .. } = operation;
         let (op_code, watcher) = self.handle_session_watcher(&request, error_code, depot);
-        if error_code == ErrorCode::Ok
-            || (op_code == OpCode::Exists && error_code == ErrorCode::NoNode)
-        {
+        if error_code == ErrorCode::Ok || (op_code == OpCode::Exists && error_code == ErrorCode::NoNode) {
             if op_code == OpCode::Auth {
                 if responser.send_empty() {
                     self.authes.push(request);
@@ -390,9 +343,7 @@ impl Session {
             #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
             if op_code == OpCode::Sasl {
                 let Some(sasl) = self.sasl_session.as_mut() else {
-                    return Err(Error::UnexpectedError(
-                        "got sasl response while no client sasl session".to_string(),
-                    ));
+                    return Err(Error::UnexpectedError("got sasl response while no client sasl session".to_string()));
                 };
                 match record::deserialize::<Option<&[u8]>>(&mut body)? {
                     None => depot.complete_sasl(),
@@ -414,12 +365,7 @@ impl Session {
         Ok(())
     }
 
-    fn handle_reply(
-        &mut self,
-        header: ReplyHeader,
-        body: &[u8],
-        depot: &mut Depot,
-    ) -> Result<(), Error> {
+    fn handle_reply(&mut self, header: ReplyHeader, body: &[u8], depot: &mut Depot) -> Result<(), Error> {
         if header.err == ErrorCode::SessionExpired as i32 {
             return Err(Error::SessionExpired);
         } else if header.err == ErrorCode::AuthFailed as i32
@@ -445,12 +391,11 @@ impl Session {
 
     fn calc_tick_timeout(&self, session_timeout: Duration) -> Duration {
         let connection_timeout = self.configured_connection_timeout;
-        let tick_timeout =
-            if connection_timeout.is_zero() || connection_timeout > session_timeout * 3 / 5 {
-                session_timeout / 20
-            } else {
-                connection_timeout / 8
-            };
+        let tick_timeout = if connection_timeout.is_zero() || connection_timeout > session_timeout * 3 / 5 {
+            session_timeout / 20
+        } else {
+            connection_timeout / 8
+        };
         tick_timeout.max(Duration::from_millis(1))
     }
 
@@ -483,11 +428,7 @@ impl Session {
     }
 
     fn complete_connect(&mut self) {
-        let state = if self.session.readonly {
-            SessionState::ConnectedReadOnly
-        } else {
-            SessionState::SyncConnected
-        };
+        let state = if self.session.readonly { SessionState::ConnectedReadOnly } else { SessionState::SyncConnected };
         self.change_state(state);
     }
 
@@ -591,11 +532,8 @@ impl Session {
     ) -> Result<(), Error> {
         #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
         self.sasl_session.take();
-        let mut seek_for_writable = if self.session.readonly {
-            Some(self.connector.clone().seek_for_writable(endpoints))
-        } else {
-            None
-        };
+        let mut seek_for_writable =
+            if self.session.readonly { Some(self.connector.clone().seek_for_writable(endpoints)) } else { None };
         let mut tick = pin!(Timer::interval(self.tick_timeout));
         let mut err = None;
         let mut channel_halted = false;
@@ -656,11 +594,7 @@ impl Session {
             protocol_version: 0,
             last_zxid_seen: self.last_zxid,
             timeout: self.session_timeout.as_millis() as i32,
-            session_id: if self.session.readonly {
-                0
-            } else {
-                self.session.id.0
-            },
+            session_id: if self.session.readonly { 0 } else { self.session.id.0 },
             password: self.session.password.as_slice(),
             readonly: self.is_readonly_allowed(),
         };
@@ -704,11 +638,11 @@ impl Session {
             Err(err) => {
                 debug!("fails in connecting to {} due to {:?}", endpoint, err);
                 return Err(Error::ConnectionLoss);
-            }
+            },
             Ok(conn) => {
                 debug!("succeeds in connecting to {}", endpoint);
                 conn
-            }
+            },
         };
         depot.reset();
         buf.clear();
@@ -725,11 +659,11 @@ impl Session {
             Err(err) => {
                 warn!("fails to establish session to {} due to {}", endpoint, err);
                 Err(err)
-            }
+            },
             _ => {
                 info!("succeeds to establish session to {}", endpoint);
                 Ok(conn)
-            }
+            },
         }
     }
 
@@ -740,11 +674,7 @@ impl Session {
         depot: &mut Depot,
     ) -> Result<Connection, Error> {
         endpoints.start();
-        let session_timeout = if self.session.id.0 == 0 {
-            self.session_timeout
-        } else {
-            self.session_expired_timeout
-        };
+        let session_timeout = if self.session.id.0 == 0 { self.session_timeout } else { self.session_expired_timeout };
         debug!(
             session_timeout = session_timeout.as_millis(),
             connection_timeout = self.connector.timeout().as_millis(),
@@ -764,7 +694,7 @@ impl Session {
                 Err(err) => {
                     last_error = err;
                     continue;
-                }
+                },
                 Ok(conn) => return Ok(conn),
             };
         }

@@ -81,7 +81,7 @@ impl MarshalledRequest {
                 let mut body = self.get_body();
                 let server_path = record::deserialize::<&str>(&mut body).unwrap();
                 OpStat::Path(server_path)
-            }
+            },
             OpCode::GetData
             | OpCode::Exists
             | OpCode::GetChildren
@@ -96,30 +96,21 @@ impl MarshalledRequest {
                 let watch = body.get_u8();
                 if op_code == OpCode::AddWatch {
                     let add_mode = AddWatchMode::try_from(watch as i32).unwrap();
-                    OpStat::Watch {
-                        path: server_path,
-                        mode: WatchMode::from(add_mode),
-                    }
+                    OpStat::Watch { path: server_path, mode: WatchMode::from(add_mode) }
                 } else if op_code == OpCode::RemoveWatches {
-                    OpStat::Watch {
-                        path: server_path,
-                        mode: WatchMode::try_from(watch as i32).unwrap(),
-                    }
+                    OpStat::Watch { path: server_path, mode: WatchMode::try_from(watch as i32).unwrap() }
                 } else if watch == 1 {
                     let mode = if op_code == OpCode::GetData || op_code == OpCode::Exists {
                         WatchMode::Data
                     } else {
                         WatchMode::Child
                     };
-                    OpStat::Watch {
-                        path: server_path,
-                        mode,
-                    }
+                    OpStat::Watch { path: server_path, mode }
                 } else {
                     assert!(watch == 0);
                     OpStat::Path(server_path)
                 }
-            }
+            },
             _ => OpStat::None,
         };
         (op_code, stat)
@@ -137,10 +128,7 @@ pub enum Operation {
 
 pub enum Request {
     Session(SessionOperation),
-    RemoveWatcher {
-        id: WatcherId,
-        responser: StateResponser,
-    },
+    RemoveWatcher { id: WatcherId, responser: StateResponser },
 }
 
 impl From<SessionOperation> for Request {
@@ -187,46 +175,31 @@ pub struct SessionOperation {
 impl SessionOperation {
     pub fn new(code: OpCode, body: &dyn Record) -> Self {
         let request = MarshalledRequest::new(code, body);
-        Self {
-            request,
-            responser: Default::default(),
-        }
+        Self { request, responser: Default::default() }
     }
 
     pub fn new_without_body(code: OpCode) -> Self {
         let header = RequestHeader::with_code(code);
         let request = MarshalledRequest::new_record(&header);
-        Self {
-            request,
-            responser: StateResponser::default(),
-        }
+        Self { request, responser: StateResponser::default() }
     }
 
     pub fn new_marshalled(request: MarshalledRequest) -> Self {
-        Self {
-            request,
-            responser: Default::default(),
-        }
+        Self { request, responser: Default::default() }
     }
 
     pub fn with_responser(self) -> (Self, StateReceiver) {
         let (sender, receiver) = oneshot::channel();
         let request = self.request;
         let code = request.get_code();
-        let operation = Self {
-            request,
-            responser: StateResponser::new(sender),
-        };
+        let operation = Self { request, responser: StateResponser::new(sender) };
         (operation, StateReceiver { code, receiver })
     }
 }
 
 impl From<MarshalledRequest> for SessionOperation {
     fn from(request: MarshalledRequest) -> Self {
-        SessionOperation {
-            request,
-            responser: StateResponser::none(),
-        }
+        SessionOperation { request, responser: StateResponser::none() }
     }
 }
 
@@ -236,10 +209,7 @@ pub struct StateReceiver {
 }
 
 impl StateReceiver {
-    pub fn new(
-        code: OpCode,
-        receiver: oneshot::Receiver<Result<(Vec<u8>, WatchReceiver), Error>>,
-    ) -> Self {
+    pub fn new(code: OpCode, receiver: oneshot::Receiver<Result<(Vec<u8>, WatchReceiver), Error>>) -> Self {
         Self { code, receiver }
     }
 }
@@ -253,9 +223,9 @@ impl Future for StateReceiver {
         match receiver.poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(result) => match result {
-                Err(_) => Poll::Ready(Err(Error::UnexpectedError(format!(
-                    "BUG: {code} expect response, but got none"
-                )))),
+                Err(_) => {
+                    Poll::Ready(Err(Error::UnexpectedError(format!("BUG: {code} expect response, but got none"))))
+                },
                 Ok(r) => Poll::Ready(r),
             },
         }

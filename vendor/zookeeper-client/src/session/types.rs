@@ -41,12 +41,7 @@ pub struct SessionInfo {
 
 impl SessionInfo {
     pub(crate) fn new(id: SessionId, password: Vec<u8>) -> Self {
-        Self {
-            id,
-            password,
-            readonly: id.0 == 0,
-            last_zxid: 0,
-        }
+        Self { id, password, readonly: id.0 == 0, last_zxid: 0 }
     }
 
     /// Session id.
@@ -108,11 +103,7 @@ impl SessionState {
     pub(crate) fn from_server(state: i32) -> Result<SessionState, Error> {
         let session_state = match state {
             3 => SessionState::SyncConnected,
-            _ => {
-                return Err(Error::UnexpectedError(format!(
-                    "keeper state value should not be {state}"
-                )))
-            }
+            _ => return Err(Error::UnexpectedError(format!("keeper state value should not be {state}"))),
         };
         Ok(session_state)
     }
@@ -168,12 +159,7 @@ impl WatchedEvent {
 
     pub fn new(event: EventType, path: impl Into<String>) -> Self {
         debug_assert_ne!(event, EventType::Session);
-        Self {
-            event_type: event,
-            session_state: SessionState::SyncConnected,
-            path: path.into(),
-            zxid: Self::NO_ZXID,
-        }
+        Self { event_type: event, session_state: SessionState::SyncConnected, path: path.into(), zxid: Self::NO_ZXID }
     }
 
     pub fn with_zxid(self, zxid: i64) -> Self {
@@ -182,12 +168,7 @@ impl WatchedEvent {
     }
 
     pub fn new_session(state: SessionState) -> Self {
-        Self {
-            event_type: EventType::Session,
-            session_state: state,
-            path: Default::default(),
-            zxid: Self::NO_ZXID,
-        }
+        Self { event_type: EventType::Session, session_state: state, path: Default::default(), zxid: Self::NO_ZXID }
     }
 
     pub(crate) fn drain_root_path(&mut self, root: &str) {
@@ -214,11 +195,7 @@ impl EventType {
             2 => EventType::NodeDeleted,
             3 => EventType::NodeDataChanged,
             4 => EventType::NodeChildrenChanged,
-            _ => {
-                return Err(Error::UnexpectedError(format!(
-                    "event type should not be {i}"
-                )))
-            }
+            _ => return Err(Error::UnexpectedError(format!("event type should not be {i}"))),
         };
         Ok(event_type)
     }

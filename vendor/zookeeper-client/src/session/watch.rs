@@ -56,13 +56,7 @@ impl RemovableWatcher {
         Self { id, state, unwatch }
     }
 
-    fn into_parts(
-        self,
-    ) -> (
-        WatcherId,
-        Arc<sync::watch::Receiver<SessionState>>,
-        Weak<mpsc::UnboundedSender<Request>>,
-    ) {
+    fn into_parts(self) -> (WatcherId, Arc<sync::watch::Receiver<SessionState>>, Weak<mpsc::UnboundedSender<Request>>) {
         unsafe {
             let id = self.id;
             let state = std::ptr::read(&self.state);
@@ -83,10 +77,7 @@ impl RemovableWatcher {
             Some(unwatch) => {
                 let (sender, receiver) = oneshot::channel();
                 if unwatch
-                    .unbounded_send(Request::RemoveWatcher {
-                        id,
-                        responser: StateResponser::new(sender),
-                    })
+                    .unbounded_send(Request::RemoveWatcher { id, responser: StateResponser::new(sender) })
                     .is_err()
                 {
                     return Err(state.borrow().to_error());
@@ -95,7 +86,7 @@ impl RemovableWatcher {
                 let receiver = StateReceiver::new(OpCode::RemoveWatches, receiver);
                 receiver.await?;
                 Ok(())
-            }
+            },
         }
     }
 }
@@ -103,12 +94,7 @@ impl RemovableWatcher {
 impl Drop for RemovableWatcher {
     fn drop(&mut self) {
         if let Some(unwatch) = self.unwatch.upgrade() {
-            unwatch
-                .unbounded_send(Request::RemoveWatcher {
-                    id: self.id,
-                    responser: Default::default(),
-                })
-                .ignore();
+            unwatch.unbounded_send(Request::RemoveWatcher { id: self.id, responser: Default::default() }).ignore();
         }
     }
 }
@@ -126,10 +112,7 @@ impl OneshotReceiver {
         unwatch: Weak<mpsc::UnboundedSender<Request>>,
         state: Arc<sync::watch::Receiver<SessionState>>,
     ) -> Self {
-        OneshotReceiver {
-            watcher: RemovableWatcher::new(id, state, unwatch),
-            receiver: Some(receiver),
-        }
+        OneshotReceiver { watcher: RemovableWatcher::new(id, state, unwatch), receiver: Some(receiver) }
     }
 
     pub async fn recv(mut self) -> WatchedEvent {
@@ -157,10 +140,7 @@ impl PersistentReceiver {
         unwatch: Weak<mpsc::UnboundedSender<Request>>,
         state: Arc<sync::watch::Receiver<SessionState>>,
     ) -> Self {
-        PersistentReceiver {
-            watcher: RemovableWatcher::new(id, state, unwatch),
-            receiver,
-        }
+        PersistentReceiver { watcher: RemovableWatcher::new(id, state, unwatch), receiver }
     }
 
     pub async fn recv(&mut self) -> WatchedEvent {
@@ -201,9 +181,7 @@ struct Watch {
 
 impl Watch {
     fn new() -> Self {
-        Watch {
-            watchers: Vec::with_capacity(5),
-        }
+        Watch { watchers: Vec::with_capacity(5) }
     }
 
     fn is_empty(&self) -> bool {
@@ -219,9 +197,7 @@ impl Watch {
     }
 
     fn has_mode(&self, mode: WatchMode) -> bool {
-        self.watchers
-            .iter()
-            .any(|watch| watch.kind.into_remove_mode() == mode)
+        self.watchers.iter().any(|watch| watch.kind.into_remove_mode() == mode)
     }
 
     fn remove_watcher(&mut self, id: WatcherId) -> Option<Watcher> {
@@ -232,11 +208,7 @@ impl Watch {
         }
     }
 
-    fn send(
-        &mut self,
-        event: &WatcherEvent,
-        watching_paths: &mut HashMap<WatcherId, &'static str>,
-    ) {
+    fn send(&mut self, event: &WatcherEvent, watching_paths: &mut HashMap<WatcherId, &'static str>) {
         for i in (0..self.watchers.len()).rev() {
             let watcher = &self.watchers[i];
             if !watcher.interest(event) {
@@ -248,7 +220,7 @@ impl Watch {
                     watching_paths.remove(&watcher.id);
                     let sender = watcher.sender.into_oneshot();
                     sender.send(event.to_value()).ignore();
-                }
+                },
                 WatchSender::Persistent(sender) => sender.unbounded_send(event.to_value()).ignore(),
             }
         }
@@ -307,10 +279,7 @@ impl WatchManager {
             watch.add(watcher);
             return;
         }
-        let path = self
-            .cached_paths
-            .take(path)
-            .unwrap_or_else(|| String::from(path));
+        let path = self.cached_paths.take(path).unwrap_or_else(|| String::from(path));
         let watch_path = unsafe { std::mem::transmute::<&str, &'_ str>(path.as_str()) };
         self.watching_paths.insert(watcher_id, watch_path);
         let mut watch = self.cached_watches.pop().unwrap_or_else(Watch::new);
@@ -321,35 +290,17 @@ impl WatchManager {
     fn add_oneshot_watch(&mut self, path: &str, kind: WatcherKind) -> OneshotReceiver {
         let id = self.new_watcher_id();
         let (sender, receiver) = oneshot::channel();
-        let watcher = Watcher {
-            id,
-            kind,
-            sender: WatchSender::Oneshot(sender),
-        };
+        let watcher = Watcher { id, kind, sender: WatchSender::Oneshot(sender) };
         self.add_watch(path, watcher);
-        OneshotReceiver::new(
-            id,
-            receiver,
-            self.requester.clone(),
-            self.state_receiver.clone(),
-        )
+        OneshotReceiver::new(id, receiver, self.requester.clone(), self.state_receiver.clone())
     }
 
     fn add_persistent_watch(&mut self, path: &str, kind: WatcherKind) -> PersistentReceiver {
         let id = self.new_watcher_id();
         let (sender, receiver) = mpsc::unbounded();
-        let watcher = Watcher {
-            id,
-            kind,
-            sender: WatchSender::Persistent(sender),
-        };
+        let watcher = Watcher { id, kind, sender: WatchSender::Persistent(sender) };
         self.add_watch(path, watcher);
-        PersistentReceiver::new(
-            id,
-            receiver,
-            self.requester.clone(),
-            self.state_receiver.clone(),
-        )
+        PersistentReceiver::new(id, receiver, self.requester.clone(), self.state_receiver.clone())
     }
 
     fn add_data_watch(&mut self, path: &str) -> OneshotReceiver {
@@ -383,9 +334,7 @@ impl WatchManager {
             return WatchReceiver::Oneshot(self.add_child_watch(path));
         }
         if watch_mode == WatchMode::PersistentNode {
-            return WatchReceiver::Persistent(
-                self.add_persistent_watch(path, WatcherKind::PersistentNode),
-            );
+            return WatchReceiver::Persistent(self.add_persistent_watch(path, WatcherKind::PersistentNode));
         }
         assert!(watch_mode == WatchMode::PersistentRecursive);
         WatchReceiver::Persistent(self.add_persistent_watch(path, WatcherKind::PersistentRecursive))
@@ -416,9 +365,7 @@ impl WatchManager {
     pub fn dispatch_server_event(&mut self, event: WatcherEvent, depot: &mut Depot) {
         use EventType::*;
         match event.event_type {
-            NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged => {
-                self.dispatch_path_event(event, depot)
-            }
+            NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged => self.dispatch_path_event(event, depot),
             _ => error!("unexpected server watch event {:?}", event),
         }
     }
@@ -438,15 +385,8 @@ impl WatchManager {
             let i = path.rfind('/').unwrap_or(0).max(1);
             path = unsafe { path.get_unchecked(..i) };
             if let Some(watch) = self.watches.get_mut(path) {
-                for watcher in watch
-                    .iter()
-                    .filter(|watcher| watcher.kind == WatcherKind::PersistentRecursive)
-                {
-                    watcher
-                        .sender
-                        .get_persistent()
-                        .unbounded_send(event.to_value())
-                        .ignore();
+                for watcher in watch.iter().filter(|watcher| watcher.kind == WatcherKind::PersistentRecursive) {
+                    watcher.sender.get_persistent().unbounded_send(event.to_value()).ignore();
                     has_watch = true;
                 }
             }
@@ -457,11 +397,7 @@ impl WatchManager {
         }
     }
 
-    fn try_remove_watcher(
-        &mut self,
-        watcher_id: WatcherId,
-        depot: &Depot,
-    ) -> Option<(&str, WatchMode)> {
+    fn try_remove_watcher(&mut self, watcher_id: WatcherId, depot: &Depot) -> Option<(&str, WatchMode)> {
         let path = self.watching_paths.remove(&watcher_id)?;
         let watch = self.watches.get_mut(path)?;
         let watcher = watch.remove_watcher(watcher_id)?;
@@ -477,12 +413,7 @@ impl WatchManager {
         Some((path, mode))
     }
 
-    pub fn remove_watcher(
-        &mut self,
-        watcher_id: WatcherId,
-        responser: StateResponser,
-        depot: &mut Depot,
-    ) {
+    pub fn remove_watcher(&mut self, watcher_id: WatcherId, responser: StateResponser, depot: &mut Depot) {
         if let Some((path, mode)) = self.try_remove_watcher(watcher_id, depot) {
             depot.push_remove_watch(path, mode, responser);
         } else {
@@ -490,22 +421,9 @@ impl WatchManager {
         }
     }
 
-    fn send_and_clear_watches(
-        &self,
-        last_zxid: i64,
-        paths: &mut [Vec<&str>; 5],
-        i: usize,
-        depot: &mut Depot,
-    ) {
-        let (n, op_code) = if i <= 2 {
-            (3, OpCode::SetWatches)
-        } else {
-            (5, OpCode::SetWatches2)
-        };
-        let request = SetWatchesRequest {
-            relative_zxid: last_zxid,
-            paths: &paths[..n],
-        };
+    fn send_and_clear_watches(&self, last_zxid: i64, paths: &mut [Vec<&str>; 5], i: usize, depot: &mut Depot) {
+        let (n, op_code) = if i <= 2 { (3, OpCode::SetWatches) } else { (5, OpCode::SetWatches2) };
+        let request = SetWatchesRequest { relative_zxid: last_zxid, paths: &paths[..n] };
         let operation = SessionOperation::new(op_code, &request);
         depot.push_operation(Operation::Session(operation));
         paths[..=i].iter_mut().for_each(|v| v.clear());
@@ -552,9 +470,7 @@ impl Watcher {
         use EventType::*;
         match event.event_type {
             NodeCreated | NodeDataChanged => self.kind != WatcherKind::Child,
-            NodeChildrenChanged => {
-                self.kind == WatcherKind::Child || self.kind == WatcherKind::PersistentNode
-            }
+            NodeChildrenChanged => self.kind == WatcherKind::Child || self.kind == WatcherKind::PersistentNode,
             NodeDeleted => true,
             Session => event.session_state.is_terminated() || self.kind.is_persistent(),
         }

@@ -8,10 +8,7 @@ use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use tracing::warn;
 
-use super::{
-    NoHostnameVerificationServerCertVerifier, TlsCerts, TlsClientOptions, TlsDynamicCerts,
-    TlsInnerCerts,
-};
+use super::{NoHostnameVerificationServerCertVerifier, TlsCerts, TlsClientOptions, TlsDynamicCerts, TlsInnerCerts};
 use crate::client::Result;
 use crate::error::Error;
 
@@ -29,10 +26,7 @@ impl TlsDynamicConnector {
             #[cfg(all(feature = "fips", not(feature = "fips-only")))]
             fips: options.fips,
         })?;
-        Ok(Arc::new(Self {
-            config: RwLock::new((version, config)),
-            options,
-        }))
+        Ok(Arc::new(Self { config: RwLock::new((version, config)), options }))
     }
 
     pub fn get(&self) -> TlsConnector {
@@ -51,7 +45,7 @@ impl TlsDynamicConnector {
                         warn!("fail to create tls config for updated certs: {:?}", err);
                     }
                     config
-                }
+                },
             };
         }
         TlsConnector::from(config)
@@ -82,17 +76,13 @@ enum TlsInnerClient {
 }
 
 impl TlsInnerClient {
-    async fn connect(
-        &self,
-        domain: ServerName<'static>,
-        stream: TcpStream,
-    ) -> std::io::Result<TlsStream<TcpStream>> {
+    async fn connect(&self, domain: ServerName<'static>, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
         match self {
             Self::Static(connector) => connector.connect(domain, stream).await,
             Self::Dynamic(connector) => {
                 let connector = connector.get();
                 connector.connect(domain, stream).await
-            }
+            },
         }
     }
 }
@@ -114,7 +104,7 @@ impl TlsClient {
                 };
                 let config = Self::create_config(options)?;
                 TlsInnerClient::Static(TlsConnector::from(config))
-            }
+            },
             TlsInnerCerts::Dynamic(certs) => {
                 let options = TlsClientOptions {
                     certs,
@@ -123,7 +113,7 @@ impl TlsClient {
                     fips: options.fips,
                 };
                 TlsDynamicConnector::new(options).map(TlsInnerClient::Dynamic)?
-            }
+            },
         };
         Ok(Self { inner })
     }
@@ -131,20 +121,16 @@ impl TlsClient {
     fn create_config(options: TlsClientOptions<TlsCerts>) -> Result<Arc<ClientConfig>> {
         let certs = options.certs;
         #[cfg(feature = "fips-only")]
-        let builder =
-            ClientConfig::builder_with_provider(rustls::crypto::default_fips_provider().into())
-                .with_safe_default_protocol_versions()
-                .map_err(|err| Error::with_other("fail to set tls version for FIPS mode", err))?;
+        let builder = ClientConfig::builder_with_provider(rustls::crypto::default_fips_provider().into())
+            .with_safe_default_protocol_versions()
+            .map_err(|err| Error::with_other("fail to set tls version for FIPS mode", err))?;
         #[cfg(all(feature = "fips", not(feature = "fips-only")))]
-        let builder =
-            match options.fips {
-                true => ClientConfig::builder_with_provider(
-                    rustls::crypto::default_fips_provider().into(),
-                )
+        let builder = match options.fips {
+            true => ClientConfig::builder_with_provider(rustls::crypto::default_fips_provider().into())
                 .with_safe_default_protocol_versions()
                 .map_err(|err| Error::with_other("fail to set tls version for FIPS mode", err))?,
-                false => ClientConfig::builder(),
-            };
+            false => ClientConfig::builder(),
+        };
         #[cfg(not(feature = "fips"))]
         let builder = ClientConfig::builder();
         let builder = match options.hostname_verification {
@@ -157,16 +143,14 @@ impl TlsClient {
                 .build()
                 .map_err(|err| Error::with_other("fail to create tls server cert verifier", err))?;
                 builder.with_webpki_verifier(verifier)
-            }
+            },
             false => unsafe {
                 let verifier = NoHostnameVerificationServerCertVerifier::new(
                     certs.ca.roots,
                     certs.ca.crls,
                     builder.crypto_provider(),
                 );
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(verifier))
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(verifier))
             },
         };
         match certs.identity {
@@ -202,8 +186,8 @@ mod tests {
     use futures_rustls::{TlsAcceptor, TlsStream};
     use notify::{Event, RecursiveMode, Watcher};
     use rcgen::{
-        Certificate, CertificateParams, CertificateRevocationList, CertificateRevocationListParams,
-        CertifiedKey, Issuer, KeyIdMethod, KeyPair, RevokedCertParams, SerialNumber,
+        Certificate, CertificateParams, CertificateRevocationList, CertificateRevocationListParams, CertifiedKey,
+        Issuer, KeyIdMethod, KeyPair, RevokedCertParams, SerialNumber,
     };
     use rustls::server::{ServerConfig, WebPkiClientVerifier};
     use rustls::RootCertStore;
@@ -225,11 +209,7 @@ mod tests {
     impl Ca {
         pub fn new(cert: Certificate, key: KeyPair) -> Self {
             let issuer = Issuer::from_ca_cert_der(cert.der(), key).unwrap();
-            Self {
-                cert,
-                crls: vec![],
-                issuer,
-            }
+            Self { cert, crls: vec![], issuer }
         }
 
         pub fn revoke(&mut self, serial_number: SerialNumber) {
@@ -279,9 +259,7 @@ mod tests {
     fn generate_ca_cert() -> Ca {
         let mut params = CertificateParams::default();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "ca");
+        params.distinguished_name.push(rcgen::DnType::CommonName, "ca");
         params.key_usages = vec![
             rcgen::KeyUsagePurpose::KeyCertSign,
             rcgen::KeyUsagePurpose::DigitalSignature,
@@ -296,29 +274,18 @@ mod tests {
         let serial_number = SerialNumber::from_slice(uuid::Uuid::new_v4().as_bytes().as_slice());
         let mut params = CertificateParams::new(vec![HOSTNAME.to_string()]).unwrap();
         params.serial_number = Some(serial_number.clone());
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::DigitalSignature,
-            rcgen::KeyUsagePurpose::KeyEncipherment,
-        ];
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "server");
+        params.distinguished_name.push(rcgen::DnType::CommonName, "server");
 
         let signing_key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&signing_key, issuer).unwrap();
-        ServerCert {
-            cert,
-            signing_key,
-            serial_number,
-        }
+        ServerCert { cert, signing_key, serial_number }
     }
 
     fn generate_client_cert(cn: &str, issuer: &Issuer<'_, KeyPair>) -> CertifiedKey<KeyPair> {
         let mut params = CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, cn);
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
         let signing_key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&signing_key, issuer).unwrap();
         CertifiedKey { cert, signing_key }
@@ -341,11 +308,7 @@ mod tests {
                 )
                 .unwrap();
             let listener = TcpListener::bind((HOSTNAME, 0)).await.unwrap();
-            Self {
-                server_cert,
-                listener,
-                acceptor: TlsAcceptor::from(Arc::new(server_config)),
-            }
+            Self { server_cert, listener, acceptor: TlsAcceptor::from(Arc::new(server_config)) }
         }
 
         async fn accept(&self) -> TlsStream<TcpStream> {
@@ -380,10 +343,7 @@ mod tests {
         let mut options = TlsOptions::new()
             .with_pem_ca(&ca.pem())
             .unwrap()
-            .with_pem_identity(
-                &client_cert.cert.pem(),
-                &client_cert.signing_key.serialize_pem(),
-            )
+            .with_pem_identity(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem())
             .unwrap();
 
         if !hostname_verification {
@@ -392,9 +352,8 @@ mod tests {
 
         let client = options.into_client().unwrap();
 
-        let (_server_stream, _client_stream) = join!(listener.accept(), async {
-            client.connect(host, listener.local_port()).await.unwrap()
-        });
+        let (_server_stream, _client_stream) =
+            join!(listener.accept(), async { client.connect(host, listener.local_port()).await.unwrap() });
     }
 
     #[asyncs::test]
@@ -417,12 +376,8 @@ mod tests {
     }
 
     async fn assert_client_name(listener: &TlsListener, client: &TlsClient, client_name: &str) {
-        let (server_stream, _client_stream) = join!(listener.accept(), async {
-            client
-                .connect(HOSTNAME, listener.local_port())
-                .await
-                .unwrap()
-        });
+        let (server_stream, _client_stream) =
+            join!(listener.accept(), async { client.connect(HOSTNAME, listener.local_port()).await.unwrap() });
 
         let (_, state) = server_stream.get_ref();
         let peer_cert = state.peer_certificates().unwrap();
@@ -450,11 +405,7 @@ mod tests {
         let certs = TlsCerts::builder()
             .with_ca(TlsCa::from_pem(&ca.pem()).unwrap())
             .with_identity(
-                TlsIdentity::from_pem(
-                    &client_cert.cert.pem(),
-                    &client_cert.signing_key.serialize_pem(),
-                )
-                .unwrap(),
+                TlsIdentity::from_pem(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem()).unwrap(),
             )
             .build()
             .unwrap();
@@ -489,10 +440,7 @@ mod tests {
         let options = TlsOptions::new()
             .with_pem_ca(&ca.pem())
             .unwrap()
-            .with_pem_identity(
-                &client_cert.cert.pem(),
-                &client_cert.signing_key.serialize_pem(),
-            )
+            .with_pem_identity(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem())
             .unwrap();
 
         let client = options.into_client().unwrap();
@@ -511,10 +459,7 @@ mod tests {
         let options = TlsOptions::new()
             .with_pem_ca(&ca.pem())
             .unwrap()
-            .with_pem_identity(
-                &client_cert.cert.pem(),
-                &client_cert.signing_key.serialize_pem(),
-            )
+            .with_pem_identity(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem())
             .unwrap();
 
         let client = options.into_client().unwrap();
@@ -532,11 +477,7 @@ mod tests {
             TlsCerts::builder()
                 .with_ca(TlsCa::from_pem(&ca.pem()).unwrap())
                 .with_identity(
-                    TlsIdentity::from_pem(
-                        &client_cert.cert.pem(),
-                        &client_cert.signing_key.serialize_pem(),
-                    )
-                    .unwrap(),
+                    TlsIdentity::from_pem(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem()).unwrap(),
                 )
                 .build()
                 .unwrap(),
@@ -557,11 +498,7 @@ mod tests {
             TlsCerts::builder()
                 .with_ca(TlsCa::from_pem(&ca.pem()).unwrap())
                 .with_identity(
-                    TlsIdentity::from_pem(
-                        &client_cert.cert.pem(),
-                        &client_cert.signing_key.serialize_pem(),
-                    )
-                    .unwrap(),
+                    TlsIdentity::from_pem(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem()).unwrap(),
                 )
                 .build()
                 .unwrap(),
@@ -578,11 +515,7 @@ mod tests {
             TlsCerts::builder()
                 .with_ca(TlsCa::from_pem(&ca.pem()).unwrap())
                 .with_identity(
-                    TlsIdentity::from_pem(
-                        &client_cert.cert.pem(),
-                        &client_cert.signing_key.serialize_pem(),
-                    )
-                    .unwrap(),
+                    TlsIdentity::from_pem(&client_cert.cert.pem(), &client_cert.signing_key.serialize_pem()).unwrap(),
                 )
                 .build()
                 .unwrap(),
@@ -616,19 +549,10 @@ mod tests {
             let dir = TempDir::new().unwrap();
             Self::generate_cert(&ca, dir.path(), client_name);
             let (certs, feedback, _task) = Self::load_dynamic_certs(&ca, dir.path());
-            Self {
-                ca,
-                dir,
-                certs,
-                feedback,
-                _task,
-            }
+            Self { ca, dir, certs, feedback, _task }
         }
 
-        fn load_dynamic_certs(
-            ca: &Ca,
-            dir: &Path,
-        ) -> (TlsDynamicCerts, UnboundedReceiver<()>, TaskHandle<()>) {
+        fn load_dynamic_certs(ca: &Ca, dir: &Path) -> (TlsDynamicCerts, UnboundedReceiver<()>, TaskHandle<()>) {
             let cert_path = dir.join("cert.pem").to_path_buf();
             let key_path = dir.join("cert.key.pem").to_path_buf();
 
@@ -650,29 +574,20 @@ mod tests {
             let task = asyncs::spawn(async move {
                 let (tx, mut rx) = mpsc::unbounded();
                 let mut watcher = notify::recommended_watcher(EventSender { sender: tx }).unwrap();
-                watcher
-                    .watch(&cert_path, RecursiveMode::NonRecursive)
-                    .unwrap();
-                watcher
-                    .watch(&key_path, RecursiveMode::NonRecursive)
-                    .unwrap();
+                watcher.watch(&cert_path, RecursiveMode::NonRecursive).unwrap();
+                watcher.watch(&key_path, RecursiveMode::NonRecursive).unwrap();
                 while rx.next().await.is_some() {
-                    let updated_cert_modified =
-                        std::fs::metadata(&cert_path).unwrap().modified().unwrap();
-                    let updated_key_modified =
-                        std::fs::metadata(&key_path).unwrap().modified().unwrap();
-                    if updated_cert_modified <= cert_modified
-                        || updated_key_modified <= key_modified
-                    {
+                    let updated_cert_modified = std::fs::metadata(&cert_path).unwrap().modified().unwrap();
+                    let updated_key_modified = std::fs::metadata(&key_path).unwrap().modified().unwrap();
+                    if updated_cert_modified <= cert_modified || updated_key_modified <= key_modified {
                         continue;
                     }
                     cert_modified = updated_cert_modified;
                     key_modified = updated_key_modified;
                     let client_cert = std::fs::read_to_string(&cert_path).unwrap();
                     let client_key = std::fs::read_to_string(&key_path).unwrap();
-                    dynamic_certs_updator.update_identity(Some(
-                        TlsIdentity::from_pem(&client_cert, &client_key).unwrap(),
-                    ));
+                    dynamic_certs_updator
+                        .update_identity(Some(TlsIdentity::from_pem(&client_cert, &client_key).unwrap()));
                     feedback_sender.unbounded_send(()).unwrap();
                 }
             })

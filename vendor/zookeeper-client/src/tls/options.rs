@@ -21,10 +21,7 @@ pub struct TlsCa {
 impl TlsCa {
     /// Constructs [TlsCa] from pem.
     pub fn from_pem(pem: &str) -> Result<Self> {
-        let mut ca = Self {
-            roots: RootCertStore::empty(),
-            crls: Vec::new(),
-        };
+        let mut ca = Self { roots: RootCertStore::empty(), crls: Vec::new() };
         for r in rustls_pemfile::read_all(&mut pem.as_bytes()) {
             match r {
                 Ok(PemItem::X509Certificate(cert)) => ca.roots.add(cert).ignore(),
@@ -75,10 +72,7 @@ impl TlsIdentity {
 
 impl Clone for TlsIdentity {
     fn clone(&self) -> Self {
-        Self {
-            cert: self.cert.clone(),
-            key: self.key.clone_key(),
-        }
+        Self { cert: self.cert.clone(), key: self.key.clone_key() }
     }
 }
 
@@ -109,10 +103,7 @@ pub struct TlsCertsBuilder {
 impl TlsCertsBuilder {
     /// Constructs an empty builder.
     fn new() -> Self {
-        Self {
-            ca: None,
-            identity: None,
-        }
+        Self { ca: None, identity: None }
     }
 
     /// Specifies ca certificates and also crls.
@@ -133,10 +124,7 @@ impl TlsCertsBuilder {
             None => return Err(Error::BadArguments(&"no tls ca")),
             Some(ca) => ca,
         };
-        Ok(TlsCerts {
-            ca,
-            identity: self.identity,
-        })
+        Ok(TlsCerts { ca, identity: self.identity })
     }
 }
 
@@ -189,9 +177,7 @@ impl TlsDynamicCerts {
     /// Constructs [TlsDynamicCerts] with certs.
     pub fn new(certs: TlsCerts) -> Self {
         let certs = certs.into();
-        Self {
-            certs: Arc::new(RwLock::new((1, certs))),
-        }
+        Self { certs: Arc::new(RwLock::new((1, certs))) }
     }
 
     /// Updates with newer certs.
@@ -359,13 +345,9 @@ impl TlsOptions {
     pub(super) fn into_client_options(self) -> Result<TlsClientOptions<TlsInnerCerts>> {
         let certs = match self.certs.map(TlsInnerCerts::from) {
             None => {
-                let certs = TlsCertsBuilder {
-                    ca: self.ca,
-                    identity: self.identity,
-                }
-                .build()?;
+                let certs = TlsCertsBuilder { ca: self.ca, identity: self.identity }.build()?;
                 TlsInnerCerts::Static(certs)
-            }
+            },
             Some(certs) => certs,
         };
         Ok(TlsClientOptions {

@@ -4,8 +4,8 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, ServerName, UnixTime};
 use rustls::{
-    CertRevocationListError, CertificateError, DigitallySignedStruct, Error as TlsError,
-    ExtendedKeyPurpose, OtherError, RootCertStore, SignatureScheme,
+    CertRevocationListError, CertificateError, DigitallySignedStruct, Error as TlsError, ExtendedKeyPurpose,
+    OtherError, RootCertStore, SignatureScheme,
 };
 use webpki::{
     BorrowedCertRevocationList, CertRevocationList, EndEntityCert, InvalidNameContext, KeyUsage,
@@ -34,19 +34,10 @@ impl NoHostnameVerificationServerCertVerifier {
     ) -> Self {
         let crls: Vec<_> = crls
             .iter()
-            .map(|crl| {
-                BorrowedCertRevocationList::from_der(crl.as_ref())
-                    .unwrap()
-                    .to_owned()
-                    .unwrap()
-            })
+            .map(|crl| BorrowedCertRevocationList::from_der(crl.as_ref()).unwrap().to_owned().unwrap())
             .map(CertRevocationList::Owned)
             .collect();
-        Self {
-            roots,
-            crls,
-            supported: provider.signature_verification_algorithms,
-        }
+        Self { roots, crls, supported: provider.signature_verification_algorithms }
     }
 }
 
@@ -65,57 +56,39 @@ fn pki_error(error: webpki::Error) -> TlsError {
     use webpki::Error::*;
     match error {
         BadDer | BadDerTime | TrailingData(_) => CertificateError::BadEncoding.into(),
-        CertNotValidYet { time, not_before } => {
-            CertificateError::NotValidYetContext { time, not_before }.into()
-        }
-        CertExpired { time, not_after } => {
-            CertificateError::ExpiredContext { time, not_after }.into()
-        }
+        CertNotValidYet { time, not_before } => CertificateError::NotValidYetContext { time, not_before }.into(),
+        CertExpired { time, not_after } => CertificateError::ExpiredContext { time, not_after }.into(),
         InvalidCertValidity => CertificateError::Expired.into(),
         UnknownIssuer => CertificateError::UnknownIssuer.into(),
-        CertNotValidForName(InvalidNameContext {
-            expected,
-            presented,
-        }) => CertificateError::NotValidForNameContext {
-            expected,
-            presented,
-        }
-        .into(),
+        CertNotValidForName(InvalidNameContext { expected, presented }) => {
+            CertificateError::NotValidForNameContext { expected, presented }.into()
+        },
         CertRevoked => CertificateError::Revoked.into(),
         UnknownRevocationStatus => CertificateError::UnknownRevocationStatus.into(),
-        CrlExpired { time, next_update } => {
-            CertificateError::ExpiredRevocationListContext { time, next_update }.into()
-        }
+        CrlExpired { time, next_update } => CertificateError::ExpiredRevocationListContext { time, next_update }.into(),
         IssuerNotCrlSigner => CertRevocationListError::IssuerInvalidForCrl.into(),
 
         InvalidSignatureForPublicKey => CertificateError::BadSignature.into(),
         #[allow(deprecated)]
         UnsupportedSignatureAlgorithm
         | UnsupportedSignatureAlgorithmContext(_)
-        | UnsupportedSignatureAlgorithmForPublicKey => {
-            CertificateError::UnsupportedSignatureAlgorithm.into()
-        }
+        | UnsupportedSignatureAlgorithmForPublicKey => CertificateError::UnsupportedSignatureAlgorithm.into(),
 
         InvalidCrlSignatureForPublicKey => CertRevocationListError::BadSignature.into(),
         #[allow(deprecated)]
         UnsupportedCrlSignatureAlgorithm
         | UnsupportedCrlSignatureAlgorithmContext(_)
-        | UnsupportedCrlSignatureAlgorithmForPublicKey => {
-            CertRevocationListError::UnsupportedSignatureAlgorithm.into()
-        }
+        | UnsupportedCrlSignatureAlgorithmForPublicKey => CertRevocationListError::UnsupportedSignatureAlgorithm.into(),
 
         #[allow(deprecated)]
         RequiredEkuNotFound => CertificateError::InvalidPurpose.into(),
         RequiredEkuNotFoundContext(webpki::RequiredEkuNotFoundContext { required, present }) => {
             CertificateError::InvalidPurposeContext {
                 required: extended_key_purpose(required.oid_values()),
-                presented: present
-                    .into_iter()
-                    .map(|eku| extended_key_purpose(eku.into_iter()))
-                    .collect(),
+                presented: present.into_iter().map(|eku| extended_key_purpose(eku.into_iter())).collect(),
             }
             .into()
-        }
+        },
 
         _ => CertificateError::Other(OtherError(Arc::new(error))).into(),
     }

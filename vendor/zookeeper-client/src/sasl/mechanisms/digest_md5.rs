@@ -2,9 +2,7 @@ use std::borrow::Cow;
 use std::io::Write;
 
 use md5::Context as Md5Hasher;
-use rsasl::mechanism::{
-    Authentication, EmptyProvider, MechanismData, MechanismError, MechanismErrorKind,
-};
+use rsasl::mechanism::{Authentication, EmptyProvider, MechanismData, MechanismError, MechanismErrorKind};
 use rsasl::prelude::*;
 use rsasl::property::{AuthId, Password, Realm};
 use rsasl::registry::{distributed_slice, Matches, Named, Side, MECHANISMS};
@@ -85,11 +83,7 @@ impl<'a> Parser<'a> {
     pub fn new(challenge: &'a [u8]) -> Result<Self, DigestError> {
         let challenge = match std::str::from_utf8(challenge) {
             Ok(s) => s,
-            Err(err) => {
-                return Err(DigestError::new_parse(format!(
-                    "support only utf8 for now: {err}"
-                )))
-            }
+            Err(err) => return Err(DigestError::new_parse(format!("support only utf8 for now: {err}"))),
         };
         Ok(Self { s: challenge })
     }
@@ -100,9 +94,7 @@ impl<'a> Parser<'a> {
         };
         self.skip_assignment();
         let Some((value, kind)) = self.read_value()? else {
-            return Err(DigestError::new_parse(format!(
-                "directive {key} has no value"
-            )));
+            return Err(DigestError::new_parse(format!("directive {key} has no value")));
         };
         Ok(Some(Directive { key, value, kind }))
     }
@@ -110,11 +102,7 @@ impl<'a> Parser<'a> {
     fn read_key(&mut self) -> Result<Option<&'a str>, DigestError> {
         self.skip_lws();
         // Find first char that is not a token char.
-        let Some((i, _c)) = self
-            .s
-            .char_indices()
-            .find(|(_, c)| !Self::is_token_char(*c))
-        else {
+        let Some((i, _c)) = self.s.char_indices().find(|(_, c)| !Self::is_token_char(*c)) else {
             if self.s.is_empty() {
                 return Ok(None);
             }
@@ -139,14 +127,8 @@ impl<'a> Parser<'a> {
         if self.skip_char('\"') {
             let mut j = 0;
             while j <= self.s.len() {
-                let Some((i, c)) = self.s[j..]
-                    .char_indices()
-                    .find(|(_i, c)| *c == '\"' || *c == '\\')
-                else {
-                    return Err(DigestError::new_parse(format!(
-                        "no quoted value \"{}",
-                        self.s
-                    )));
+                let Some((i, c)) = self.s[j..].char_indices().find(|(_i, c)| *c == '\"' || *c == '\\') else {
+                    return Err(DigestError::new_parse(format!("no quoted value \"{}", self.s)));
                 };
                 if c == '\"' {
                     let value = &self.s[..j + i];
@@ -156,16 +138,9 @@ impl<'a> Parser<'a> {
                 }
                 j = i + 2;
             }
-            return Err(DigestError::new_parse(format!(
-                "no quoted value \"{}",
-                self.s
-            )));
+            return Err(DigestError::new_parse(format!("no quoted value \"{}", self.s)));
         }
-        let Some((i, c)) = self
-            .s
-            .char_indices()
-            .find(|(_, c)| Self::is_lws(*c) || *c == ',')
-        else {
+        let Some((i, c)) = self.s.char_indices().find(|(_, c)| Self::is_lws(*c) || *c == ',') else {
             let value = self.s;
             self.s = "";
             return Ok(Some((value, Token)));
@@ -182,8 +157,8 @@ impl<'a> Parser<'a> {
 
     fn is_token_char(c: char) -> bool {
         match c {
-            '(' | ')' | '<' | '>' | '@' | ',' | ';' | ':' | '\\' | '"' | '/' | '[' | ']' | '?'
-            | '=' | '{' | '}' | ' ' | '\t' => false,
+            '(' | ')' | '<' | '>' | '@' | ',' | ';' | ':' | '\\' | '"' | '/' | '[' | ']' | '?' | '=' | '{' | '}'
+            | ' ' | '\t' => false,
             c if c as u32 <= 31 || c as u32 == 0x7f => false,
             _ => true,
         }
@@ -194,13 +169,9 @@ impl<'a> Parser<'a> {
     }
 
     fn skip_lws(&mut self) {
-        match self
-            .s
-            .char_indices()
-            .find(|(_i, c)| *c != '\r' && *c != '\n' && *c != ' ' && *c != '\t')
-        {
+        match self.s.char_indices().find(|(_i, c)| *c != '\r' && *c != '\n' && *c != ' ' && *c != '\t') {
             None => self.s = "",
-            Some((0, _)) => {}
+            Some((0, _)) => {},
             Some((i, _)) => self.s = &self.s[i..],
         }
     }
@@ -314,11 +285,8 @@ impl<'a> Directives<'a> {
         if !self.realms_vector.is_empty() {
             return &self.realms_vector;
         }
-        let i = if let Some(i) = self.realms_array.iter().position(|s| s.is_empty()) {
-            i
-        } else {
-            self.realms_array.len()
-        };
+        let i =
+            if let Some(i) = self.realms_array.iter().position(|s| s.is_empty()) { i } else { self.realms_array.len() };
         &self.realms_array[..i]
     }
 }
@@ -429,36 +397,28 @@ impl Authentication for DigestSession {
                     None => return Err(DigestError::new_parse("no charset").into()),
                     Some("utf-8") => true,
                     Some(charset) => {
-                        return Err(DigestError::new_parse(format!(
-                            "expect charset utf-8, but got {charset}"
-                        ))
-                        .into())
-                    }
+                        return Err(DigestError::new_parse(format!("expect charset utf-8, but got {charset}")).into())
+                    },
                 };
                 match directives.get_algorithm() {
                     None => return Err(DigestError::new_parse("no algorithm").into()),
-                    Some("md5-sess") => {}
+                    Some("md5-sess") => {},
                     Some(algorithm) => {
-                        return Err(DigestError::new_parse(format!(
-                            "expect algorithm md5-sess, but got {algorithm}"
-                        ))
-                        .into())
-                    }
+                        return Err(
+                            DigestError::new_parse(format!("expect algorithm md5-sess, but got {algorithm}")).into()
+                        )
+                    },
                 };
                 if let Some(qop) = directives.get_qop() {
                     if !qop.split(',').any(|s| s == "auth") {
-                        return Err(
-                            DigestError::new_protocol(format!("unsupported qop {qop}")).into()
-                        );
+                        return Err(DigestError::new_protocol(format!("unsupported qop {qop}")).into());
                     }
                 };
                 let Some(nonce) = directives.get_nonce() else {
                     return Err(DigestError::new_parse("no nonce").into());
                 };
                 let owned_realm =
-                    session.maybe_need_with::<Realm, _, _>(&EmptyProvider, |realm| {
-                        Ok(realm.to_string())
-                    })?;
+                    session.maybe_need_with::<Realm, _, _>(&EmptyProvider, |realm| Ok(realm.to_string()))?;
                 let client_realm = owned_realm.as_deref();
                 let realms = directives.get_realms();
                 let realm = if realms.is_empty() {
@@ -475,16 +435,11 @@ impl Authentication for DigestSession {
                         .into());
                     }
                 } else {
-                    return Err(DigestError::new_protocol(format!(
-                        "choose no realm from {realms:?}"
-                    ))
-                    .into());
+                    return Err(DigestError::new_protocol(format!("choose no realm from {realms:?}")).into());
                 };
-                let username = session
-                    .need_with::<AuthId, _, _>(&EmptyProvider, |auth_id| Ok(auth_id.to_string()))?;
-                let password = session.need_with::<Password, _, _>(&EmptyProvider, |password| {
-                    Ok(password.to_owned())
-                })?;
+                let username = session.need_with::<AuthId, _, _>(&EmptyProvider, |auth_id| Ok(auth_id.to_string()))?;
+                let password =
+                    session.need_with::<Password, _, _>(&EmptyProvider, |password| Ok(password.to_owned()))?;
                 let cnonce = Self::gen_nonce();
                 let context = DigestContext {
                     realm,
@@ -502,7 +457,7 @@ impl Authentication for DigestSession {
                 let rspauth = context.server_response();
                 self.state = DigestState::Step3 { rspauth };
                 Ok(State::Running)
-            }
+            },
             DigestState::Step3 { rspauth } => {
                 let Some(server_rspauth) = directives.get_rspauth() else {
                     return Err(DigestError::new_parse("no rspauth").into());
@@ -512,7 +467,7 @@ impl Authentication for DigestSession {
                 }
                 self.state = DigestState::Completed;
                 Ok(State::Finished(MessageSent::No))
-            }
+            },
             DigestState::Completed => Err(DigestError::new_protocol("already completed").into()),
         }
     }
@@ -618,8 +573,7 @@ mod tests {
     #[test]
     fn nonce_same() {
         let nonce = "tQGS7xRmk+5sqY52MKWXK5iEOt8+Y7ikskjuNjIF";
-        let challenge =
-            format!(r#"realm="zk-sasl-md5",nonce="{nonce}",charset=utf-8,algorithm=md5-sess"#);
+        let challenge = format!(r#"realm="zk-sasl-md5",nonce="{nonce}",charset=utf-8,algorithm=md5-sess"#);
         let mut session = session(None);
         let response = from_utf8(session.step(challenge.as_bytes()).unwrap().unwrap()).unwrap();
         assert_that!(get_directive(response, "nonce").unwrap()).is_equal_to(nonce);
@@ -643,8 +597,7 @@ mod tests {
 
     #[test]
     fn realm_absent() {
-        let challenge =
-            br#"nonce="tQGS7xRmk+5sqY52MKWXK5iEOt8+Y7ikskjuNjIF",charset=utf-8,algorithm=md5-sess"#;
+        let challenge = br#"nonce="tQGS7xRmk+5sqY52MKWXK5iEOt8+Y7ikskjuNjIF",charset=utf-8,algorithm=md5-sess"#;
         let mut session = session(None);
         let response = from_utf8(session.step(&challenge[..]).unwrap().unwrap()).unwrap();
         assert_that!(response).contains(r#"realm="""#);
@@ -652,8 +605,7 @@ mod tests {
 
     #[test]
     fn realm_absent_with_client() {
-        let challenge =
-            br#"nonce="tQGS7xRmk+5sqY52MKWXK5iEOt8+Y7ikskjuNjIF",charset=utf-8,algorithm=md5-sess"#;
+        let challenge = br#"nonce="tQGS7xRmk+5sqY52MKWXK5iEOt8+Y7ikskjuNjIF",charset=utf-8,algorithm=md5-sess"#;
         let mut session = session(Some("realm1"));
         let response = from_utf8(session.step(&challenge[..]).unwrap().unwrap()).unwrap();
         assert_that!(response).contains(r#"realm="realm1""#);
