@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tenure_core::records::Layout;
+use tenure_core::records::{Layout, Watched};
 use tenure_core::Event;
 use tenure_core::TopicPartition;
 use tenure_tokio::session::OpenError;
@@ -49,10 +49,9 @@ pub(crate) async fn claims_held(client: &zk::Client, layout: &Layout) -> Vec<Top
     match client.list_ephemerals(&owners).await {
         Ok(paths) => paths
             .iter()
-            .filter_map(|path| {
-                let rest = path.strip_prefix(&owners)?.strip_prefix('/')?;
-                let (topic, partition) = rest.split_once('/')?;
-                Some(TopicPartition::new(topic, partition.parse().ok()?))
+            .filter_map(|path| match layout.classify(path) {
+                Some(Watched::Owner(partition)) => Some(partition),
+                _ => None,
             })
             .collect(),
         Err(error) => {

@@ -121,13 +121,14 @@ fn main() -> ExitCode {
                 }
                 if args.verbose {
                     eprintln!(
-                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} faults={} messages={} duplicates={} reported={:?}",
+                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} faults={} resumed_sessions={} messages={} duplicates={} reported={:?}",
                         report.seed,
                         report.steps,
                         report.simulated,
                         report.converged_after,
                         report.claims,
                         report.faults,
+                        report.resumed_sessions,
                         report.messages,
                         report.duplicates,
                         report.reported
@@ -150,8 +151,10 @@ fn main() -> ExitCode {
         .unwrap_or_default();
     let duplicates: u64 = results.iter().map(|r| r.duplicates).sum();
     let messages: u64 = results.iter().map(|r| r.messages).sum();
+    let resumed: u64 = results.iter().map(|r| r.resumed_sessions).sum();
     println!(
-        "slowest convergence after chaos: {worst:?}; messages={messages} duplicates={duplicates}"
+        "slowest convergence after chaos: {worst:?}; messages={messages} duplicates={duplicates} \
+         resumed_sessions={resumed}"
     );
     println!(
         "seeds={} violations={} sim_seconds_per_wall_second={:.0}",

@@ -161,6 +161,9 @@ pub struct SimReport {
     pub claims: u64,
     /// Faults injected.
     pub faults: u64,
+    /// Restarted processes that resumed the session their previous one
+    /// left (static membership).
+    pub resumed_sessions: u64,
     /// Errors the members reported, by kind.
     pub reported: BTreeMap<&'static str, u64>,
 }
@@ -241,6 +244,9 @@ struct Node {
     member: Option<Member>,
     incarnation: u32,
     session: Option<SessionId>,
+    /// The session a crashed static member left, for its next process to
+    /// resume.
+    resumable: Option<SessionId>,
     connected: bool,
     epoch: u64,
     last_contact: Instant,
@@ -300,6 +306,9 @@ enum Fault {
     Crash {
         node: usize,
         restart_after: Duration,
+        /// A static member: the restarted process resumes the session if
+        /// it is still alive.
+        resume: bool,
     },
     Restart {
         node: usize,
@@ -529,6 +538,7 @@ impl World {
             member: None,
             incarnation: 0,
             session: None,
+            resumable: None,
             connected: false,
             epoch: 0,
             last_contact: self.now,
@@ -562,7 +572,12 @@ impl World {
         node.app.stopping.clear();
         node.app.claiming.clear();
         node.app.held.clear();
-        self.open_session(index);
+        match node.resumable.take() {
+            Some(session) if self.store.session_alive(session) => {
+                self.resume_session(index, session)
+            }
+            _ => self.open_session(index),
+        }
         let counts = self.counts.clone();
         self.local(self.now, index, Input::Counts(counts));
         Ok(())
@@ -584,6 +599,34 @@ impl World {
             index,
             Input::Store(Event::SessionEstablished { session }),
         );
+    }
+
+    /// A static member's new process resumes the session its previous one
+    /// left: the session, then the claims it holds.
+    fn resume_session(&mut self, index: usize, session: SessionId) {
+        self.report.resumed_sessions += 1;
+        let now = self.now;
+        let _ = self.store.touch(session, now);
+        let partitions: Vec<TopicPartition> = self
+            .store
+            .ephemerals(session)
+            .iter()
+            .filter_map(|path| match self.layout.classify(path) {
+                Some(crate::records::Watched::Owner(partition)) => Some(partition),
+                _ => None,
+            })
+            .collect();
+        let node = &mut self.nodes[index];
+        node.session = Some(session);
+        node.connected = true;
+        node.epoch += 1;
+        node.last_contact = now;
+        self.local(
+            now,
+            index,
+            Input::Store(Event::SessionEstablished { session }),
+        );
+        self.local(now, index, Input::Store(Event::ClaimsHeld { partitions }));
     }
 
     fn active_nodes(&self) -> Vec<usize> {
@@ -617,6 +660,7 @@ impl World {
                 30..=37 if self.config.faults => Some(Fault::Crash {
                     node,
                     restart_after: self.random_length(st * 2, remaining),
+                    resume: self.rng.below(2) == 0,
                 }),
                 38..=45 if self.config.faults => Some(Fault::SlowDrain {
                     node,
@@ -694,6 +738,7 @@ impl World {
             Fault::Crash {
                 node,
                 restart_after,
+                resume,
             } => {
                 let Some(n) = self.nodes.get_mut(node) else {
                     return;
@@ -703,6 +748,7 @@ impl World {
                 }
                 self.report.faults += 1;
                 n.member = None;
+                n.resumable = if resume { n.session } else { None };
                 n.session = None;
                 n.connected = false;
                 n.epoch += 1;
