@@ -1,0 +1,399 @@
+//! How coordination scales: M members (tasks of this process) over P
+//! partitions, on the real ZooKeeper or etcd of `scripts/services`.
+//!
+//! ```text
+//! cargo run --release --example bench_scale -- --store zookeeper --members 10 --partitions 1000
+//! cargo run --release --features etcd --example bench_scale -- --store etcd --members 100 --partitions 10000
+//! ```
+//!
+//! It measures, in this order: a cold start (every member joins at once)
+//! until every partition is owned once and every member settled; one more
+//! member joining; one leaving; a rolling restart of every member, dynamic
+//! (each closes and joins again) and then static (each closes keeping its
+//! session, and a new instance resumes it). For each restart: how many
+//! times a partition changed owner or token, the longest time any
+//! partition had no owner, and the store requests sent per move. Last line:
+//!
+//! ```text
+//! members=M partitions=P cold_start_ms=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=…
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure::core::{Config, MemberId, TopicPartition};
+use tenure::tokio::{Backend, GroupMember, StaticMembership, View};
+use tokio::sync::mpsc;
+
+const USAGE: &str =
+    "usage: bench_scale --store zookeeper|etcd [--members M] [--partitions P] [--session-ms MS]";
+
+struct Options {
+    store: String,
+    address: String,
+    members: usize,
+    partitions: u32,
+    session: Duration,
+}
+
+fn options() -> Result<Options, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut flags = BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let name = flag.strip_prefix("--").ok_or(USAGE)?;
+        let value = it.next().ok_or(format!("{flag} needs a value; {USAGE}"))?;
+        flags.insert(name.to_owned(), value.clone());
+    }
+    let number = |name: &str, default: u64| -> Result<u64, String> {
+        flags.get(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("--{name} takes a number; {USAGE}"))
+        })
+    };
+    let store = flags.get("store").cloned().ok_or(USAGE)?;
+    let var = match store.as_str() {
+        "zookeeper" => "TENURE_ZOOKEEPER",
+        "etcd" => "TENURE_ETCD",
+        _ => return Err(USAGE.to_owned()),
+    };
+    let address = std::env::var(var).map_err(|_| {
+        format!("{var} is not set: start the servers with `eval \"$(scripts/services start)\"`")
+    })?;
+    Ok(Options {
+        store,
+        address,
+        members: number("members", 10)? as usize,
+        partitions: number("partitions", 1000)? as u32,
+        session: Duration::from_millis(number("session-ms", 10_000)?),
+    })
+}
+
+/// A backend of the chosen store, and its request counter.
+fn backend(options: &Options, prefix: &str) -> Result<(Box<dyn Backend>, Arc<AtomicU64>), String> {
+    match options.store.as_str() {
+        "zookeeper" => {
+            let backend = tenure::zookeeper::ZooKeeperBackend::new(options.address.clone())
+                .connect_timeout(Duration::from_secs(30));
+            let requests = backend.request_counter();
+            Ok((Box::new(backend), requests))
+        }
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            let backend = tenure::etcd::EtcdBackend::new(options.address.clone())
+                .prefix(prefix)
+                .connect_timeout(Duration::from_secs(30));
+            let requests = backend.request_counter();
+            Ok((Box::new(backend), requests))
+        }
+        other => {
+            let _ = prefix;
+            Err(format!(
+                "store {other:?} is not in this build (etcd needs `--features etcd`)"
+            ))
+        }
+    }
+}
+
+/// The members' views as they publish them, and what the partitions did.
+struct Watcher {
+    log: mpsc::UnboundedSender<(MemberId, View)>,
+    updates: mpsc::UnboundedReceiver<(MemberId, View)>,
+    latest: BTreeMap<String, View>,
+    /// Each partition's owner and token by the latest views.
+    owner: BTreeMap<TopicPartition, (String, u64)>,
+    /// Since the last `reset`: owner or token changes, and the longest
+    /// time a partition had no owner (counted from the view that dropped it
+    /// to the view that took it).
+    moves: u64,
+    unowned_since: BTreeMap<TopicPartition, Instant>,
+    max_unowned: Duration,
+}
+
+impl Watcher {
+    fn new() -> Watcher {
+        let (log, updates) = mpsc::unbounded_channel();
+        Watcher {
+            log,
+            updates,
+            latest: BTreeMap::new(),
+            owner: BTreeMap::new(),
+            moves: 0,
+            unowned_since: BTreeMap::new(),
+            max_unowned: Duration::ZERO,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.moves = 0;
+        self.max_unowned = Duration::ZERO;
+    }
+
+    fn apply(&mut self, member: MemberId, view: View) {
+        let name = member.to_string();
+        let at = view.at.unwrap_or_else(Instant::now);
+        let before = self.latest.insert(name.clone(), view);
+        let view = &self.latest[&name];
+        // Dropped by this member: unowned until someone says otherwise.
+        if let Some(before) = before {
+            for partition in before.owned.keys() {
+                if !view.owned.contains_key(partition)
+                    && self.owner.get(partition).is_some_and(|(m, _)| *m == name)
+                {
+                    self.owner.remove(partition);
+                    self.unowned_since.insert(partition.clone(), at);
+                }
+            }
+        }
+        for (partition, token) in &view.owned {
+            let now = (name.clone(), token.0);
+            match self.owner.insert(partition.clone(), now.clone()) {
+                Some(previous) if previous != now => self.moves += 1,
+                None if self.unowned_since.contains_key(partition) => self.moves += 1,
+                _ => {}
+            }
+            if let Some(since) = self.unowned_since.remove(partition) {
+                self.max_unowned = self.max_unowned.max(at.saturating_duration_since(since));
+            }
+        }
+    }
+
+    /// Waits until `members` are all settled, registered, each with its
+    /// balanced share, and together own every one of `partitions` once.
+    async fn settled(&mut self, members: &[String], partitions: u32) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            while let Ok((member, view)) = self.updates.try_recv() {
+                self.apply(member, view);
+            }
+            // Each member owns its balanced share (so none is still working
+            // from an older member list), and no one else owns anything.
+            let n = members.len().max(1);
+            let share = (partitions as usize / n)..=(partitions as usize).div_ceil(n);
+            let done = members.iter().all(|m| {
+                self.latest.get(m).is_some_and(|v| {
+                    v.settled && v.registered && !v.closed && share.contains(&v.owned.len())
+                })
+            }) && self.latest.values().map(|v| v.owned.len()).sum::<usize>()
+                == partitions as usize
+                && self.owner.len() == partitions as usize;
+            if done {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, self.updates.recv()).await {
+                Ok(Some((member, view))) => self.apply(member, view),
+                Ok(None) => return Err("the view log closed".to_owned()),
+                Err(_) => return Err("not settled within 600 s".to_owned()),
+            }
+        }
+    }
+}
+
+struct Bench {
+    options: Options,
+    group: String,
+    prefix: String,
+    state_dir: PathBuf,
+    watcher: Watcher,
+    requests: Vec<Arc<AtomicU64>>,
+}
+
+impl Bench {
+    async fn join(&mut self, member: &str, static_member: bool) -> Result<GroupMember, String> {
+        let (backend, requests) = backend(&self.options, &self.prefix)?;
+        self.requests.push(requests);
+        let config = Config::new(&self.group, member, ["t"])
+            .map_err(|e| e.to_string())?
+            .with_session_timeout(self.options.session);
+        let mut builder = GroupMember::builder(config)
+            .partitions([("t".to_owned(), self.options.partitions)].into())
+            .auto_drain(true)
+            .view_log(self.watcher.log.clone());
+        if static_member {
+            builder = builder.static_membership(StaticMembership::new(
+                self.state_dir.join(format!("{member}.state")),
+            ));
+        }
+        builder
+            .join(backend)
+            .await
+            .map_err(|e| format!("{member} cannot join: {e}"))
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|r| r.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Restarts every member in turn; returns (moves, longest unowned,
+    /// requests).
+    async fn rolling_restart(
+        &mut self,
+        members: &mut BTreeMap<String, GroupMember>,
+        static_members: bool,
+    ) -> Result<(u64, Duration, u64), String> {
+        self.watcher.reset();
+        let requests_before = self.requests();
+        let names: Vec<String> = members.keys().cloned().collect();
+        for name in &names {
+            let member = members.remove(name).ok_or("a member vanished")?;
+            member.close().await.map_err(|e| format!("{name}: {e}"))?;
+            // Settled again only once the new instance says so.
+            while let Ok((member, view)) = self.watcher.updates.try_recv() {
+                self.watcher.apply(member, view);
+            }
+            self.watcher.latest.remove(name);
+            members.insert(name.clone(), self.join(name, static_members).await?);
+            self.watcher
+                .settled(&names, self.options.partitions)
+                .await?;
+        }
+        Ok((
+            self.watcher.moves,
+            self.watcher.max_unowned,
+            self.requests() - requests_before,
+        ))
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let options = options()?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let group = format!("scale-{nanos}");
+    let state_dir = std::env::temp_dir().join(format!("tenure-bench-scale-{nanos}"));
+    std::fs::create_dir_all(&state_dir).map_err(|e| e.to_string())?;
+    let (m, p) = (options.members, options.partitions);
+    println!(
+        "bench_scale: store={} members={m} partitions={p} session={:?}",
+        options.store, options.session
+    );
+    let mut bench = Bench {
+        prefix: format!("/tenure-bench/{group}"),
+        group,
+        state_dir: state_dir.clone(),
+        options,
+        watcher: Watcher::new(),
+        requests: Vec::new(),
+    };
+
+    // Cold start: everyone at once.
+    let names: Vec<String> = (0..m).map(|i| format!("m{i:03}")).collect();
+    let started = Instant::now();
+    let joins = join_all(&mut bench, &names).await?;
+    let mut members: BTreeMap<String, GroupMember> = names.iter().cloned().zip(joins).collect();
+    bench.watcher.settled(&names, p).await?;
+    let cold_start = started.elapsed();
+    println!(
+        "  cold start: {cold_start:?}, {} requests",
+        bench.requests()
+    );
+
+    // One more joins.
+    let extra = format!("m{m:03}");
+    let started = Instant::now();
+    let before = bench.requests();
+    members.insert(extra.clone(), bench.join(&extra, false).await?);
+    let mut with_extra = names.clone();
+    with_extra.push(extra.clone());
+    bench.watcher.settled(&with_extra, p).await?;
+    let join_settle = started.elapsed();
+    println!(
+        "  join: {join_settle:?}, {} requests",
+        bench.requests() - before
+    );
+
+    // It leaves.
+    let started = Instant::now();
+    let before = bench.requests();
+    if let Some(member) = members.remove(&extra) {
+        member.close().await.map_err(|e| e.to_string())?;
+    }
+    bench.watcher.latest.remove(&extra);
+    bench.watcher.settled(&names, p).await?;
+    let leave_settle = started.elapsed();
+    println!(
+        "  leave: {leave_settle:?}, {} requests",
+        bench.requests() - before
+    );
+
+    // Rolling restarts: dynamic first.
+    let (moves, unowned, requests) = bench.rolling_restart(&mut members, false).await?;
+    let per_move = if moves == 0 {
+        0.0
+    } else {
+        requests as f64 / moves as f64
+    };
+    println!(
+        "  rolling restart (dynamic): {moves} moves, longest unowned {unowned:?}, {requests} requests"
+    );
+    // Then static: one restart each, not measured, makes every member a
+    // static one (a dynamic member's close leaves); the next is measured.
+    bench.rolling_restart(&mut members, true).await?;
+    let (static_moves, static_unowned, static_requests) =
+        bench.rolling_restart(&mut members, true).await?;
+    println!(
+        "  rolling restart (static): {static_moves} moves, longest unowned {static_unowned:?}, \
+         {static_requests} requests"
+    );
+    for (_, member) in members {
+        let _ = member.close().await;
+    }
+    let _ = std::fs::remove_dir_all(&state_dir);
+    println!(
+        "members={m} partitions={p} cold_start_ms={} join_settle_ms={} leave_settle_ms={} \
+         rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.1} \
+         static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={}",
+        cold_start.as_millis(),
+        join_settle.as_millis(),
+        leave_settle.as_millis(),
+        unowned.as_millis(),
+        static_unowned.as_millis()
+    );
+    Ok(())
+}
+
+/// Joins every member of `names` at once.
+async fn join_all(bench: &mut Bench, names: &[String]) -> Result<Vec<GroupMember>, String> {
+    let mut joining = Vec::new();
+    for name in names {
+        let (backend, requests) = backend(&bench.options, &bench.prefix)?;
+        bench.requests.push(requests);
+        let config = Config::new(&bench.group, name, ["t"])
+            .map_err(|e| e.to_string())?
+            .with_session_timeout(bench.options.session);
+        let builder = GroupMember::builder(config)
+            .partitions([("t".to_owned(), bench.options.partitions)].into())
+            .auto_drain(true)
+            .view_log(bench.watcher.log.clone());
+        let name = name.clone();
+        joining.push(tokio::spawn(async move {
+            builder
+                .join(backend)
+                .await
+                .map_err(|e| format!("{name} cannot join: {e}"))
+        }));
+    }
+    let mut members = Vec::new();
+    for join in joining {
+        members.push(join.await.map_err(|e| e.to_string())??);
+    }
+    Ok(members)
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bench_scale: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
