@@ -30,7 +30,43 @@ use tokio::time::Instant;
 const WATCH_RETRY: Duration = Duration::from_millis(500);
 
 /// Whether an event is the change a watch waits for.
-pub(crate) type Fires = Box<dyn FnMut(&etcd_client::Event) -> bool + Send + 'static>;
+pub(crate) type Fires<E = etcd_client::Event> = Box<dyn FnMut(&E) -> bool + Send + 'static>;
+
+/// An event as the task reads it: generic so that routing can be tested
+/// without a server.
+trait Change {
+    /// The revision the event made, if it says.
+    fn revision(&self) -> Option<i64>;
+}
+
+impl Change for etcd_client::Event {
+    fn revision(&self) -> Option<i64> {
+        self.kv().map(|kv| kv.mod_revision())
+    }
+}
+
+/// What the task reads of a response of the stream.
+struct Answer<'a, E> {
+    watch_id: i64,
+    created: bool,
+    canceled: bool,
+    compact_revision: i64,
+    cancel_reason: &'a str,
+    events: &'a [E],
+}
+
+impl<'a> From<&'a WatchResponse> for Answer<'a, etcd_client::Event> {
+    fn from(response: &'a WatchResponse) -> Self {
+        Answer {
+            watch_id: response.watch_id(),
+            created: response.created(),
+            canceled: response.canceled(),
+            compact_revision: response.compact_revision(),
+            cancel_reason: response.cancel_reason(),
+            events: response.events(),
+        }
+    }
+}
 
 /// Why a watch stream could not be opened, or ended.
 #[derive(Debug, thiserror::Error)]
@@ -70,9 +106,9 @@ pub(crate) struct Watches {
 }
 
 /// A request to the stream's task.
-enum Request {
+enum Request<E = etcd_client::Event> {
     /// Register a watch.
-    Add { id: u64, watch: Entry },
+    Add { id: u64, watch: Entry<E> },
     /// Nobody waits for this watch any more: cancel it.
     Remove { id: u64 },
 }
@@ -141,14 +177,14 @@ impl Drop for Registration {
 }
 
 /// A watch in the stream's task.
-struct Entry {
+struct Entry<E = etcd_client::Event> {
     key: String,
     prefix: bool,
     /// The revision to watch from: the one asked for, moved past every
     /// event seen since, so that a watch registered again misses nothing
     /// and sees nothing twice.
     from: i64,
-    fires: Fires,
+    fires: Fires<E>,
     fired: oneshot::Sender<()>,
     state: State,
 }
@@ -166,27 +202,44 @@ enum State {
     Waiting,
 }
 
-impl Entry {
-    fn options(&self) -> WatchOptions {
-        let options = WatchOptions::new().with_start_revision(self.from);
-        if self.prefix {
-            options.with_prefix()
-        } else {
-            options
+/// A request for the stream, sent in order by its writer.
+#[derive(Debug, PartialEq, Eq)]
+enum Outgoing {
+    /// Register a watch of `key` (every key under it if `prefix`) from
+    /// revision `from`.
+    Create {
+        key: String,
+        prefix: bool,
+        from: i64,
+    },
+    /// Cancel the watch of this id.
+    Cancel(i64),
+}
+
+impl Outgoing {
+    /// The create request of `entry`.
+    fn create<E>(entry: &Entry<E>) -> Outgoing {
+        Outgoing::Create {
+            key: entry.key.clone(),
+            prefix: entry.prefix,
+            from: entry.from,
         }
     }
 }
 
-/// A request for the stream, sent in order by its writer.
-enum Outgoing {
-    Create { key: String, options: WatchOptions },
-    Cancel(i64),
+/// A create request as etcd's client sends it.
+fn options(prefix: bool, from: i64) -> WatchOptions {
+    let options = WatchOptions::new().with_start_revision(from);
+    if prefix {
+        options.with_prefix()
+    } else {
+        options
+    }
 }
 
 /// The watches and what the current stream knows of them.
-#[derive(Default)]
-struct Book {
-    entries: HashMap<u64, Entry>,
+struct Book<E = etcd_client::Event> {
+    entries: HashMap<u64, Entry<E>>,
     /// Watches whose create request was sent on the current stream and not
     /// yet answered, in the order sent: etcd answers creates in the order
     /// it receives them, and the answer to one it refused may carry no
@@ -197,6 +250,17 @@ struct Book {
     /// Watches to ask for again, and when (in the order they were put off,
     /// which, with one pause for all, is the order of their times).
     waiting: VecDeque<(Instant, u64)>,
+}
+
+impl<E> Default for Book<E> {
+    fn default() -> Self {
+        Book {
+            entries: HashMap::new(),
+            creating: VecDeque::new(),
+            by_watch_id: HashMap::new(),
+            waiting: VecDeque::new(),
+        }
+    }
 }
 
 /// The current stream's writer, and the backend's request count.
@@ -216,7 +280,7 @@ impl Out<'_> {
     }
 }
 
-impl Book {
+impl<E: Change> Book<E> {
     /// Registers watch `id` on the current stream.
     fn create(&mut self, id: u64, out: &Out<'_>) {
         let Some(entry) = self.entries.get_mut(&id) else {
@@ -224,15 +288,12 @@ impl Book {
         };
         entry.state = State::Creating;
         self.creating.push_back(id);
-        out.send(Outgoing::Create {
-            key: entry.key.clone(),
-            options: entry.options(),
-        });
+        out.send(Outgoing::create(entry));
     }
 
     /// Carries out a watcher's request; `out` is the current stream, if
     /// there is one.
-    fn apply(&mut self, request: Request, out: Option<&Out<'_>>) {
+    fn apply(&mut self, request: Request<E>, out: Option<&Out<'_>>) {
         match request {
             Request::Add { id, watch } => {
                 self.entries.insert(id, watch);
@@ -312,20 +373,20 @@ impl Book {
     }
 
     /// Routes one response of the stream to the watch it is about.
-    fn route(&mut self, response: WatchResponse, out: &Out<'_>) {
-        let watch_id = response.watch_id();
-        if response.created() {
+    fn route(&mut self, response: Answer<'_, E>, out: &Out<'_>) {
+        let watch_id = response.watch_id;
+        if response.created {
             let Some(id) = self.creating.pop_front() else {
                 tracing::warn!(watch_id, "etcd answered a watch creation nobody asked for");
                 return;
             };
-            if response.canceled() {
+            if response.canceled {
                 // Refused (a user without rights on the key, say): the
                 // answer's watch id may name nothing.
                 if let Some(entry) = self.entries.get(&id) {
                     tracing::debug!(
                         key = %entry.key,
-                        reason = response.cancel_reason(),
+                        reason = response.cancel_reason,
                         "watch refused; asking again"
                     );
                 }
@@ -349,32 +410,32 @@ impl Book {
         let Some(entry) = self.entries.get_mut(&id) else {
             return;
         };
-        if response.compact_revision() > 0 {
+        if response.compact_revision > 0 {
             tracing::debug!(
                 key = %entry.key,
-                compacted = response.compact_revision(),
+                compacted = response.compact_revision,
                 "watched history compacted; reporting a change"
             );
             // The server has cancelled the watch itself.
             self.fire(id);
             return;
         }
-        for event in response.events() {
+        for event in response.events {
             if (entry.fires)(event) {
                 out.send(Outgoing::Cancel(watch_id));
                 self.fire(id);
                 return;
             }
-            if let Some(kv) = event.kv() {
-                entry.from = entry.from.max(kv.mod_revision() + 1);
+            if let Some(revision) = event.revision() {
+                entry.from = entry.from.max(revision + 1);
             }
         }
-        if response.canceled() && !response.created() {
+        if response.canceled && !response.created {
             // Ended by the server for another reason than compaction: ask
             // again from where it stood.
             tracing::debug!(
                 key = %entry.key,
-                reason = response.cancel_reason(),
+                reason = response.cancel_reason,
                 "watch canceled by the server; asking again"
             );
             self.by_watch_id.remove(&watch_id);
@@ -396,10 +457,20 @@ async fn run(link: Link, mut requests: mpsc::UnboundedReceiver<Request>) {
                 None => return,
             }
         }
-        let ended = match open(&link, &mut book).await {
-            Ok((sender, responses)) => serve(&link, &mut book, &mut requests, sender, responses)
-                .await
-                .err(),
+        // etcd's client opens a stream only with a first create request:
+        // any watch's will do.
+        let Some((&first, entry)) = book.entries.iter_mut().next() else {
+            continue;
+        };
+        let opening = open(&link, entry.key.clone(), options(entry.prefix, entry.from));
+        let ended = match opening.await {
+            Ok((sender, responses)) => {
+                entry.state = State::Creating;
+                book.creating.push_back(first);
+                serve(&link, &mut book, &mut requests, sender, responses)
+                    .await
+                    .err()
+            }
             Err(error) => Some(error),
         };
         let Some(error) = ended else {
@@ -420,26 +491,20 @@ async fn run(link: Link, mut requests: mpsc::UnboundedReceiver<Request>) {
     }
 }
 
-/// Opens a stream with the create request of one of the watches (etcd's
-/// client opens a stream only with one).
+/// Opens a stream with the create request of a watch of `key`.
 async fn open(
     link: &Link,
-    book: &mut Book,
+    key: String,
+    options: WatchOptions,
 ) -> Result<(WatchRequestSender, WatchResponseStream), StreamError> {
-    let Some((&id, entry)) = book.entries.iter_mut().next() else {
-        return Err(StreamError::Closed);
-    };
     link.requests.fetch_add(1, Ordering::Relaxed);
     let mut client = link.client.clone();
-    let opening = client.watch(entry.key.clone(), Some(entry.options()));
-    let stream = match tokio::time::timeout(link.request_timeout, opening).await {
-        Err(_) => return Err(StreamError::OpenTimeout(link.request_timeout)),
-        Ok(Err(error)) => return Err(StreamError::Open(error)),
-        Ok(Ok(stream)) => stream,
-    };
-    entry.state = State::Creating;
-    book.creating.push_back(id);
-    Ok(stream.split())
+    let opening = client.watch(key, Some(options));
+    match tokio::time::timeout(link.request_timeout, opening).await {
+        Err(_) => Err(StreamError::OpenTimeout(link.request_timeout)),
+        Ok(Err(error)) => Err(StreamError::Open(error)),
+        Ok(Ok(stream)) => Ok(stream.split()),
+    }
 }
 
 /// Serves an open stream: registers the watches not on it yet, and those
@@ -472,7 +537,7 @@ async fn serve(
                 None => return Ok(()),
             },
             message = responses.message() => match message {
-                Ok(Some(response)) => book.route(response, &out),
+                Ok(Some(response)) => book.route(Answer::from(&response), &out),
                 Ok(None) => return Err(StreamError::Closed),
                 Err(error) => return Err(StreamError::Broken(error)),
             },
@@ -492,7 +557,9 @@ async fn write(
 ) -> StreamError {
     while let Some(request) = queue.recv().await {
         let sent = match request {
-            Outgoing::Create { key, options } => sender.watch(key, Some(options)).await,
+            Outgoing::Create { key, prefix, from } => {
+                sender.watch(key, Some(options(prefix, from))).await
+            }
             Outgoing::Cancel(watch_id) => sender.cancel(watch_id).await,
         };
         if let Err(error) = sent {
@@ -501,4 +568,255 @@ async fn write(
     }
     // The queue's sender lives as long as the stream is served.
     StreamError::Closed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event that made `revision`; a watch fires on the ones marked.
+    #[derive(Debug)]
+    struct Made {
+        revision: i64,
+        wanted: bool,
+    }
+
+    impl Change for Made {
+        fn revision(&self) -> Option<i64> {
+            Some(self.revision)
+        }
+    }
+
+    fn made(revision: i64, wanted: bool) -> Made {
+        Made { revision, wanted }
+    }
+
+    /// A book with its stream's writer and a request count.
+    struct Stream {
+        book: Book<Made>,
+        sent: mpsc::UnboundedReceiver<Outgoing>,
+        writer: mpsc::UnboundedSender<Outgoing>,
+        count: AtomicU64,
+    }
+
+    impl Stream {
+        fn new() -> Stream {
+            let (writer, sent) = mpsc::unbounded_channel();
+            Stream {
+                book: Book::default(),
+                sent,
+                writer,
+                count: AtomicU64::new(0),
+            }
+        }
+
+        /// Adds watch `id` of `key` from `from`; its fired signal.
+        fn add(&mut self, id: u64, key: &str, from: i64) -> oneshot::Receiver<()> {
+            let (fired, notice) = oneshot::channel();
+            let watch = Entry {
+                key: key.to_owned(),
+                prefix: false,
+                from,
+                fires: Box::new(|event: &Made| event.wanted),
+                fired,
+                state: State::Unsent,
+            };
+            let out = Out {
+                requests: &self.writer,
+                count: &self.count,
+            };
+            self.book.apply(Request::Add { id, watch }, Some(&out));
+            notice
+        }
+
+        fn remove(&mut self, id: u64) {
+            let out = Out {
+                requests: &self.writer,
+                count: &self.count,
+            };
+            self.book.apply(Request::Remove { id }, Some(&out));
+        }
+
+        fn answer(&mut self, answer: Answer<'_, Made>) {
+            let out = Out {
+                requests: &self.writer,
+                count: &self.count,
+            };
+            self.book.route(answer, &out);
+        }
+
+        fn retry_due(&mut self, now: Instant) {
+            let out = Out {
+                requests: &self.writer,
+                count: &self.count,
+            };
+            self.book.retry_due(now, &out);
+        }
+
+        fn reopen(&mut self) {
+            self.book.stream_lost();
+            let out = Out {
+                requests: &self.writer,
+                count: &self.count,
+            };
+            self.book.create_unsent(&out);
+        }
+
+        /// What was sent on the stream since the last look.
+        fn sent(&mut self) -> Vec<Outgoing> {
+            let mut sent = Vec::new();
+            while let Ok(request) = self.sent.try_recv() {
+                sent.push(request);
+            }
+            sent
+        }
+    }
+
+    fn create(key: &str, from: i64) -> Outgoing {
+        Outgoing::Create {
+            key: key.to_owned(),
+            prefix: false,
+            from,
+        }
+    }
+
+    fn created(watch_id: i64) -> Answer<'static, Made> {
+        Answer {
+            watch_id,
+            created: true,
+            canceled: false,
+            compact_revision: 0,
+            cancel_reason: "",
+            events: &[],
+        }
+    }
+
+    fn events(watch_id: i64, events: &[Made]) -> Answer<'_, Made> {
+        Answer {
+            watch_id,
+            created: false,
+            canceled: false,
+            compact_revision: 0,
+            cancel_reason: "",
+            events,
+        }
+    }
+
+    #[test]
+    fn answers_go_to_their_own_watch_and_a_fired_watch_is_cancelled() {
+        let mut stream = Stream::new();
+        let mut a = stream.add(1, "a", 10);
+        let mut b = stream.add(2, "b", 10);
+        assert_eq!(stream.sent(), vec![create("a", 10), create("b", 10)]);
+        assert_eq!(stream.count.load(Ordering::Relaxed), 2);
+        // Creates are answered in the order sent, with the server's ids.
+        stream.answer(created(7));
+        stream.answer(created(8));
+
+        stream.answer(events(8, &[made(11, false)]));
+        assert!(a.try_recv().is_err() && b.try_recv().is_err());
+        stream.answer(events(7, &[made(12, false), made(13, true)]));
+        assert!(a.try_recv().is_ok(), "a fired");
+        assert!(b.try_recv().is_err(), "b did not");
+        assert_eq!(stream.sent(), vec![Outgoing::Cancel(7)]);
+        // Late events of a cancelled watch go nowhere.
+        stream.answer(events(7, &[made(14, true)]));
+        assert!(stream.sent().is_empty());
+
+        // b saw revision 11: after a break it watches from 12.
+        stream.reopen();
+        assert_eq!(stream.sent(), vec![create("b", 12)]);
+        stream.answer(created(0));
+        stream.answer(events(0, &[made(15, true)]));
+        assert!(b.try_recv().is_ok(), "b fired on the new stream");
+    }
+
+    #[test]
+    fn a_refused_create_is_put_off_and_the_others_keep_their_place() {
+        let mut stream = Stream::new();
+        let _a = stream.add(1, "a", 5);
+        let mut b = stream.add(2, "b", 5);
+        stream.sent();
+        // The refusal names no watch: it is the first create in line.
+        stream.answer(Answer {
+            watch_id: -1,
+            created: true,
+            canceled: true,
+            compact_revision: 0,
+            cancel_reason: "permission denied",
+            events: &[],
+        });
+        stream.answer(created(3));
+        stream.answer(events(3, &[made(6, true)]));
+        assert!(b.try_recv().is_ok(), "b's answer found b");
+        assert_eq!(stream.sent(), vec![Outgoing::Cancel(3)]);
+
+        // Asked for again after the pause, not before.
+        stream.retry_due(Instant::now());
+        assert!(stream.sent().is_empty());
+        stream.retry_due(Instant::now() + WATCH_RETRY);
+        assert_eq!(stream.sent(), vec![create("a", 5)]);
+    }
+
+    #[test]
+    fn a_watch_dropped_before_its_answer_is_cancelled_when_it_comes() {
+        let mut stream = Stream::new();
+        let mut a = stream.add(1, "a", 5);
+        let mut b = stream.add(2, "b", 5);
+        stream.sent();
+        stream.remove(1);
+        assert!(stream.sent().is_empty(), "its id is not known yet");
+        stream.answer(created(4));
+        assert_eq!(stream.sent(), vec![Outgoing::Cancel(4)]);
+        stream.answer(created(5));
+        stream.answer(events(5, &[made(6, true)]));
+        assert!(b.try_recv().is_ok());
+        assert!(matches!(
+            a.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+
+        // Once registered, dropping it cancels it at once.
+        let _c = stream.add(3, "c", 7);
+        stream.answer(created(6));
+        stream.sent();
+        stream.remove(3);
+        assert_eq!(stream.sent(), vec![Outgoing::Cancel(6)]);
+        assert!(stream.book.entries.is_empty());
+        assert!(stream.book.by_watch_id.is_empty());
+    }
+
+    #[test]
+    fn compaction_fires_and_a_server_cancel_asks_again_from_where_it_stood() {
+        let mut stream = Stream::new();
+        let mut a = stream.add(1, "a", 5);
+        let mut b = stream.add(2, "b", 5);
+        stream.answer(created(1));
+        stream.answer(created(2));
+        stream.sent();
+
+        stream.answer(Answer {
+            watch_id: 1,
+            created: false,
+            canceled: true,
+            compact_revision: 9,
+            cancel_reason: "",
+            events: &[],
+        });
+        assert!(a.try_recv().is_ok(), "a compaction may hide a change");
+        assert!(stream.sent().is_empty(), "the server cancelled it itself");
+
+        stream.answer(events(2, &[made(8, false)]));
+        stream.answer(Answer {
+            watch_id: 2,
+            created: false,
+            canceled: true,
+            compact_revision: 0,
+            cancel_reason: "no leader",
+            events: &[],
+        });
+        assert!(b.try_recv().is_err());
+        stream.retry_due(Instant::now() + WATCH_RETRY);
+        assert_eq!(stream.sent(), vec![create("b", 9)]);
+    }
 }
