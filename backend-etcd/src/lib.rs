@@ -16,7 +16,11 @@
 //! Every command is one etcd request (a transaction where it must look
 //! before it writes), carried out with the semantics of the simulator's
 //! reference adapter (`tenure_core::model::adapter`) and of the ZooKeeper
-//! backend, each command in its own task so that commands pipeline.
+//! backend, each command in its own task so that commands pipeline. Every
+//! watch the commands leave behind (the membership's, and one on each owner
+//! key a claimant waits for) rides on the backend's one watch stream, which
+//! etcd multiplexes: a member waiting for thousands of partitions costs the
+//! server one stream, not thousands.
 //!
 //! The fencing token of a claim is the owner key's `create_revision`. An
 //! offset commit is a transaction that writes only if the owner key still has
@@ -41,6 +45,7 @@ mod admin;
 mod ops;
 mod security;
 mod session;
+mod watches;
 
 pub use admin::EtcdAdmin;
 pub use security::EtcdSecurity;
@@ -240,6 +245,8 @@ pub(crate) struct Shared {
     pub(crate) member: MemberInfo,
     /// The client; it reconnects by itself and outlives leases.
     pub(crate) client: etcd_client::Client,
+    /// The one watch stream that carries every watch, across leases.
+    pub(crate) watches: watches::Watches,
     pub(crate) state: SessionState<Current>,
 }
 
@@ -361,11 +368,19 @@ impl Backend for EtcdBackend {
         let resume = joining.resume.as_ref().map(|ticket| ticket.id);
         let (client, current, held) = session::connect(&self.config, &endpoints, resume).await?;
         let claims_held = held.map(|held| keys.owned_partitions(&held));
+        let (watches, watching) = watches::Watches::new(watches::Link {
+            client: client.clone(),
+            request_timeout: self.config.request_timeout(),
+            requests: self.config.requests.clone(),
+        });
+        // It ends by itself once the backend and every watch are gone.
+        tokio::spawn(watching);
         let shared = Arc::new(Shared {
             config: self.config.clone(),
             keys,
             member: joining.member,
             client,
+            watches,
             state: SessionState::new(joining.events, current, before),
         });
         tracing::info!(

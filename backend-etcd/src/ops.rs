@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
-    TxnResponse, WatchOptions,
+    TxnResponse,
 };
 use tenure_core::records::{decode_registration, held_claim, parse_offset};
 use tenure_core::{
@@ -19,9 +19,6 @@ use tenure_core::{
 
 use crate::{Current, Shared};
 use tenure_tokio::session::{self, StoreOps, Watch};
-
-/// The pause before a broken watch is opened again.
-const WATCH_RETRY: Duration = Duration::from_millis(500);
 
 /// One command's view of the store: the lease it was issued under.
 struct Ctx {
@@ -384,73 +381,26 @@ async fn delete_if_ours(
 /// `fires` accepts, or history is lost to compaction (so such an event may
 /// have been missed): the watch fires. It ends without firing when the
 /// session it was set under ends (or the backend shuts down): nobody waits
-/// for it any more. A broken watch is opened again from the revision after
-/// the last event seen, so nothing is missed across disconnects.
+/// for it any more, and it is cancelled. The watch rides on the backend's
+/// one watch stream, which registers it again from the revision after the
+/// last event seen when the stream breaks, so nothing is missed across
+/// disconnects.
 fn watch(
     ctx: &Ctx,
     key: String,
     prefix: bool,
-    mut from: i64,
-    mut fires: impl FnMut(&etcd_client::Event) -> bool + Send + 'static,
+    from: i64,
+    fires: impl FnMut(&etcd_client::Event) -> bool + Send + 'static,
 ) -> Watch {
     let shared = ctx.shared.clone();
     let session = ctx.session();
+    let mut registration = shared.watches.add(key, prefix, from, Box::new(fires));
     Box::pin(async move {
-        let timeout = shared.config.request_timeout();
-        loop {
-            let mut options = WatchOptions::new().with_start_revision(from);
-            if prefix {
-                options = options.with_prefix();
-            }
-            shared.count(1);
-            let mut client = shared.client.clone();
-            let opened = tokio::select! {
-                () = shared.state.session_ended(session) => return false,
-                opened = tokio::time::timeout(timeout, client.watch(key.clone(), Some(options))) => opened,
-            };
-            match opened {
-                Ok(Ok(mut stream)) => loop {
-                    let message = tokio::select! {
-                        () = shared.state.session_ended(session) => return false,
-                        message = stream.message() => message,
-                    };
-                    match message {
-                        Ok(Some(response)) => {
-                            if response.compact_revision() > 0 {
-                                tracing::debug!(
-                                    %key,
-                                    compacted = response.compact_revision(),
-                                    "watched history compacted; reporting a change"
-                                );
-                                return true;
-                            }
-                            for event in response.events() {
-                                if fires(event) {
-                                    return true;
-                                }
-                                if let Some(kv) = event.kv() {
-                                    from = from.max(kv.mod_revision() + 1);
-                                }
-                            }
-                            if response.canceled() {
-                                tracing::debug!(%key, reason = response.cancel_reason(), "watch canceled");
-                                break;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(error) => {
-                            tracing::debug!(%key, %error, "watch broken");
-                            break;
-                        }
-                    }
-                },
-                Ok(Err(error)) => tracing::debug!(%key, %error, "cannot open watch"),
-                Err(_) => tracing::debug!(%key, "no answer to a watch within {timeout:?}"),
-            }
-            tokio::select! {
-                () = shared.state.session_ended(session) => return false,
-                () = tokio::time::sleep(WATCH_RETRY) => {}
-            }
+        // Returning drops the registration, which cancels the watch if it
+        // has not fired.
+        tokio::select! {
+            () = shared.state.session_ended(session) => false,
+            fired = registration.fired() => fired,
         }
     })
 }

@@ -1,7 +1,7 @@
 //! Test harness: a real etcd (address in `TENURE_ETCD`), one key prefix per
 //! test, and backends driven directly with made-up request ids.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use tenure_testkit::driver;
 use tenure_testkit::etcd_server as server;
