@@ -36,11 +36,17 @@ pub async fn client(connect: &str) -> zk::Client {
 /// server's address and the chroot (connect to `{address}{chroot}`).
 pub async fn fresh_chroot(test: &str) -> (String, String) {
     let address = address();
+    let chroot = fresh_chroot_at(&address, test).await;
+    (address, chroot)
+}
+
+/// A new chroot for `test` on the server (or ensemble) at `address`.
+pub async fn fresh_chroot_at(address: &str, test: &str) -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let chroot = format!("/tenure-test-{test}-{nanos}");
-    client(&address)
+    client(address)
         .await
         .create(
             &chroot,
@@ -49,5 +55,5 @@ pub async fn fresh_chroot(test: &str) -> (String, String) {
         )
         .await
         .expect("create the test's chroot");
-    (address, chroot)
+    chroot
 }

@@ -25,7 +25,12 @@ pub struct Etcd {
 
 impl Etcd {
     pub async fn new(test: &str) -> Etcd {
-        let endpoint = server::endpoint();
+        Etcd::at(server::endpoint(), test).await
+    }
+
+    /// A prefix of its own on the etcd at `endpoint` (comma-separated for
+    /// a cluster).
+    async fn at(endpoint: String, test: &str) -> Etcd {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -41,17 +46,7 @@ impl Etcd {
     /// A prefix of its own on the 3-node cluster of `scripts/services`;
     /// members are given every endpoint.
     pub async fn on_cluster(test: &str) -> Etcd {
-        let endpoint = super::cluster::Cluster::Etcd.servers().join(",");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let prefix = format!("/tenure-test-{test}-{nanos}");
-        let raw = server::client(&endpoint).await;
-        Etcd {
-            endpoint,
-            prefix,
-            raw,
-        }
+        Etcd::at(super::cluster::Cluster::Etcd.servers().join(","), test).await
     }
 
     /// The server's endpoint (`http://host:port`), or every endpoint of a

@@ -55,19 +55,7 @@ impl ZooKeeper {
         let at = usize::from(first.saturating_sub(1)) % servers.len();
         servers.rotate_left(at);
         let all = servers.join(",");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let chroot = format!("/tenure-test-{test}-{nanos}");
-        client(&all)
-            .await
-            .create(
-                &chroot,
-                b"",
-                &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
-            )
-            .await
-            .expect("create the test's chroot");
+        let chroot = server::fresh_chroot_at(&all, test).await;
         let connect = format!("{all}{chroot}");
         let raw = client(&connect).await;
         ZooKeeper {

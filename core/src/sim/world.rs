@@ -588,25 +588,14 @@ impl World {
             .store
             .open_session(self.now, self.config.session_timeout);
         self.session_owner.insert(session, index);
-        let now = self.now;
-        let node = &mut self.nodes[index];
-        node.session = Some(session);
-        node.connected = true;
-        node.epoch += 1;
-        node.last_contact = now;
-        self.local(
-            now,
-            index,
-            Input::Store(Event::SessionEstablished { session }),
-        );
+        self.establish(index, session);
     }
 
     /// A static member's new process resumes the session its previous one
     /// left: the session, then the claims it holds.
     fn resume_session(&mut self, index: usize, session: SessionId) {
         self.report.resumed_sessions += 1;
-        let now = self.now;
-        let _ = self.store.touch(session, now);
+        let _ = self.store.touch(session, self.now);
         let partitions: Vec<TopicPartition> = self
             .store
             .ephemerals(session)
@@ -616,6 +605,14 @@ impl World {
                 _ => None,
             })
             .collect();
+        self.establish(index, session);
+        let now = self.now;
+        self.local(now, index, Input::Store(Event::ClaimsHeld { partitions }));
+    }
+
+    /// The node's client is connected under `session`, and says so.
+    fn establish(&mut self, index: usize, session: SessionId) {
+        let now = self.now;
         let node = &mut self.nodes[index];
         node.session = Some(session);
         node.connected = true;
@@ -626,7 +623,6 @@ impl World {
             index,
             Input::Store(Event::SessionEstablished { session }),
         );
-        self.local(now, index, Input::Store(Event::ClaimsHeld { partitions }));
     }
 
     fn active_nodes(&self) -> Vec<usize> {
