@@ -3,14 +3,19 @@
 //!
 //! ```text
 //! cargo run --release -p tenure-core --features sim --example simulate -- --seeds 10000
+//! cargo run --release -p tenure-core --features sim --example simulate -- --first 7000000 --seeds 2000
 //! cargo run --release -p tenure-core --features sim --example simulate -- --seed 42
 //! ```
 //!
-//! Flags: `--seeds N` (runs seeds 0..N), `--seed S` (replays one seed),
+//! Flags: `--seeds N` (runs N seeds, from 0 or from `--first`), `--first S`
+//! (the first seed: runs seeds S..S+N, so that each run can cover seeds no
+//! run covered before), `--seed S` (replays one seed),
 //! `--members M`, `--partitions P` (split over two topics), `--strategy
 //! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only), `--trace TEXT` (print
 //! every event, command and fault mentioning TEXT, e.g. `a/1`).
-//! Last line: `seeds=N violations=V sim_seconds_per_wall_second=X`.
+//! A violation prints its seed and the command that replays it; the last
+//! line is `seeds=N violations=V sim_seconds_per_wall_second=X` (with
+//! `first=S` when the run did not start at seed 0).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +25,11 @@ use std::time::{Duration, Instant};
 use tenure_core::sim::{run, SimConfig, SimReport};
 
 struct Args {
-    seeds: Vec<u64>,
+    /// The first seed of a range, and how many.
+    first: u64,
+    count: u64,
+    /// One seed to replay, instead of a range.
+    seed: Option<u64>,
     members: Option<usize>,
     partitions: Option<u32>,
     strategy: Option<String>,
@@ -33,7 +42,9 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
-        seeds: (0..100).collect(),
+        first: 0,
+        count: 100,
+        seed: None,
         members: None,
         partitions: None,
         strategy: None,
@@ -51,12 +62,10 @@ fn parse() -> Result<Args, String> {
                 .map_err(|_| format!("{name}: {text:?} is not a number"))
         };
         match flag.as_str() {
-            "--seeds" => {
-                let n = number(value("--seeds")?, "--seeds")?;
-                args.seeds = (0..n).collect();
-            }
+            "--seeds" => args.count = number(value("--seeds")?, "--seeds")?,
+            "--first" => args.first = number(value("--first")?, "--first")?,
             "--seed" => {
-                args.seeds = vec![number(value("--seed")?, "--seed")?];
+                args.seed = Some(number(value("--seed")?, "--seed")?);
                 args.verbose = true;
             }
             "--members" => args.members = Some(number(value("--members")?, "--members")? as usize),
@@ -68,12 +77,31 @@ fn parse() -> Result<Args, String> {
             "--verbose" => args.verbose = true,
             "--trace" => args.trace = Some(value("--trace")?),
             "--help" | "-h" => {
-                return Err("usage: simulate [--seeds N | --seed S] [--members M] [--partitions P] [--strategy sticky|range|round-robin] [--chaos-secs S] [--threads T] [--quiet-faults] [--verbose] [--trace TEXT]".to_owned())
+                return Err("usage: simulate [--seeds N] [--first S] [--seed S] [--members M] [--partitions P] [--strategy sticky|range|round-robin] [--chaos-secs S] [--threads T] [--quiet-faults] [--verbose] [--trace TEXT]\n  \
+                    --seeds N   how many seeds to run (default 100)\n  \
+                    --first S   the first of them: runs seeds S..S+N (default 0); pick a new S per run to cover new seeds\n  \
+                    --seed S    runs seed S alone, verbosely: how a failure is replayed".to_owned())
             }
             other => return Err(format!("unknown flag {other:?} (try --help)")),
         }
     }
+    if args.seed.is_none() && args.first.checked_add(args.count).is_none() {
+        return Err(format!(
+            "--first {} with --seeds {} runs past the last seed",
+            args.first, args.count
+        ));
+    }
     Ok(args)
+}
+
+impl Args {
+    /// The first seed to run and how many, in order from it.
+    fn seeds(&self) -> (u64, u64) {
+        match self.seed {
+            Some(seed) => (seed, 1),
+            None => (self.first, self.count),
+        }
+    }
 }
 
 fn config(args: &Args, seed: u64) -> SimConfig {
@@ -99,6 +127,28 @@ fn config(args: &Args, seed: u64) -> SimConfig {
     config
 }
 
+/// The flags besides the seeds that shape a run, to repeat in a replay
+/// command.
+fn replay_flags(args: &Args) -> String {
+    let mut flags = String::new();
+    if let Some(members) = args.members {
+        flags += &format!(" --members {members}");
+    }
+    if let Some(partitions) = args.partitions {
+        flags += &format!(" --partitions {partitions}");
+    }
+    if let Some(strategy) = &args.strategy {
+        flags += &format!(" --strategy {strategy}");
+    }
+    if let Some(chaos) = args.chaos {
+        flags += &format!(" --chaos-secs {}", chaos.as_secs());
+    }
+    if !args.faults {
+        flags += " --quiet-faults";
+    }
+    flags
+}
+
 fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
@@ -108,16 +158,28 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
+    let (first, total) = args.seeds();
     let next = AtomicU64::new(0);
     let results: Mutex<Vec<SimReport>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for _ in 0..args.threads.min(args.seeds.len().max(1)) {
+        let threads = usize::try_from(total).unwrap_or(usize::MAX);
+        for _ in 0..args.threads.min(threads.max(1)) {
             scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = args.seeds.get(i) else { break };
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                // In range: `parse` checked that first + total fits.
+                let seed = first + i;
                 let report = run(&config(&args, seed));
                 for violation in &report.violations {
                     eprintln!("VIOLATION {violation}");
+                }
+                if !report.violations.is_empty() {
+                    eprintln!(
+                        "seed {seed} failed; replay it with: cargo run --release -p tenure-core --features sim --example simulate -- --seed {seed}{}",
+                        replay_flags(&args)
+                    );
                 }
                 if args.verbose {
                     eprintln!(
@@ -156,8 +218,12 @@ fn main() -> ExitCode {
         "slowest convergence after chaos: {worst:?}; messages={messages} duplicates={duplicates} \
          resumed_sessions={resumed}"
     );
+    let shown = match (args.seed, args.first) {
+        (None, first) if first != 0 => format!(" first={first}"),
+        _ => String::new(),
+    };
     println!(
-        "seeds={} violations={} sim_seconds_per_wall_second={:.0}",
+        "seeds={}{shown} violations={} sim_seconds_per_wall_second={:.0}",
         results.len(),
         violations,
         simulated / wall.max(1e-9)

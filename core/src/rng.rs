@@ -3,7 +3,7 @@
 
 /// SplitMix64: tiny, fast, and good enough for jitter and simulation; not
 /// for anything that needs unpredictability.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 pub struct SplitMix64 {
     state: u64,
 }

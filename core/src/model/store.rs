@@ -920,6 +920,41 @@ impl Store {
     }
 }
 
+#[cfg(feature = "sim")]
+impl Store {
+    /// Writes what decides the store's future into `canon`, for the
+    /// explorer's visited set. Left out: version counters and the last
+    /// session id. The adapter reads a node's version and uses it in the
+    /// same request, so no version is carried from one request to the
+    /// next; and a new session's id is above every one present, which the
+    /// renaming by rank keeps.
+    pub(crate) fn canonical(&self, canon: &mut crate::sim::canon::Canon) {
+        canon.number(self.nodes.len() as u64);
+        for (path, node) in &self.nodes {
+            canon.raw((path, &node.data));
+            canon.zxid(node.czxid);
+            canon.maybe_session(node.ephemeral_owner);
+        }
+        canon.number(self.sessions.len() as u64);
+        for (&id, session) in &self.sessions {
+            canon.session(id);
+            canon.time(session.deadline);
+            canon.raw(session.timeout);
+        }
+        for table in [&self.data_watches, &self.child_watches] {
+            canon.number(table.len() as u64);
+            for (path, watchers) in table {
+                canon.raw(path);
+                canon.number(watchers.len() as u64);
+                for &session in watchers {
+                    canon.session(session);
+                }
+            }
+        }
+        canon.zxid(self.zxid);
+    }
+}
+
 /// An order on event kinds, so that events can be deduplicated in an
 /// ordered set without deriving `Ord` on the public type.
 fn kind_rank(kind: WatchEventKind) -> u8 {

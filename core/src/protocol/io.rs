@@ -183,7 +183,7 @@ pub enum ClaimOutcome {
 }
 
 /// Where a fetch starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FetchFrom {
     /// At this offset (a committed offset, or where consumption paused).
     Offset(Offset),

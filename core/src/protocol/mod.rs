@@ -37,7 +37,7 @@ use crate::types::{
 };
 
 /// What a store request was for, so its result finds its way back.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Hash)]
 enum Purpose {
     Register,
     Deregister,
@@ -94,7 +94,7 @@ pub struct MemberStats {
 }
 
 /// The application's queue, and the counts of what went into it.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct AppQueue {
     events: VecDeque<AppEvent>,
     stats: MemberStats,
@@ -122,7 +122,12 @@ impl AppQueue {
 }
 
 /// One member of one group: a synchronous state machine with no I/O.
+///
+/// With the feature `sim` it can be cloned, so that the explorer can
+/// branch a group's state; a clone issues the same request ids as its
+/// original, so two clones must never share a store.
 #[derive(Debug)]
+#[cfg_attr(feature = "sim", derive(Clone))]
 pub struct Member {
     config: Config,
     info: MemberInfo,
@@ -1445,5 +1450,88 @@ impl<P> Timer<P> {
             Timer::CommitInterval => Timer::CommitInterval,
             Timer::Deregister => Timer::Deregister,
         }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl Member {
+    /// Writes what decides this member's future into `canon`, for the
+    /// explorer's visited set; `index` names the member in the group, so
+    /// that its request ids are ranked apart from the others'. Left out:
+    /// the configuration and what the member advertises (fixed for a
+    /// member's life), the statistics (counted, never read), and the next
+    /// request id (ids are renamed by rank, and a fresh one is above all).
+    pub(crate) fn canonical(&self, canon: &mut crate::sim::canon::Canon, index: usize) {
+        // Beyond this many failures the backoff no longer grows: further
+        // failures are alike (see `backoff::delay`).
+        let saturation = (0..20u32)
+            .find(|&k| self.config.backoff_min.saturating_mul(1 << k) >= self.config.backoff_max)
+            .unwrap_or(20);
+        let attempts = |n: u32| n.min(saturation);
+        let step = |canon: &mut crate::sim::canon::Canon, step: Step| match step {
+            Step::Idle => canon.number(0),
+            Step::Pending(id) => {
+                canon.number(1);
+                canon.request(index, id);
+            }
+            Step::Backoff(at) => {
+                canon.number(2);
+                canon.time(at);
+            }
+            Step::Done => canon.number(3),
+        };
+        canon.raw(&self.rng);
+        canon.time(self.now);
+        // Drained after every call; counted in case a driver did not.
+        canon.raw((
+            self.commands.len(),
+            self.fetches.len(),
+            self.app.events.len(),
+        ));
+        canon.number(self.requests.len() as u64);
+        for (&id, in_flight) in &self.requests {
+            canon.request(index, id);
+            canon.time(in_flight.sent);
+            canon.raw(&in_flight.purpose);
+        }
+        canon.maybe_session(self.session);
+        canon.maybe_time(self.last_heard);
+        canon.raw((self.suspended, self.members_stale));
+        for s in [
+            self.registration,
+            self.members_watch,
+            self.heartbeat,
+            self.deregistration,
+        ] {
+            step(canon, s);
+        }
+        canon.raw((
+            attempts(self.heartbeat_failures),
+            attempts(self.registration_failures),
+            attempts(self.members_failures),
+        ));
+        match &self.members {
+            Some(members) => {
+                canon.number(members.len() as u64);
+                for m in members {
+                    canon.raw((m.id.as_str(), &m.strategy, m.subscription.to_string()));
+                }
+            }
+            None => canon.number(u64::MAX),
+        }
+        canon.raw((
+            &self.counts,
+            &self.reported_mismatch,
+            &self.assigned,
+            &self.claims_held,
+        ));
+        canon.maybe_session(self.reported_taken);
+        canon.number(self.partitions.len() as u64);
+        for (partition, state) in &self.partitions {
+            canon.raw(partition);
+            state.canonical(canon, index, attempts);
+        }
+        canon.time(self.next_commit);
+        canon.raw((self.shutting_down, self.closed));
     }
 }

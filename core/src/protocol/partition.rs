@@ -12,7 +12,7 @@ use crate::protocol::{AppEvent, ClaimOutcome, FetchCommand, FetchFrom};
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
 /// Where a partition stands in its life with this member.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Phase {
     /// Assigned to us, not yet owned.
     Claiming(ClaimStep),
@@ -23,7 +23,7 @@ pub(crate) enum Phase {
 }
 
 /// The step of a claim.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum ClaimStep {
     /// A claim request is in flight.
     Claiming,
@@ -37,7 +37,7 @@ pub(crate) enum ClaimStep {
 }
 
 /// The step of an owned partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum OwnedStep {
     /// Reading the committed offset.
     ReadingOffset,
@@ -48,7 +48,7 @@ pub(crate) enum OwnedStep {
 }
 
 /// The step of a release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum ReleaseStep {
     /// A claim was abandoned with its request in flight: its result decides
     /// whether there is a record to delete.
@@ -68,7 +68,7 @@ pub(crate) enum ReleaseStep {
 }
 
 /// What the application is doing with the partition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Fetch {
     /// Never started under this claim.
     Idle,
@@ -868,5 +868,53 @@ impl PartitionState {
             Some(token) => AppEvent::Lost { partition, token },
             None => AppEvent::ClaimAbandoned { partition },
         }
+    }
+}
+
+#[cfg(feature = "sim")]
+impl PartitionState {
+    /// Writes what decides this partition's future into `canon`, for the
+    /// explorer's visited set; `member` is the index of the member whose
+    /// request ids these are, and `attempts` clamps failure counts where
+    /// the backoff stops growing.
+    pub(crate) fn canonical(
+        &self,
+        canon: &mut crate::sim::canon::Canon,
+        member: usize,
+        attempts: impl Fn(u32) -> u32,
+    ) {
+        canon.raw((self.phase, self.fetch, self.start));
+        match self.request {
+            Some(id) => canon.request(member, id),
+            None => canon.number(u64::MAX),
+        }
+        canon.maybe_time(self.retry_at);
+        canon.number(u64::from(attempts(self.attempt)));
+        // `since` only dates the stall report and the claim's wait: past
+        // the stall threshold it matters no more, and the clamp in the
+        // past covers that.
+        canon.time(self.since);
+        canon.raw((
+            self.stall_reported,
+            &self.holder,
+            self.maybe_ours,
+            self.committed,
+            self.processed,
+            self.reclaim,
+            self.corrupt_reported,
+            self.store_offsets,
+        ));
+        match self.token {
+            Some(token) => canon.zxid(token.0),
+            None => canon.number(u64::MAX),
+        }
+        match self.commit {
+            Some((id, offset)) => {
+                canon.request(member, id);
+                canon.raw(offset);
+            }
+            None => canon.number(u64::MAX),
+        }
+        canon.maybe_time(self.drain_deadline);
     }
 }

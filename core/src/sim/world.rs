@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use super::check::{self, Seen, Story};
 use crate::assignment::{self, PartitionCounts};
 use crate::config::Config;
 use crate::error::{Error, StoreError};
@@ -217,10 +218,8 @@ struct App {
     /// Processing time per batch; longer than the processing timeout while
     /// the slow-drain fault is on.
     batch_time: Duration,
-    /// Partitions the member's application events say it is claiming.
-    claiming: BTreeSet<TopicPartition>,
-    /// Claims the member's application events say it holds.
-    held: BTreeMap<TopicPartition, FencingToken>,
+    /// What the member's application events have told so far.
+    story: Story,
 }
 
 /// Moves the position of `partition` under the claim `token` from one of
@@ -570,8 +569,7 @@ impl World {
         node.app.suspended.clear();
         node.app.batches.clear();
         node.app.stopping.clear();
-        node.app.claiming.clear();
-        node.app.held.clear();
+        node.app.story = Story::default();
         match node.resumable.take() {
             Some(session) if self.store.session_alive(session) => {
                 self.resume_session(index, session)
@@ -970,11 +968,7 @@ impl World {
             if let Some(member) = self.nodes[index].member.as_mut() {
                 if member.poll_timeout().is_some_and(|t| t <= now) {
                     member.handle_timeout(now);
-                    if let Some(t) = member.poll_timeout().filter(|t| *t < now) {
-                        let detail = format!(
-                            "{} asks to be woken at {t:?}, before now {now:?}",
-                            member.id()
-                        );
+                    if let Err(detail) = check::timers_progress(member, now) {
                         self.violation("timers make progress", detail);
                     }
                 }
@@ -1261,11 +1255,7 @@ impl World {
     }
 
     fn owns(&self, session: SessionId, partition: &TopicPartition, token: FencingToken) -> bool {
-        self.store.session_alive(session)
-            && self
-                .store
-                .exists(&self.layout.owner(partition))
-                .is_some_and(|stat| stat.ephemeral_owner == Some(session) && stat.czxid == token.0)
+        check::owns(&self.store, &self.layout, session, partition, token)
     }
 
     fn check_commit(
@@ -1277,33 +1267,23 @@ impl World {
         legit: bool,
     ) {
         let who = self.nodes[index].id.clone();
-        if !legit {
-            self.violation(
-                "fenced offsets",
-                format!("{who} committed {offset} for {partition} under token {token:?} without owning it"),
-            );
-        }
-        let previous = self.committed.get(partition).copied().unwrap_or(0);
-        if offset < previous {
-            self.violation(
-                "monotone offsets",
-                format!("{who} moved {partition} back from {previous} to {offset}"),
-            );
-        }
         let processed = self
             .processed
             .get(partition)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let upto = usize::try_from(offset).unwrap_or(0);
-        if let Some(missing) = (0..upto).find(|&o| processed.get(o).is_none_or(|&c| c == 0)) {
-            self.violation(
-                "no lost messages",
-                format!("{who} committed {offset} for {partition} but offset {missing} was never processed"),
-            );
+        let problems = check::commit(
+            &who,
+            partition,
+            offset,
+            token,
+            legit,
+            &mut self.committed,
+            processed,
+        );
+        for (property, detail) in problems {
+            self.violation(property, detail);
         }
-        self.committed
-            .insert(partition.clone(), offset.max(previous));
     }
 
     /// Carries out every command a member has for us, and checks what it
@@ -1332,63 +1312,17 @@ impl World {
     /// takes effect with a token below an earlier claim's.
     fn app_event(&mut self, index: usize, event: AppEvent) {
         self.trace(Some(index), &("app", &event));
-        let who = self.nodes[index].id.clone();
-        let app = &mut self.nodes[index].app;
-        let wrong = match &event {
-            AppEvent::Claiming { partition } => (app.held.contains_key(partition)
-                || !app.claiming.insert(partition.clone()))
-            .then(|| format!("{who} began claiming {partition} while claiming or holding it")),
-            AppEvent::Claimed {
-                partition, token, ..
-            } => {
-                if !app.claiming.remove(partition) {
-                    Some(format!("{who} claimed {partition} without claiming it"))
-                } else {
-                    app.held.insert(partition.clone(), *token);
-                    let newest = self
-                        .claimed_tokens
-                        .entry(partition.clone())
-                        .or_insert(FencingToken(0));
-                    if *token < *newest {
-                        Some(format!(
-                            "{who} claimed {partition} with token {} after token {}",
-                            token.0, newest.0
-                        ))
-                    } else {
-                        *newest = *token;
-                        None
-                    }
-                }
-            }
-            AppEvent::ClaimAbandoned { partition } => (!app.claiming.remove(partition))
-                .then(|| format!("{who} abandoned a claim of {partition} it was not making")),
-            AppEvent::OffsetRead {
-                partition, token, ..
-            }
-            | AppEvent::Committing {
-                partition, token, ..
-            }
-            | AppEvent::Committed {
-                partition, token, ..
-            }
-            | AppEvent::CommitFenced {
-                partition, token, ..
-            }
-            | AppEvent::CommitFailed {
-                partition, token, ..
-            }
-            | AppEvent::Releasing { partition, token } => (app.held.get(partition) != Some(token))
-                .then(|| format!("{who} reported {event:?} without holding that claim")),
-            AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
-                (app.held.remove(partition) != Some(*token))
-                    .then(|| format!("{who} reported {event:?} without holding that claim"))
-            }
-            AppEvent::Problem(error) => {
-                *self.report.reported.entry(error_kind(error)).or_insert(0) += 1;
-                None
-            }
-        };
-        if let Some(detail) = wrong {
+        if let AppEvent::Problem(error) = &event {
+            *self.report.reported.entry(error_kind(error)).or_insert(0) += 1;
+        }
+        let node = &mut self.nodes[index];
+        let told = check::story(
+            &mut node.app.story,
+            &mut self.claimed_tokens,
+            &node.id,
+            &event,
+        );
+        if let Err(detail) = told {
             self.violation("application events", detail);
         }
     }
@@ -1581,29 +1515,14 @@ impl World {
 
     fn check_ownership(&mut self) {
         let now = self.now;
-        let mut fetchers: BTreeMap<TopicPartition, MemberId> = BTreeMap::new();
-        let mut problems = Vec::new();
-        for node in &self.nodes {
-            let (Some(member), true) = (&node.member, node.running(now)) else {
-                continue;
-            };
-            for (partition, token) in member.fetching() {
-                let owned = node.session.is_some_and(|s| self.owns(s, partition, token));
-                if !owned {
-                    let record = self.store.exists(&self.layout.owner(partition));
-                    problems.push(format!(
-                        "{} fetches {partition} under token {token:?} but the store has {:?} (session {:?})",
-                        node.id, record, node.session
-                    ));
-                }
-                if let Some(other) = fetchers.insert(partition.clone(), node.id.clone()) {
-                    problems.push(format!(
-                        "{partition} fetched by both {other} and {}",
-                        node.id
-                    ));
-                }
-            }
-        }
+        let running = self.nodes.iter().filter_map(|node| match &node.member {
+            Some(member) if node.running(now) => Some(Seen {
+                member,
+                session: node.session,
+            }),
+            _ => None,
+        });
+        let problems = check::exclusive_ownership(&self.store, &self.layout, running);
         for problem in problems {
             self.violation("exclusive ownership", problem);
         }
@@ -1612,43 +1531,24 @@ impl World {
     /// Whether every partition is owned and fetched by the member the final
     /// assignment names.
     fn converged(&self) -> Result<(), String> {
-        let live: Vec<&Node> = self
+        let live: Vec<Seen<'_>> = self
             .nodes
             .iter()
-            .filter(|n| !n.gone && n.member.is_some())
+            .filter(|node| !node.gone)
+            .filter_map(|node| {
+                node.member.as_ref().map(|member| Seen {
+                    member,
+                    session: node.session,
+                })
+            })
             .collect();
-        let infos: Vec<_> = live
-            .iter()
-            .filter_map(|n| n.member.as_ref().map(|m| m.info().clone()))
-            .collect();
-        let strategy = assignment::by_name(&self.config.strategy).ok_or("unknown strategy")?;
-        let assignment = strategy.assign(&infos, &self.counts);
-        for (partition, owner) in assignment.iter() {
-            let node = live
-                .iter()
-                .find(|n| &n.id == owner)
-                .ok_or("assigned to a missing member")?;
-            let member = node.member.as_ref().ok_or("no member")?;
-            let token = member
-                .fetching()
-                .find(|(p, _)| *p == partition)
-                .map(|(_, t)| t)
-                .ok_or_else(|| {
-                    format!("{partition} is not fetched by its assigned member {owner}")
-                })?;
-            let session = node.session.ok_or("no session")?;
-            if !self.owns(session, partition, token) {
-                return Err(format!("{partition} is not owned in the store by {owner}"));
-            }
-        }
-        let total: u32 = self.counts.values().sum();
-        if assignment.len() != total as usize {
-            return Err(format!(
-                "{} of {total} partitions assigned",
-                assignment.len()
-            ));
-        }
-        Ok(())
+        check::converged(
+            &self.store,
+            &self.layout,
+            &self.config.strategy,
+            &self.counts,
+            &live,
+        )
     }
 
     fn check_convergence(&mut self) {

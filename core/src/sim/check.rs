@@ -1,0 +1,238 @@
+//! The guarantees a group must keep, as checks over what the simulator and
+//! the explorer both hold: the store model, the members, and the ledgers
+//! they keep beside them (offsets committed, messages processed, the story
+//! each application was told). Both run the same checks, so a property
+//! means the same thing whether a seed or an exhaustive search breaks it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use crate::assignment::{self, PartitionCounts};
+use crate::model::store::Store;
+use crate::protocol::{AppEvent, Member};
+use crate::records::Layout;
+use crate::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
+
+/// One running member as the checks see it: its state machine and the
+/// session its client holds.
+#[derive(Clone, Copy)]
+pub(crate) struct Seen<'a> {
+    /// The member.
+    pub member: &'a Member,
+    /// The session its client holds now, if any.
+    pub session: Option<SessionId>,
+}
+
+/// Whether `session` is alive and its claim `token` is the owner record of
+/// `partition`: what a member must have to consume the partition.
+pub(crate) fn owns(
+    store: &Store,
+    layout: &Layout,
+    session: SessionId,
+    partition: &TopicPartition,
+    token: FencingToken,
+) -> bool {
+    store.session_alive(session)
+        && store
+            .exists(&layout.owner(partition))
+            .is_some_and(|stat| stat.ephemeral_owner == Some(session) && stat.czxid == token.0)
+}
+
+/// Exclusive ownership: every partition a running member feeds its
+/// application is recorded in the store as that member's live claim, with
+/// the same token, and no partition is fed by two members. Returns what
+/// breaks it, one line per problem.
+pub(crate) fn exclusive_ownership<'a>(
+    store: &Store,
+    layout: &Layout,
+    running: impl IntoIterator<Item = Seen<'a>>,
+) -> Vec<String> {
+    let mut fetchers: BTreeMap<TopicPartition, MemberId> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for Seen { member, session } in running {
+        for (partition, token) in member.fetching() {
+            let owned = session.is_some_and(|s| owns(store, layout, s, partition, token));
+            if !owned {
+                let record = store.exists(&layout.owner(partition));
+                problems.push(format!(
+                    "{} fetches {partition} under token {token:?} but the store has {record:?} (session {session:?})",
+                    member.id()
+                ));
+            }
+            if let Some(other) = fetchers.insert(partition.clone(), member.id().clone()) {
+                problems.push(format!(
+                    "{partition} fetched by both {other} and {}",
+                    member.id()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Whether every partition of `counts` is owned in the store and fetched
+/// by the member the assignment of the `live` members names (`strategy`,
+/// by name); `Err` says which is not.
+pub(crate) fn converged(
+    store: &Store,
+    layout: &Layout,
+    strategy: &str,
+    counts: &PartitionCounts,
+    live: &[Seen<'_>],
+) -> Result<(), String> {
+    let infos: Vec<_> = live.iter().map(|seen| seen.member.info().clone()).collect();
+    let strategy = assignment::by_name(strategy).ok_or("unknown strategy")?;
+    let assignment = strategy.assign(&infos, counts);
+    for (partition, owner) in assignment.iter() {
+        let seen = live
+            .iter()
+            .find(|seen| seen.member.id() == owner)
+            .ok_or("assigned to a missing member")?;
+        let token = seen
+            .member
+            .fetching()
+            .find(|(p, _)| *p == partition)
+            .map(|(_, t)| t)
+            .ok_or_else(|| format!("{partition} is not fetched by its assigned member {owner}"))?;
+        let session = seen.session.ok_or("no session")?;
+        if !owns(store, layout, session, partition, token) {
+            return Err(format!("{partition} is not owned in the store by {owner}"));
+        }
+    }
+    let total: u32 = counts.values().sum();
+    if assignment.len() != total as usize {
+        return Err(format!(
+            "{} of {total} partitions assigned",
+            assignment.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a commit the store accepted: `offset` written for `partition`
+/// under `token` by `who`, `legit` when the committer's claim was the owner
+/// record as the commit arrived. `committed` is the ledger of the highest
+/// offset committed per partition (moved on here), `processed` how many
+/// times each offset of the partition was processed. Returns each broken
+/// property with what broke it.
+pub(crate) fn commit(
+    who: &MemberId,
+    partition: &TopicPartition,
+    offset: Offset,
+    token: FencingToken,
+    legit: bool,
+    committed: &mut BTreeMap<TopicPartition, Offset>,
+    processed: &[u32],
+) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    if !legit {
+        problems.push((
+            "fenced offsets",
+            format!(
+                "{who} committed {offset} for {partition} under token {token:?} without owning it"
+            ),
+        ));
+    }
+    let previous = committed.get(partition).copied().unwrap_or(0);
+    if offset < previous {
+        problems.push((
+            "monotone offsets",
+            format!("{who} moved {partition} back from {previous} to {offset}"),
+        ));
+    }
+    let upto = usize::try_from(offset).unwrap_or(0);
+    if let Some(missing) = (0..upto).find(|&o| processed.get(o).is_none_or(|&c| c == 0)) {
+        problems.push((
+            "no lost messages",
+            format!(
+                "{who} committed {offset} for {partition} but offset {missing} was never processed"
+            ),
+        ));
+    }
+    committed.insert(partition.clone(), offset.max(previous));
+    problems
+}
+
+/// What a member's application events have told so far: the claims it is
+/// making and the claims it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Story {
+    /// Partitions the member's events say it is claiming.
+    pub claiming: BTreeSet<TopicPartition>,
+    /// Claims the member's events say it holds.
+    pub held: BTreeMap<TopicPartition, FencingToken>,
+}
+
+/// Checks that `event`, told by `who`, follows from its `story` (every
+/// claim begins, then takes effect or is abandoned; only a held claim is
+/// committed under, released or lost), and that a claim never takes effect
+/// with a token below the `newest` one any member's claim of that
+/// partition took effect with. Moves both on; `Err` says what is wrong.
+pub(crate) fn story(
+    story: &mut Story,
+    newest: &mut BTreeMap<TopicPartition, FencingToken>,
+    who: &MemberId,
+    event: &AppEvent,
+) -> Result<(), String> {
+    let wrong = match event {
+        AppEvent::Claiming { partition } => (story.held.contains_key(partition)
+            || !story.claiming.insert(partition.clone()))
+        .then(|| format!("{who} began claiming {partition} while claiming or holding it")),
+        AppEvent::Claimed {
+            partition, token, ..
+        } => {
+            if !story.claiming.remove(partition) {
+                Some(format!("{who} claimed {partition} without claiming it"))
+            } else {
+                story.held.insert(partition.clone(), *token);
+                let newest = newest.entry(partition.clone()).or_insert(FencingToken(0));
+                if *token < *newest {
+                    Some(format!(
+                        "{who} claimed {partition} with token {} after token {}",
+                        token.0, newest.0
+                    ))
+                } else {
+                    *newest = *token;
+                    None
+                }
+            }
+        }
+        AppEvent::ClaimAbandoned { partition } => (!story.claiming.remove(partition))
+            .then(|| format!("{who} abandoned a claim of {partition} it was not making")),
+        AppEvent::OffsetRead {
+            partition, token, ..
+        }
+        | AppEvent::Committing {
+            partition, token, ..
+        }
+        | AppEvent::Committed {
+            partition, token, ..
+        }
+        | AppEvent::CommitFenced {
+            partition, token, ..
+        }
+        | AppEvent::CommitFailed {
+            partition, token, ..
+        }
+        | AppEvent::Releasing { partition, token } => (story.held.get(partition) != Some(token))
+            .then(|| format!("{who} reported {event:?} without holding that claim")),
+        AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+            (story.held.remove(partition) != Some(*token))
+                .then(|| format!("{who} reported {event:?} without holding that claim"))
+        }
+        AppEvent::Problem(_) => None,
+    };
+    wrong.map_or(Ok(()), Err)
+}
+
+/// Timers make progress: once woken at `now`, a member must not ask to be
+/// woken before `now` again (it would spin). `Err` says when it asks for.
+pub(crate) fn timers_progress(member: &Member, now: Instant) -> Result<(), String> {
+    match member.poll_timeout().filter(|t| *t < now) {
+        Some(t) => Err(format!(
+            "{} asks to be woken at {t:?}, before now {now:?}",
+            member.id()
+        )),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,87 @@
+//! The exhaustive explorer on small bounds that close in a few seconds in
+//! a debug build. The runner (`cargo run --release -p tenure-core
+//! --features sim --example explore -- --partitions 3`) searches the full
+//! configuration.
+
+#![cfg(feature = "sim")]
+
+use std::time::Duration;
+
+use tenure_core::sim::{explore, replay, ExploreConfig};
+
+fn quiet(members: usize, partitions: u32) -> ExploreConfig {
+    let mut config = ExploreConfig::new(members, partitions);
+    config.losses = 0;
+    config.disconnects = 0;
+    config.restarts = 0;
+    config
+}
+
+#[test]
+fn a_fault_free_group_with_one_reorder_keeps_every_property() {
+    let config = quiet(2, 2);
+    let report = explore(&config).expect("valid configuration");
+    if let Some(violation) = &report.violation {
+        panic!("{violation}");
+    }
+    assert_eq!(report.cut, 0, "the search closes on its own");
+    assert!(report.states > 100, "only {} states", report.states);
+    assert!(report.lookahead_steps > 0, "convergence was followed");
+}
+
+#[test]
+fn a_restart_anywhere_keeps_every_property() {
+    let mut config = quiet(2, 1);
+    config.restarts = 1;
+    config.reorders = Some(0);
+    let report = explore(&config).expect("valid configuration");
+    if let Some(violation) = &report.violation {
+        panic!("{violation}");
+    }
+    assert_eq!(report.cut, 0);
+    // A restarted member waits for its old session to expire before it
+    // can register again: convergence takes at least a session timeout.
+    assert!(
+        report.slowest_convergence >= config.session_timeout,
+        "{:?}",
+        report.slowest_convergence
+    );
+}
+
+#[test]
+fn a_violation_comes_with_a_path_that_replays_it() {
+    // Nothing converges in 10 ms after a restart: the search must say so,
+    // with the steps that lead there.
+    let mut config = quiet(2, 1);
+    config.restarts = 1;
+    config.reorders = Some(0);
+    config.convergence_limit = Some(Duration::from_millis(10));
+    let report = explore(&config).expect("valid configuration");
+    let violation = report.violation.expect("a convergence violation");
+    assert_eq!(violation.property, "convergence");
+    assert_eq!(violation.steps.len(), violation.moves.len());
+    assert!(!violation.continuation.is_empty());
+    let replayed = replay(&config, &violation.moves).expect("the path replays");
+    assert_eq!(replayed.steps, violation.steps);
+    assert!(replayed.converged.is_err(), "{:?}", replayed.converged);
+}
+
+#[test]
+fn a_bad_configuration_is_refused() {
+    let mut config = quiet(2, 2);
+    config.quantum = Duration::from_millis(70);
+    assert!(explore(&config).is_err());
+    assert!(replay(&ExploreConfig::new(0, 2), &[]).is_err());
+}
+
+#[test]
+fn any_one_fault_on_one_partition_keeps_every_property() {
+    let mut config = ExploreConfig::new(2, 1);
+    config.reorders = Some(0);
+    let report = explore(&config).expect("valid configuration");
+    if let Some(violation) = &report.violation {
+        panic!("{violation}");
+    }
+    assert_eq!(report.cut, 0);
+    assert!(report.states > 1000, "only {} states", report.states);
+}
