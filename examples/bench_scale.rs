@@ -99,18 +99,29 @@ fn backend(options: &Options, prefix: &str) -> Result<(Box<dyn Backend>, Arc<Ato
 }
 
 /// The members' views as they publish them, and what the partitions did.
+///
+/// Views of different members arrive in the order they were published, not
+/// in the order the store saw the claims: a member's view can still list a
+/// partition it is releasing after its successor's view lists it. So what
+/// happened to a partition is read from its fencing tokens, which the store
+/// hands out in increasing order, never from the order of arrival.
 struct Watcher {
     log: mpsc::UnboundedSender<(MemberId, View)>,
     updates: mpsc::UnboundedReceiver<(MemberId, View)>,
     latest: BTreeMap<String, View>,
-    /// Each partition's owner and token by the latest views.
-    owner: BTreeMap<TopicPartition, (String, u64)>,
-    /// Since the last `reset`: owner or token changes, and the longest
-    /// time a partition had no owner (counted from the view that dropped it
-    /// to the view that took it).
+    /// Every claim seen, by partition and token.
+    claims: BTreeMap<TopicPartition, BTreeMap<u64, Claim>>,
+    /// Since the last `reset`: new claims of a partition that had one
+    /// before, and the longest time a partition had no owner (from the view
+    /// that dropped a claim to the view that showed the next one).
     moves: u64,
-    unowned_since: BTreeMap<TopicPartition, Instant>,
     max_unowned: Duration,
+}
+
+/// When a claim was first shown, and first shown dropped.
+struct Claim {
+    shown: Instant,
+    dropped: Option<Instant>,
 }
 
 impl Watcher {
@@ -120,9 +131,8 @@ impl Watcher {
             log,
             updates,
             latest: BTreeMap::new(),
-            owner: BTreeMap::new(),
+            claims: BTreeMap::new(),
             moves: 0,
-            unowned_since: BTreeMap::new(),
             max_unowned: Duration::ZERO,
         }
     }
@@ -137,28 +147,89 @@ impl Watcher {
         let at = view.at.unwrap_or_else(Instant::now);
         let before = self.latest.insert(name.clone(), view);
         let view = &self.latest[&name];
-        // Dropped by this member: unowned until someone says otherwise.
         if let Some(before) = before {
-            for partition in before.owned.keys() {
-                if !view.owned.contains_key(partition)
-                    && self.owner.get(partition).is_some_and(|(m, _)| *m == name)
-                {
-                    self.owner.remove(partition);
-                    self.unowned_since.insert(partition.clone(), at);
+            for (partition, token) in &before.owned {
+                if view.owned.get(partition) == Some(token) {
+                    continue;
+                }
+                let Some(tokens) = self.claims.get_mut(partition) else {
+                    continue;
+                };
+                if let Some(claim) = tokens.get_mut(&token.0) {
+                    claim.dropped.get_or_insert(at);
+                }
+                // The next claim may have been shown first.
+                if let Some((_, next)) = tokens.range(token.0 + 1..).next() {
+                    self.max_unowned = self.max_unowned.max(next.shown.saturating_duration_since(at));
                 }
             }
         }
         for (partition, token) in &view.owned {
-            let now = (name.clone(), token.0);
-            match self.owner.insert(partition.clone(), now.clone()) {
-                Some(previous) if previous != now => self.moves += 1,
-                None if self.unowned_since.contains_key(partition) => self.moves += 1,
-                _ => {}
+            let tokens = self.claims.entry(partition.clone()).or_default();
+            if tokens.contains_key(&token.0) {
+                continue;
             }
-            if let Some(since) = self.unowned_since.remove(partition) {
-                self.max_unowned = self.max_unowned.max(at.saturating_duration_since(since));
+            if let Some((_, previous)) = tokens.range(..token.0).next_back() {
+                self.moves += 1;
+                if let Some(dropped) = previous.dropped {
+                    self.max_unowned = self.max_unowned.max(at.saturating_duration_since(dropped));
+                }
+            } else if tokens.range(token.0..).next().is_some() {
+                // A claim older than one already seen, shown late.
+                self.moves += 1;
+            }
+            tokens.insert(
+                token.0,
+                Claim {
+                    shown: at,
+                    dropped: None,
+                },
+            );
+        }
+    }
+
+    /// Partitions in the latest views: (listed in all, distinct).
+    fn owned(&self) -> (usize, usize) {
+        let listed = self.latest.values().map(|v| v.owned.len()).sum();
+        let distinct = self
+            .latest
+            .values()
+            .flat_map(|v| v.owned.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
+        (listed, distinct)
+    }
+
+    /// What keeps `members` from being settled, for a stall's report.
+    fn unsettled(&self, members: &[String]) -> String {
+        let mut reasons = Vec::new();
+        for m in members {
+            match self.latest.get(m) {
+                None => reasons.push(format!("{m} has published no view")),
+                Some(v) if !(v.settled && v.registered) || v.closed => reasons.push(format!(
+                    "{m} settled={} registered={} closed={} assigned={} owned={} fetching={}",
+                    v.settled,
+                    v.registered,
+                    v.closed,
+                    v.assigned.len(),
+                    v.owned.len(),
+                    v.fetching.len()
+                )),
+                Some(_) => {}
             }
         }
+        let mut holders: BTreeMap<&TopicPartition, Vec<String>> = BTreeMap::new();
+        for (m, v) in &self.latest {
+            for (p, t) in &v.owned {
+                holders.entry(p).or_default().push(format!("{m}@{}", t.0));
+            }
+        }
+        for (p, h) in holders.iter().filter(|(_, h)| h.len() > 1) {
+            reasons.push(format!("{p} in the views of {}", h.join(" ")));
+        }
+        let (listed, distinct) = self.owned();
+        reasons.push(format!("{listed} owned by the views, {distinct} distinct"));
+        reasons.join("; ")
     }
 
     /// Waits until `members` are all settled, registered, each with its
@@ -177,16 +248,21 @@ impl Watcher {
                 self.latest.get(m).is_some_and(|v| {
                     v.settled && v.registered && !v.closed && share.contains(&v.owned.len())
                 })
-            }) && self.latest.values().map(|v| v.owned.len()).sum::<usize>()
-                == partitions as usize
-                && self.owner.len() == partitions as usize;
+            }) && self.owned() == (partitions as usize, partitions as usize);
             if done {
                 return Ok(());
             }
-            match tokio::time::timeout_at(deadline, self.updates.recv()).await {
+            let wake = deadline.min(tokio::time::Instant::now() + Duration::from_secs(30));
+            match tokio::time::timeout_at(wake, self.updates.recv()).await {
                 Ok(Some((member, view))) => self.apply(member, view),
                 Ok(None) => return Err("the view log closed".to_owned()),
-                Err(_) => return Err("not settled within 600 s".to_owned()),
+                Err(_) if wake < deadline => eprintln!("    waiting: {}", self.unsettled(members)),
+                Err(_) => {
+                    return Err(format!(
+                        "not settled within 600 s: {}",
+                        self.unsettled(members)
+                    ))
+                }
             }
         }
     }
@@ -241,6 +317,8 @@ impl Bench {
         let requests_before = self.requests();
         let names: Vec<String> = members.keys().cloned().collect();
         for name in &names {
+            let started = Instant::now();
+            let requests_at_start = self.requests();
             let member = members.remove(name).ok_or("a member vanished")?;
             member.close().await.map_err(|e| format!("{name}: {e}"))?;
             // Settled again only once the new instance says so.
@@ -252,6 +330,12 @@ impl Bench {
             self.watcher
                 .settled(&names, self.options.partitions)
                 .await?;
+            // Progress, so that a slow restart shows which member it was.
+            eprintln!(
+                "    restarted {name}: {:?}, {} requests",
+                started.elapsed(),
+                self.requests() - requests_at_start
+            );
         }
         Ok((
             self.watcher.moves,
