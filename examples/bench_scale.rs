@@ -160,7 +160,9 @@ impl Watcher {
                 }
                 // The next claim may have been shown first.
                 if let Some((_, next)) = tokens.range(token.0 + 1..).next() {
-                    self.max_unowned = self.max_unowned.max(next.shown.saturating_duration_since(at));
+                    self.max_unowned = self
+                        .max_unowned
+                        .max(next.shown.saturating_duration_since(at));
                 }
             }
         }

@@ -294,7 +294,8 @@ mod tests {
         // One sort key per pair: the score inverted so that an ascending sort
         // puts the highest score first, then the member and partition indices
         // so ties resolve the same way everywhere.
-        let mut pairs: Vec<u128> = Vec::with_capacity(slots.iter().map(|s| s.subscribers.len()).sum());
+        let mut pairs: Vec<u128> =
+            Vec::with_capacity(slots.iter().map(|s| s.subscribers.len()).sum());
         for (p, slot) in (0u32..).zip(&slots) {
             for &m in slot.subscribers.iter() {
                 let s = score(member_hashes[m as usize], slot.key);
@@ -367,7 +368,11 @@ mod tests {
                     let mut chosen: Vec<&str> = if rng.chance(3, 4) {
                         topics.to_vec()
                     } else {
-                        topics.iter().copied().filter(|_| rng.chance(1, 2)).collect()
+                        topics
+                            .iter()
+                            .copied()
+                            .filter(|_| rng.chance(1, 2))
+                            .collect()
                     };
                     if chosen.is_empty() {
                         chosen.push(topics[(i % 3) as usize]);
