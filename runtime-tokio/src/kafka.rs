@@ -20,6 +20,10 @@ pub use crate::security::{KafkaSecurity, SaslMechanism};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+mod delivery;
+use delivery::Outlet;
+pub(crate) use delivery::{Batches, GroupQueues, Interleaved};
+
 /// How to reach Kafka and how to fetch.
 ///
 /// Fetches read committed (as the Java consumer's
@@ -35,11 +39,21 @@ pub struct KafkaConfig {
     /// How long a fetch may wait on the broker for new messages. Default:
     /// 250 ms.
     pub fetch_max_wait: Duration,
-    /// Fetched batches (each at most `fetch_max_bytes`) buffered for the
-    /// application before the fetchers wait: a slow application holds
-    /// memory at this bound. Per partition with per-partition streams, for
-    /// the whole member otherwise. Default: 8.
+    /// Fetched batches (each at most `fetch_max_bytes`) buffered per owned
+    /// partition before its fetcher waits for the application: a slow
+    /// application holds memory at this bound, about
+    /// `(buffered_batches + 1) × fetch_max_bytes` per partition (one more
+    /// batch is in the fetcher's hands). Each partition has its own buffer,
+    /// so that one partition's backlog never sits in front of another's
+    /// messages. Default: 2.
     pub buffered_batches: usize,
+    /// On the member's one message stream ([`crate::GroupMember::messages`]):
+    /// at most this many messages of one partition are handed out in a row
+    /// while another partition has messages waiting. The partitions with
+    /// messages take turns, so a backlogged partition delays each of the
+    /// others by at most one turn. Per-partition streams are not affected.
+    /// Default: 64.
+    pub max_messages_in_a_row: usize,
     /// How often partition counts are read from metadata, so that added
     /// partitions get assigned. Default: 10 s.
     pub metadata_refresh: Duration,
@@ -63,7 +77,8 @@ impl KafkaConfig {
                 .collect(),
             fetch_max_bytes: 1 << 20,
             fetch_max_wait: Duration::from_millis(250),
-            buffered_batches: 8,
+            buffered_batches: 2,
+            max_messages_in_a_row: 64,
             metadata_refresh: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             client_id: "tenure".to_owned(),
@@ -418,82 +433,6 @@ struct Passed {
     last: Offset,
 }
 
-/// Batches of fetched messages, handed out one message at a time.
-#[derive(Debug)]
-pub(crate) struct Batches {
-    receiver: mpsc::Receiver<Fetched>,
-    current: std::iter::Peekable<std::vec::IntoIter<Message>>,
-    /// What the current batch passed after its messages.
-    passed: Option<Passed>,
-    lease: Lease,
-}
-
-impl Batches {
-    pub(crate) fn new(receiver: mpsc::Receiver<Fetched>, lease: Lease) -> Batches {
-        Batches {
-            receiver,
-            current: Vec::new().into_iter().peekable(),
-            passed: None,
-            lease,
-        }
-    }
-
-    /// The next message that may still be handed out.
-    ///
-    /// One fetched before its partition was told to stop is dropped, since
-    /// the partition may be on its way to another member. And none is
-    /// handed out past the member's own deadline, checked now, at the
-    /// moment of handing out: a process that wakes from a pause longer than
-    /// its session waits here until its task has caught up (and has
-    /// stopped the partition, or heard the session is alive), rather than
-    /// hand out a message under a claim that may have passed to another
-    /// member meanwhile.
-    pub(crate) async fn next(&mut self) -> Option<Message> {
-        loop {
-            let Some(message) = self.current.peek() else {
-                self.pass();
-                let fetched = self.receiver.recv().await?;
-                self.current = fetched.messages.into_iter().peekable();
-                self.passed = fetched.passed;
-                continue;
-            };
-            if !message.ledger.is_live(message.token, message.generation) {
-                self.current.next();
-                continue;
-            }
-            let now = tokio::time::Instant::now().into_std();
-            if !self.lease.borrow_and_update().is_some_and(|end| now < end) {
-                // The member's task is gone: nothing more to hand out.
-                self.lease.changed().await.ok()?;
-                continue;
-            }
-            let message = self.current.next()?;
-            if message
-                .ledger
-                .deliver(message.offset, message.token, message.generation)
-            {
-                // What the fetch passed after its last message counts at
-                // once: an application that stops asking after the last
-                // message still commits past a trailing transaction marker.
-                if self.current.peek().is_none() {
-                    self.pass();
-                }
-                return Some(message);
-            }
-        }
-    }
-
-    /// Counts what the current batch passed after its messages as handed
-    /// out.
-    fn pass(&mut self) {
-        if let Some(passed) = self.passed.take() {
-            passed
-                .ledger
-                .pass(passed.last, passed.token, passed.generation);
-        }
-    }
-}
-
 /// Which messages of a partition the application holds.
 #[derive(Debug)]
 struct Ledger {
@@ -522,10 +461,25 @@ struct Ledger {
 pub(crate) struct LedgerCell {
     token: FencingToken,
     ledger: Mutex<Ledger>,
-    /// Wakes the member's task when a watermark moved or a drain ended;
-    /// many acknowledgements make one wake-up.
-    changed: Arc<tokio::sync::Notify>,
+    /// Wake the member's task: `moved` when the watermark moved first since
+    /// the task last read it, `drained` when a drain ended.
+    wake: Wake,
 }
+
+/// How the ledgers wake the member's task. Watermarks are read at most
+/// every [`WATERMARK_READ_INTERVAL`]: under a fast application, waking the
+/// task for every acknowledgement made it run as often as the application
+/// did. A drain ends a handoff, so it wakes the task at once.
+#[derive(Clone, Debug, Default)]
+struct Wake {
+    moved: Arc<tokio::sync::Notify>,
+    drained: Arc<tokio::sync::Notify>,
+}
+
+/// How often, at most, the member's task reads the watermarks the
+/// application's acknowledgements moved (a commit, a seek and a stop read
+/// them at once).
+const WATERMARK_READ_INTERVAL: Duration = Duration::from_millis(5);
 
 impl LedgerCell {
     fn lock(&self) -> MutexGuard<'_, Ledger> {
@@ -535,16 +489,9 @@ impl LedgerCell {
         }
     }
 
-    /// Whether a message of the claim `token` from fetch `generation` may
-    /// still be handed out (it is this cell's claim and current fetch, and
-    /// neither stopping nor paused).
-    fn is_live(&self, token: FencingToken, generation: u64) -> bool {
-        let ledger = self.lock();
-        token == self.token && !ledger.stopping && !ledger.paused && ledger.generation == generation
-    }
-
     /// Records a message handed to the application; `false` if it may not
-    /// be handed out (see [`LedgerCell::is_live`]).
+    /// be handed out: it is not of this cell's claim or current fetch, or
+    /// the claim is stopping or paused.
     fn deliver(&self, offset: Offset, token: FencingToken, generation: u64) -> bool {
         let mut ledger = self.lock();
         if token != self.token
@@ -598,18 +545,23 @@ impl LedgerCell {
             Some((first, _)) => first.checked_sub(1),
             None => ledger.last_delivered,
         };
-        let mut wake = false;
+        // Only the first move since the task read it: the task reads the
+        // latest watermark, not every one.
+        let mut moved = false;
         if watermark > ledger.watermark {
+            moved = ledger.watermark == ledger.reported;
             ledger.watermark = watermark;
-            wake = true;
         }
+        let mut drained = false;
         if ledger.stopping && ledger.outstanding.is_empty() && !ledger.drained {
             ledger.drained = true;
-            wake = true;
+            drained = true;
         }
         drop(ledger);
-        if wake {
-            self.changed.notify_one();
+        if drained {
+            self.wake.drained.notify_one();
+        } else if moved {
+            self.wake.moved.notify_one();
         }
     }
 }
@@ -618,7 +570,7 @@ impl LedgerCell {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ledgers {
     cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
-    changed: Arc<tokio::sync::Notify>,
+    wake: Wake,
 }
 
 impl Ledgers {
@@ -642,7 +594,7 @@ impl Ledgers {
                 generation: 0,
                 paused: false,
             }),
-            changed: self.changed.clone(),
+            wake: self.wake.clone(),
         });
         self.lock().insert(partition.clone(), cell.clone());
         cell
@@ -701,8 +653,8 @@ pub(crate) enum DataEvent {
 /// How the application receives messages.
 #[derive(Debug)]
 pub(crate) enum Delivery {
-    /// One bounded stream for every partition.
-    Group(mpsc::Sender<Fetched>),
+    /// One stream for every partition, which they feed in turns.
+    Group(GroupQueues),
     /// A stream per partition, handed out as partitions are assigned.
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
@@ -727,15 +679,16 @@ struct Claim {
     ledger: Arc<LedgerCell>,
     /// Where its first fetch started.
     from: FetchFrom,
-    /// Where its messages go; kept while paused, so that a per-partition
-    /// stream stays open.
-    sender: mpsc::Sender<Fetched>,
+    /// Where its messages go; kept while paused, so that its stream or
+    /// queue stays open.
+    sender: Outlet,
     /// The fetch running, unless paused.
     fetcher: Option<JoinHandle<()>>,
 }
 
 impl Claim {
     fn abort(self) {
+        self.sender.end();
         if let Some(fetcher) = self.fetcher {
             fetcher.abort();
         }
@@ -762,6 +715,8 @@ pub(crate) struct DataPlane {
     events: mpsc::UnboundedReceiver<DataEvent>,
     /// Events worked out of a batch of acknowledgements, not yet returned.
     pending: std::collections::VecDeque<DataEvent>,
+    /// When the watermarks were last read on the application's account.
+    watermarks_read: Instant,
     metadata: Option<JoinHandle<()>>,
 }
 
@@ -796,6 +751,7 @@ impl DataPlane {
             events_tx,
             events,
             pending: std::collections::VecDeque::new(),
+            watermarks_read: Instant::now(),
             metadata: Some(metadata),
         }
     }
@@ -811,22 +767,20 @@ impl DataPlane {
             old.abort();
         }
         let ledger = self.ledgers.open(&partition, token);
-        let sender = match &self.delivery {
+        let sender = match &mut self.delivery {
             Delivery::PerPartition(streams) => {
                 let (sender, receiver) = mpsc::channel(self.config.buffered_batches.max(1));
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    messages: crate::streams::Messages::new(Some(Batches::new(
+                    messages: crate::streams::Messages::partition(Batches::new(
                         receiver,
                         self.lease.clone(),
-                    ))),
+                    )),
                 });
-                sender
+                Outlet::Partition(sender)
             }
-            // Straight into the group stream: its bound holds a slow
-            // application's memory down, and no task sits in between.
-            Delivery::Group(group) => group.clone(),
+            Delivery::Group(queues) => Outlet::Group(queues.open()),
         };
         let mut claim = Claim {
             token,
@@ -968,7 +922,7 @@ impl DataPlane {
             ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
             if ledger.last_delivered > ledger.watermark {
                 ledger.watermark = ledger.last_delivered;
-                claim.ledger.changed.notify_one();
+                claim.ledger.wake.moved.notify_one();
             }
             ledger.paused
         };
@@ -996,9 +950,18 @@ impl DataPlane {
             if let Some(event) = self.pending.pop_front() {
                 return Some(event);
             }
-            let changed = self.ledgers.changed.clone();
+            let wake = self.ledgers.wake.clone();
+            let read_at = self.watermarks_read + WATERMARK_READ_INTERVAL;
+            let moved = async {
+                tokio::time::sleep_until(read_at.into()).await;
+                wake.moved.notified().await;
+            };
             tokio::select! {
-                _ = changed.notified() => self.ledgers.changes(&mut self.pending),
+                () = moved => {
+                    self.watermarks_read = Instant::now();
+                    self.ledgers.changes(&mut self.pending);
+                }
+                () = wake.drained.notified() => self.ledgers.changes(&mut self.pending),
                 event = self.events.recv() => return event,
             }
         }
@@ -1085,7 +1048,7 @@ impl Fetcher {
         self.offset_at(client, at).await
     }
 
-    async fn run(self, from: FetchFrom, sender: mpsc::Sender<Fetched>) {
+    async fn run(self, from: FetchFrom, sender: Outlet) {
         let client = self.partition_client().await;
         let mut next = match from {
             FetchFrom::Offset(offset) => offset,
@@ -1147,7 +1110,7 @@ impl Fetcher {
                         }
                     });
                     if (!messages.is_empty() || passed.is_some())
-                        && sender.send(Fetched { messages, passed }).await.is_err()
+                        && !sender.send(Fetched { messages, passed }).await
                     {
                         return;
                     }

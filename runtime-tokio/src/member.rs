@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::backend::{Backend, BackendError, Joining};
 use crate::kafka::{
-    self, Batches, DataEvent, DataPlane, Delivery, KafkaConfig, KafkaError, Message,
+    self, DataEvent, DataPlane, Delivery, GroupQueues, KafkaConfig, KafkaError, Message,
     PartitionStream, StartOffsets,
 };
 use crate::membership::{StateFile, StateFileError, StaticMembership};
@@ -389,9 +389,13 @@ impl GroupMemberBuilder {
                 streams = Some(rx);
                 Delivery::PerPartition(tx)
             } else {
-                let (tx, rx) = mpsc::channel(kafka_config.buffered_batches.max(1));
-                messages = Some(Batches::new(rx, lease_rx.clone()));
-                Delivery::Group(tx)
+                let (queues, interleaved) = GroupQueues::new(
+                    kafka_config.buffered_batches,
+                    kafka_config.max_messages_in_a_row,
+                    lease_rx.clone(),
+                );
+                messages = Some(interleaved);
+                Delivery::Group(queues)
             };
             let mut plane = DataPlane::new(
                 client,
@@ -475,7 +479,7 @@ impl GroupMemberBuilder {
             errors: Some(errors_rx),
             view: view_rx,
             task: Some(task),
-            messages: Some(Messages::new(messages)),
+            messages: Some(Messages::group(messages)),
             streams: Some(PartitionStreams::new(streams)),
         })
     }
@@ -549,7 +553,9 @@ impl GroupMember {
     /// [`GroupMember::next_message`] after it) get a stream that ends at
     /// once.
     pub fn messages(&mut self) -> Messages {
-        self.messages.take().unwrap_or_else(|| Messages::new(None))
+        self.messages
+            .take()
+            .unwrap_or_else(|| Messages::group(None))
     }
 
     /// The changes in what this member consumes: a stream that lives apart

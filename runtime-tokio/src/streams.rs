@@ -16,7 +16,7 @@ use futures_core::Stream;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::kafka::{Batches, Lease, Message, PartitionStream};
+use crate::kafka::{Batches, Interleaved, Lease, Message, PartitionStream};
 use crate::member::{AssignmentEvent, Problem};
 
 /// How many assignment changes wait for the application before the member
@@ -31,18 +31,43 @@ pub const ERRORS_CAPACITY: usize = 64;
 /// partition (with Kafka; without, the stream ends at once). A message is
 /// handed out only while its claim holds at that instant.
 ///
+/// The partitions take turns: at most `KafkaConfig::max_messages_in_a_row`
+/// messages of one are handed out in a row while another has messages
+/// waiting, so a backlogged partition does not hold the others up.
+///
 /// Memory: the member fetches at most `KafkaConfig::buffered_batches`
-/// batches ahead of what the application takes; a message never taken is
-/// never acknowledged, so its partition's commits stop there (the offset
-/// stays at it, and the partition is committed up to it when it moves).
+/// batches per partition ahead of what the application takes; a message
+/// never taken is never acknowledged, so its partition's commits stop there
+/// (the offset stays at it, and the partition is committed up to it when it
+/// moves).
 pub struct Messages {
     inner: Option<Pin<Box<dyn Stream<Item = Message> + Send>>>,
 }
 
 impl Messages {
-    pub(crate) fn new(batches: Option<Batches>) -> Messages {
+    /// One partition's messages.
+    pub(crate) fn partition(batches: Batches) -> Messages {
+        let stream = futures_util::stream::unfold(batches, |mut batches| async move {
+            let message = batches.next().await?;
+            Some((message, batches))
+        });
         Messages {
-            inner: batches.map(|batches| Box::pin(batch_stream(batches)) as _),
+            inner: Some(Box::pin(stream)),
+        }
+    }
+
+    /// Every partition's messages, in turns (`None`: without Kafka).
+    pub(crate) fn group(interleaved: Option<Interleaved>) -> Messages {
+        Messages {
+            inner: interleaved.map(|interleaved| {
+                Box::pin(futures_util::stream::unfold(
+                    interleaved,
+                    |mut interleaved| async move {
+                        let message = interleaved.next().await?;
+                        Some((message, interleaved))
+                    },
+                )) as _
+            }),
         }
     }
 
@@ -70,14 +95,6 @@ impl std::fmt::Debug for Messages {
             .field("kafka", &self.inner.is_some())
             .finish()
     }
-}
-
-/// The messages of `batches`, one at a time.
-fn batch_stream(batches: Batches) -> impl Stream<Item = Message> + Send {
-    futures_util::stream::unfold(batches, |mut batches| async move {
-        let message = batches.next().await?;
-        Some((message, batches))
-    })
 }
 
 /// The changes in what the member consumes, in order for each partition.

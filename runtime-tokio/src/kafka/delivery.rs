@@ -1,0 +1,549 @@
+//! Handing fetched messages to the application: one partition's batches in
+//! order ([`Batches`], behind a per-partition stream), or every partition's
+//! in turns ([`Interleaved`], behind the member's one message stream).
+//!
+//! Either way each partition's fetcher fills a bounded queue of its own, so
+//! one partition's backlog never sits in front of another's messages. The
+//! group stream visits the partitions that have messages in a round robin
+//! and hands out at most [`KafkaConfig::max_messages_in_a_row`] of one
+//! before moving to the next that has any: a backlogged partition gets its
+//! turn like the others, and delays them by at most one turn each.
+//!
+//! [`KafkaConfig::max_messages_in_a_row`]: super::KafkaConfig::max_messages_in_a_row
+
+use std::collections::{HashMap, VecDeque};
+
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
+
+use super::{Fetched, Lease, Message, Passed};
+
+/// What one partition's queue gives when asked without waiting.
+enum Take {
+    /// A message, recorded in its ledger as handed out.
+    Message(Message),
+    /// Nothing buffered now.
+    Empty,
+    /// The claim's queue is closed and empty: nothing more will come.
+    Closed,
+    /// The member's deadline has passed: nothing may be handed out until
+    /// its task has caught up.
+    Expired,
+}
+
+/// The member's deadline as a hand-out reads it: the watched value, kept
+/// until the member's task changes it, so that a message costs a look at
+/// the clock and at the watch's version, not a lock.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    lease: Lease,
+    end: Option<std::time::Instant>,
+}
+
+impl Deadline {
+    pub(crate) fn new(mut lease: Lease) -> Deadline {
+        let end = *lease.borrow_and_update();
+        Deadline { lease, end }
+    }
+
+    /// Whether the member may hand out messages now: its own deadline,
+    /// checked at the moment of handing out, has not passed.
+    fn holds(&mut self) -> bool {
+        if self.lease.has_changed().unwrap_or(false) {
+            self.end = *self.lease.borrow_and_update();
+        }
+        let now = tokio::time::Instant::now().into_std();
+        self.end.is_some_and(|end| now < end)
+    }
+
+    /// Until the member's task changes the deadline; `None` once the task
+    /// is gone.
+    async fn changed(&mut self) -> Option<()> {
+        self.lease.changed().await.ok()?;
+        self.end = *self.lease.borrow_and_update();
+        Some(())
+    }
+}
+
+/// One claim's queue of fetched batches, and the batch being handed out.
+#[derive(Debug)]
+struct Queue {
+    receiver: mpsc::Receiver<Fetched>,
+    current: std::iter::Peekable<std::vec::IntoIter<Message>>,
+    /// What the current batch passed after its messages.
+    passed: Option<Passed>,
+}
+
+impl Queue {
+    fn new(receiver: mpsc::Receiver<Fetched>) -> Queue {
+        Queue {
+            receiver,
+            current: Vec::new().into_iter().peekable(),
+            passed: None,
+        }
+    }
+
+    fn load(&mut self, fetched: Fetched) {
+        self.pass();
+        self.current = fetched.messages.into_iter().peekable();
+        self.passed = fetched.passed;
+    }
+
+    /// The next message that may still be handed out, without waiting.
+    ///
+    /// One fetched before its partition was told to stop (or paused, or
+    /// sought away from) is dropped, since the partition may be on its way
+    /// to another member. And none is handed out past the member's own
+    /// deadline, checked now, at the moment of handing out: a process that
+    /// wakes from a pause longer than its session is told
+    /// [`Take::Expired`] and waits until its task has caught up (and has
+    /// stopped the partition, or heard the session is alive), rather than
+    /// hand out a message under a claim that may have passed to another
+    /// member meanwhile.
+    fn take(&mut self, lease: &mut Deadline) -> Take {
+        loop {
+            if self.current.peek().is_none() {
+                self.pass();
+                match self.receiver.try_recv() {
+                    Ok(fetched) => {
+                        self.load(fetched);
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => return Take::Empty,
+                    Err(TryRecvError::Disconnected) => return Take::Closed,
+                }
+            }
+            // The deadline first: a message of a claim that has ended is
+            // dropped by `deliver`, once the deadline holds again.
+            if !lease.holds() {
+                return Take::Expired;
+            }
+            let Some(message) = self.current.next() else {
+                continue;
+            };
+            if message
+                .ledger
+                .deliver(message.offset, message.token, message.generation)
+            {
+                // What the fetch passed after its last message counts at
+                // once: an application that stops asking after the last
+                // message still commits past a trailing transaction marker.
+                if self.current.peek().is_none() {
+                    self.pass();
+                }
+                return Take::Message(message);
+            }
+        }
+    }
+
+    /// Counts what the current batch passed after its messages as handed
+    /// out.
+    fn pass(&mut self) {
+        if let Some(passed) = self.passed.take() {
+            passed
+                .ledger
+                .pass(passed.last, passed.token, passed.generation);
+        }
+    }
+}
+
+/// One partition's batches, handed out one message at a time, in order.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    queue: Queue,
+    lease: Deadline,
+}
+
+impl Batches {
+    pub(crate) fn new(receiver: mpsc::Receiver<Fetched>, lease: Lease) -> Batches {
+        Batches {
+            queue: Queue::new(receiver),
+            lease: Deadline::new(lease),
+        }
+    }
+
+    /// The next message that may still be handed out (see [`Queue::take`]);
+    /// `None` once the claim has ended and its queue is empty.
+    pub(crate) async fn next(&mut self) -> Option<Message> {
+        loop {
+            match self.queue.take(&mut self.lease) {
+                Take::Message(message) => return Some(message),
+                Take::Empty => {
+                    let fetched = self.queue.receiver.recv().await?;
+                    self.queue.load(fetched);
+                }
+                Take::Closed => return None,
+                // The member's task is gone: nothing more to hand out.
+                Take::Expired => self.lease.changed().await?,
+            }
+        }
+    }
+}
+
+/// What the data plane and the fetchers tell the group stream.
+#[derive(Debug)]
+pub(crate) enum Signal {
+    /// A claim's queue, opened when its partition starts.
+    Opened(u64, mpsc::Receiver<Fetched>),
+    /// A fetcher put a batch in the queue `id` (sent after the batch).
+    Filled(u64),
+    /// The claim of the queue `id` ended: what it still holds may not be
+    /// handed out.
+    Ended(u64),
+}
+
+/// The data plane's side of the group stream: opens a queue per claim.
+#[derive(Debug)]
+pub(crate) struct GroupQueues {
+    signals: mpsc::UnboundedSender<Signal>,
+    next_id: u64,
+    capacity: usize,
+}
+
+/// Where a claim's fetcher puts its batches.
+#[derive(Clone, Debug)]
+pub(crate) enum Outlet {
+    /// The queue behind the claim's own partition stream.
+    Partition(mpsc::Sender<Fetched>),
+    /// The claim's queue in the member's group stream.
+    Group(QueueSender),
+}
+
+impl Outlet {
+    /// Puts a batch in, waiting while the queue is full; `false` once the
+    /// stream is gone.
+    pub(crate) async fn send(&self, fetched: Fetched) -> bool {
+        match self {
+            Outlet::Partition(sender) => sender.send(fetched).await.is_ok(),
+            Outlet::Group(sender) => sender.send(fetched).await,
+        }
+    }
+
+    /// Tells the stream the claim has ended (a partition stream sees its
+    /// sender go).
+    pub(crate) fn end(&self) {
+        if let Outlet::Group(sender) = self {
+            sender.end();
+        }
+    }
+}
+
+/// A claim's end of its queue in the group stream.
+#[derive(Clone, Debug)]
+pub(crate) struct QueueSender {
+    id: u64,
+    batches: mpsc::Sender<Fetched>,
+    signals: mpsc::UnboundedSender<Signal>,
+}
+
+impl QueueSender {
+    /// Puts a batch in the queue, waiting while it is full; `false` once
+    /// the stream is gone.
+    pub(crate) async fn send(&self, fetched: Fetched) -> bool {
+        if self.batches.send(fetched).await.is_err() {
+            return false;
+        }
+        // After the batch: the stream, told, always finds it.
+        self.signals.send(Signal::Filled(self.id)).is_ok()
+    }
+
+    /// Tells the stream the claim has ended.
+    pub(crate) fn end(&self) {
+        let _ = self.signals.send(Signal::Ended(self.id));
+    }
+}
+
+impl GroupQueues {
+    /// The queues of a member's group stream; each claim's holds at most
+    /// `capacity` batches.
+    pub(crate) fn new(
+        capacity: usize,
+        max_in_a_row: usize,
+        lease: Lease,
+    ) -> (GroupQueues, Interleaved) {
+        let (signals, received) = mpsc::unbounded_channel();
+        (
+            GroupQueues {
+                signals,
+                next_id: 0,
+                capacity: capacity.max(1),
+            },
+            Interleaved {
+                signals: received,
+                line: VecDeque::new(),
+                idle: HashMap::new(),
+                in_a_row: 0,
+                max_in_a_row: max_in_a_row.max(1),
+                lease: Deadline::new(lease),
+            },
+        )
+    }
+
+    /// A new claim's queue.
+    pub(crate) fn open(&mut self) -> QueueSender {
+        let (batches, receiver) = mpsc::channel(self.capacity);
+        let id = self.next_id;
+        self.next_id += 1;
+        let _ = self.signals.send(Signal::Opened(id, receiver));
+        QueueSender {
+            id,
+            batches,
+            signals: self.signals.clone(),
+        }
+    }
+}
+
+/// How often, in messages, a turn looks at what the fetchers said: at its
+/// start and every so many messages, so that the signals queue stays short
+/// even while a single partition has the stream to itself.
+const SIGNALS_EVERY: usize = 64;
+
+/// Every partition's messages, in turns: the member's one message stream.
+///
+/// Memory: each claim's queue holds at most `KafkaConfig::buffered_batches`
+/// batches, and its fetcher at most one more; the signals queue holds at
+/// most one entry per batch fetched since it was last read, plus one per
+/// claim opened or ended.
+#[derive(Debug)]
+pub(crate) struct Interleaved {
+    signals: mpsc::UnboundedReceiver<Signal>,
+    /// Queues that may have messages, in the order of their turns; the
+    /// front one is handing out.
+    line: VecDeque<(u64, Queue)>,
+    /// Queues found empty, until their fetcher fills them again.
+    idle: HashMap<u64, Queue>,
+    /// Messages the front queue handed out in its current turn.
+    in_a_row: usize,
+    max_in_a_row: usize,
+    lease: Deadline,
+}
+
+impl Interleaved {
+    fn apply(&mut self, signal: Signal) {
+        match signal {
+            Signal::Opened(id, receiver) => {
+                self.idle.insert(id, Queue::new(receiver));
+            }
+            // In line already if not idle.
+            Signal::Filled(id) => {
+                if let Some(queue) = self.idle.remove(&id) {
+                    self.line.push_back((id, queue));
+                }
+            }
+            Signal::Ended(id) => {
+                if self.idle.remove(&id).is_none() {
+                    if self.line.front().is_some_and(|(front, _)| *front == id) {
+                        self.in_a_row = 0;
+                    }
+                    self.line.retain(|(queued, _)| *queued != id);
+                }
+            }
+        }
+    }
+
+    /// Takes in what the fetchers and the data plane said.
+    fn hear(&mut self) {
+        while let Ok(signal) = self.signals.try_recv() {
+            self.apply(signal);
+        }
+    }
+
+    /// The next message that may still be handed out, from the queue whose
+    /// turn it is; `None` once the member has closed.
+    pub(crate) async fn next(&mut self) -> Option<Message> {
+        loop {
+            let Some((_, queue)) = self.line.front_mut() else {
+                self.hear();
+                if self.line.is_empty() {
+                    // Nothing buffered anywhere: wait for a fetcher.
+                    let signal = self.signals.recv().await?;
+                    self.apply(signal);
+                }
+                continue;
+            };
+            match queue.take(&mut self.lease) {
+                Take::Message(message) => {
+                    self.in_a_row += 1;
+                    if self.in_a_row >= self.max_in_a_row {
+                        // Queues filled meanwhile go before this one.
+                        self.hear();
+                        self.in_a_row = 0;
+                        self.line.rotate_left(1);
+                    } else if self.in_a_row.is_multiple_of(SIGNALS_EVERY) {
+                        self.hear();
+                    }
+                    return Some(message);
+                }
+                // Back in line when its fetcher fills it again.
+                Take::Empty => {
+                    self.in_a_row = 0;
+                    if let Some((id, queue)) = self.line.pop_front() {
+                        self.idle.insert(id, queue);
+                    }
+                    self.hear();
+                }
+                Take::Closed => {
+                    self.in_a_row = 0;
+                    self.line.pop_front();
+                    self.hear();
+                }
+                // The member's task is gone: nothing more to hand out.
+                Take::Expired => self.lease.changed().await?,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tenure_core::{FencingToken, TopicPartition};
+
+    use super::super::{LedgerCell, Ledgers};
+    use super::*;
+
+    fn message(partition: u32, offset: i64, ledger: &Arc<LedgerCell>) -> Message {
+        Message {
+            topic: "t".into(),
+            partition,
+            offset,
+            key: None,
+            value: None,
+            headers: Default::default(),
+            timestamp_ms: 0,
+            token: ledger.token,
+            ledger: ledger.clone(),
+            generation: 0,
+        }
+    }
+
+    fn batch(partition: u32, offsets: std::ops::Range<i64>, ledger: &Arc<LedgerCell>) -> Fetched {
+        Fetched {
+            messages: offsets.map(|o| message(partition, o, ledger)).collect(),
+            passed: None,
+        }
+    }
+
+    fn live_lease() -> (
+        tokio::sync::watch::Sender<Option<std::time::Instant>>,
+        Lease,
+    ) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+        tokio::sync::watch::channel(Some(end))
+    }
+
+    /// (partition, offset) of the next `n` messages.
+    async fn take(stream: &mut Interleaved, n: usize) -> Vec<(u32, i64)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let message = stream.next().await.expect("a message");
+            out.push((message.partition, message.offset));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_backlog_takes_turns_with_the_other_partitions() {
+        let ledgers = Ledgers::default();
+        let (_lease_tx, lease) = live_lease();
+        let (mut queues, mut stream) = GroupQueues::new(4, 3, lease);
+        let cells: Vec<Arc<LedgerCell>> = (0..3)
+            .map(|p| {
+                ledgers.open(
+                    &TopicPartition::new("t", p),
+                    FencingToken(10 + u64::from(p)),
+                )
+            })
+            .collect();
+        let senders: Vec<QueueSender> = (0..3).map(|_| queues.open()).collect();
+
+        // Partition 0 is backlogged: two batches of 100 before the others'.
+        assert!(senders[0].send(batch(0, 0..100, &cells[0])).await);
+        assert!(senders[0].send(batch(0, 100..200, &cells[0])).await);
+        assert!(senders[1].send(batch(1, 0..4, &cells[1])).await);
+        assert!(senders[2].send(batch(2, 0..2, &cells[2])).await);
+
+        // Three in a row at most, in the order the queues filled.
+        assert_eq!(
+            take(&mut stream, 14).await,
+            [
+                (0, 0),
+                (0, 1),
+                (0, 2),
+                (1, 0),
+                (1, 1),
+                (1, 2),
+                (2, 0),
+                (2, 1),
+                (0, 3),
+                (0, 4),
+                (0, 5),
+                (1, 3),
+                (0, 6),
+                (0, 7),
+            ]
+        );
+        // Alone now: partition 0 goes on through both of its batches.
+        let rest = take(&mut stream, 192).await;
+        assert!(rest.iter().zip(8..).all(|(m, o)| *m == (0, o)), "{rest:?}");
+
+        // A partition filled later gets the next turn, once the current one
+        // ends: after 201, partition 0 has handed out 1 of its 3.
+        assert!(senders[0].send(batch(0, 200..210, &cells[0])).await);
+        assert_eq!(take(&mut stream, 2).await, [(0, 200), (0, 201)]);
+        assert!(senders[1].send(batch(1, 4..6, &cells[1])).await);
+        assert_eq!(
+            take(&mut stream, 5).await,
+            [(0, 202), (0, 203), (1, 4), (1, 5), (0, 204)]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_ended_claims_messages_are_not_handed_out() {
+        let ledgers = Ledgers::default();
+        let (_lease_tx, lease) = live_lease();
+        let (mut queues, mut stream) = GroupQueues::new(4, 2, lease);
+        let (p0, p1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
+        let cell0 = ledgers.open(&p0, FencingToken(1));
+        let cell1 = ledgers.open(&p1, FencingToken(2));
+        let (q0, q1) = (queues.open(), queues.open());
+        assert!(q0.send(batch(0, 0..10, &cell0)).await);
+        assert!(q1.send(batch(1, 0..10, &cell1)).await);
+        assert_eq!(take(&mut stream, 3).await, [(0, 0), (0, 1), (1, 0)]);
+
+        // Partition 0 stops: the rest of its batch is dropped, whether the
+        // stream hears of the end first or finds its ledger stopping.
+        ledgers.stop(&p0, FencingToken(1));
+        assert_eq!(
+            take(&mut stream, 9).await,
+            (1..10).map(|o| (1, o)).collect::<Vec<_>>()
+        );
+        q0.end();
+        drop(q0);
+        assert!(q1.send(batch(1, 10..11, &cell1)).await);
+        assert_eq!(take(&mut stream, 1).await, [(1, 10)]);
+    }
+
+    #[tokio::test]
+    async fn nothing_is_handed_out_past_the_members_deadline() {
+        let ledgers = Ledgers::default();
+        let (lease_tx, lease) = live_lease();
+        let (mut queues, mut stream) = GroupQueues::new(4, 8, lease);
+        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let q = queues.open();
+        assert!(q.send(batch(0, 0..4, &cell)).await);
+        assert_eq!(take(&mut stream, 1).await, [(0, 0)]);
+
+        let _ = lease_tx.send(Some(std::time::Instant::now()));
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
+        assert!(waiting.is_err(), "handed out past the deadline");
+
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let _ = lease_tx.send(Some(end));
+        assert_eq!(take(&mut stream, 1).await, [(0, 1)]);
+        drop(lease_tx);
+        let _ = q;
+    }
+}
