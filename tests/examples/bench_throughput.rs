@@ -14,6 +14,8 @@
 //! last line is `members=3 tenure_msgs_per_s=X raw_msgs_per_s=Y ratio=R`.
 
 use std::process::ExitCode;
+
+use futures_util::{FutureExt, StreamExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,40 +52,57 @@ fn unique(name: &str) -> String {
     format!("{name}-{nanos}")
 }
 
-async fn produce(client: &Client, topic: &str, messages: usize) -> Result<(), String> {
+async fn create_topic(client: &Client, topic: &str) -> Result<(), String> {
     client
         .controller_client()
         .map_err(|e| e.to_string())?
         .create_topic(topic, PARTITIONS as i32, 1, 10_000)
         .await
-        .map_err(|e| format!("create {topic}: {e}"))?;
+        .map_err(|e| format!("create {topic}: {e}"))
+}
+
+/// `count` messages of 100 bytes into `partition`, stamped `timestamp`.
+async fn produce_to(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    count: usize,
+    timestamp: rskafka::chrono::DateTime<rskafka::chrono::Utc>,
+) -> Result<(), String> {
+    let target = client
+        .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut sent = 0;
+    while sent < count {
+        let n = 2000.min(count - sent);
+        let batch = (0..n)
+            .map(|_| Record {
+                key: None,
+                value: Some(vec![b'x'; 100]),
+                headers: Default::default(),
+                timestamp,
+            })
+            .collect();
+        target
+            .produce(batch, Compression::NoCompression)
+            .await
+            .map_err(|e| e.to_string())?;
+        sent += n;
+    }
+    Ok(())
+}
+
+/// A new topic with `messages` spread evenly over its partitions.
+async fn produce(client: &Arc<Client>, topic: &str, messages: usize) -> Result<(), String> {
+    create_topic(client, topic).await?;
     let timestamp = rskafka::chrono::DateTime::from_timestamp_millis(0).ok_or("a valid time")?;
     let per_partition = messages / PARTITIONS as usize;
     let mut tasks = Vec::new();
     for p in 0..PARTITIONS {
-        let target = client
-            .partition_client(topic, p as i32, UnknownTopicHandling::Retry)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (client, topic) = (client.clone(), topic.to_owned());
         tasks.push(tokio::spawn(async move {
-            let mut sent = 0;
-            while sent < per_partition {
-                let n = 2000.min(per_partition - sent);
-                let batch = (0..n)
-                    .map(|_| Record {
-                        key: None,
-                        value: Some(vec![b'x'; 100]),
-                        headers: Default::default(),
-                        timestamp,
-                    })
-                    .collect();
-                target
-                    .produce(batch, Compression::NoCompression)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                sent += n;
-            }
-            Ok::<(), String>(())
+            produce_to(&client, &topic, p, per_partition, timestamp).await
         }));
     }
     for task in tasks {
@@ -137,15 +156,14 @@ async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<f64, Strin
     Ok(total as f64 / started.elapsed().as_secs_f64())
 }
 
-/// `members` members consume everything through tenure: messages per
-/// second from the joins to the last acknowledgement.
-async fn through_tenure(
+/// `members` members of a new group on `topic`, each with `kafka`, once
+/// the group has settled and every partition is being fetched.
+async fn join_group(
     zookeeper: &str,
-    bootstrap: &str,
+    kafka: &KafkaConfig,
     topic: &str,
     members: usize,
-    total: u64,
-) -> Result<f64, String> {
+) -> Result<Vec<GroupMember>, String> {
     let root = tokio::time::timeout(Duration::from_secs(5), zk::Client::connect(zookeeper))
         .await
         .map_err(|_| format!("ZooKeeper at {zookeeper} does not answer"))?
@@ -159,7 +177,6 @@ async fn through_tenure(
     .await
     .map_err(|e| format!("create {chroot}: {e}"))?;
     let connect = format!("{zookeeper}{chroot}");
-    let consumed = Arc::new(AtomicU64::new(0));
     let (log, mut views) = tokio::sync::mpsc::unbounded_channel();
     let mut joined = Vec::new();
     for n in 0..members {
@@ -168,16 +185,13 @@ async fn through_tenure(
         config.commit_interval = Duration::from_secs(1);
         let backend = ZooKeeperBackend::new(connect.clone());
         let member = GroupMember::builder(config)
-            .kafka(KafkaConfig::new(bootstrap))
+            .kafka(kafka.clone())
             .view_log(log.clone())
             .join(backend)
             .await
             .map_err(|e| e.to_string())?;
         joined.push(member);
     }
-    // Steady state only: the clock starts once the group has settled (the
-    // fetchers have filled their buffers meanwhile, a small head start
-    // against the total).
     let mut latest = std::collections::BTreeMap::new();
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -187,7 +201,7 @@ async fn through_tenure(
             .sum();
         let settled = latest.len() == members && latest.values().all(|v| v.settled);
         if settled && fetching == PARTITIONS as usize {
-            break;
+            return Ok(joined);
         }
         match tokio::time::timeout_at(until, views.recv()).await {
             Ok(Some((member, view))) => {
@@ -196,22 +210,59 @@ async fn through_tenure(
             _ => return Err(format!("{members} members did not settle within 60 s")),
         }
     }
+}
+
+/// `members` members consume everything through tenure: messages per
+/// second from the joins to the last acknowledgement.
+async fn through_tenure(
+    zookeeper: &str,
+    bootstrap: &str,
+    topic: &str,
+    members: usize,
+    total: u64,
+) -> Result<f64, String> {
+    // Steady state only: the clock starts once the group has settled (the
+    // fetchers have filled their buffers meanwhile, a small head start
+    // against the total).
+    let joined = join_group(zookeeper, &KafkaConfig::new(bootstrap), topic, members).await?;
+    let consumed = Arc::new(AtomicU64::new(0));
+    // Every member reads until all messages are consumed; the one that
+    // consumes the last wakes the others, so that no member's wait for a
+    // message that will never come is counted.
     let started = Instant::now();
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    let done_tx = Arc::new(done_tx);
     let mut tasks = Vec::new();
     for mut member in joined {
         let consumed = consumed.clone();
+        let done_tx = done_tx.clone();
+        let mut done = done.clone();
         tasks.push(tokio::spawn(async move {
-            while consumed.load(Ordering::Relaxed) < total {
-                match tokio::time::timeout(Duration::from_millis(200), member.next_message()).await
-                {
-                    Ok(Some(message)) => {
-                        message.ack();
-                        consumed.fetch_add(1, Ordering::Relaxed);
+            let mut messages = member.messages();
+            let finished = async move {
+                let _ = done.wait_for(|d| *d).await;
+            };
+            let mut messages = std::pin::pin!(messages.by_ref().take_until(finished));
+            // Counted here, and added to the total whenever no message is
+            // ready (a shared counter per message would cost the members
+            // what the plain loop's tasks, counting apart, do not pay).
+            let mut counted = 0u64;
+            loop {
+                let next = match messages.next().now_or_never() {
+                    Some(next) => next,
+                    None => {
+                        if consumed.fetch_add(counted, Ordering::Relaxed) + counted >= total {
+                            let _ = done_tx.send(true);
+                        }
+                        counted = 0;
+                        messages.next().await
                     }
-                    Ok(None) => break,
-                    Err(_) => {}
-                }
+                };
+                let Some(message) = next else { break };
+                message.ack();
+                counted += 1;
             }
+            consumed.fetch_add(counted, Ordering::Relaxed);
             member
         }));
     }
@@ -230,39 +281,247 @@ async fn through_tenure(
     Ok(total as f64 / elapsed.as_secs_f64())
 }
 
-async fn run(messages: usize) -> Result<(), String> {
+/// How long a message waited, from its write to its hand-out, in one
+/// member whose partition 0 holds `backlog` messages while the other
+/// partitions are written to live, and the application spends `work` on
+/// each message: (the other partitions' latencies in ms, sorted; how long
+/// the backlog took to drain).
+async fn backlogged(
+    client: &Arc<Client>,
+    zookeeper: &str,
+    kafka: KafkaConfig,
+    backlog: usize,
+    work: Duration,
+) -> Result<(Vec<f64>, Duration), String> {
+    let topic = unique("bench-backlog");
+    create_topic(client, &topic).await?;
+    let now = stamp_now()?;
+    produce_to(client, &topic, 0, backlog, now).await?;
+    let mut joined = join_group(zookeeper, &kafka, &topic, 1).await?;
+    let member = joined.pop().ok_or("no member")?;
+
+    // The first message, so that the fetchers are under way before the
+    // clock starts.
+    let mut member = member;
+    let until = Instant::now() + Duration::from_secs(60);
+    let first = tokio::time::timeout_at(until.into(), member.next_message())
+        .await
+        .map_err(|_| "no message within 60 s".to_owned())?
+        .ok_or("the member closed")?;
+    first.ack();
+    let mut backlog_left = backlog - 1;
+
+    // Then one message into each other partition every 10 ms, each stamped
+    // with the time it was written, until the backlog is done (30 s at
+    // most).
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut writer = Some({
+        let (client, topic) = (client.clone(), topic.clone());
+        tokio::spawn(async move {
+            let mut targets = Vec::new();
+            for p in 1..PARTITIONS {
+                targets.push(
+                    client
+                        .partition_client(topic.as_str(), p as i32, UnknownTopicHandling::Retry)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let mut written = 0usize;
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            let until = Instant::now() + Duration::from_secs(30);
+            while !*stop.borrow() && Instant::now() < until {
+                tick.tick().await;
+                let timestamp = stamp_now()?;
+                let writes = targets.iter().map(|target| {
+                    let record = Record {
+                        key: None,
+                        value: Some(vec![b'y'; 100]),
+                        headers: Default::default(),
+                        timestamp,
+                    };
+                    target.produce(vec![record], Compression::NoCompression)
+                });
+                for result in futures_util::future::join_all(writes).await {
+                    result.map_err(|e| e.to_string())?;
+                    written += 1;
+                }
+            }
+            Ok::<usize, String>(written)
+        })
+    });
+
+    // Until the backlog is done, then until every message written meanwhile
+    // is read too (with no bound on a run, they all wait for the backlog).
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut drained = None;
+    let mut written = None;
+    while written.is_none_or(|written| latencies.len() < written) {
+        if backlog_left == 0 {
+            if let Some(writer) = writer.take() {
+                drained = Some(started.elapsed());
+                let _ = stop_tx.send(true);
+                written = Some(writer.await.map_err(|e| e.to_string())??);
+                continue;
+            }
+        }
+        let next = tokio::time::timeout_at(until.into(), member.next_message()).await;
+        let message = match next {
+            Ok(Some(message)) => message,
+            Ok(None) => return Err("the member closed".to_owned()),
+            Err(_) => {
+                return Err(format!(
+                    "not done after 60 s: {backlog_left} backlogged messages left, {} others read",
+                    latencies.len()
+                ))
+            }
+        };
+        // The application's own work on the message.
+        let begun = Instant::now();
+        while begun.elapsed() < work {
+            std::hint::spin_loop();
+        }
+        if message.partition == 0 {
+            backlog_left -= 1;
+        } else {
+            latencies.push((wall_ms() - message.timestamp_ms) as f64);
+        }
+        message.ack();
+    }
+    let drained = drained.ok_or("the backlog never drained")?;
+    member.close().await.map_err(|e| e.to_string())?;
+    latencies.sort_by(f64::total_cmp);
+    Ok((latencies, drained))
+}
+
+/// Milliseconds since the Unix epoch (the clock records are stamped with).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn stamp_now() -> Result<rskafka::chrono::DateTime<rskafka::chrono::Utc>, String> {
+    rskafka::chrono::DateTime::from_timestamp_millis(wall_ms())
+        .ok_or_else(|| "a valid time".to_owned())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let at = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// What to run, from the command line.
+struct Options {
+    messages: usize,
+    rounds: usize,
+    throughput: bool,
+    backlog: bool,
+}
+
+const USAGE: &str =
+    "usage: bench_throughput [--messages N] [--rounds R] [--only throughput|backlog]";
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        messages: 1_200_000,
+        rounds: 3,
+        throughput: true,
+        backlog: true,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(USAGE)?;
+        match (flag.as_str(), value.as_str()) {
+            ("--messages", n) => {
+                options.messages = n.parse().map_err(|_| USAGE)?;
+                if options.messages < PARTITIONS as usize {
+                    return Err(format!("--messages takes at least {PARTITIONS}"));
+                }
+            }
+            ("--rounds", n) => options.rounds = n.parse::<usize>().map_err(|_| USAGE)?.max(1),
+            ("--only", "throughput") => options.backlog = false,
+            ("--only", "backlog") => options.throughput = false,
+            _ => return Err(USAGE.to_owned()),
+        }
+    }
+    Ok(options)
+}
+
+async fn run(options: Options) -> Result<(), String> {
     let bootstrap = env("TENURE_KAFKA")?;
     let zookeeper = env("TENURE_ZOOKEEPER")?;
     let client = kafka(&bootstrap).await?;
-    let topic = unique("bench-throughput");
-    produce(&client, &topic, messages).await?;
-    let total = (messages / PARTITIONS as usize * PARTITIONS as usize) as u64;
-    for members in [1, 3] {
-        let raw_rate = raw(&client, &topic, total).await?;
-        let tenure_rate = through_tenure(&zookeeper, &bootstrap, &topic, members, total).await?;
-        let line = format!(
-            "members={members} tenure_msgs_per_s={tenure_rate:.0} raw_msgs_per_s={raw_rate:.0} ratio={:.2}",
-            tenure_rate / raw_rate
-        );
-        println!("{line}");
+    if options.throughput {
+        let topic = unique("bench-throughput");
+        produce(&client, &topic, options.messages).await?;
+        let total = (options.messages / PARTITIONS as usize * PARTITIONS as usize) as u64;
+        // The plain loop and tenure take turns, round after round, so that
+        // the machine's load falls on both alike; the last lines give the
+        // median ratio of the rounds.
+        let mut ratios: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
+        for round in 1..=options.rounds {
+            for members in [1, 3] {
+                let raw_rate = raw(&client, &topic, total).await?;
+                let tenure_rate =
+                    through_tenure(&zookeeper, &bootstrap, &topic, members, total).await?;
+                let ratio = tenure_rate / raw_rate;
+                eprintln!(
+                    "  round {round}: members={members} tenure_msgs_per_s={tenure_rate:.0} raw_msgs_per_s={raw_rate:.0} ratio={ratio:.2}"
+                );
+                ratios.entry(members).or_default().push(ratio);
+            }
+        }
+        for (members, mut ratios) in ratios {
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "members={members} messages={total} rounds={} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2}",
+                ratios.len(),
+                percentile(&ratios, 0.5),
+                percentile(&ratios, 0.0),
+                percentile(&ratios, 1.0),
+            );
+        }
+    }
+    if options.backlog {
+        // Delivery latency beside a backlog: the partitions in turns (the
+        // default), and, in the same run, with no bound on a run of one
+        // partition (its buffer handed out whole while it stays full).
+        let backlog = 200_000;
+        let work = Duration::from_micros(10);
+        for (name, in_a_row) in [("unbounded", usize::MAX), ("64", 64)] {
+            let mut kafka = KafkaConfig::new(&bootstrap);
+            kafka.max_messages_in_a_row = in_a_row;
+            let (latencies, drained) =
+                backlogged(&client, &zookeeper, kafka, backlog, work).await?;
+            println!(
+                "backlog={backlog} work_us={} max_messages_in_a_row={name} drained_ms={} other_partitions_latency_ms p50={:.0} p99={:.0} max={:.0} samples={}",
+                work.as_micros(),
+                drained.as_millis(),
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                percentile(&latencies, 1.0),
+                latencies.len()
+            );
+        }
     }
     Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let mut messages = 300_000;
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next().map(|v| v.parse::<usize>())) {
-            ("--messages", Some(Ok(n))) if n >= PARTITIONS as usize => messages = n,
-            _ => {
-                eprintln!("usage: bench_throughput [--messages N]");
-                return ExitCode::from(2);
-            }
+    let options = match options() {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(2);
         }
-    }
-    match run(messages).await {
+    };
+    match run(options).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bench_throughput failed: {message}");
