@@ -46,11 +46,10 @@ pub struct Messages {
 
 impl Messages {
     /// One partition's messages.
-    pub(crate) fn partition(batches: Batches) -> Messages {
-        let stream = futures_util::stream::unfold(batches, |mut batches| async move {
-            let message = batches.next().await?;
-            Some((message, batches))
-        });
+    pub(crate) fn partition(mut batches: Batches) -> Messages {
+        // Polled in place: a message costs no future and no move of the
+        // queue's state.
+        let stream = futures_util::stream::poll_fn(move |cx| batches.poll_next(cx));
         Messages {
             inner: Some(Box::pin(stream)),
         }
@@ -59,14 +58,10 @@ impl Messages {
     /// Every partition's messages, in turns (`None`: without Kafka).
     pub(crate) fn group(interleaved: Option<Interleaved>) -> Messages {
         Messages {
-            inner: interleaved.map(|interleaved| {
-                Box::pin(futures_util::stream::unfold(
-                    interleaved,
-                    |mut interleaved| async move {
-                        let message = interleaved.next().await?;
-                        Some((message, interleaved))
-                    },
-                )) as _
+            inner: interleaved.map(|mut interleaved| {
+                Box::pin(futures_util::stream::poll_fn(move |cx| {
+                    interleaved.poll_next(cx)
+                })) as _
             }),
         }
     }

@@ -12,6 +12,9 @@
 //! [`KafkaConfig::max_messages_in_a_row`]: super::KafkaConfig::max_messages_in_a_row
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -34,16 +37,31 @@ enum Take {
 /// The member's deadline as a hand-out reads it: the watched value, kept
 /// until the member's task changes it, so that a message costs a look at
 /// the clock and at the watch's version, not a lock.
-#[derive(Debug)]
 pub(crate) struct Deadline {
     lease: Lease,
     end: Option<std::time::Instant>,
+    /// While the deadline has passed: the wait for the member's task to
+    /// change it (`false` once the task is gone).
+    waiting: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline")
+            .field("end", &self.end)
+            .field("waiting", &self.waiting.is_some())
+            .finish()
+    }
 }
 
 impl Deadline {
     pub(crate) fn new(mut lease: Lease) -> Deadline {
         let end = *lease.borrow_and_update();
-        Deadline { lease, end }
+        Deadline {
+            lease,
+            end,
+            waiting: None,
+        }
     }
 
     /// Whether the member may hand out messages now: its own deadline,
@@ -56,12 +74,23 @@ impl Deadline {
         self.end.is_some_and(|end| now < end)
     }
 
-    /// Until the member's task changes the deadline; `None` once the task
-    /// is gone.
-    async fn changed(&mut self) -> Option<()> {
-        self.lease.changed().await.ok()?;
+    /// Ready once the member's task has changed the deadline; `None` once
+    /// the task is gone.
+    fn poll_changed(&mut self, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        let lease = &self.lease;
+        let waiting = self.waiting.get_or_insert_with(|| {
+            // A clone has seen what this receiver has: it wakes on the
+            // next change.
+            let mut lease = lease.clone();
+            Box::pin(async move { lease.changed().await.is_ok() })
+        });
+        let alive = std::task::ready!(waiting.as_mut().poll(cx));
+        self.waiting = None;
+        if !alive {
+            return Poll::Ready(None);
+        }
         self.end = *self.lease.borrow_and_update();
-        Some(())
+        Poll::Ready(Some(()))
     }
 }
 
@@ -164,17 +193,21 @@ impl Batches {
 
     /// The next message that may still be handed out (see [`Queue::take`]);
     /// `None` once the claim has ended and its queue is empty.
-    pub(crate) async fn next(&mut self) -> Option<Message> {
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         loop {
             match self.queue.take(&mut self.lease) {
-                Take::Message(message) => return Some(message),
-                Take::Empty => {
-                    let fetched = self.queue.receiver.recv().await?;
-                    self.queue.load(fetched);
+                Take::Message(message) => return Poll::Ready(Some(message)),
+                Take::Empty => match std::task::ready!(self.queue.receiver.poll_recv(cx)) {
+                    Some(fetched) => self.queue.load(fetched),
+                    None => return Poll::Ready(None),
+                },
+                Take::Closed => return Poll::Ready(None),
+                // `None`: the member's task is gone, nothing more to hand out.
+                Take::Expired => {
+                    if std::task::ready!(self.lease.poll_changed(cx)).is_none() {
+                        return Poll::Ready(None);
+                    }
                 }
-                Take::Closed => return None,
-                // The member's task is gone: nothing more to hand out.
-                Take::Expired => self.lease.changed().await?,
             }
         }
     }
@@ -350,14 +383,16 @@ impl Interleaved {
 
     /// The next message that may still be handed out, from the queue whose
     /// turn it is; `None` once the member has closed.
-    pub(crate) async fn next(&mut self) -> Option<Message> {
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         loop {
             let Some((_, queue)) = self.line.front_mut() else {
                 self.hear();
                 if self.line.is_empty() {
                     // Nothing buffered anywhere: wait for a fetcher.
-                    let signal = self.signals.recv().await?;
-                    self.apply(signal);
+                    match std::task::ready!(self.signals.poll_recv(cx)) {
+                        Some(signal) => self.apply(signal),
+                        None => return Poll::Ready(None),
+                    }
                 }
                 continue;
             };
@@ -372,7 +407,7 @@ impl Interleaved {
                     } else if self.in_a_row.is_multiple_of(SIGNALS_EVERY) {
                         self.hear();
                     }
-                    return Some(message);
+                    return Poll::Ready(Some(message));
                 }
                 // Back in line when its fetcher fills it again.
                 Take::Empty => {
@@ -387,10 +422,19 @@ impl Interleaved {
                     self.line.pop_front();
                     self.hear();
                 }
-                // The member's task is gone: nothing more to hand out.
-                Take::Expired => self.lease.changed().await?,
+                // `None`: the member's task is gone, nothing more to hand out.
+                Take::Expired => {
+                    if std::task::ready!(self.lease.poll_changed(cx)).is_none() {
+                        return Poll::Ready(None);
+                    }
+                }
             }
         }
+    }
+
+    #[cfg(test)]
+    async fn next(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
     }
 }
 
