@@ -15,7 +15,7 @@
 
 use std::process::ExitCode;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,8 +113,9 @@ async fn produce(client: &Arc<Client>, topic: &str, messages: usize) -> Result<(
 
 /// A plain fetch loop per partition (the concurrency tenure's fetchers
 /// have): messages per second until every message is read.
-async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<f64, String> {
+async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<Rate, String> {
     let started = Instant::now();
+    let cpu = process_cpu()?;
     let mut tasks = Vec::new();
     for p in 0..PARTITIONS {
         let partition = client
@@ -153,7 +154,7 @@ async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<f64, Strin
     if read != total {
         return Err(format!("the raw loop read {read} of {total} messages"));
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    Rate::since(total, started, cpu)
 }
 
 /// `members` members of a new group on `topic`, each with `kafka`, once
@@ -216,20 +217,21 @@ async fn join_group(
 /// second from the joins to the last acknowledgement.
 async fn through_tenure(
     zookeeper: &str,
-    bootstrap: &str,
+    kafka: &KafkaConfig,
     topic: &str,
     members: usize,
     total: u64,
-) -> Result<f64, String> {
+) -> Result<Rate, String> {
     // Steady state only: the clock starts once the group has settled (the
     // fetchers have filled their buffers meanwhile, a small head start
     // against the total).
-    let joined = join_group(zookeeper, &KafkaConfig::new(bootstrap), topic, members).await?;
+    let joined = join_group(zookeeper, kafka, topic, members).await?;
     let consumed = Arc::new(AtomicU64::new(0));
     // Every member reads until all messages are consumed; the one that
     // consumes the last wakes the others, so that no member's wait for a
     // message that will never come is counted.
     let started = Instant::now();
+    let cpu = process_cpu()?;
     let (done_tx, done) = tokio::sync::watch::channel(false);
     let done_tx = Arc::new(done_tx);
     let mut tasks = Vec::new();
@@ -239,13 +241,10 @@ async fn through_tenure(
         let mut done = done.clone();
         tasks.push(tokio::spawn(async move {
             let mut messages = member.messages();
-            let finished = async move {
-                let _ = done.wait_for(|d| *d).await;
-            };
-            let mut messages = std::pin::pin!(messages.by_ref().take_until(finished));
             // Counted here, and added to the total whenever no message is
             // ready (a shared counter per message would cost the members
-            // what the plain loop's tasks, counting apart, do not pay).
+            // what the plain loop's tasks, counting apart, do not pay); the
+            // end is looked for only then too.
             let mut counted = 0u64;
             loop {
                 let next = match messages.next().now_or_never() {
@@ -255,7 +254,10 @@ async fn through_tenure(
                             let _ = done_tx.send(true);
                         }
                         counted = 0;
-                        messages.next().await
+                        tokio::select! {
+                            next = messages.next() => next,
+                            _ = done.wait_for(|d| *d) => None,
+                        }
                     }
                 };
                 let Some(message) = next else { break };
@@ -270,7 +272,7 @@ async fn through_tenure(
     for task in tasks {
         joined.push(task.await.map_err(|e| e.to_string())?);
     }
-    let elapsed = started.elapsed();
+    let rate = Rate::since(total, started, cpu)?;
     let read = consumed.load(Ordering::Relaxed);
     for member in joined {
         member.close().await.map_err(|e| e.to_string())?;
@@ -278,7 +280,49 @@ async fn through_tenure(
     if read < total {
         return Err(format!("tenure consumed {read} of {total} messages"));
     }
-    Ok(total as f64 / elapsed.as_secs_f64())
+    Ok(rate)
+}
+
+/// Messages per second of wall time, and per second of this process's CPU
+/// time (every thread's, user and system). On a shared machine the second
+/// is the steadier comparison: another process's load lengthens the wall
+/// time of whichever side it falls on, not the CPU time this one spends.
+#[derive(Clone, Copy)]
+struct Rate {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Rate {
+    fn since(messages: u64, started: Instant, cpu: Duration) -> Result<Rate, String> {
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = (process_cpu()? - cpu).as_secs_f64().max(1e-3);
+        Ok(Rate {
+            wall: messages as f64 / wall,
+            cpu: messages as f64 / cpu,
+        })
+    }
+}
+
+/// This process's CPU time so far, from /proc/self/stat (in clock ticks of
+/// 10 ms, the kernel's USER_HZ).
+fn process_cpu() -> Result<Duration, String> {
+    let stat =
+        std::fs::read_to_string("/proc/self/stat").map_err(|e| format!("/proc/self/stat: {e}"))?;
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: utime and stime are the 14th and 15th of the line.
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or("/proc/self/stat unreadable")?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> Result<u64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| "/proc/self/stat unreadable".to_owned())
+    };
+    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
 }
 
 /// How long a message waited, from its write to its hand-out, in one
@@ -418,17 +462,20 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// What to run, from the command line.
 struct Options {
     messages: usize,
+    /// `KafkaConfig::buffered_batches` for the throughput runs.
+    buffered_batches: Option<usize>,
     rounds: usize,
     throughput: bool,
     backlog: bool,
 }
 
 const USAGE: &str =
-    "usage: bench_throughput [--messages N] [--rounds R] [--only throughput|backlog]";
+    "usage: bench_throughput [--messages N] [--rounds R] [--buffered-batches B] [--only throughput|backlog]";
 
 fn options() -> Result<Options, String> {
     let mut options = Options {
         messages: 1_200_000,
+        buffered_batches: None,
         rounds: 3,
         throughput: true,
         backlog: true,
@@ -442,6 +489,9 @@ fn options() -> Result<Options, String> {
                 if options.messages < PARTITIONS as usize {
                     return Err(format!("--messages takes at least {PARTITIONS}"));
                 }
+            }
+            ("--buffered-batches", n) => {
+                options.buffered_batches = Some(n.parse().map_err(|_| USAGE)?);
             }
             ("--rounds", n) => options.rounds = n.parse::<usize>().map_err(|_| USAGE)?.max(1),
             ("--only", "throughput") => options.backlog = false,
@@ -460,30 +510,41 @@ async fn run(options: Options) -> Result<(), String> {
         let topic = unique("bench-throughput");
         produce(&client, &topic, options.messages).await?;
         let total = (options.messages / PARTITIONS as usize * PARTITIONS as usize) as u64;
+        let mut kafka_config = KafkaConfig::new(&bootstrap);
+        if let Some(batches) = options.buffered_batches {
+            kafka_config.buffered_batches = batches;
+        }
         // The plain loop and tenure take turns, round after round, so that
         // the machine's load falls on both alike; the last lines give the
         // median ratio of the rounds.
-        let mut ratios: std::collections::BTreeMap<usize, Vec<f64>> = Default::default();
+        let mut ratios: std::collections::BTreeMap<usize, (Vec<f64>, Vec<f64>)> =
+            Default::default();
         for round in 1..=options.rounds {
             for members in [1, 3] {
                 let raw_rate = raw(&client, &topic, total).await?;
                 let tenure_rate =
-                    through_tenure(&zookeeper, &bootstrap, &topic, members, total).await?;
-                let ratio = tenure_rate / raw_rate;
+                    through_tenure(&zookeeper, &kafka_config, &topic, members, total).await?;
+                let ratio = tenure_rate.wall / raw_rate.wall;
+                let cpu_ratio = tenure_rate.cpu / raw_rate.cpu;
                 eprintln!(
-                    "  round {round}: members={members} tenure_msgs_per_s={tenure_rate:.0} raw_msgs_per_s={raw_rate:.0} ratio={ratio:.2}"
+                    "  round {round}: members={members} tenure_msgs_per_s={:.0} raw_msgs_per_s={:.0} ratio={ratio:.2} tenure_msgs_per_cpu_s={:.0} raw_msgs_per_cpu_s={:.0} cpu_ratio={cpu_ratio:.2}",
+                    tenure_rate.wall, raw_rate.wall, tenure_rate.cpu, raw_rate.cpu
                 );
-                ratios.entry(members).or_default().push(ratio);
+                let entry = ratios.entry(members).or_default();
+                entry.0.push(ratio);
+                entry.1.push(cpu_ratio);
             }
         }
-        for (members, mut ratios) in ratios {
-            ratios.sort_by(f64::total_cmp);
+        for (members, (mut wall, mut cpu)) in ratios {
+            wall.sort_by(f64::total_cmp);
+            cpu.sort_by(f64::total_cmp);
             println!(
-                "members={members} messages={total} rounds={} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2}",
-                ratios.len(),
-                percentile(&ratios, 0.5),
-                percentile(&ratios, 0.0),
-                percentile(&ratios, 1.0),
+                "members={members} messages={total} rounds={} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2} cpu_ratio_median={:.2}",
+                wall.len(),
+                percentile(&wall, 0.5),
+                percentile(&wall, 0.0),
+                percentile(&wall, 1.0),
+                percentile(&cpu, 0.5),
             );
         }
     }
