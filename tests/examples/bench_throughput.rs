@@ -1,17 +1,27 @@
-//! Throughput benchmark against the real Kafka and ZooKeeper of
-//! `scripts/services` (start them with `eval "$(scripts/services start)"`,
-//! which sets `TENURE_KAFKA` and `TENURE_ZOOKEEPER`).
+//! Throughput and delivery-latency benchmark against the real Kafka and
+//! ZooKeeper of `scripts/services` (start them with
+//! `eval "$(scripts/services start)"`, which sets `TENURE_KAFKA` and
+//! `TENURE_ZOOKEEPER`).
 //!
 //! ```text
-//! cargo run --release -p tenure-tests --example bench_throughput
+//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog]
 //! ```
 //!
-//! It produces `--messages` messages (default 300,000, 100-byte values) to
-//! a topic of 12 partitions, then, in the same run, for 1 and for 3
-//! members: consumes them all through tenure (members coordinating on
-//! ZooKeeper, every message acknowledged, offsets committed), and with a
-//! plain rskafka fetch loop per partition over the same partitions. The
-//! last line is `members=3 tenure_msgs_per_s=X raw_msgs_per_s=Y ratio=R`.
+//! Throughput: it produces `--messages` messages (default 1,200,000,
+//! 100-byte values) to a topic of 12 partitions, then, round after round,
+//! for 1 and for 3 members: reads them all with a plain rskafka fetch loop
+//! per partition, and consumes them all through tenure (members
+//! coordinating on ZooKeeper, every message acknowledged, offsets
+//! committed). Each round prints messages per second of wall time and of
+//! this process's CPU time; the lines on stdout give the median ratios:
+//! `members=3 messages=… rounds=… ratio_median=R ratio_min=… ratio_max=… cpu_ratio_median=C`.
+//!
+//! Latency: one member over 12 partitions, partition 0 200,000 messages
+//! behind and the others written to live every 10 ms, the application
+//! spending 10 µs per message: how long the live partitions' messages wait
+//! from their write to their hand-out while the backlog drains, with the
+//! partitions in turns (`KafkaConfig::max_messages_in_a_row`, 64) and, in
+//! the same run, with no bound on a run of one partition.
 
 use std::process::ExitCode;
 
