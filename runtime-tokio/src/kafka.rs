@@ -353,7 +353,7 @@ pub struct Message {
     /// The fencing token of the claim this message was fetched under: every
     /// side effect of processing it may be fenced with it.
     pub token: FencingToken,
-    ledger: Arc<LedgerCell>,
+    ledger: Arc<BatchLedger>,
     /// The fetch of its claim it came from: a pause ends a fetch, and what
     /// that fetch left buffered is fetched again on resume.
     generation: u64,
@@ -454,6 +454,18 @@ struct Ledger {
     generation: u64,
     /// Paused by the application: nothing is handed out until resumed.
     paused: bool,
+}
+
+/// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
+#[derive(Debug)]
+pub(crate) struct BatchLedger(Arc<LedgerCell>);
+
+impl std::ops::Deref for BatchLedger {
+    type Target = LedgerCell;
+
+    fn deref(&self) -> &LedgerCell {
+        &self.0
+    }
 }
 
 /// One claim's ledger, shared by its messages (no lookup on the hot path).
@@ -1077,6 +1089,13 @@ impl Fetcher {
                         ));
                     }
                     let mut messages = Vec::with_capacity(fetched.records.len());
+                    // The batch's own references for its messages to count:
+                    // counted by this task while it builds the batch and by
+                    // the application's while it takes it, never by both at
+                    // once. One shared by every batch bounced between the
+                    // two threads' caches at every message.
+                    let topic: Arc<str> = Arc::from(&*self.partition.topic);
+                    let ledger = Arc::new(BatchLedger(self.ledger.clone()));
                     for record in fetched.records {
                         if record.offset < next {
                             // A compressed batch can start before the offset
@@ -1085,7 +1104,7 @@ impl Fetcher {
                         }
                         next = record.offset + 1;
                         messages.push(Message {
-                            topic: self.partition.topic.clone(),
+                            topic: topic.clone(),
                             partition: self.partition.partition,
                             offset: record.offset,
                             key: record.record.key,
@@ -1093,7 +1112,7 @@ impl Fetcher {
                             headers: record.record.headers,
                             timestamp_ms: record.record.timestamp.timestamp_millis(),
                             token: self.token,
-                            ledger: self.ledger.clone(),
+                            ledger: ledger.clone(),
                             generation: self.generation,
                         });
                     }

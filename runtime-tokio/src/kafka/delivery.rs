@@ -444,7 +444,7 @@ mod tests {
 
     use tenure_core::{FencingToken, TopicPartition};
 
-    use super::super::{LedgerCell, Ledgers};
+    use super::super::{BatchLedger, LedgerCell, Ledgers};
     use super::*;
 
     fn message(partition: u32, offset: i64, ledger: &Arc<LedgerCell>) -> Message {
@@ -457,7 +457,7 @@ mod tests {
             headers: Default::default(),
             timestamp_ms: 0,
             token: ledger.token,
-            ledger: ledger.clone(),
+            ledger: Arc::new(BatchLedger(ledger.clone())),
             generation: 0,
         }
     }
