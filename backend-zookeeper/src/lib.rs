@@ -284,10 +284,15 @@ impl Backend for ZooKeeperBackend {
             return self.shutdown().await;
         }
         if let Some(current) = running.stop().await {
-            tracing::info!(
-                session = %current.client.session_id(),
-                "ZooKeeper session left to run out, for a restarted process to resume"
-            );
+            let session = current.client.session_id();
+            // The next process resumes the session as soon as this returns
+            // (the state file is let go then): see `let_go`.
+            if let_go(current.client).await {
+                tracing::info!(
+                    %session,
+                    "ZooKeeper session left to run out, for a restarted process to resume"
+                );
+            }
         }
     }
 
@@ -303,30 +308,24 @@ impl Backend for ZooKeeperBackend {
         if self.config.detached {
             // A detached client leaves its session behind when dropped: a
             // client that resumes it, not detached, closes it on its way out.
-            match session::resume(&self.config.attached(), &ticket_of(&current.client)).await {
+            // The detached one must be gone first, or the two take the
+            // session from each other (see `let_go`).
+            let ticket = ticket_of(&current.client);
+            let_go(current.client).await;
+            match session::resume(&self.config.attached(), &ticket).await {
                 Some(client) => current.client = client,
                 None => return,
             }
         }
-        let mut watcher = current.client.state_watcher();
         let session = current.client.session_id();
-        drop(current);
-        let closed = tokio::time::timeout(CLOSE_TIMEOUT, async {
-            loop {
-                if watcher.peek_state().is_terminated() {
-                    return;
-                }
-                watcher.changed().await;
-            }
-        })
-        .await;
-        match closed {
-            Ok(()) => tracing::info!(%session, "ZooKeeper session closed"),
-            Err(_) => tracing::warn!(
+        if stopped(current.client, CLOSE_TIMEOUT).await {
+            tracing::info!(%session, "ZooKeeper session closed");
+        } else {
+            tracing::warn!(
                 %session,
                 "ZooKeeper did not confirm the session's close within {CLOSE_TIMEOUT:?}; \
                  its ephemeral nodes vanish when it expires"
-            ),
+            );
         }
     }
 }
@@ -339,6 +338,44 @@ impl Drop for ZooKeeperBackend {
             drop(running.abort());
         }
     }
+}
+
+/// Drops `client`, the last clone of it, and waits up to `timeout` for its
+/// session task to end (after closing the session, unless detached):
+/// whether it did.
+async fn stopped(client: zk::Client, timeout: Duration) -> bool {
+    let mut watcher = client.state_watcher();
+    drop(client);
+    let ended = tokio::time::timeout(timeout, async {
+        loop {
+            if watcher.peek_state().is_terminated() {
+                return;
+            }
+            watcher.changed().await;
+        }
+    });
+    ended.await.is_ok()
+}
+
+/// Lets go of a detached client before another client resumes its session:
+/// drops it and waits until it has stopped. Until then it is connected, or
+/// reconnecting, under the session: the server closes the older connection
+/// of a session when a newer one opens, and a client whose connection
+/// closes reconnects, closing the other's. The client that resumes would
+/// then fail with a lost connection and open a new session, leaving this
+/// one, with every record of the member, to run out: its partitions would
+/// move after all. Whether it stopped within `CLOSE_TIMEOUT`.
+async fn let_go(client: zk::Client) -> bool {
+    let session = client.session_id();
+    let gone = stopped(client, CLOSE_TIMEOUT).await;
+    if !gone {
+        tracing::warn!(
+            %session,
+            "the ZooKeeper client of the session did not stop within {CLOSE_TIMEOUT:?}; \
+             a client resuming the session may lose it to this one"
+        );
+    }
+    gone
 }
 
 /// The ticket of a client's session.

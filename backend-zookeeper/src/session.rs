@@ -28,20 +28,43 @@ pub(crate) async fn connect(config: &Config) -> Result<zk::Client, BackendError>
 /// connect timeout; `None` if it is gone (expired, or the server does not
 /// know it), so that the caller opens a new one.
 pub(crate) async fn resume(config: &Config, ticket: &SessionTicket) -> Option<zk::Client> {
-    let session = zk::SessionInfo::resume(zk::SessionId(ticket.id), ticket.secret.clone());
-    match try_connect_with(config, Some(session)).await {
-        Ok(client) if client.session_id().0 == ticket.id => Some(client),
-        Ok(_) => None,
-        Err(error) => {
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut attempt = config.clone();
+    loop {
+        let session = zk::SessionInfo::resume(zk::SessionId(ticket.id), ticket.secret.clone());
+        let error = match try_connect_with(&attempt, Some(session)).await {
+            Ok(client) if client.session_id().0 == ticket.id => return Some(client),
+            Ok(_) => return None,
+            Err(error) => error,
+        };
+        // A lost connection says nothing of the session, which may well be
+        // alive: given up, it would run out with the member's registration
+        // and claims, and its partitions move. One way to lose it: a client
+        // of the previous process, still connected under the session,
+        // reconnects when the server closes its connection for ours, and
+        // closes ours in turn; it stops once it finds itself dropped.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let lost = matches!(error, ConnectError::Client(zk::Error::ConnectionLoss));
+        if !lost || left <= RESUME_PAUSE {
             tracing::info!(
                 session = %zk::SessionId(ticket.id),
                 %error,
                 "the ZooKeeper session of the previous process cannot be resumed; opening a new one"
             );
-            None
+            return None;
         }
+        tracing::debug!(
+            session = %zk::SessionId(ticket.id),
+            %error,
+            "resuming the ZooKeeper session again"
+        );
+        tokio::time::sleep(RESUME_PAUSE).await;
+        attempt.connect_timeout = left.saturating_sub(RESUME_PAUSE);
     }
 }
+
+/// How long a resume that lost its connection waits before trying again.
+const RESUME_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The partitions whose owner records the client's session holds.
 pub(crate) async fn claims_held(client: &zk::Client, layout: &Layout) -> Vec<TopicPartition> {
