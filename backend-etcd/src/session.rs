@@ -89,19 +89,37 @@ pub(crate) async fn connect(
     Ok((client, current, None))
 }
 
+/// How long to wait before asking again for a previous process's lease.
+const RESUME_RETRY: Duration = Duration::from_millis(100);
+
 /// The lease `lease` of a previous process and the keys attached to it,
 /// if it is still alive with the TTL this member needs (static
 /// membership); `None` to grant a new one.
 async fn resumed(config: &Config, client: &Client, lease: i64) -> Option<(Current, Vec<Vec<u8>>)> {
     let mut client = client.clone();
-    let asked = client.lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
-    let answer = match tokio::time::timeout(config.connect_timeout, asked).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(error)) => {
+    // Asked again until an answer or the connect timeout: a lease given up
+    // on a failed request (a busy server, a leader election) while it is
+    // alive would keep the previous process's registration and claims for
+    // a whole TTL, and this member would rejoin as a new one after it.
+    let deadline = tokio::time::Instant::now() + config.connect_timeout;
+    let answer = loop {
+        let asked =
+            client.lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
+        let error = match tokio::time::timeout_at(deadline, asked).await {
+            Ok(Ok(answer)) => break answer,
+            // An answer too: the lease is gone.
+            Ok(Err(error)) if lease_not_found(&error) => {
+                tracing::info!(lease = %format_args!("{lease:x}"), "the previous process's etcd lease is gone; granting a new one");
+                return None;
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "no answer".to_owned(),
+        };
+        if tokio::time::Instant::now() + RESUME_RETRY >= deadline {
             tracing::info!(lease = %format_args!("{lease:x}"), %error, "cannot look up the previous process's etcd lease; granting a new one");
             return None;
         }
-        Err(_) => return None,
+        tokio::time::sleep(RESUME_RETRY).await;
     };
     let current = Current::new(lease, answer.granted_ttl());
     // A lease that ran out (TTL -1), or one granted for a shorter session
