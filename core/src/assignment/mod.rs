@@ -49,6 +49,20 @@ pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
         let _ = memo;
         self.assign(members, partitions)
     }
+
+    /// The partitions [`AssignmentStrategy::assign_with`] gives `member`:
+    /// all a member needs of the assignment. The default picks them out of
+    /// the whole assignment.
+    fn assign_to(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+        member: &MemberId,
+    ) -> BTreeSet<TopicPartition> {
+        self.assign_with(members, partitions, memo)
+            .partitions_of(member)
+    }
 }
 
 /// What a strategy keeps between the assignments of one member
@@ -135,6 +149,16 @@ impl AssignmentStrategy for Sticky {
         memo: &mut AssignmentMemo,
     ) -> Assignment {
         sticky::assign_with(&sorted_members(members), partitions, memo.get_mut())
+    }
+
+    fn assign_to(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+        member: &MemberId,
+    ) -> BTreeSet<TopicPartition> {
+        sticky::assign_to(&sorted_members(members), partitions, memo.get_mut(), member)
     }
 }
 

@@ -48,7 +48,7 @@
 //! before handing out the extra partitions (1.26 and 1.71).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -187,6 +187,44 @@ pub(super) fn assign_with(
     partitions: &PartitionCounts,
     memo: &mut Memo,
 ) -> Assignment {
+    // The slots are in partition order: the map is built in one pass
+    // rather than by inserting (and comparing) each partition in turn.
+    let (slots, owner) = place(members, partitions, memo);
+    slots
+        .into_iter()
+        .zip(owner)
+        .filter_map(|(slot, owner)| Some((slot.partition, members[owner? as usize].id.clone())))
+        .collect()
+}
+
+/// The partitions [`assign_with`] gives `member`, without the map of
+/// every partition's owner: a member needs only its own, and the map cost
+/// as much as the rest of an assignment.
+pub(super) fn assign_to(
+    members: &[&MemberInfo],
+    partitions: &PartitionCounts,
+    memo: &mut Memo,
+    member: &MemberId,
+) -> BTreeSet<TopicPartition> {
+    let (slots, owner) = place(members, partitions, memo);
+    let Some(me) = members.iter().position(|m| m.id == *member) else {
+        return BTreeSet::new();
+    };
+    slots
+        .into_iter()
+        .zip(owner)
+        .filter(|(_, owner)| *owner == Some(me as u32))
+        .map(|(slot, _)| slot.partition)
+        .collect()
+}
+
+/// Every assignable partition in partition order, with the index in
+/// `members` of the one it goes to.
+fn place(
+    members: &[&MemberInfo],
+    partitions: &PartitionCounts,
+    memo: &mut Memo,
+) -> (Vec<Slot>, Vec<Option<u32>>) {
     let member_hashes: Vec<u64> = members
         .iter()
         .map(|m| hash_bytes(m.id.as_str().as_bytes()))
@@ -239,7 +277,7 @@ pub(super) fn assign_with(
     let total = slots.len();
     let active_members = active.iter().filter(|a| **a).count();
     if total == 0 || active_members == 0 {
-        return Assignment::new();
+        return (Vec::new(), Vec::new());
     }
     let floor = total / active_members;
     let mut extra_left = total % active_members;
@@ -308,13 +346,7 @@ pub(super) fn assign_with(
             }
         }
     }
-    // The slots are in partition order: the map is built in one pass
-    // rather than by inserting (and comparing) each partition in turn.
-    slots
-        .into_iter()
-        .zip(owner)
-        .filter_map(|(slot, owner)| Some((slot.partition, members[owner? as usize].id.clone())))
-        .collect()
+    (slots, owner)
 }
 
 /// The order in which pairs are considered, as one integer: the score
@@ -577,12 +609,22 @@ mod tests {
                 }
                 let mut sorted: Vec<&MemberInfo> = members.iter().collect();
                 sorted.sort_by(|a, b| a.id.cmp(&b.id));
+                let reference = reference_assign(&sorted, &counts);
                 assert_eq!(
                     assign_with(&sorted, &counts, &mut memo),
-                    reference_assign(&sorted, &counts),
+                    reference,
                     "seed {seed}, step {step}: {} members, {counts:?}",
                     members.len()
                 );
+                // And a member's own share, picked out without the map.
+                if let Some(m) = sorted.get(step % sorted.len().max(1)) {
+                    assert_eq!(
+                        assign_to(&sorted, &counts, &mut memo, &m.id),
+                        reference.partitions_of(&m.id),
+                        "seed {seed}, step {step}: {}",
+                        m.id
+                    );
+                }
             }
         }
     }

@@ -895,11 +895,12 @@ impl Member {
             return None;
         }
         self.reported_mismatch = None;
-        let assignment =
-            self.config
-                .strategy
-                .assign_with(members, &self.counts, &mut self.assignment_memo);
-        Some(assignment.partitions_of(&self.info.id))
+        Some(self.config.strategy.assign_to(
+            members,
+            &self.counts,
+            &mut self.assignment_memo,
+            &self.info.id,
+        ))
     }
 
     // ----- partitions -----
