@@ -173,57 +173,66 @@ impl Watcher {
         let at = view.at.unwrap_or_else(Instant::now);
         let before = self.latest.insert(name.clone(), view);
         let view = &self.latest[&name];
-        let mut listed = Vec::new();
-        let mut unlisted = Vec::new();
-        if let Some(before) = &before {
-            unlisted.extend(
-                before
-                    .owned
-                    .keys()
-                    .filter(|p| !view.owned.contains_key(*p))
-                    .cloned(),
-            );
+        // What changed since the member's previous view, by one walk of
+        // both (sorted) maps: a lookup of each partition in the other view
+        // cost O(P log P) per view, which a member owning 10,000
+        // partitions publishes at each of its 20,000 steps.
+        let empty = BTreeMap::new();
+        let old = before.as_ref().map_or(&empty, |b| &b.owned);
+        let (mut was, mut is) = (old.iter().peekable(), view.owned.iter().peekable());
+        let (mut dropped, mut shown) = (Vec::new(), Vec::new());
+        let (mut listed, mut unlisted) = (Vec::new(), Vec::new());
+        loop {
+            let order = match (was.peek(), is.peek()) {
+                (Some((a, _)), Some((b, _))) => a.cmp(b),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => break,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    if let Some((p, t)) = was.next() {
+                        unlisted.push(p.clone());
+                        dropped.push((p.clone(), *t));
+                    }
+                }
+                std::cmp::Ordering::Greater => {
+                    if let Some((p, t)) = is.next() {
+                        listed.push(p.clone());
+                        shown.push((p.clone(), *t));
+                    }
+                }
+                std::cmp::Ordering::Equal => {
+                    if let (Some((p, a)), Some((_, b))) = (was.next(), is.next()) {
+                        if a != b {
+                            dropped.push((p.clone(), *a));
+                            shown.push((p.clone(), *b));
+                        }
+                    }
+                }
+            }
         }
-        listed.extend(
-            view.owned
-                .keys()
-                .filter(|p| before.as_ref().is_none_or(|b| !b.owned.contains_key(*p)))
-                .cloned(),
-        );
         for partition in listed {
             self.listed += 1;
             *self.holders.entry(partition).or_default() += 1;
         }
         self.unlist(unlisted.iter());
-        let view = &self.latest[&name];
-        if let Some(before) = &before {
-            for (partition, token) in &before.owned {
-                if view.owned.get(partition) == Some(token) {
-                    continue;
-                }
-                let Some(tokens) = self.claims.get_mut(partition) else {
-                    continue;
-                };
-                if let Some(claim) = tokens.get_mut(&token.0) {
-                    claim.dropped.get_or_insert(at);
-                }
-                // The next claim may have been shown first.
-                if let Some((_, next)) = tokens.range(token.0 + 1..).next() {
-                    self.max_unowned = self
-                        .max_unowned
-                        .max(next.shown.saturating_duration_since(at));
-                }
+        for (partition, token) in dropped {
+            let Some(tokens) = self.claims.get_mut(&partition) else {
+                continue;
+            };
+            if let Some(claim) = tokens.get_mut(&token.0) {
+                claim.dropped.get_or_insert(at);
+            }
+            // The next claim may have been shown first.
+            if let Some((_, next)) = tokens.range(token.0 + 1..).next() {
+                self.max_unowned = self
+                    .max_unowned
+                    .max(next.shown.saturating_duration_since(at));
             }
         }
-        for (partition, token) in &view.owned {
-            // Claims the member's previous view showed are known already.
-            if before
-                .as_ref()
-                .is_some_and(|b| b.owned.get(partition) == Some(token))
-            {
-                continue;
-            }
-            let tokens = self.claims.entry(partition.clone()).or_default();
+        for (partition, token) in shown {
+            let tokens = self.claims.entry(partition).or_default();
             if tokens.contains_key(&token.0) {
                 continue;
             }
