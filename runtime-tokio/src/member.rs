@@ -105,6 +105,29 @@ pub struct View {
     pub at: Option<Instant>,
 }
 
+impl View {
+    /// Whether `self` and `other` say the same, whenever published.
+    fn same_as(&self, other: &View) -> bool {
+        let View {
+            session,
+            registered,
+            assigned,
+            owned,
+            fetching,
+            settled,
+            closed,
+            at: _,
+        } = self;
+        *session == other.session
+            && *registered == other.registered
+            && *settled == other.settled
+            && *closed == other.closed
+            && *owned == other.owned
+            && *assigned == other.assigned
+            && *fetching == other.fetching
+    }
+}
+
 /// Why a member could not join.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -1197,10 +1220,9 @@ impl Driver {
         let log = self.view_log.as_ref();
         let id = self.member.id();
         self.view.send_if_modified(|current| {
-            let same = View {
-                at: current.at,
-                ..view.clone()
-            } == *current;
+            // Compared in place: a copy of the view to compare cost as
+            // much as building it, at every step of every member.
+            let same = view.same_as(current);
             if !same {
                 if let Some(log) = log {
                     let _ = log.send((id.clone(), view.clone()));

@@ -5,6 +5,7 @@
 //! strategy must be a pure function of that snapshot: no randomness, no
 //! clocks, no iteration order of hash maps.
 
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +35,75 @@ pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
 
     /// Assigns the partitions of `partitions` to `members`.
     fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment;
+
+    /// The same assignment as [`AssignmentStrategy::assign`], for a member
+    /// that assigns again at every membership change: `memo` is what the
+    /// strategy kept of this member's previous call, to reuse what did not
+    /// change. The default keeps nothing.
+    fn assign_with(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+    ) -> Assignment {
+        let _ = memo;
+        self.assign(members, partitions)
+    }
+
+    /// The partitions [`AssignmentStrategy::assign_with`] gives `member`:
+    /// all a member needs of the assignment. The default picks them out of
+    /// the whole assignment.
+    fn assign_to(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+        member: &MemberId,
+    ) -> BTreeSet<TopicPartition> {
+        self.assign_with(members, partitions, memo)
+            .partitions_of(member)
+    }
+}
+
+/// What a strategy keeps between the assignments of one member
+/// ([`AssignmentStrategy::assign_with`]): never part of the result, only a
+/// way to reach it sooner. A clone starts empty.
+#[derive(Default)]
+pub struct AssignmentMemo {
+    kept: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl AssignmentMemo {
+    /// An empty memo.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What the strategy kept as a `T`; a fresh one if it kept nothing
+    /// yet, or something else (another strategy's).
+    pub fn get_mut<T: Any + Send + Sync + Default>(&mut self) -> &mut T {
+        if !self.kept.as_ref().is_some_and(|kept| kept.is::<T>()) {
+            self.kept = Some(Box::new(T::default()));
+        }
+        match self.kept.as_mut().and_then(|kept| kept.downcast_mut::<T>()) {
+            Some(kept) => kept,
+            // Set just above to a `T`.
+            None => unreachable!("the memo holds a T"),
+        }
+    }
+}
+
+impl Clone for AssignmentMemo {
+    fn clone(&self) -> Self {
+        // Only a shortcut: a clone that starts without it assigns alike.
+        Self::default()
+    }
+}
+
+impl fmt::Debug for AssignmentMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AssignmentMemo").finish_non_exhaustive()
+    }
 }
 
 /// Makes each built-in strategy of its unit struct and its module's
@@ -58,8 +128,41 @@ macro_rules! built_in_strategies {
     )*};
 }
 
+impl Sticky {
+    /// The name members advertise for this strategy.
+    pub const NAME: &'static str = "sticky";
+}
+
+impl AssignmentStrategy for Sticky {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
+        sticky::assign(&sorted_members(members), partitions)
+    }
+
+    fn assign_with(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+    ) -> Assignment {
+        sticky::assign_with(&sorted_members(members), partitions, memo.get_mut())
+    }
+
+    fn assign_to(
+        &self,
+        members: &[MemberInfo],
+        partitions: &PartitionCounts,
+        memo: &mut AssignmentMemo,
+        member: &MemberId,
+    ) -> BTreeSet<TopicPartition> {
+        sticky::assign_to(&sorted_members(members), partitions, memo.get_mut(), member)
+    }
+}
+
 built_in_strategies! {
-    Sticky in sticky => "sticky",
     Range in range => "range",
     RoundRobin in round_robin => "round-robin",
 }
@@ -79,6 +182,18 @@ pub fn by_name(name: &str) -> Option<Arc<dyn AssignmentStrategy>> {
 #[derive(Clone, Default, PartialEq, Eq, Debug)]
 pub struct Assignment {
     owners: BTreeMap<TopicPartition, MemberId>,
+}
+
+impl FromIterator<(TopicPartition, MemberId)> for Assignment {
+    /// An assignment naming each partition's owner; a later pair for the
+    /// same partition replaces an earlier one, as with
+    /// [`Assignment::insert`]. Pairs in partition order are taken in one
+    /// pass.
+    fn from_iter<I: IntoIterator<Item = (TopicPartition, MemberId)>>(pairs: I) -> Self {
+        Assignment {
+            owners: pairs.into_iter().collect(),
+        }
+    }
 }
 
 impl Assignment {

@@ -27,7 +27,7 @@ use partition::{
     OwnedStep, PartitionRequest, PartitionState, PartitionTimer, Phase,
 };
 
-use crate::assignment::PartitionCounts;
+use crate::assignment::{AssignmentMemo, PartitionCounts};
 use crate::backoff;
 use crate::config::{Config, InitialOffset};
 use crate::error::{ConfigError, Error, Operation, StoreError};
@@ -164,6 +164,9 @@ pub struct Member {
     reported_taken: Option<SessionId>,
 
     assigned: BTreeSet<TopicPartition>,
+    /// What the strategy kept of the last assignment, so that the next
+    /// one redoes only what the change touched.
+    assignment_memo: AssignmentMemo,
     partitions: BTreeMap<TopicPartition, PartitionState>,
     next_commit: Instant,
     shutting_down: bool,
@@ -209,6 +212,7 @@ impl Member {
             claims_held: BTreeSet::new(),
             reported_taken: None,
             assigned: BTreeSet::new(),
+            assignment_memo: AssignmentMemo::new(),
             partitions: BTreeMap::new(),
             next_commit,
             shutting_down: false,
@@ -891,8 +895,12 @@ impl Member {
             return None;
         }
         self.reported_mismatch = None;
-        let assignment = self.config.strategy.assign(members, &self.counts);
-        Some(assignment.partitions_of(&self.info.id))
+        Some(self.config.strategy.assign_to(
+            members,
+            &self.counts,
+            &mut self.assignment_memo,
+            &self.info.id,
+        ))
     }
 
     // ----- partitions -----
