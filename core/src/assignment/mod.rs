@@ -36,23 +36,11 @@ pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
     /// Assigns the partitions of `partitions` to `members`.
     fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment;
 
-    /// The same assignment as [`AssignmentStrategy::assign`], for a member
-    /// that assigns again at every membership change: `memo` is what the
-    /// strategy kept of this member's previous call, to reuse what did not
-    /// change. The default keeps nothing.
-    fn assign_with(
-        &self,
-        members: &[MemberInfo],
-        partitions: &PartitionCounts,
-        memo: &mut AssignmentMemo,
-    ) -> Assignment {
-        let _ = memo;
-        self.assign(members, partitions)
-    }
-
-    /// The partitions [`AssignmentStrategy::assign_with`] gives `member`:
-    /// all a member needs of the assignment. The default picks them out of
-    /// the whole assignment.
+    /// The partitions [`AssignmentStrategy::assign`] gives `member`, for a
+    /// member that assigns again at every membership change: all it needs
+    /// of the assignment. `memo` is what the strategy kept of this member's
+    /// previous call, to reuse what did not change. The default keeps
+    /// nothing and picks them out of the whole assignment.
     fn assign_to(
         &self,
         members: &[MemberInfo],
@@ -60,13 +48,13 @@ pub trait AssignmentStrategy: fmt::Debug + Send + Sync {
         memo: &mut AssignmentMemo,
         member: &MemberId,
     ) -> BTreeSet<TopicPartition> {
-        self.assign_with(members, partitions, memo)
-            .partitions_of(member)
+        let _ = memo;
+        self.assign(members, partitions).partitions_of(member)
     }
 }
 
 /// What a strategy keeps between the assignments of one member
-/// ([`AssignmentStrategy::assign_with`]): never part of the result, only a
+/// ([`AssignmentStrategy::assign_to`]): never part of the result, only a
 /// way to reach it sooner. A clone starts empty.
 #[derive(Default)]
 pub struct AssignmentMemo {
@@ -140,15 +128,6 @@ impl AssignmentStrategy for Sticky {
 
     fn assign(&self, members: &[MemberInfo], partitions: &PartitionCounts) -> Assignment {
         sticky::assign(&sorted_members(members), partitions)
-    }
-
-    fn assign_with(
-        &self,
-        members: &[MemberInfo],
-        partitions: &PartitionCounts,
-        memo: &mut AssignmentMemo,
-    ) -> Assignment {
-        sticky::assign_with(&sorted_members(members), partitions, memo.get_mut())
     }
 
     fn assign_to(
