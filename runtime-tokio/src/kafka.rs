@@ -45,14 +45,14 @@ pub struct KafkaConfig {
     /// `(buffered_batches + 1) × fetch_max_bytes` per partition (one more
     /// batch is in the fetcher's hands). Each partition has its own buffer,
     /// so that one partition's backlog never sits in front of another's
-    /// messages. Default: 2.
+    /// messages. 0 counts as 1. Default: 2.
     pub buffered_batches: usize,
     /// On the member's one message stream ([`crate::GroupMember::messages`]):
     /// at most this many messages of one partition are handed out in a row
     /// while another partition has messages waiting. The partitions with
     /// messages take turns, so a backlogged partition delays each of the
     /// others by at most one turn. Per-partition streams are not affected.
-    /// Default: 64.
+    /// 0 counts as 1. Default: 64.
     pub max_messages_in_a_row: usize,
     /// How often partition counts are read from metadata, so that added
     /// partitions get assigned. Default: 10 s.
