@@ -1040,6 +1040,16 @@ fn secured_var(name: &str) -> String {
     })
 }
 
+/// Waits until `member` has registered: a join returns once the session
+/// is open, and a `describe` before the registration finds no member.
+async fn registered(member: &GroupMember) {
+    let mut view = member.watch_view();
+    tokio::time::timeout(Duration::from_secs(20), view.wait_for(|v| v.registered))
+        .await
+        .expect("registered within 20 s")
+        .expect("the view is published");
+}
+
 /// `tenure describe <group> --json` with exactly `args` before it; asserts
 /// that it succeeds and that `member` is the group's one member.
 fn described_by(args: &[&str], group: &str, member: &str) {
@@ -1081,6 +1091,7 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         &topic,
     )
     .await;
+    registered(&member).await;
     let zk_flags = [
         "--zookeeper",
         &zk,
@@ -1140,6 +1151,7 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         &topic,
     )
     .await;
+    registered(&member).await;
     let (kafka_secured, kafka_ca, kafka_user, kafka_password) = (
         secured_var("TENURE_KAFKA_SECURED"),
         secured_var("TENURE_KAFKA_CA"),
