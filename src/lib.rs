@@ -14,6 +14,8 @@ pub mod cli;
 pub use tenure_core as core;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;
+#[cfg(feature = "postgres")]
+pub use tenure_postgres as postgres;
 pub use tenure_tokio as tokio;
 #[cfg(feature = "zookeeper")]
 pub use tenure_zookeeper as zookeeper;

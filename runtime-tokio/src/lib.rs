@@ -12,6 +12,7 @@
 
 pub mod admin;
 mod backend;
+pub mod exactly_once;
 pub mod kafka;
 mod member;
 mod membership;

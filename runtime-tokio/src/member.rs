@@ -146,6 +146,10 @@ pub enum JoinError {
     /// process of the member holds it.
     #[error(transparent)]
     StateFile(#[from] StateFileError),
+    /// Exactly-once output ([`crate::exactly_once`]) needs messages to
+    /// write: the member builder has no Kafka ([`GroupMemberBuilder::kafka`]).
+    #[error("exactly-once output needs Kafka: the member builder has no KafkaConfig")]
+    NoKafka,
 }
 
 /// A problem a member reports while it runs; it keeps working after each.
@@ -352,6 +356,11 @@ impl GroupMemberBuilder {
     pub fn kafka(mut self, kafka: KafkaConfig) -> Self {
         self.kafka = Some(kafka);
         self
+    }
+
+    /// Whether the member will fetch from Kafka.
+    pub(crate) fn has_kafka(&self) -> bool {
+        self.kafka.is_some()
     }
 
     /// With Kafka: hand each owned partition's messages out as a stream of

@@ -1,0 +1,641 @@
+//! Exactly-once output into a transactional store, fenced by the claim's
+//! token.
+//!
+//! Kafka's committed offsets give at-least-once: a message processed but
+//! not yet committed when its partition moves is processed again. An
+//! application that writes its output to a database can do better, by
+//! keeping each partition's next offset in that database and writing it in
+//! the same transaction as the output (Kafka's "external offsets"). What
+//! that pattern lacks on its own is a fence: a member paused past its
+//! session, or cut off from the coordination store, still holds a batch it
+//! will write when it wakes, after the partition's next owner has started
+//! from the same offset. tenure's fencing token closes that gap:
+//!
+//! 1. When a claim starts, [`TransactionalSink::fence`] records its token
+//!    as the partition's newest claim in the database, unless a newer one
+//!    is recorded there already, and returns the partition's stored next
+//!    offset: consumption starts there.
+//! 2. Each batch is written by [`TransactionalSink::write`] in one
+//!    transaction with the partition's new next offset, and only if the
+//!    stored token is not newer than the batch's. A refused write is
+//!    reported as fenced ([`Report::Fenced`]) and the batch is dropped, not
+//!    retried: its claim is stale, and the newer one consumes those
+//!    messages itself.
+//!
+//! Because the fence at 1 runs in the database, before the new owner reads
+//! the offset, an old owner's write either commits before it (and the new
+//! owner starts after that write) or is refused. A batch is acknowledged
+//! to the member only once its transaction committed, so the coordination
+//! store's committed offset never runs ahead of the database's.
+//!
+//! [`ExactlyOnce`] drives a [`crate::GroupMember`] this way: one writer per
+//! owned partition, batches of what has arrived (up to
+//! [`ExactlyOnceBuilder::max_batch`] messages), a failed write retried with
+//! backoff while the claim holds. `tenure-postgres` implements the sink
+//! for PostgreSQL; any store with transactions and a row lock can.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tenure_core::{FencingToken, Offset, TopicPartition};
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::backend::Backend;
+use crate::kafka::{Message, PartitionStream};
+use crate::member::{CloseError, CommitReport, GroupMember, GroupMemberBuilder, JoinError, View};
+
+/// How many reports wait for the application before further ones are
+/// dropped and counted (see [`Reports`]).
+pub const REPORTS_CAPACITY: usize = 256;
+
+/// A store that keeps a partition's output and its next offset together,
+/// and writes both in one transaction.
+///
+/// An implementation keeps, per partition, the next offset to consume and
+/// the newest fencing token that fenced or wrote it, and serialises
+/// [`fence`](TransactionalSink::fence) and
+/// [`write`](TransactionalSink::write) of one partition (a row lock does).
+#[async_trait::async_trait]
+pub trait TransactionalSink: Send + Sync + 'static {
+    /// What goes wrong in the store.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// In one transaction: if the stored token of `partition` is not newer
+    /// than `token`, stores `token` and returns [`Fence::Held`] with the
+    /// stored next offset; otherwise changes nothing and returns
+    /// [`Fence::Newer`]. A partition never seen has no next offset and is
+    /// recorded with `token`.
+    async fn fence(
+        &self,
+        partition: &TopicPartition,
+        token: FencingToken,
+    ) -> Result<Fence, Self::Error>;
+
+    /// In one transaction: if the stored token of `partition` is not newer
+    /// than `token`, writes the output of the messages of `batch` whose
+    /// offset is at or past the stored next offset (those below it are
+    /// written already: a retry after a commit of unknown outcome writes
+    /// nothing twice), and stores the offset after the batch's last message
+    /// as the next offset and `token` as the token; otherwise writes
+    /// nothing and returns [`Written::Fenced`]. `batch` is in offset order,
+    /// never empty, all of `partition` under `token`.
+    async fn write(
+        &self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        batch: &[Message],
+    ) -> Result<Written, Self::Error>;
+}
+
+/// What fencing a partition found in the sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fence {
+    /// The sink now records this claim as the partition's newest: output
+    /// resumes at `next_offset` (`None`: nothing written yet, start where
+    /// the member would).
+    Held {
+        /// The stored next offset.
+        next_offset: Option<Offset>,
+    },
+    /// A newer claim has fenced or written the partition: this one must
+    /// not write.
+    Newer {
+        /// The newer token stored.
+        stored: FencingToken,
+        /// The stored next offset.
+        next_offset: Option<Offset>,
+    },
+}
+
+/// What became of one batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Written {
+    /// Committed, with the partition's next offset.
+    Applied {
+        /// The next offset stored.
+        next_offset: Offset,
+        /// How many of the batch's messages were written (those below the
+        /// stored next offset were written already).
+        written: usize,
+    },
+    /// Refused: a newer claim has fenced or written the partition. Nothing
+    /// was written.
+    Fenced {
+        /// The newer token stored.
+        stored: FencingToken,
+    },
+}
+
+/// Where a sink's operation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stage {
+    /// Fencing a newly claimed partition: its fetch waits until it works.
+    Fence,
+    /// Writing a batch: it is retried while the claim holds.
+    Write,
+}
+
+/// What the exactly-once writers report to the application.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Report<E> {
+    /// The sink refused this claim: a newer one has fenced or written the
+    /// partition. `dropped` messages were handed out and not written (0
+    /// when the claim was refused as it started); no message of the claim
+    /// is written from now on, and none is acknowledged, so the member's
+    /// committed offset stays where the sink's is.
+    Fenced {
+        /// The partition.
+        partition: TopicPartition,
+        /// The refused claim.
+        token: FencingToken,
+        /// The newer token the sink holds.
+        stored: FencingToken,
+        /// Messages of the refused batch.
+        dropped: usize,
+    },
+    /// The sink failed (unreachable, an error of the store, bad data in
+    /// it). Fencing is retried until it works or the claim ends; a write is
+    /// retried while the claim holds (after that the next owner consumes
+    /// the batch from the sink's offset). Nothing is acknowledged that was
+    /// not written.
+    Failed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
+        token: FencingToken,
+        /// What was being done.
+        stage: Stage,
+        /// Attempts that failed in a row.
+        attempt: u32,
+        /// What the sink said.
+        error: E,
+    },
+    /// Reports the application did not read in time were dropped.
+    Dropped {
+        /// How many.
+        count: u64,
+    },
+}
+
+/// The reports of the exactly-once writers, a [`futures_core::Stream`].
+///
+/// Overflow rule: when [`REPORTS_CAPACITY`] reports wait unread, further
+/// ones are dropped and counted, and the next one the application can
+/// receive is [`Report::Dropped`] with the count. The counts in
+/// [`ExactlyOnce::stats`] are never dropped.
+#[derive(Debug)]
+pub struct Reports<E> {
+    receiver: mpsc::Receiver<Report<E>>,
+}
+
+impl<E> Reports<E> {
+    /// The next report (`None` once the writers are gone).
+    pub async fn next(&mut self) -> Option<Report<E>> {
+        self.receiver.recv().await
+    }
+
+    /// The next report already waiting, without waiting.
+    pub fn try_next(&mut self) -> Option<Report<E>> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+impl<E> futures_core::Stream for Reports<E> {
+    type Item = Report<E>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Report<E>>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+/// What the exactly-once writers did, counted since they started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExactlyOnceStats {
+    /// Batches committed.
+    pub batches_written: u64,
+    /// Messages whose output was committed.
+    pub messages_written: u64,
+    /// Messages of committed batches that the sink held already (a retry
+    /// after a commit of unknown outcome).
+    pub messages_already_written: u64,
+    /// Writes the sink refused because a newer claim had fenced the
+    /// partition.
+    pub fenced_writes: u64,
+    /// Messages of those refused writes, dropped.
+    pub fenced_messages: u64,
+    /// Claims the sink refused as they started.
+    pub fenced_claims: u64,
+    /// Failed attempts to fence or write.
+    pub failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    batches_written: AtomicU64,
+    messages_written: AtomicU64,
+    messages_already_written: AtomicU64,
+    fenced_writes: AtomicU64,
+    fenced_messages: AtomicU64,
+    fenced_claims: AtomicU64,
+    failures: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> ExactlyOnceStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ExactlyOnceStats {
+            batches_written: get(&self.batches_written),
+            messages_written: get(&self.messages_written),
+            messages_already_written: get(&self.messages_already_written),
+            fenced_writes: get(&self.fenced_writes),
+            fenced_messages: get(&self.fenced_messages),
+            fenced_claims: get(&self.fenced_claims),
+            failures: get(&self.failures),
+        }
+    }
+}
+
+/// The writers' side of [`Reports`]: never waits, drops and counts by the
+/// overflow rule.
+struct ReportSender<E> {
+    sender: mpsc::Sender<Report<E>>,
+    dropped: AtomicU64,
+}
+
+impl<E> ReportSender<E> {
+    fn send(&self, report: Report<E>) {
+        let dropped = self.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            if let Err(mpsc::error::TrySendError::Full(_)) =
+                self.sender.try_send(Report::Dropped { count: dropped })
+            {
+                self.dropped.fetch_add(dropped + 1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.sender.try_send(report) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// How the writers work, and what they share.
+struct Shared<S: TransactionalSink> {
+    sink: S,
+    max_batch: usize,
+    first_backoff: Duration,
+    max_backoff: Duration,
+    counters: Counters,
+    reports: ReportSender<S::Error>,
+    /// Claims the sink refused as they started: their writers write
+    /// nothing.
+    refused: Mutex<BTreeSet<(TopicPartition, FencingToken)>>,
+}
+
+/// What a writer's attempts at one batch came to.
+enum BatchEnd {
+    Committed,
+    Fenced,
+    /// The claim ended while the write kept failing: the next owner
+    /// consumes the batch from the sink's offset.
+    ClaimEnded,
+}
+
+impl<S: TransactionalSink> Shared<S> {
+    fn refused(&self) -> std::sync::MutexGuard<'_, BTreeSet<(TopicPartition, FencingToken)>> {
+        match self.refused.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.first_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+
+    /// Where a newly claimed partition starts: fences it in the sink,
+    /// retrying until that works (the fetch waits; it is dropped with the
+    /// claim if the claim ends first).
+    async fn start(&self, partition: TopicPartition, token: FencingToken) -> Option<Offset> {
+        let mut attempt = 0;
+        loop {
+            match self.sink.fence(&partition, token).await {
+                Ok(Fence::Held { next_offset }) => return next_offset,
+                Ok(Fence::Newer {
+                    stored,
+                    next_offset,
+                }) => {
+                    tracing::warn!(%partition, ?token, ?stored, "the sink holds a newer claim: nothing of this one is written");
+                    Counters::add(&self.counters.fenced_claims, 1);
+                    self.refused().insert((partition.clone(), token));
+                    self.reports.send(Report::Fenced {
+                        partition,
+                        token,
+                        stored,
+                        dropped: 0,
+                    });
+                    return next_offset;
+                }
+                Err(error) => {
+                    attempt += 1;
+                    tracing::warn!(%partition, ?token, attempt, %error, "fencing the partition in the sink failed");
+                    Counters::add(&self.counters.failures, 1);
+                    self.reports.send(Report::Failed {
+                        partition: partition.clone(),
+                        token,
+                        stage: Stage::Fence,
+                        attempt,
+                        error,
+                    });
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                }
+            }
+        }
+    }
+
+    /// Writes one batch, retrying a failure while the claim holds.
+    async fn write(
+        &self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        batch: &[Message],
+        view: &watch::Receiver<View>,
+    ) -> BatchEnd {
+        let mut attempt = 0;
+        loop {
+            match self.sink.write(partition, token, batch).await {
+                Ok(Written::Applied { written, .. }) => {
+                    Counters::add(&self.counters.batches_written, 1);
+                    Counters::add(&self.counters.messages_written, written as u64);
+                    Counters::add(
+                        &self.counters.messages_already_written,
+                        batch.len().saturating_sub(written) as u64,
+                    );
+                    return BatchEnd::Committed;
+                }
+                Ok(Written::Fenced { stored }) => {
+                    tracing::warn!(%partition, ?token, ?stored, dropped = batch.len(), "the sink refused a write of a stale claim");
+                    Counters::add(&self.counters.fenced_writes, 1);
+                    Counters::add(&self.counters.fenced_messages, batch.len() as u64);
+                    self.reports.send(Report::Fenced {
+                        partition: partition.clone(),
+                        token,
+                        stored,
+                        dropped: batch.len(),
+                    });
+                    return BatchEnd::Fenced;
+                }
+                Err(error) => {
+                    attempt += 1;
+                    tracing::warn!(%partition, ?token, attempt, %error, "writing a batch to the sink failed");
+                    Counters::add(&self.counters.failures, 1);
+                    self.reports.send(Report::Failed {
+                        partition: partition.clone(),
+                        token,
+                        stage: Stage::Write,
+                        attempt,
+                        error,
+                    });
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                    if !holds(view, partition, token) {
+                        return BatchEnd::ClaimEnded;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the member still owns `partition` under `token`.
+fn holds(view: &watch::Receiver<View>, partition: &TopicPartition, token: FencingToken) -> bool {
+    view.borrow().owned.get(partition) == Some(&token)
+}
+
+/// Waits until the member no longer owns `partition` under `token`.
+async fn claim_ended(
+    mut view: watch::Receiver<View>,
+    partition: &TopicPartition,
+    token: FencingToken,
+) {
+    // An error: the member is gone, and its claims with it.
+    let _ = view
+        .wait_for(|view| view.owned.get(partition) != Some(&token))
+        .await;
+}
+
+/// One partition's writer, for the life of its claim.
+async fn write_partition<S: TransactionalSink>(
+    shared: Arc<Shared<S>>,
+    mut stream: PartitionStream,
+    view: watch::Receiver<View>,
+) {
+    let (partition, token) = (stream.partition.clone(), stream.token);
+    let refused = shared.refused().remove(&(partition.clone(), token));
+    if !refused {
+        while let Some(first) = stream.next().await {
+            let mut batch = vec![first];
+            while batch.len() < shared.max_batch {
+                match stream.next().now_or_never() {
+                    Some(Some(message)) => batch.push(message),
+                    _ => break,
+                }
+            }
+            match shared.write(&partition, token, &batch, &view).await {
+                BatchEnd::Committed => batch.iter().for_each(Message::ack),
+                BatchEnd::Fenced => break,
+                BatchEnd::ClaimEnded => return,
+            }
+        }
+    }
+    // Refused: take nothing more. What the member fetched stays in its
+    // buffer (it stops fetching once that is full) until the claim ends.
+    claim_ended(view, &partition, token).await;
+}
+
+/// Takes each partition's stream as the member starts consuming it, and
+/// runs its writer; ends when the member has closed and every writer has.
+async fn dispatch<S: TransactionalSink>(
+    shared: Arc<Shared<S>>,
+    mut streams: crate::PartitionStreams,
+    view: watch::Receiver<View>,
+) {
+    let mut writers = JoinSet::new();
+    loop {
+        tokio::select! {
+            stream = streams.next() => match stream {
+                Some(stream) => {
+                    writers.spawn(write_partition(shared.clone(), stream, view.clone()));
+                }
+                None => break,
+            },
+            Some(_) = writers.join_next(), if !writers.is_empty() => {}
+        }
+    }
+    while writers.join_next().await.is_some() {}
+}
+
+/// Builds an [`ExactlyOnce`] consumer.
+pub struct ExactlyOnceBuilder<S> {
+    member: GroupMemberBuilder,
+    sink: S,
+    max_batch: usize,
+    first_backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
+    /// The most messages written in one transaction (default 500; at least
+    /// 1). A writer takes what has arrived up to this, so batches are small
+    /// under a light load and large under a backlog.
+    pub fn max_batch(mut self, messages: usize) -> Self {
+        self.max_batch = messages.max(1);
+        self
+    }
+
+    /// The wait after a failed fence or write: `first`, doubling up to
+    /// `max` (default 100 ms up to 5 s).
+    pub fn retry_backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.first_backoff = first;
+        self.max_backoff = max.max(first);
+        self
+    }
+
+    /// Joins the group and starts writing. The member builder must have
+    /// Kafka ([`GroupMemberBuilder::kafka`]); its start offsets and
+    /// per-partition streams are the writers' own (settings of those on it
+    /// are replaced).
+    pub async fn join(self, backend: impl Backend) -> Result<ExactlyOnce<S>, JoinError> {
+        if !self.member.has_kafka() {
+            return Err(JoinError::NoKafka);
+        }
+        let (sender, receiver) = mpsc::channel(REPORTS_CAPACITY);
+        let shared = Arc::new(Shared {
+            sink: self.sink,
+            max_batch: self.max_batch,
+            first_backoff: self.first_backoff,
+            max_backoff: self.max_backoff,
+            counters: Counters::default(),
+            reports: ReportSender {
+                sender,
+                dropped: AtomicU64::new(0),
+            },
+            refused: Mutex::new(BTreeSet::new()),
+        });
+        let starting = shared.clone();
+        let mut member = self
+            .member
+            .per_partition_streams(true)
+            .start_offsets(move |partition, token| {
+                let shared = starting.clone();
+                async move { shared.start(partition, token).await }
+            })
+            .join(backend)
+            .await?;
+        let streams = member.partition_streams();
+        let dispatcher = tokio::spawn(dispatch(shared.clone(), streams, member.watch_view()));
+        Ok(ExactlyOnce {
+            member,
+            shared,
+            reports: Some(Reports { receiver }),
+            writers: Writers(dispatcher),
+        })
+    }
+}
+
+/// A group member whose messages are written to a [`TransactionalSink`]
+/// exactly once (see the [module docs](self)).
+///
+/// Dropping it without [`ExactlyOnce::close`] stops it like a crash: its
+/// claims stay until its session expires, and a write in flight commits or
+/// not; either way the next owner starts from the sink's offset.
+pub struct ExactlyOnce<S: TransactionalSink> {
+    member: GroupMember,
+    shared: Arc<Shared<S>>,
+    reports: Option<Reports<S::Error>>,
+    writers: Writers,
+}
+
+/// The writers' task, stopped when dropped (with every writer: they are
+/// its own).
+struct Writers(JoinHandle<()>);
+
+impl Drop for Writers {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<S: TransactionalSink> ExactlyOnce<S> {
+    /// Starts building a consumer of `member`'s partitions into `sink`.
+    pub fn builder(member: GroupMemberBuilder, sink: S) -> ExactlyOnceBuilder<S> {
+        ExactlyOnceBuilder {
+            member,
+            sink,
+            max_batch: 500,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+
+    /// The member: its assignment changes ([`GroupMember::events`]), its
+    /// problems, its view. Its messages are the writers'.
+    pub fn member(&mut self) -> &mut GroupMember {
+        &mut self.member
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.shared.sink
+    }
+
+    /// The writers' reports: fenced claims and failures. Taken once; later
+    /// calls get a stream that ends at once.
+    pub fn reports(&mut self) -> Reports<S::Error> {
+        self.reports.take().unwrap_or_else(|| Reports {
+            receiver: mpsc::channel(1).1,
+        })
+    }
+
+    /// What the writers did so far.
+    pub fn stats(&self) -> ExactlyOnceStats {
+        self.shared.counters.read()
+    }
+
+    /// Leaves the group ([`GroupMember::close`]): every writer finishes the
+    /// batch it holds, then the member commits and releases its claims.
+    /// The writers are stopped once the member has closed.
+    pub async fn close(self) -> Result<CommitReport, CloseError> {
+        let ExactlyOnce {
+            member, writers, ..
+        } = self;
+        let closed = member.close().await;
+        // Once the member has closed, its claims are gone, and so are the
+        // writers' reasons to go on.
+        drop(writers);
+        closed
+    }
+
+    /// Stops at once, like a process that died (see the type's docs).
+    pub fn kill(self) {
+        self.member.kill();
+    }
+}
