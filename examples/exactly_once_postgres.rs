@@ -1,5 +1,6 @@
 //! Exactly once from a Kafka topic into PostgreSQL: a group member writes
-//! one row per message into a table, and each partition's next offset and
+//! one row per message into a table (`tenure::postgres::MessageTable`:
+//! topic, partition, offset, token, key, value, written_at), and each partition's next offset and
 //! fencing token into a second one, in one transaction per batch, so that
 //! no message is written twice and none is lost, whichever member is
 //! killed, paused or cut off (see `tenure::tokio::exactly_once`). Against
@@ -40,8 +41,7 @@ use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::client::ClientBuilder;
 use rskafka::record::Record;
 use tenure::core::{Config, FencingToken, TopicPartition};
-use tenure::postgres::tokio_postgres::{self, NoTls, Transaction};
-use tenure::postgres::{PostgresSink, PostgresSinkError, RowWriter};
+use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError};
 use tenure::tokio::exactly_once::{ExactlyOnce, Fence, Report, Stage, TransactionalSink, Written};
 use tenure::tokio::{AssignmentEvent, Backend, GroupMember, KafkaConfig, Message};
 
@@ -124,83 +124,10 @@ impl Flags {
     }
 }
 
-/// One row per message, in `table`.
-struct MessageRows {
-    insert: String,
-}
-
-impl MessageRows {
-    /// Creates `table` if it is missing. No unique key on purpose: a
-    /// message written twice would show as two rows, which is what the
-    /// chaos tool's audit looks for. An application would add
-    /// `PRIMARY KEY (topic, partition, "offset")` as a second guard.
-    async fn create(url: &str, table: &str) -> Result<MessageRows, String> {
-        if !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("--table {table:?}: letters, digits and '_' only"));
-        }
-        let (client, connection) = tokio_postgres::connect(url, NoTls)
-            .await
-            .map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
-        let connection = tokio::spawn(connection);
-        // Members that start together take turns: concurrent CREATE TABLE
-        // IF NOT EXISTS can fail on PostgreSQL's catalog.
-        client
-            .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(7340196274);
-                 CREATE TABLE IF NOT EXISTS {table} (
-                     topic text NOT NULL,
-                     partition integer NOT NULL,
-                     \"offset\" bigint NOT NULL,
-                     token bigint NOT NULL,
-                     value bytea,
-                     written_at timestamptz NOT NULL DEFAULT now());
-                 COMMIT"
-            ))
-            .await
-            .map_err(|e| format!("create table {table}: {e}"))?;
-        drop(client);
-        let _ = connection.await;
-        Ok(MessageRows {
-            insert: format!(
-                "INSERT INTO {table} (topic, partition, \"offset\", token, value) \
-                 SELECT $1, $2, o, $3, v FROM unnest($4::bigint[], $5::bytea[]) AS m(o, v)"
-            ),
-        })
-    }
-}
-
-#[async_trait::async_trait]
-impl RowWriter for MessageRows {
-    async fn write(
-        &self,
-        transaction: &Transaction<'_>,
-        partition: &TopicPartition,
-        messages: &[Message],
-    ) -> Result<(), tokio_postgres::Error> {
-        let offsets: Vec<i64> = messages.iter().map(|m| m.offset).collect();
-        let values: Vec<Option<&[u8]>> = messages.iter().map(|m| m.value.as_deref()).collect();
-        let token = messages.first().map_or(0, |m| m.token.0 as i64);
-        let topic: &str = &partition.topic;
-        transaction
-            .execute(
-                &self.insert,
-                &[
-                    &topic,
-                    &(partition.partition as i32),
-                    &token,
-                    &offsets,
-                    &values,
-                ],
-            )
-            .await?;
-        Ok(())
-    }
-}
-
 /// The PostgreSQL sink, with the application's work before each write
 /// (`--work-ms`): a batch is processed, then its rows written.
 struct Working {
-    sink: PostgresSink<MessageRows>,
+    sink: PostgresSink<MessageTable>,
     work: Duration,
 }
 
@@ -321,7 +248,7 @@ async fn run() -> Result<(), String> {
         produce(&kafka, &topic, partitions, count).await?;
     }
 
-    let rows = MessageRows::create(&postgres, &table).await?;
+    let rows = MessageTable::new(&table).map_err(|e| e.to_string())?;
     let sink = PostgresSink::builder(&postgres, &group)
         .offsets_table(&flags.text("offsets-table", "tenure_offsets"))
         .idle_in_transaction_timeout(idle_in_transaction)

@@ -61,6 +61,106 @@ pub trait RowWriter: Send + Sync + 'static {
         partition: &TopicPartition,
         messages: &[Message],
     ) -> Result<(), tokio_postgres::Error>;
+
+    /// Runs once, on the sink's first connection, before anything is
+    /// written: creates the output's tables if they are missing, say.
+    /// Several members may run it at once. Does nothing by default.
+    async fn setup(&self, client: &Client) -> Result<(), tokio_postgres::Error> {
+        let _ = client;
+        Ok(())
+    }
+}
+
+/// A [`RowWriter`] that writes one row per message into a table of its
+/// own, created if missing:
+///
+/// ```sql
+/// CREATE TABLE messages (
+///     topic      text        NOT NULL,
+///     partition  integer     NOT NULL,
+///     "offset"   bigint      NOT NULL,
+///     token      bigint      NOT NULL, -- the claim it was written under
+///     key        bytea,
+///     value      bytea,
+///     written_at timestamptz NOT NULL DEFAULT now()
+/// );
+/// ```
+///
+/// It has no unique key: the sink's fence is what keeps a message from
+/// being written twice, and without one a duplicate would show as two
+/// rows to an audit rather than fail a batch. Add `PRIMARY KEY (topic,
+/// partition, "offset")` as a second guard if you like.
+#[derive(Debug, Clone)]
+pub struct MessageTable {
+    table: String,
+    insert: String,
+}
+
+impl MessageTable {
+    /// Rows into `table` (`table` or `schema.table`).
+    pub fn new(table: &str) -> Result<MessageTable, PostgresSinkError> {
+        let table = quoted_table(table)?;
+        let insert = format!(
+            "INSERT INTO {table} (topic, partition, \"offset\", token, key, value) \
+             SELECT $1, $2, o, $3, k, v FROM unnest($4::bigint[], $5::bytea[], $6::bytea[]) AS m(o, k, v)"
+        );
+        Ok(MessageTable { table, insert })
+    }
+}
+
+#[async_trait::async_trait]
+impl RowWriter for MessageTable {
+    async fn write(
+        &self,
+        transaction: &Transaction<'_>,
+        partition: &TopicPartition,
+        messages: &[Message],
+    ) -> Result<(), tokio_postgres::Error> {
+        let offsets: Vec<i64> = messages.iter().map(|m| m.offset).collect();
+        let keys: Vec<Option<&[u8]>> = messages.iter().map(|m| m.key.as_deref()).collect();
+        let values: Vec<Option<&[u8]>> = messages.iter().map(|m| m.value.as_deref()).collect();
+        // The sink checked the token fits a bigint before calling.
+        let token = messages.first().map_or(0, |m| m.token.0 as i64);
+        let topic: &str = &partition.topic;
+        let number = partition.partition as i32;
+        transaction
+            .execute(
+                &self.insert,
+                &[&topic, &number, &token, &offsets, &keys, &values],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn setup(&self, client: &Client) -> Result<(), tokio_postgres::Error> {
+        let table = &self.table;
+        create_with_lock(
+            client,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                     topic text NOT NULL,
+                     partition integer NOT NULL,
+                     \"offset\" bigint NOT NULL,
+                     token bigint NOT NULL,
+                     key bytea,
+                     value bytea,
+                     written_at timestamptz NOT NULL DEFAULT now())"
+            ),
+        )
+        .await
+    }
+}
+
+/// Runs `create` (a `CREATE … IF NOT EXISTS`) in a transaction that holds
+/// an advisory lock: concurrent `CREATE TABLE IF NOT EXISTS` can fail on
+/// PostgreSQL's catalog (a duplicate type), and members that start
+/// together take turns instead.
+async fn create_with_lock(client: &Client, create: &str) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(7340196273); {create}; COMMIT"
+        ))
+        .await
 }
 
 /// What went wrong with PostgreSQL.
@@ -188,10 +288,16 @@ impl PostgresSinkBuilder {
             idle_in_transaction_timeout: self.idle_in_transaction_timeout,
             table: quoted_table(&self.offsets_table)?,
         };
-        let mut connections = Vec::with_capacity(self.connections);
-        for n in 0..self.connections {
-            // The first creates the table the others prepare statements on.
-            connections.push(Mutex::new(Some(target.connect(n == 0).await?)));
+        // The first creates the offsets table the others prepare their
+        // statements on, and sets up the writer's tables.
+        let first = target.connect(true).await?;
+        writer
+            .setup(&first.client)
+            .await
+            .map_err(query_failed("set up the output's tables"))?;
+        let mut connections = vec![Mutex::new(Some(first))];
+        for _ in 1..self.connections {
+            connections.push(Mutex::new(Some(target.connect(false).await?)));
         }
         Ok(PostgresSink {
             group: self.group,
@@ -258,23 +364,20 @@ impl Target {
             ))?;
         let table = &self.table;
         if create_table {
-            // Concurrent `CREATE TABLE IF NOT EXISTS` can fail on
-            // PostgreSQL's catalog (a duplicate type): members that start
-            // together take turns on an advisory lock.
-            client
-                .batch_execute(&format!(
-                    "BEGIN; SELECT pg_advisory_xact_lock(7340196273);
-                     CREATE TABLE IF NOT EXISTS {table} (
+            create_with_lock(
+                &client,
+                &format!(
+                    "CREATE TABLE IF NOT EXISTS {table} (
                          consumer_group text NOT NULL,
                          topic text NOT NULL,
                          partition integer NOT NULL,
                          next_offset bigint,
                          token bigint NOT NULL,
-                         PRIMARY KEY (consumer_group, topic, partition));
-                     COMMIT"
-                ))
-                .await
-                .map_err(query_failed("create the offsets table"))?;
+                         PRIMARY KEY (consumer_group, topic, partition))"
+                ),
+            )
+            .await
+            .map_err(query_failed("create the offsets table"))?;
         }
         let key = "consumer_group = $1 AND topic = $2 AND partition = $3";
         let prepare = query_failed("prepare the sink's statements on the offsets table");
