@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod etcd;
 pub mod kafka;
 pub mod memory;
+pub mod postgres;
 pub mod recorder;
 pub mod zookeeper;
 

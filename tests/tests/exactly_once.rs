@@ -1,0 +1,426 @@
+//! Exactly-once output into a real PostgreSQL, from a real Kafka, with
+//! members coordinated through a real ZooKeeper (all from `scripts/services
+//! start`): every message lands in the table once, the stored offsets end
+//! at the log end, a database that goes away costs time and nothing else,
+//! and a partition whose stored token is newer than the member's claim is
+//! never written. Faults on separate processes (SIGSTOP past the session,
+//! a cut-off, SIGKILL, a store restart) are the chaos tool's, with the
+//! `exactly_once_postgres` example as its member (`scripts/test`).
+
+use tenure_tests as common;
+
+use std::time::{Duration, Instant};
+
+use common::kafka;
+use common::postgres::{self, Audit};
+use common::proxy::Proxy;
+use common::zookeeper::ZooKeeper;
+use common::Stores;
+use tenure::core::{FencingToken, TopicPartition};
+use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError};
+use tenure::tokio::exactly_once::{ExactlyOnce, Report, Reports, Stage};
+use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+
+type Consumer = ExactlyOnce<PostgresSink<MessageTable>>;
+
+/// A sink writing `messages` rows for `group`, at `url`.
+async fn sink(url: &str, group: &str, messages: &str) -> PostgresSink<MessageTable> {
+    PostgresSink::builder(url, group)
+        .connections(2)
+        .idle_in_transaction_timeout(Duration::from_secs(2))
+        .connect(MessageTable::new(messages).expect("a valid table name"))
+        .await
+        .unwrap_or_else(|e| panic!("connect the sink: {e}"))
+}
+
+async fn join(
+    backend: Box<dyn Backend>,
+    sink: PostgresSink<MessageTable>,
+    group: &str,
+    name: &str,
+    topic: &str,
+) -> Consumer {
+    let member = GroupMember::builder(common::config_for(group, name, topic))
+        .kafka(KafkaConfig::new(&kafka::bootstrap()));
+    ExactlyOnce::builder(member, sink)
+        // Small batches: many transactions, so that the joins, closes and
+        // kills below fall while partitions are being written.
+        .max_batch(200)
+        .retry_backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .join(backend)
+        .await
+        .unwrap_or_else(|e| panic!("{name} cannot join: {e}"))
+}
+
+/// A topic of `partitions` partitions with `per_partition` messages each.
+async fn topic(name: &str, partitions: u32, per_partition: usize) -> (String, Vec<i64>) {
+    let client = kafka::client().await;
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, partitions).await;
+    let producing: Vec<_> = (0..partitions)
+        .map(|p| {
+            let (client, topic) = (client.clone(), topic.clone());
+            tokio::spawn(async move { kafka::produce(&client, &topic, p, per_partition).await })
+        })
+        .collect();
+    for producer in producing {
+        producer.await.expect("producer");
+    }
+    let ends = kafka::end_offsets(&client, &topic, partitions).await;
+    (topic, ends)
+}
+
+/// Waits until the message table holds at least `rows` rows of `topic`.
+async fn rows_reach(
+    client: &tenure::postgres::tokio_postgres::Client,
+    messages: &str,
+    topic: &str,
+    rows: u64,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = postgres::rows(client, messages, topic).await;
+        if now >= rows {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} of {rows} rows written within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every partition's stored offset is its log end, and
+/// returns the audit.
+async fn audit_at_end(
+    client: &tenure::postgres::tokio_postgres::Client,
+    messages: &str,
+    group: &str,
+    topic: &str,
+    ends: &[i64],
+    within: Duration,
+) -> Audit {
+    let deadline = Instant::now() + within;
+    loop {
+        let audit = Audit::read(client, messages, group, topic, ends).await;
+        if audit.offsets_at(ends) || Instant::now() >= deadline {
+            return audit;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every report waiting, without waiting.
+fn waiting(reports: &mut Reports<PostgresSinkError>) -> Vec<Report<PostgresSinkError>> {
+    std::iter::from_fn(|| reports.try_next()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_100000_messages_while_members_join_close_and_die() {
+    const PARTITIONS: u32 = 8;
+    let zookeeper = ZooKeeper::new("exactly-once-100k").await;
+    let (topic, ends) = topic("exactly-once-100k", PARTITIONS, 12_500).await;
+    let total: i64 = ends.iter().sum();
+    assert_eq!(total, 100_000);
+    let group = common::group("exactly-once-100k");
+    let messages = postgres::table("eo_100k");
+    let url = postgres::url();
+    let db = postgres::client().await;
+
+    let m1_backend = zookeeper.doomed().await;
+    let m1 = join(
+        m1_backend.0,
+        sink(&url, &group, &messages).await,
+        &group,
+        "m1",
+        &topic,
+    )
+    .await;
+    let m2 = join(
+        zookeeper.backend(),
+        sink(&url, &group, &messages).await,
+        &group,
+        "m2",
+        &topic,
+    )
+    .await;
+    rows_reach(&db, &messages, &topic, 15_000, Duration::from_secs(60)).await;
+    let m3 = join(
+        zookeeper.backend(),
+        sink(&url, &group, &messages).await,
+        &group,
+        "m3",
+        &topic,
+    )
+    .await;
+    rows_reach(&db, &messages, &topic, 35_000, Duration::from_secs(60)).await;
+    // m1 dies: what it held stays claimed until its session expires, and
+    // what it wrote stays written; its next owners start where the table
+    // says.
+    (m1_backend.1)();
+    m1.kill();
+    rows_reach(&db, &messages, &topic, 50_000, Duration::from_secs(60)).await;
+    let m4 = join(
+        zookeeper.backend(),
+        sink(&url, &group, &messages).await,
+        &group,
+        "m4",
+        &topic,
+    )
+    .await;
+    rows_reach(&db, &messages, &topic, 65_000, Duration::from_secs(60)).await;
+    m2.close().await.expect("m2 closes");
+
+    let audit = audit_at_end(
+        &db,
+        &messages,
+        &group,
+        &topic,
+        &ends,
+        Duration::from_secs(120),
+    )
+    .await;
+    let stats = [m3.stats(), m4.stats()];
+    m3.close().await.expect("m3 closes");
+    m4.close().await.expect("m4 closes");
+    assert!(
+        audit.offsets_at(&ends),
+        "stored offsets {:?}, log ends {ends:?}",
+        audit.next_offsets
+    );
+    assert_eq!(
+        (
+            audit.rows,
+            audit.duplicates,
+            audit.lost,
+            audit.token_inversions
+        ),
+        (100_000, 0, 0, 0),
+        "rows, duplicates, lost, token inversions ({audit:?}; stats of m3, m4: {stats:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_database_unreachable_or_refusing_at_start_is_a_typed_error() {
+    let group = common::group("exactly-once-unreachable");
+    let messages = MessageTable::new(&postgres::table("eo_unreachable")).expect("valid name");
+    // Nothing listens on a port just freed.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("its address").port()
+    };
+    let nowhere = format!("postgresql://tenure:tenure-secret@127.0.0.1:{closed}/tenure");
+    match PostgresSink::builder(&nowhere, &group)
+        .connect(messages.clone())
+        .await
+    {
+        Err(PostgresSinkError::Connect { address, .. }) => {
+            assert_eq!(address, format!("127.0.0.1:{closed}"));
+        }
+        Err(other) => panic!("an unreachable server gave {other}"),
+        Ok(_) => panic!("connected to a port nothing listens on"),
+    }
+    let url = postgres::url();
+    let wrong_password = url.replace("tenure-secret", "not-the-password");
+    match PostgresSink::builder(&wrong_password, &group)
+        .connect(messages.clone())
+        .await
+    {
+        Err(PostgresSinkError::Connect { source, .. }) => {
+            let code = source.code().map(|c| c.code().to_owned());
+            assert_eq!(code.as_deref(), Some("28P01"), "{source}");
+        }
+        Err(other) => panic!("a wrong password gave {other}"),
+        Ok(_) => panic!("logged in with a wrong password"),
+    }
+    assert!(matches!(
+        PostgresSink::builder("postgresql://[not a url", &group)
+            .connect(messages.clone())
+            .await,
+        Err(PostgresSinkError::ConnectionString { .. })
+    ));
+    assert!(matches!(
+        PostgresSink::builder(&url, &group)
+            .offsets_table("offsets; DROP TABLE x")
+            .connect(messages)
+            .await,
+        Err(PostgresSinkError::TableName { .. })
+    ));
+    assert!(matches!(
+        MessageTable::new("1abc"),
+        Err(PostgresSinkError::TableName { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_database_cut_off_before_and_while_writing_loses_nothing() {
+    const PARTITIONS: u32 = 4;
+    let zookeeper = ZooKeeper::new("exactly-once-cut").await;
+    let (topic, ends) = topic("exactly-once-cut", PARTITIONS, 3_000).await;
+    let group = common::group("exactly-once-cut");
+    let messages = postgres::table("eo_cut");
+    let db = postgres::client().await;
+    let server = postgres::url();
+    let address = server
+        .rsplit_once('@')
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map(|(address, _)| address.to_owned())
+        .expect("TENURE_POSTGRES names host:port");
+    let proxy = Proxy::start(&address).await;
+    let proxied = server.replace(&address, &proxy.address.to_string());
+    let sink = sink(&proxied, &group, &messages).await;
+
+    // Cut before the member claims anything: fencing fails, is reported,
+    // and no partition is fetched until it works.
+    proxy.down();
+    let mut consumer = join(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut reports = consumer.reports();
+    let first = tokio::time::timeout(Duration::from_secs(20), reports.next())
+        .await
+        .expect("a report within 20 s")
+        .expect("the writers are running");
+    match &first {
+        Report::Failed {
+            stage: Stage::Fence,
+            error: PostgresSinkError::Connect { .. } | PostgresSinkError::Query { .. },
+            ..
+        } => {}
+        other => panic!("a cut database at the start gave {other:?}"),
+    }
+    assert_eq!(postgres::rows(&db, &messages, &topic).await, 0);
+    proxy.up();
+    rows_reach(&db, &messages, &topic, 3_000, Duration::from_secs(60)).await;
+
+    // Cut while writing: writes fail, are reported and retried.
+    proxy.down();
+    let failed_at = Instant::now();
+    let mut write_failed = false;
+    while !write_failed && failed_at.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(report)) = tokio::time::timeout(Duration::from_secs(1), reports.next()).await
+        {
+            write_failed |= matches!(
+                report,
+                Report::Failed {
+                    stage: Stage::Write,
+                    ..
+                }
+            );
+        }
+    }
+    assert!(
+        write_failed,
+        "no failed write reported while the database was cut off"
+    );
+    proxy.up();
+
+    let audit = audit_at_end(
+        &db,
+        &messages,
+        &group,
+        &topic,
+        &ends,
+        Duration::from_secs(60),
+    )
+    .await;
+    let stats = consumer.stats();
+    let _ = waiting(&mut reports);
+    consumer.close().await.expect("closes");
+    assert!(stats.failures >= 2, "{stats:?}");
+    assert!(
+        audit.offsets_at(&ends),
+        "stored {:?}, ends {ends:?}",
+        audit.next_offsets
+    );
+    assert_eq!(
+        (audit.rows, audit.duplicates, audit.lost),
+        (12_000, 0, 0),
+        "rows, duplicates, lost ({audit:?}, {stats:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
+    const PARTITIONS: u32 = 3;
+    let zookeeper = ZooKeeper::new("exactly-once-newer").await;
+    let (topic, ends) = topic("exactly-once-newer", PARTITIONS, 500).await;
+    let group = common::group("exactly-once-newer");
+    let messages = postgres::table("eo_newer");
+    let url = postgres::url();
+    let db = postgres::client().await;
+    let sink = sink(&url, &group, &messages).await;
+    // Partition 0: written by a claim far newer than any this group's
+    // store will hand out (a table restored from elsewhere, say).
+    // Partition 2: a row this sink never writes (a negative offset).
+    let newer: i64 = 1_000_000_000;
+    for (partition, next_offset, token) in [(0i32, 7i64, newer), (2, -5, 1)] {
+        db.execute(
+            "INSERT INTO tenure_offsets (consumer_group, topic, partition, next_offset, token) \
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&group, &topic, &partition, &next_offset, &token],
+        )
+        .await
+        .expect("seed the offsets table");
+    }
+    let mut consumer = join(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut reports = consumer.reports();
+    let (mut fenced, mut corrupt) = (None, false);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (fenced.is_none() || !corrupt) && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(1), reports.next()).await {
+            Ok(Some(Report::Fenced {
+                partition,
+                token,
+                stored,
+                dropped,
+            })) => {
+                fenced = Some((partition, token, stored, dropped));
+            }
+            Ok(Some(Report::Failed {
+                partition,
+                error: PostgresSinkError::Corrupt { .. },
+                ..
+            })) => {
+                assert_eq!(partition, TopicPartition::new(topic.as_str(), 2));
+                corrupt = true;
+            }
+            _ => {}
+        }
+    }
+    let (partition, token, stored, dropped) = fenced.expect("partition 0 reported fenced");
+    assert_eq!(partition, TopicPartition::new(topic.as_str(), 0));
+    assert!(token < FencingToken(newer as u64));
+    assert_eq!((stored, dropped), (FencingToken(newer as u64), 0));
+    assert!(corrupt, "the corrupt row of partition 2 was not reported");
+
+    // Partition 1 is written whole; 0 and 2 are not touched.
+    rows_reach(&db, &messages, &topic, 500, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let audit = Audit::read(&db, &messages, &group, &topic, &ends).await;
+    let stats = consumer.stats();
+    consumer.close().await.expect("closes");
+    assert_eq!((audit.rows, audit.duplicates), (500, 0), "{audit:?}");
+    assert_eq!(audit.next_offsets.get(&1), Some(&Some(ends[1])));
+    let row = db
+        .query_one(
+            "SELECT next_offset, token FROM tenure_offsets \
+             WHERE consumer_group = $1 AND topic = $2 AND partition = 0",
+            &[&group, &topic],
+        )
+        .await
+        .expect("partition 0's row");
+    assert_eq!(
+        (row.get::<_, Option<i64>>(0), row.get::<_, i64>(1)),
+        (Some(7), newer)
+    );
+    let untouched = db
+        .query_one(
+            &format!("SELECT count(*) FROM {messages} WHERE topic = $1 AND partition <> 1"),
+            &[&topic],
+        )
+        .await
+        .expect("count");
+    assert_eq!(untouched.get::<_, i64>(0), 0);
+    assert_eq!(stats.fenced_claims, 1, "{stats:?}");
+}
