@@ -449,26 +449,31 @@ async fn write_partition<S: TransactionalSink>(
     view: watch::Receiver<View>,
 ) {
     let (partition, token) = (stream.partition.clone(), stream.token);
-    let refused = shared.refused().remove(&(partition.clone(), token));
-    if !refused {
-        while let Some(first) = stream.next().await {
-            let mut batch = vec![first];
-            while batch.len() < shared.max_batch {
-                match stream.next().now_or_never() {
-                    Some(Some(message)) => batch.push(message),
-                    _ => break,
-                }
-            }
-            match shared.write(&partition, token, &batch, &view).await {
-                BatchEnd::Committed => batch.iter().for_each(Message::ack),
-                BatchEnd::Fenced => break,
-                BatchEnd::ClaimEnded => return,
+    let claim = (partition.clone(), token);
+    let mut first_batch = true;
+    while let Some(first) = stream.next().await {
+        // The claim's fence has answered by now: its fetch, and so its
+        // first message, waits for it.
+        if std::mem::take(&mut first_batch) && shared.refused().remove(&claim) {
+            break;
+        }
+        let mut batch = vec![first];
+        while batch.len() < shared.max_batch {
+            match stream.next().now_or_never() {
+                Some(Some(message)) => batch.push(message),
+                _ => break,
             }
         }
+        match shared.write(&partition, token, &batch, &view).await {
+            BatchEnd::Committed => batch.iter().for_each(Message::ack),
+            BatchEnd::Fenced | BatchEnd::ClaimEnded => break,
+        }
     }
-    // Refused: take nothing more. What the member fetched stays in its
-    // buffer (it stops fetching once that is full) until the claim ends.
+    // Refused, or the stream ended: take nothing more. What the member
+    // fetched stays in its buffer (it stops fetching once that is full)
+    // until the claim ends.
     claim_ended(view, &partition, token).await;
+    shared.refused().remove(&claim);
 }
 
 /// Takes each partition's stream as the member starts consuming it, and

@@ -681,3 +681,51 @@ fn describe(config: &tokio_postgres::Config) -> String {
         (false, false) => format!("{}:{}", hosts.join(","), ports.join(",")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_quoted_and_anything_else_refused() {
+        assert_eq!(
+            quoted_table("tenure_offsets").ok(),
+            Some("\"tenure_offsets\"".into())
+        );
+        assert_eq!(
+            quoted_table("billing.offsets_2").ok(),
+            Some("\"billing\".\"offsets_2\"".into())
+        );
+        for bad in [
+            "",
+            "1x",
+            "a.b.c",
+            "x;DROP TABLE y",
+            "\"q\"",
+            "a b",
+            &"t".repeat(64),
+        ] {
+            assert!(
+                matches!(quoted_table(bad), Err(PostgresSinkError::TableName { .. })),
+                "{bad:?} was taken"
+            );
+        }
+    }
+
+    #[test]
+    fn tokens_beyond_bigint_are_an_error() {
+        assert_eq!(bigint(FencingToken(7)).ok(), Some(7));
+        assert!(matches!(
+            bigint(FencingToken(u64::MAX)),
+            Err(PostgresSinkError::TokenRange { token: u64::MAX })
+        ));
+    }
+
+    #[test]
+    fn the_address_in_messages_names_host_and_port() {
+        let config: tokio_postgres::Config = "postgresql://u:p@db1:5433/x".parse().expect("a URL");
+        assert_eq!(describe(&config), "db1:5433");
+        let config: tokio_postgres::Config = "host=db2 user=u".parse().expect("key=value");
+        assert_eq!(describe(&config), "db2");
+    }
+}
