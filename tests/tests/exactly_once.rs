@@ -11,6 +11,7 @@ use tenure_tests as common;
 
 use std::time::{Duration, Instant};
 
+use common::etcd::Etcd;
 use common::kafka;
 use common::postgres::{self, Audit};
 use common::proxy::Proxy;
@@ -118,9 +119,21 @@ fn waiting(reports: &mut Reports<PostgresSinkError>) -> Vec<Report<PostgresSinkE
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_once_100000_messages_while_members_join_close_and_die() {
-    const PARTITIONS: u32 = 8;
+async fn exactly_once_100000_messages_while_members_join_close_and_die_on_zookeeper() {
     let zookeeper = ZooKeeper::new("exactly-once-100k").await;
+    a_hundred_thousand_messages_once_each(&zookeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_100000_messages_while_members_join_close_and_die_on_etcd() {
+    let etcd = Etcd::new("exactly-once-100k").await;
+    a_hundred_thousand_messages_once_each(&etcd).await;
+}
+
+/// 100,000 messages over 8 partitions, written while members join, close
+/// and die: every one lands once, and the stored offsets end at the log end.
+async fn a_hundred_thousand_messages_once_each(stores: &dyn Stores) {
+    const PARTITIONS: u32 = 8;
     let (topic, ends) = topic("exactly-once-100k", PARTITIONS, 12_500).await;
     let total: i64 = ends.iter().sum();
     assert_eq!(total, 100_000);
@@ -129,7 +142,7 @@ async fn exactly_once_100000_messages_while_members_join_close_and_die() {
     let url = postgres::url();
     let db = postgres::client().await;
 
-    let m1_backend = zookeeper.doomed().await;
+    let m1_backend = stores.doomed().await;
     let m1 = join(
         m1_backend.0,
         sink(&url, &group, &messages).await,
@@ -139,7 +152,7 @@ async fn exactly_once_100000_messages_while_members_join_close_and_die() {
     )
     .await;
     let m2 = join(
-        zookeeper.backend(),
+        stores.backend(),
         sink(&url, &group, &messages).await,
         &group,
         "m2",
@@ -148,7 +161,7 @@ async fn exactly_once_100000_messages_while_members_join_close_and_die() {
     .await;
     rows_reach(&db, &messages, &topic, 15_000, Duration::from_secs(60)).await;
     let m3 = join(
-        zookeeper.backend(),
+        stores.backend(),
         sink(&url, &group, &messages).await,
         &group,
         "m3",
@@ -163,7 +176,7 @@ async fn exactly_once_100000_messages_while_members_join_close_and_die() {
     m1.kill();
     rows_reach(&db, &messages, &topic, 50_000, Duration::from_secs(60)).await;
     let m4 = join(
-        zookeeper.backend(),
+        stores.backend(),
         sink(&url, &group, &messages).await,
         &group,
         "m4",
