@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example chaos -- --store zookeeper [--nodes 1|3] [--seconds N] [--seed S]
 //! cargo run --release --features etcd --example chaos -- --store etcd ...
+//! cargo run --release --features etcd,postgres --example chaos -- --sink postgres --store zookeeper|etcd ...
 //! ```
 //!
 //! Each member is this program run as `chaos member ...`; it reaches the
@@ -42,9 +43,58 @@
 //! member held, the time from the SIGKILL to the first message from its
 //! next owner, minus the session timeout. The run exits non-zero on any
 //! violation (lost, stale, shared tokens, offsets not at the end).
+//!
+//! ## `--sink postgres`: exactly once into PostgreSQL
+//!
+//! ```text
+//! cargo build --features etcd,postgres --example exactly_once_postgres
+//! cargo run --features etcd,postgres --example chaos -- --sink postgres --store zookeeper|etcd ...
+//! ```
+//!
+//! The members are the `exactly_once_postgres` example (found beside this
+//! program's binary) instead of `chaos member`, each behind its own proxy
+//! to the store as above, writing every message as a row of a table of
+//! this run's own (`chaos_<seed>_<ms>`, in `TENURE_POSTGRES`) with each
+//! partition's next offset in `tenure_offsets`, one transaction per batch,
+//! fenced by the claim's token. Each batch takes 50 ms of work before its
+//! transaction, so a member paused or cut off past its session nearly
+//! always holds a batch it has not written: the write it attempts when it
+//! goes on is refused, because the partition's next owner fenced it
+//! meanwhile. A transaction idle for a second (a quarter of a shorter
+//! session) is ended by the database, so that a member stopped inside one
+//! does not hold up the next owner's fence.
+//!
+//! The schedule starts with the four faults exactly-once is about, in an
+//! order drawn from the seed: a pause past the session, a cut off from the
+//! store, a kill and a store node restart; the rest are drawn as above.
+//! At the end the group is let go and closed as above (the backlog is
+//! consumed once every partition's next offset in the offsets table is its
+//! log end), and the table audited:
+//!
+//! ```text
+//! exactly_once: messages=N rows=N duplicates=0 lost=0 offsets_at_end=true token_inversions=0 fenced_writes_refused=K fenced_messages=M failures=F
+//! ```
+//!
+//! - `messages`: the sum of the log ends; `rows`: the rows written;
+//! - `duplicates`: rows beyond one per (partition, offset);
+//! - `lost`: offsets below the log end with no row;
+//! - `offsets_at_end`: every partition's next offset in the offsets table
+//!   is its log end;
+//! - `token_inversions`: rows whose token is lower than that of a row of
+//!   an earlier offset of their partition (a stale write that got through);
+//! - `fenced_writes_refused`, `fenced_messages`: the writes the database
+//!   refused as stale (the members' `f` lines that dropped messages), and
+//!   their messages;
+//! - `failures`: failed attempts the members retried (their `x` lines).
+//!
+//! The run succeeds only with no duplicate, nothing lost, the offsets at
+//! the end, no token inversion and at least one write refused by the fence
+//! (a run that never exercised it proves nothing, and says so). The table
+//! is dropped after a run that succeeded and kept for reading otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -57,7 +107,8 @@ use tenure::tokio::admin::{self, GroupAdmin};
 use tenure::tokio::{AssignmentEvent, Backend, GroupMember, KafkaConfig};
 
 const USAGE: &str = "usage: chaos --store zookeeper|etcd [--nodes 1|3] [--seconds N] [--seed S] \
-                     [--members M] [--partitions P] [--session-ms MS] [--rate MESSAGES_PER_S]";
+                     [--members M] [--partitions P] [--session-ms MS] [--rate MESSAGES_PER_S] \
+                     [--sink postgres]";
 
 /// `scripts/services`, which starts, restarts and kills store nodes.
 const SERVICES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/services");
@@ -146,7 +197,7 @@ mod member {
         let backend: Box<dyn Backend> = match store.as_str() {
             "zookeeper" => Box::new(tenure::zookeeper::ZooKeeperBackend::new(address)),
             #[cfg(feature = "etcd")]
-            "etcd" => Box::new(tenure::etcd::EtcdBackend::new(address).prefix("/tenure-chaos")),
+            "etcd" => Box::new(tenure::etcd::EtcdBackend::new(address).prefix(CHAOS_PREFIX)),
             other => return Err(format!("member: cannot use store {other:?} in this build")),
         };
         let config = Config::new(&group, &id, [&topic])
@@ -299,12 +350,18 @@ impl std::fmt::Display for Fault {
 /// The faults of a run of `seconds`, drawn from `seed`: one every 4–9 s,
 /// each on a member that is live and not already paused or cut off, with
 /// at least two live members at all times.
+///
+/// With `required` (`--sink postgres`), the first faults are a kill, a
+/// pause, a cut and a store node restart, in an order drawn from the seed
+/// (one that cannot be made yet, a kill with two live members, waits for
+/// the first slot where it can); the rest are drawn as without.
 fn schedule(
     seed: u64,
     seconds: u64,
     members: usize,
     nodes: u8,
     session_ms: u64,
+    required: bool,
 ) -> Vec<(u64, Fault)> {
     let mut rng = Rng(seed);
     let mut live: Vec<String> = (1..=members).map(|i| format!("m{i}")).collect();
@@ -313,6 +370,16 @@ fn schedule(
     let mut busy: BTreeMap<String, u64> = BTreeMap::new();
     let mut faults = Vec::new();
     let mut at = 3_000 + rng.below(3_000);
+    // The kinds still due, as the draw below numbers them: kill, pause,
+    // cut, restart; shuffled (Fisher–Yates).
+    let mut due: Vec<u64> = Vec::new();
+    if required {
+        due = vec![0, 1, 2, 4];
+        for i in (1..due.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            due.swap(i, j);
+        }
+    }
     while at < seconds * 1_000 {
         let free: Vec<String> = live
             .iter()
@@ -320,7 +387,16 @@ fn schedule(
             .cloned()
             .collect();
         let longer = session_ms + 1_000 + rng.below(2_000);
-        let fault = match rng.below(if nodes == 3 { 7 } else { 6 }) {
+        let possible = |kind: u64| match kind {
+            0 => live.len() > 2 && !free.is_empty(),
+            1 | 2 => !free.is_empty(),
+            _ => true,
+        };
+        let kind = match due.iter().position(|kind| possible(*kind)) {
+            Some(i) => due.remove(i),
+            None => rng.below(if nodes == 3 { 7 } else { 6 }),
+        };
+        let fault = match kind {
             0 if live.len() > 2 && !free.is_empty() => {
                 let m = rng.pick(&free).clone();
                 live.retain(|x| *x != m);
@@ -370,6 +446,14 @@ struct Log {
     messages: Vec<(String, u64, u32, i64, u64)>,
     /// (member, wall ms, kind, partition, token)
     events: Vec<(String, u64, String, u32, u64)>,
+    /// Writes the sink refused as stale (`--sink postgres`): (member, wall
+    /// ms, partition, token, stored token, messages dropped).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fenced: Vec<(String, u64, u32, u64, u64, u64)>,
+    /// Failed attempts the members reported (`--sink postgres`), as they
+    /// said them: (member, line).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    failures: Vec<(String, String)>,
 }
 
 type SharedLog = Arc<Mutex<Log>>;
@@ -442,7 +526,10 @@ impl Store {
         }
     }
 
-    async fn admin(&self) -> Result<Box<dyn GroupAdmin>, String> {
+    /// An admin of the store; on etcd, of the groups under `prefix`.
+    async fn admin(&self, prefix: &str) -> Result<Box<dyn GroupAdmin>, String> {
+        #[cfg(not(feature = "etcd"))]
+        let _ = prefix;
         let timeout = Duration::from_secs(10);
         match self.kind.as_str() {
             "zookeeper" => Ok(Box::new(
@@ -455,13 +542,9 @@ impl Store {
                 let endpoints: Vec<String> =
                     self.servers.iter().map(|s| format!("http://{s}")).collect();
                 Ok(Box::new(
-                    tenure::etcd::EtcdAdmin::connect(
-                        &endpoints.join(","),
-                        "/tenure-chaos",
-                        timeout,
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?,
+                    tenure::etcd::EtcdAdmin::connect(&endpoints.join(","), prefix, timeout)
+                        .await
+                        .map_err(|e| e.to_string())?,
                 ))
             }
             other => Err(format!(
@@ -496,6 +579,57 @@ fn signal(child: &Child, name: &str) {
         .status();
 }
 
+/// The etcd prefix of `chaos member`.
+const CHAOS_PREFIX: &str = "/tenure-chaos";
+
+/// The etcd prefix of the `exactly_once_postgres` example.
+#[cfg(feature = "postgres")]
+const EXACTLY_ONCE_PREFIX: &str = "/tenure-exactly-once";
+
+/// The offsets table the `exactly_once_postgres` example writes by default.
+const OFFSETS_TABLE: &str = "tenure_offsets";
+
+/// `--sink postgres`: the members are the `exactly_once_postgres` example.
+#[derive(Clone)]
+struct SinkSetup {
+    /// The example's binary, beside this one.
+    exe: PathBuf,
+    /// `TENURE_POSTGRES`.
+    postgres: String,
+    /// This run's table of rows.
+    table: String,
+}
+
+impl SinkSetup {
+    fn locate(seed: u64) -> Result<SinkSetup, String> {
+        if !cfg!(feature = "postgres") {
+            return Err("--sink postgres needs the postgres feature: \
+                        `cargo run --features etcd,postgres --example chaos -- --sink postgres ...`"
+                .to_owned());
+        }
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("where is this program? {e}"))?
+            .with_file_name("exactly_once_postgres");
+        if !exe.is_file() {
+            return Err(format!(
+                "--sink postgres runs {} as its members, and it is not built: \
+                 `cargo build --features etcd,postgres --example exactly_once_postgres`",
+                exe.display()
+            ));
+        }
+        let postgres = std::env::var("TENURE_POSTGRES").map_err(|_| {
+            "TENURE_POSTGRES is not set: start the servers with \
+             `eval \"$(scripts/services start)\"`"
+                .to_owned()
+        })?;
+        Ok(SinkSetup {
+            exe,
+            postgres,
+            table: format!("chaos_{seed}_{}", wall_ms()),
+        })
+    }
+}
+
 struct Run {
     store: Store,
     kafka: String,
@@ -506,6 +640,8 @@ struct Run {
     log: SharedLog,
     /// Windows in which the store was down, wall ms.
     outages: Vec<(u64, u64)>,
+    /// `--sink postgres`.
+    sink: Option<SinkSetup>,
 }
 
 impl Run {
@@ -523,8 +659,26 @@ impl Run {
             .read_line(&mut line)
             .map_err(|e| format!("proxy: {e}"))?;
         let address = self.store.connect_string(line.trim());
-        let mut process = Command::new(&exe)
-            .args(["member", "--store", &self.store.kind, "--address", &address])
+        let mut command = match &self.sink {
+            None => {
+                let mut command = Command::new(&exe);
+                command.arg("member");
+                command
+            }
+            Some(sink) => {
+                // Well under the session: a member stopped inside a
+                // transaction holds the next owner's fence no longer.
+                let idle_ms = (self.session_ms / 4).clamp(100, 1_000);
+                let mut command = Command::new(&sink.exe);
+                command
+                    .args(["--postgres", &sink.postgres, "--table", &sink.table])
+                    .args(["--offsets-table", OFFSETS_TABLE, "--work-ms", "50"])
+                    .args(["--idle-in-transaction-ms", &idle_ms.to_string()]);
+                command
+            }
+        };
+        let mut process = command
+            .args(["--store", &self.store.kind, "--address", &address])
             .args([
                 "--kafka",
                 &self.kafka,
@@ -555,6 +709,37 @@ impl Run {
             },
         );
         Ok(())
+    }
+
+    /// Closes the group: every live member closes (SIGTERM) and commits;
+    /// one that has not within 30 s is killed. Returns when it started.
+    async fn close_group(&mut self) -> u64 {
+        let closing_at = wall_ms();
+        for running in self.members.values() {
+            if running.killed_at.is_none() {
+                signal(&running.process, "TERM");
+            }
+        }
+        for (id, running) in self.members.iter_mut() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                match running.process.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => {
+                        eprintln!("chaos: member {id} did not close within 30 s: killed");
+                        let _ = running.process.kill();
+                        let _ = running.process.wait();
+                        break;
+                    }
+                }
+            }
+            let _ = running.proxy.kill();
+            let _ = running.proxy.wait();
+        }
+        closing_at
     }
 
     async fn inject(&mut self, fault: &Fault) -> Result<(), String> {
@@ -672,6 +857,18 @@ fn read_member(
                         .push((member.clone(), at, (*kind).to_owned(), p, t));
                 }
             }
+            ["f", at, partition, token, stored, dropped] => {
+                if let (Ok(at), Ok(p), Ok(t), Ok(s), Ok(d)) = (
+                    at.parse(),
+                    partition.parse(),
+                    token.parse(),
+                    stored.parse(),
+                    dropped.parse(),
+                ) {
+                    lock(&log).fenced.push((member.clone(), at, p, t, s, d));
+                }
+            }
+            ["x", ..] => lock(&log).failures.push((member.clone(), line.clone())),
             _ => {}
         }
     }
@@ -695,14 +892,48 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         "TENURE_KAFKA is not set: start the servers with `eval \"$(scripts/services start)\"`"
             .to_owned()
     })?;
+    let sink = match flags.get("sink").map(String::as_str) {
+        None => None,
+        Some("postgres") => Some(SinkSetup::locate(seed)?),
+        Some(other) => {
+            return Err(format!(
+                "--sink {other:?}: postgres is the one sink; {USAGE}"
+            ))
+        }
+    };
 
-    let faults = schedule(seed, seconds, initial, nodes, session_ms);
+    let faults = schedule(seed, seconds, initial, nodes, session_ms, sink.is_some());
+    let sink_note = sink.as_ref().map_or(String::new(), |s| {
+        format!(" sink=postgres table={}", s.table)
+    });
     println!(
         "chaos: store={kind} nodes={nodes} seconds={seconds} seed={seed} members={initial} \
-         partitions={partitions} session_ms={session_ms} (replay: --seed {seed})"
+         partitions={partitions} session_ms={session_ms}{sink_note} (replay: --seed {seed})"
     );
     for (at, fault) in &faults {
         println!("  at {:>6.1}s: {fault}", *at as f64 / 1000.0);
+    }
+    if sink.is_some() {
+        let has = |f: fn(&Fault) -> bool| faults.iter().any(|(_, fault)| f(fault));
+        let missing: Vec<&str> = [
+            ("pause", has(|f| matches!(f, Fault::Pause(..)))),
+            ("cut", has(|f| matches!(f, Fault::Cut(..)))),
+            ("kill", has(|f| matches!(f, Fault::Kill(..)))),
+            (
+                "store node restart",
+                has(|f| matches!(f, Fault::RestartNode(..))),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, there)| !there)
+        .map(|(name, _)| name)
+        .collect();
+        if !missing.is_empty() {
+            println!(
+                "  (this schedule has no {}: too short a run or too few members)",
+                missing.join(", ")
+            );
+        }
     }
 
     // The topic, and a producer that writes to it throughout.
@@ -769,6 +1000,7 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         members: BTreeMap::new(),
         log: SharedLog::default(),
         outages: Vec::new(),
+        sink,
     };
     for i in 1..=initial {
         run.start_member(&format!("m{i}")).await?;
@@ -818,6 +1050,10 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         );
     }
     let faults_end = wall_ms();
+    #[cfg(feature = "postgres")]
+    if let Some(sink) = run.sink.clone() {
+        return sink::finish(&mut run, &sink, &ends).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let consumed = {
@@ -836,34 +1072,9 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Close the group: every live member closes (SIGTERM) and commits.
-    let closing_at = wall_ms();
-    for running in run.members.values() {
-        if running.killed_at.is_none() {
-            signal(&running.process, "TERM");
-        }
-    }
-    for (id, running) in run.members.iter_mut() {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match running.process.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                _ => {
-                    eprintln!("chaos: member {id} did not close within 30 s: killed");
-                    let _ = running.process.kill();
-                    let _ = running.process.wait();
-                    break;
-                }
-            }
-        }
-        let _ = running.proxy.kill();
-        let _ = running.proxy.wait();
-    }
+    let closing_at = run.close_group().await;
 
-    let admin = run.store.admin().await?;
+    let admin = run.store.admin(CHAOS_PREFIX).await?;
     let described = admin::describe(admin.as_ref(), &run.group, None)
         .await
         .map_err(|e| e.to_string())?;
@@ -1037,23 +1248,7 @@ fn audit(log: &Log, run: &Run, ends: &[i64], _committed: &[i64], from: u64, unti
         let Some(killed_at) = running.killed_at else {
             continue;
         };
-        let mut held_at_kill: BTreeSet<u32> = BTreeSet::new();
-        let mut state: BTreeMap<u32, bool> = BTreeMap::new();
-        for (member, at, kind, p, _) in &log.events {
-            if member == id && *at <= killed_at {
-                match kind.as_str() {
-                    "assigned" | "resumed" => {
-                        state.insert(*p, true);
-                    }
-                    "suspended" | "revoked" => {
-                        state.insert(*p, false);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        held_at_kill.extend(state.into_iter().filter(|(_, h)| *h).map(|(p, _)| p));
-        for p in held_at_kill {
+        for p in held_at(log, id, killed_at) {
             let first = log
                 .messages
                 .iter()
@@ -1068,4 +1263,383 @@ fn audit(log: &Log, run: &Run, ends: &[i64], _committed: &[i64], from: u64, unti
         }
     }
     audit
+}
+
+/// The partitions `id` held at `at`, by its own assignment changes.
+fn held_at(log: &Log, id: &str, at: u64) -> BTreeSet<u32> {
+    let mut state: BTreeMap<u32, bool> = BTreeMap::new();
+    for (member, when, kind, p, _) in &log.events {
+        if member == id && *when <= at {
+            match kind.as_str() {
+                "assigned" | "resumed" => {
+                    state.insert(*p, true);
+                }
+                "suspended" | "revoked" => {
+                    state.insert(*p, false);
+                }
+                _ => {}
+            }
+        }
+    }
+    state
+        .into_iter()
+        .filter(|(_, h)| *h)
+        .map(|(p, _)| p)
+        .collect()
+}
+
+// -------------------------------------------------------------- sink audit
+
+/// `--sink postgres`: the end of the run and its audit, read from
+/// PostgreSQL.
+#[cfg(feature = "postgres")]
+mod sink {
+    use super::*;
+    use tenure::postgres::tokio_postgres::{self, Client, NoTls};
+
+    /// One row of the run's table.
+    pub struct Row {
+        pub partition: u32,
+        pub offset: i64,
+        pub token: u64,
+        /// When its transaction started, wall ms.
+        pub written_ms: u64,
+    }
+
+    /// What the table says, and what it should.
+    #[derive(Default)]
+    pub struct SinkAudit {
+        pub messages: i64,
+        pub rows: usize,
+        pub duplicates: usize,
+        pub lost: usize,
+        pub offsets_at_end: bool,
+        pub token_inversions: usize,
+        pub fenced_writes_refused: usize,
+        pub fenced_messages: u64,
+        pub failures: usize,
+        pub failover_ms: Vec<i64>,
+        /// The first few violations, for the reader.
+        pub findings: Vec<String>,
+    }
+
+    impl SinkAudit {
+        pub fn ok(&self) -> bool {
+            self.duplicates == 0
+                && self.lost == 0
+                && self.offsets_at_end
+                && self.token_inversions == 0
+                && self.fenced_writes_refused >= 1
+        }
+
+        fn note(&mut self, line: String) {
+            if self.findings.len() < 10 {
+                self.findings.push(line);
+            }
+        }
+    }
+
+    async fn connect(url: &str) -> Result<Client, String> {
+        let (client, connection) = tokio_postgres::connect(url, NoTls)
+            .await
+            .map_err(|e| format!("PostgreSQL at {url}: {e}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                eprintln!("chaos: PostgreSQL: {e}");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Every partition's next offset in the offsets table (0: nothing
+    /// written yet).
+    async fn next_offsets(
+        client: &Client,
+        group: &str,
+        topic: &str,
+        partitions: usize,
+    ) -> Result<Vec<i64>, String> {
+        let read = |e: tokio_postgres::Error| format!("read {OFFSETS_TABLE}: {e}");
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT partition, next_offset FROM {OFFSETS_TABLE} \
+                     WHERE consumer_group = $1 AND topic = $2"
+                ),
+                &[&group, &topic],
+            )
+            .await
+            .map_err(read)?;
+        let mut next = vec![0i64; partitions];
+        for row in rows {
+            let p: i32 = row.try_get(0).map_err(read)?;
+            let offset: Option<i64> = row.try_get(1).map_err(read)?;
+            if let Some(n) = usize::try_from(p).ok().and_then(|p| next.get_mut(p)) {
+                *n = offset.unwrap_or(0);
+            }
+        }
+        Ok(next)
+    }
+
+    async fn rows(client: &Client, table: &str, topic: &str) -> Result<Vec<Row>, String> {
+        let read = |e: tokio_postgres::Error| format!("read {table}: {e}");
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT partition, \"offset\", token, \
+                     (extract(epoch FROM written_at) * 1000)::bigint FROM {table} \
+                     WHERE topic = $1"
+                ),
+                &[&topic],
+            )
+            .await
+            .map_err(read)?;
+        rows.iter()
+            .map(|row| {
+                let partition: i32 = row.try_get(0).map_err(read)?;
+                let offset: i64 = row.try_get(1).map_err(read)?;
+                let token: i64 = row.try_get(2).map_err(read)?;
+                let written_ms: i64 = row.try_get(3).map_err(read)?;
+                Ok(Row {
+                    partition: partition as u32,
+                    offset,
+                    token: token as u64,
+                    written_ms: written_ms as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Waits for the backlog (every partition's next offset in the offsets
+    /// table at its log end, up to 60 s), closes the group, audits the
+    /// table and prints the result.
+    pub async fn finish(run: &mut Run, sink: &SinkSetup, ends: &[i64]) -> Result<bool, String> {
+        let client = connect(&sink.postgres).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let next = next_offsets(&client, &run.group, &run.topic, ends.len()).await?;
+            if next == ends || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        run.close_group().await;
+
+        let next = next_offsets(&client, &run.group, &run.topic, ends.len()).await?;
+        let rows = rows(&client, &sink.table, &run.topic).await?;
+        let audit = {
+            let log = lock(&run.log);
+            audit(&log, run, ends, &next, &rows)
+        };
+        println!(
+            "exactly_once: messages={} rows={} duplicates={} lost={} offsets_at_end={} \
+             token_inversions={} fenced_writes_refused={} fenced_messages={} failures={}",
+            audit.messages,
+            audit.rows,
+            audit.duplicates,
+            audit.lost,
+            audit.offsets_at_end,
+            audit.token_inversions,
+            audit.fenced_writes_refused,
+            audit.fenced_messages,
+            audit.failures
+        );
+        let mut failover = audit.failover_ms.clone();
+        failover.sort_unstable();
+        if failover.is_empty() {
+            println!("failover: no kill of a member holding partitions in this schedule");
+        } else {
+            let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
+            println!(
+                "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
+                 first row written, minus the {} ms session timeout)",
+                at(0.5),
+                at(0.99),
+                failover.len(),
+                run.session_ms
+            );
+        }
+        if !audit.offsets_at_end {
+            println!("offsets table {next:?}, log ends {ends:?}");
+        }
+        for line in &audit.findings {
+            println!("  {line}");
+        }
+        if audit.fenced_writes_refused == 0 {
+            println!(
+                "  FAILED: no write was refused by the fence (no `f` line with dropped messages \
+                 from any member): this run did not exercise the fence, so it shows nothing \
+                 about it"
+            );
+        }
+        // The store's committed offsets follow the table's (a batch is
+        // acknowledged once its transaction committed): not part of the
+        // verdict, worth a word when they differ.
+        match run.store.admin(EXACTLY_ONCE_PREFIX).await {
+            Ok(admin) => match admin::describe(admin.as_ref(), &run.group, None).await {
+                Ok(described) => {
+                    let committed: Vec<i64> = (0..ends.len() as u32)
+                        .map(|p| {
+                            described
+                                .partitions
+                                .iter()
+                                .find(|d| {
+                                    d.partition.partition == p && *d.partition.topic == *run.topic
+                                })
+                                .and_then(|d| d.committed)
+                                .unwrap_or(0)
+                        })
+                        .collect();
+                    if committed != ends {
+                        println!(
+                            "  note: the store's committed offsets {committed:?} are not the log \
+                             ends {ends:?} (not part of the verdict)"
+                        );
+                    }
+                }
+                Err(e) => println!("  note: cannot describe the group: {e}"),
+            },
+            Err(e) => println!("  note: no admin of the store: {e}"),
+        }
+        let ok = audit.ok();
+        if ok {
+            let cleanup = format!(
+                "DROP TABLE {}; DELETE FROM {OFFSETS_TABLE} \
+                 WHERE consumer_group = '{}' AND topic = '{}'",
+                sink.table, run.group, run.topic
+            );
+            if let Err(e) = client.batch_execute(&cleanup).await {
+                eprintln!("chaos: cannot drop table {}: {e}", sink.table);
+            }
+        } else {
+            println!(
+                "  the rows stay in table {} (TENURE_POSTGRES), the offsets in {OFFSETS_TABLE} \
+                 (consumer_group '{}', topic '{}')",
+                sink.table, run.group, run.topic
+            );
+        }
+        Ok(ok)
+    }
+
+    /// Audits the rows of the run's table against the log ends and the
+    /// offsets table's next offsets.
+    fn audit(log: &Log, run: &Run, ends: &[i64], next: &[i64], rows: &[Row]) -> SinkAudit {
+        let mut audit = SinkAudit {
+            messages: ends.iter().sum(),
+            rows: rows.len(),
+            offsets_at_end: next == ends,
+            ..SinkAudit::default()
+        };
+        // Who held a token, for the findings.
+        let mut holder: BTreeMap<(u32, u64), &str> = BTreeMap::new();
+        for (member, _, kind, p, token) in &log.events {
+            if kind == "assigned" {
+                holder.insert((*p, *token), member);
+            }
+        }
+        let who = |p: u32, token: u64| {
+            let member = holder.get(&(p, token)).copied().unwrap_or("?");
+            format!("{token} ({member})")
+        };
+        // (partition, offset) → tokens of its rows.
+        let mut written: BTreeMap<(u32, i64), Vec<u64>> = BTreeMap::new();
+        for row in rows {
+            written
+                .entry((row.partition, row.offset))
+                .or_default()
+                .push(row.token);
+        }
+        audit.duplicates = rows.len() - written.len();
+        for ((p, o), tokens) in &written {
+            if tokens.len() > 1 {
+                let tokens: Vec<String> = tokens.iter().map(|t| who(*p, *t)).collect();
+                audit.note(format!(
+                    "duplicate: partition {p} offset {o} written {} times, under tokens {}",
+                    tokens.len(),
+                    tokens.join(", ")
+                ));
+            }
+            if ends.get(*p as usize).is_none_or(|end| o >= end) {
+                audit.note(format!("beyond the log end: partition {p} offset {o}"));
+            }
+        }
+        for (p, end) in ends.iter().enumerate() {
+            let mut first_lost = None;
+            let mut lost_here = 0;
+            for o in 0..*end {
+                if !written.contains_key(&(p as u32, o)) {
+                    first_lost.get_or_insert(o);
+                    lost_here += 1;
+                }
+            }
+            if let Some(first) = first_lost {
+                audit.lost += lost_here;
+                audit.note(format!(
+                    "lost: partition {p}: {lost_here} offsets without a row, the first {first} \
+                     (log end {end})"
+                ));
+            }
+        }
+        // Token inversions: by offset, a row under a token older than one
+        // of an earlier offset.
+        let mut newest: BTreeMap<u32, (u64, i64)> = BTreeMap::new();
+        for ((p, o), tokens) in &written {
+            let before = newest.get(p).copied();
+            for token in tokens {
+                if let Some((newer, at)) = before {
+                    if *token < newer {
+                        audit.token_inversions += 1;
+                        audit.note(format!(
+                            "token inversion: partition {p} offset {o} under token {}, after \
+                             offset {at} under {}",
+                            who(*p, *token),
+                            who(*p, newer)
+                        ));
+                    }
+                }
+            }
+            if let Some(max) = tokens.iter().max() {
+                if before.is_none_or(|(newer, _)| *max > newer) {
+                    newest.insert(*p, (*max, *o));
+                }
+            }
+        }
+        // The fence at work, and the attempts that failed.
+        for (_, _, _, _, _, dropped) in &log.fenced {
+            if *dropped > 0 {
+                audit.fenced_writes_refused += 1;
+                audit.fenced_messages += dropped;
+            }
+        }
+        audit.failures = log.failures.len();
+        let failing = audit.duplicates > 0
+            || audit.lost > 0
+            || !audit.offsets_at_end
+            || audit.token_inversions > 0;
+        if failing {
+            for (member, line) in log.failures.iter().take(3) {
+                audit.note(format!("{member} said: {line}"));
+            }
+        }
+        // Failover: for each partition a killed member held at its kill,
+        // the first row written after it.
+        for (id, running) in &run.members {
+            let Some(killed_at) = running.killed_at else {
+                continue;
+            };
+            for p in held_at(log, id, killed_at) {
+                let first = rows
+                    .iter()
+                    .filter(|row| row.partition == p && row.written_ms > killed_at)
+                    .map(|row| row.written_ms)
+                    .min();
+                if let Some(first) = first {
+                    audit
+                        .failover_ms
+                        .push(first as i64 - killed_at as i64 - run.session_ms as i64);
+                }
+            }
+        }
+        audit
+    }
 }
