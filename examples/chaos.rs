@@ -1107,20 +1107,7 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         audit.duplicates,
         audit.max_unowned_ms
     );
-    let mut failover = audit.failover_ms.clone();
-    failover.sort_unstable();
-    if failover.is_empty() {
-        println!("failover: no kill in this schedule");
-    } else {
-        let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
-        println!(
-            "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
-             first message, minus the {session_ms} ms session timeout)",
-            at(0.5),
-            at(0.99),
-            failover.len()
-        );
-    }
+    print_failover(&audit.failover_ms, "message", session_ms);
     if committed != ends {
         println!("committed {committed:?}, log ends {ends:?}");
     }
@@ -1128,6 +1115,25 @@ async fn orchestrate(args: &[String]) -> Result<bool, String> {
         println!("  {line}");
     }
     Ok(audit.lost == 0 && audit.stale == 0 && audit.shared_tokens == 0 && committed == ends)
+}
+
+/// The failover line: for every partition a killed member held, the time
+/// from the SIGKILL to its next owner's first `what`, past the session.
+fn print_failover(failover_ms: &[i64], what: &str, session_ms: u64) {
+    let mut failover = failover_ms.to_vec();
+    failover.sort_unstable();
+    if failover.is_empty() {
+        println!("failover: no kill of a member holding partitions in this schedule");
+        return;
+    }
+    let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
+         first {what}, minus the {session_ms} ms session timeout)",
+        at(0.5),
+        at(0.99),
+        failover.len()
+    );
 }
 
 #[derive(Default)]
@@ -1444,21 +1450,7 @@ mod sink {
             audit.fenced_messages,
             audit.failures
         );
-        let mut failover = audit.failover_ms.clone();
-        failover.sort_unstable();
-        if failover.is_empty() {
-            println!("failover: no kill of a member holding partitions in this schedule");
-        } else {
-            let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
-            println!(
-                "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
-                 first row written, minus the {} ms session timeout)",
-                at(0.5),
-                at(0.99),
-                failover.len(),
-                run.session_ms
-            );
-        }
+        print_failover(&audit.failover_ms, "row written", run.session_ms);
         if !audit.offsets_at_end {
             println!("offsets table {next:?}, log ends {ends:?}");
         }

@@ -469,6 +469,24 @@ impl<W: RowWriter> PostgresSink<W> {
         }))
     }
 
+    /// Begins a transaction on `connection` that holds `partition`'s row
+    /// (created if missing), for a claim under `token`.
+    async fn locked<'c>(
+        &self,
+        connection: &'c mut Connection,
+        partition: &TopicPartition,
+        token: FencingToken,
+    ) -> Result<(Transaction<'c>, &'c Statements, Stored), PostgresSinkError> {
+        bigint(token)?;
+        let Connection { client, statements } = connection;
+        let transaction = client
+            .transaction()
+            .await
+            .map_err(query_failed("begin a transaction"))?;
+        let stored = self.lock(statements, &transaction, partition).await?;
+        Ok((transaction, statements, stored))
+    }
+
     /// Locks `partition`'s row (creating it if missing) in `transaction`.
     async fn lock(
         &self,
@@ -536,14 +554,8 @@ impl<W: RowWriter> TransactionalSink for PostgresSink<W> {
         partition: &TopicPartition,
         token: FencingToken,
     ) -> Result<Fence, PostgresSinkError> {
-        bigint(token)?;
         let mut guard = self.connection().await?;
-        let Connection { client, statements } = &mut *guard;
-        let transaction = client
-            .transaction()
-            .await
-            .map_err(query_failed("begin a transaction"))?;
-        let stored = self.lock(statements, &transaction, partition).await?;
+        let (transaction, statements, stored) = self.locked(&mut guard, partition, token).await?;
         if stored.token > token {
             // Dropping the transaction rolls it back.
             return Ok(Fence::Newer {
@@ -580,14 +592,8 @@ impl<W: RowWriter> TransactionalSink for PostgresSink<W> {
                 written: 0,
             });
         };
-        bigint(token)?;
         let mut guard = self.connection().await?;
-        let Connection { client, statements } = &mut *guard;
-        let transaction = client
-            .transaction()
-            .await
-            .map_err(query_failed("begin a transaction"))?;
-        let stored = self.lock(statements, &transaction, partition).await?;
+        let (transaction, statements, stored) = self.locked(&mut guard, partition, token).await?;
         if stored.token > token {
             return Ok(Written::Fenced {
                 stored: stored.token,

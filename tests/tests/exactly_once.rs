@@ -34,7 +34,28 @@ async fn sink(url: &str, group: &str, messages: &str) -> PostgresSink<MessageTab
         .unwrap_or_else(|e| panic!("connect the sink: {e}"))
 }
 
+/// A member of `group` writing `messages` rows through a sink of its own
+/// at `url`.
 async fn join(
+    backend: Box<dyn Backend>,
+    url: &str,
+    group: &str,
+    messages: &str,
+    name: &str,
+    topic: &str,
+) -> Consumer {
+    join_with(
+        backend,
+        sink(url, group, messages).await,
+        group,
+        name,
+        topic,
+    )
+    .await
+}
+
+/// A member of `group` writing through `sink`.
+async fn join_with(
     backend: Box<dyn Backend>,
     sink: PostgresSink<MessageTable>,
     group: &str,
@@ -143,31 +164,10 @@ async fn a_hundred_thousand_messages_once_each(stores: &dyn Stores) {
     let db = postgres::client().await;
 
     let m1_backend = stores.doomed().await;
-    let m1 = join(
-        m1_backend.0,
-        sink(&url, &group, &messages).await,
-        &group,
-        "m1",
-        &topic,
-    )
-    .await;
-    let m2 = join(
-        stores.backend(),
-        sink(&url, &group, &messages).await,
-        &group,
-        "m2",
-        &topic,
-    )
-    .await;
+    let m1 = join(m1_backend.0, &url, &group, &messages, "m1", &topic).await;
+    let m2 = join(stores.backend(), &url, &group, &messages, "m2", &topic).await;
     rows_reach(&db, &messages, &topic, 15_000, Duration::from_secs(60)).await;
-    let m3 = join(
-        stores.backend(),
-        sink(&url, &group, &messages).await,
-        &group,
-        "m3",
-        &topic,
-    )
-    .await;
+    let m3 = join(stores.backend(), &url, &group, &messages, "m3", &topic).await;
     rows_reach(&db, &messages, &topic, 35_000, Duration::from_secs(60)).await;
     // m1 dies: what it held stays claimed until its session expires, and
     // what it wrote stays written; its next owners start where the table
@@ -175,14 +175,7 @@ async fn a_hundred_thousand_messages_once_each(stores: &dyn Stores) {
     (m1_backend.1)();
     m1.kill();
     rows_reach(&db, &messages, &topic, 50_000, Duration::from_secs(60)).await;
-    let m4 = join(
-        stores.backend(),
-        sink(&url, &group, &messages).await,
-        &group,
-        "m4",
-        &topic,
-    )
-    .await;
+    let m4 = join(stores.backend(), &url, &group, &messages, "m4", &topic).await;
     rows_reach(&db, &messages, &topic, 65_000, Duration::from_secs(60)).await;
     m2.close().await.expect("m2 closes");
 
@@ -288,7 +281,7 @@ async fn exactly_once_database_cut_off_before_and_while_writing_loses_nothing() 
     // Cut before the member claims anything: fencing fails, is reported,
     // and no partition is fetched until it works.
     proxy.down();
-    let mut consumer = join(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut consumer = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
     let mut reports = consumer.reports();
     let first = tokio::time::timeout(Duration::from_secs(20), reports.next())
         .await
@@ -376,7 +369,7 @@ async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
         .await
         .expect("seed the offsets table");
     }
-    let mut consumer = join(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut consumer = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
     let mut reports = consumer.reports();
     let (mut fenced, mut corrupt) = (None, false);
     let deadline = Instant::now() + Duration::from_secs(30);
