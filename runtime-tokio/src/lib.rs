@@ -5,6 +5,10 @@
 //! events in, carries commands out, and gives the application a stream of
 //! assignment changes ([`AssignmentEvent`]) and errors.
 //!
+//! [`exactly_once`] writes a member's messages to a transactional store
+//! exactly once, each batch with its partition's next offset in one
+//! transaction fenced by the claim's token.
+//!
 //! With no server at all, [`MemoryStore`] is an embedded in-memory store
 //! with ZooKeeper's semantics, shared by the members of one process.
 
