@@ -47,6 +47,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::backend::Backend;
 use crate::kafka::{Message, PartitionStream};
 use crate::member::{CloseError, CommitReport, GroupMember, GroupMemberBuilder, JoinError, View};
+use crate::telemetry::SinkMetrics;
 
 /// How many reports wait for the application before further ones are
 /// dropped and counted (see [`Reports`]).
@@ -241,8 +242,9 @@ pub struct ExactlyOnceStats {
     pub failures: u64,
 }
 
-#[derive(Default)]
+/// The counts of [`ExactlyOnceStats`], and the member's metrics of them.
 struct Counters {
+    metrics: SinkMetrics,
     batches_written: AtomicU64,
     messages_written: AtomicU64,
     messages_already_written: AtomicU64,
@@ -253,6 +255,19 @@ struct Counters {
 }
 
 impl Counters {
+    fn new(metrics: SinkMetrics) -> Counters {
+        Counters {
+            metrics,
+            batches_written: AtomicU64::new(0),
+            messages_written: AtomicU64::new(0),
+            messages_already_written: AtomicU64::new(0),
+            fenced_writes: AtomicU64::new(0),
+            fenced_messages: AtomicU64::new(0),
+            fenced_claims: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        }
+    }
+
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -346,6 +361,7 @@ impl<S: TransactionalSink> Shared<S> {
                 }) => {
                     tracing::warn!(%partition, ?token, ?stored, "the sink holds a newer claim: nothing of this one is written");
                     Counters::add(&self.counters.fenced_claims, 1);
+                    self.counters.metrics.claims_fenced.increment(1);
                     self.refused().insert((partition.clone(), token));
                     self.reports.send(Report::Fenced {
                         partition,
@@ -359,6 +375,7 @@ impl<S: TransactionalSink> Shared<S> {
                     attempt += 1;
                     tracing::warn!(%partition, ?token, attempt, %error, "fencing the partition in the sink failed");
                     Counters::add(&self.counters.failures, 1);
+                    self.counters.metrics.failures.increment(1);
                     self.reports.send(Report::Failed {
                         partition: partition.clone(),
                         token,
@@ -386,6 +403,7 @@ impl<S: TransactionalSink> Shared<S> {
                 Ok(Written::Applied { written, .. }) => {
                     Counters::add(&self.counters.batches_written, 1);
                     Counters::add(&self.counters.messages_written, written as u64);
+                    self.counters.metrics.messages.increment(written as u64);
                     Counters::add(
                         &self.counters.messages_already_written,
                         batch.len().saturating_sub(written) as u64,
@@ -395,6 +413,7 @@ impl<S: TransactionalSink> Shared<S> {
                 Ok(Written::Fenced { stored }) => {
                     tracing::warn!(%partition, ?token, ?stored, dropped = batch.len(), "the sink refused a write of a stale claim");
                     Counters::add(&self.counters.fenced_writes, 1);
+                    self.counters.metrics.writes_fenced.increment(1);
                     Counters::add(&self.counters.fenced_messages, batch.len() as u64);
                     self.reports.send(Report::Fenced {
                         partition: partition.clone(),
@@ -408,6 +427,7 @@ impl<S: TransactionalSink> Shared<S> {
                     attempt += 1;
                     tracing::warn!(%partition, ?token, attempt, %error, "writing a batch to the sink failed");
                     Counters::add(&self.counters.failures, 1);
+                    self.counters.metrics.failures.increment(1);
                     self.reports.send(Report::Failed {
                         partition: partition.clone(),
                         token,
@@ -538,7 +558,10 @@ impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
             max_batch: self.max_batch,
             first_backoff: self.first_backoff,
             max_backoff: self.max_backoff,
-            counters: Counters::default(),
+            counters: {
+                let (group, member) = self.member.names();
+                Counters::new(SinkMetrics::new(group, member))
+            },
             reports: ReportSender {
                 sender,
                 dropped: AtomicU64::new(0),

@@ -363,6 +363,11 @@ impl GroupMemberBuilder {
         self.kafka.is_some()
     }
 
+    /// The group and the member's id, for the metrics' labels.
+    pub(crate) fn names(&self) -> (&str, &MemberId) {
+        (self.config.group.as_str(), &self.config.member)
+    }
+
     /// With Kafka: hand each owned partition's messages out as a stream of
     /// its own ([`GroupMember::next_partition_stream`]) rather than all in
     /// one stream.

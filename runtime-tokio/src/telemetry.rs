@@ -49,6 +49,14 @@ pub(crate) const PARTITION_OWNED: &str = "tenure_partition_owned";
 pub(crate) const COMMITTED_OFFSET: &str = "tenure_committed_offset";
 /// Log-end offset minus committed offset.
 pub(crate) const PARTITION_LAG: &str = "tenure_partition_lag";
+/// Exactly-once output: messages whose output a sink committed.
+pub(crate) const SINK_MESSAGES_TOTAL: &str = "tenure_sink_messages_total";
+/// Exactly-once output: writes a sink refused (a newer claim fenced it).
+pub(crate) const SINK_WRITES_FENCED_TOTAL: &str = "tenure_sink_writes_fenced_total";
+/// Exactly-once output: claims a sink refused as they started.
+pub(crate) const SINK_CLAIMS_FENCED_TOTAL: &str = "tenure_sink_claims_fenced_total";
+/// Exactly-once output: failed attempts to fence or write.
+pub(crate) const SINK_FAILURES_TOTAL: &str = "tenure_sink_failures_total";
 
 static DESCRIBED: Once = Once::new();
 
@@ -115,12 +123,57 @@ fn describe() {
             Unit::Count,
             "The last offset this member committed for the partition: the next offset to consume."
         );
+        metrics::describe_counter!(
+            SINK_MESSAGES_TOTAL,
+            Unit::Count,
+            "Exactly-once output: messages whose output the sink committed with their offset."
+        );
+        metrics::describe_counter!(
+            SINK_WRITES_FENCED_TOTAL,
+            Unit::Count,
+            "Exactly-once output: batches the sink refused because a newer claim had fenced the partition (dropped, not retried)."
+        );
+        metrics::describe_counter!(
+            SINK_CLAIMS_FENCED_TOTAL,
+            Unit::Count,
+            "Exactly-once output: claims the sink refused as they started (it held a newer token)."
+        );
+        metrics::describe_counter!(
+            SINK_FAILURES_TOTAL,
+            Unit::Count,
+            "Exactly-once output: attempts to fence or write that failed (retried)."
+        );
         metrics::describe_gauge!(
             PARTITION_LAG,
             Unit::Count,
             "Log-end offset (high watermark of the last fetch) minus the committed offset; 0 while not owned."
         );
     });
+}
+
+/// The exactly-once writers' counters of one member.
+pub(crate) struct SinkMetrics {
+    pub(crate) messages: metrics::Counter,
+    pub(crate) writes_fenced: metrics::Counter,
+    pub(crate) claims_fenced: metrics::Counter,
+    pub(crate) failures: metrics::Counter,
+}
+
+impl SinkMetrics {
+    /// Registers them with the recorder installed now.
+    pub(crate) fn new(group: &str, member: &MemberId) -> SinkMetrics {
+        describe();
+        let labels = vec![
+            Label::new("group", group.to_owned()),
+            Label::new("member", member.as_str().to_owned()),
+        ];
+        SinkMetrics {
+            messages: metrics::counter!(SINK_MESSAGES_TOTAL, labels.clone()),
+            writes_fenced: metrics::counter!(SINK_WRITES_FENCED_TOTAL, labels.clone()),
+            claims_fenced: metrics::counter!(SINK_CLAIMS_FENCED_TOTAL, labels.clone()),
+            failures: metrics::counter!(SINK_FAILURES_TOTAL, labels),
+        }
+    }
 }
 
 /// The span every log line and span of one member's task lives in.

@@ -349,6 +349,8 @@ async fn exactly_once_database_cut_off_before_and_while_writing_loses_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
     const PARTITIONS: u32 = 3;
+    // Before any member registers its metrics.
+    let recorded = common::recorder::installed();
     let zookeeper = ZooKeeper::new("exactly-once-newer").await;
     let (topic, ends) = topic("exactly-once-newer", PARTITIONS, 500).await;
     let group = common::group("exactly-once-newer");
@@ -429,4 +431,14 @@ async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
         .expect("count");
     assert_eq!(untouched.get::<_, i64>(0), 0);
     assert_eq!(stats.fenced_claims, 1, "{stats:?}");
+    let of_group = [("group", group.as_str())];
+    assert_eq!(
+        recorded.counter_sum("tenure_sink_claims_fenced_total", &of_group),
+        1
+    );
+    assert_eq!(
+        recorded.counter_sum("tenure_sink_messages_total", &of_group),
+        500
+    );
+    assert!(recorded.counter_sum("tenure_sink_failures_total", &of_group) >= 1);
 }
