@@ -265,7 +265,7 @@ async fn run() -> Result<(), String> {
         .map_err(|e| format!("member {member_id}: {e}"))?;
     say(format_args!("ready"));
 
-    let mut events = consumer.member().events();
+    let mut events = consumer.events();
     let mut reports = consumer.reports();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("SIGTERM: {e}"))?;

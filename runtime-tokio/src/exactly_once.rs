@@ -624,10 +624,32 @@ impl<S: TransactionalSink> ExactlyOnce<S> {
         }
     }
 
-    /// The member: its assignment changes ([`GroupMember::events`]), its
-    /// problems, its view. Its messages are the writers'.
-    pub fn member(&mut self) -> &mut GroupMember {
-        &mut self.member
+    /// The member's id.
+    pub fn id(&self) -> &tenure_core::MemberId {
+        self.member.id()
+    }
+
+    /// The member's assignment changes ([`GroupMember::events`]). Its
+    /// messages are the writers' alone: the member is not handed out, so
+    /// that nothing seeks or pauses a partition under them.
+    pub fn events(&mut self) -> crate::Events {
+        self.member.events()
+    }
+
+    /// The member's problems ([`GroupMember::errors`]); the writers' are
+    /// in [`ExactlyOnce::reports`].
+    pub fn errors(&mut self) -> crate::Errors {
+        self.member.errors()
+    }
+
+    /// The member's current view of itself ([`GroupMember::view`]).
+    pub fn view(&self) -> View {
+        self.member.view()
+    }
+
+    /// A receiver that sees every change of the member's view.
+    pub fn watch_view(&self) -> watch::Receiver<View> {
+        self.member.watch_view()
     }
 
     /// The sink.
