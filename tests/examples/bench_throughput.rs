@@ -4,7 +4,7 @@
 //! `TENURE_ZOOKEEPER`).
 //!
 //! ```text
-//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog]
+//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog|exactly-once]
 //! ```
 //!
 //! Throughput: it produces `--messages` messages (default 1,200,000,
@@ -15,6 +15,16 @@
 //! committed). Each round prints messages per second of wall time and of
 //! this process's CPU time; the lines on stdout give the median ratios:
 //! `members=3 messages=… rounds=… ratio_median=R ratio_min=… ratio_max=… cpu_ratio_median=C`.
+//!
+//! Exactly once: round after round, 3 members consume the topic
+//! at-least-once (every message acknowledged), then 3 members write it
+//! into the PostgreSQL of `TENURE_POSTGRES` exactly once (one row per
+//! message, each batch with its offset in one transaction fenced by the
+//! claim's token), `--messages` of them: `exactly_once members=3
+//! messages=… rounds=… msgs_per_s_median=… ratio_median=R` (against the
+//! at-least-once rounds of the same run; both from the first message to
+//! the last: the database's clock for the rows, the group settled for the
+//! plain run).
 //!
 //! Latency: one member over 12 partitions, partition 0 200,000 messages
 //! behind and the others written to live every 10 ms, the application
@@ -34,7 +44,9 @@ use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
 use tenure::core::Config;
-use tenure::tokio::{GroupMember, KafkaConfig};
+use tenure::postgres::{MessageTable, PostgresSink};
+use tenure::tokio::exactly_once::ExactlyOnce;
+use tenure::tokio::{GroupMember, GroupMemberBuilder, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
 use zookeeper_client as zk;
 
@@ -169,12 +181,17 @@ async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<Rate, Stri
 
 /// `members` members of a new group on `topic`, each with `kafka`, once
 /// the group has settled and every partition is being fetched.
-async fn join_group(
+async fn join_group<T, F, Fut>(
     zookeeper: &str,
     kafka: &KafkaConfig,
     topic: &str,
     members: usize,
-) -> Result<Vec<GroupMember>, String> {
+    join: F,
+) -> Result<Vec<T>, String>
+where
+    F: Fn(GroupMemberBuilder, ZooKeeperBackend) -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let root = tokio::time::timeout(Duration::from_secs(5), zk::Client::connect(zookeeper))
         .await
         .map_err(|_| format!("ZooKeeper at {zookeeper} does not answer"))?
@@ -195,13 +212,10 @@ async fn join_group(
             Config::new("bench", &format!("m{n}"), [topic]).map_err(|e| e.to_string())?;
         config.commit_interval = Duration::from_secs(1);
         let backend = ZooKeeperBackend::new(connect.clone());
-        let member = GroupMember::builder(config)
+        let builder = GroupMember::builder(config)
             .kafka(kafka.clone())
-            .view_log(log.clone())
-            .join(backend)
-            .await
-            .map_err(|e| e.to_string())?;
-        joined.push(member);
+            .view_log(log.clone());
+        joined.push(join(builder, backend).await?);
     }
     let mut latest = std::collections::BTreeMap::new();
     let until = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -223,6 +237,23 @@ async fn join_group(
     }
 }
 
+/// [`join_group`] of plain members.
+async fn join_members(
+    zookeeper: &str,
+    kafka: &KafkaConfig,
+    topic: &str,
+    members: usize,
+) -> Result<Vec<GroupMember>, String> {
+    join_group(
+        zookeeper,
+        kafka,
+        topic,
+        members,
+        |builder, backend| async move { builder.join(backend).await.map_err(|e| e.to_string()) },
+    )
+    .await
+}
+
 /// `members` members consume everything through tenure: messages per
 /// second from the joins to the last acknowledgement.
 async fn through_tenure(
@@ -235,7 +266,7 @@ async fn through_tenure(
     // Steady state only: the clock starts once the group has settled (the
     // fetchers have filled their buffers meanwhile, a small head start
     // against the total).
-    let joined = join_group(zookeeper, kafka, topic, members).await?;
+    let joined = join_members(zookeeper, kafka, topic, members).await?;
     let consumed = Arc::new(AtomicU64::new(0));
     // Every member reads until all messages are consumed; the one that
     // consumes the last wakes the others, so that no member's wait for a
@@ -291,6 +322,86 @@ async fn through_tenure(
         return Err(format!("tenure consumed {read} of {total} messages"));
     }
     Ok(rate)
+}
+
+/// `members` members write everything into PostgreSQL exactly once (one
+/// row per message, `tenure::postgres::MessageTable`): messages per second
+/// of wall time from the first row written to the last, by the database's
+/// own clock (the writers start as the members join, before the group
+/// settles, so a clock started at settling would miss some of the work).
+async fn into_postgres(
+    zookeeper: &str,
+    postgres: &str,
+    kafka: &KafkaConfig,
+    topic: &str,
+    members: usize,
+    total: u64,
+) -> Result<f64, String> {
+    let table = unique("bench_rows").replace('-', "_");
+    let group = "bench";
+    let joined = join_group(zookeeper, kafka, topic, members, |builder, backend| {
+        let table = table.clone();
+        async move {
+            let rows = MessageTable::new(&table).map_err(|e| e.to_string())?;
+            let sink = PostgresSink::builder(postgres, group)
+                .offsets_table(&format!("{table}_offsets"))
+                .connect(rows)
+                .await
+                .map_err(|e| e.to_string())?;
+            ExactlyOnce::builder(builder, sink)
+                .join(backend)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await?;
+    let (client, connection) = tenure::postgres::tokio_postgres::connect(
+        postgres,
+        tenure::postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .map_err(|e| format!("PostgreSQL at {postgres}: {e}"))?;
+    let connection = tokio::spawn(connection);
+    let written = format!("SELECT coalesce(sum(next_offset), 0)::bigint FROM {table}_offsets");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let stored: i64 = client
+            .query_one(&written, &[])
+            .await
+            .map_err(|e| format!("read {table}_offsets: {e}"))?
+            .get(0);
+        if stored as u64 >= total {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{stored} of {total} messages written within 600 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for consumer in joined {
+        consumer.close().await.map_err(|e| e.to_string())?;
+    }
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT count(*), extract(epoch FROM max(written_at) - min(written_at))::float8 \
+                 FROM {table}"
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| format!("count {table}: {e}"))?;
+    let (rows, seconds): (i64, f64) = (row.get(0), row.get(1));
+    client
+        .batch_execute(&format!("DROP TABLE {table}; DROP TABLE {table}_offsets"))
+        .await
+        .map_err(|e| format!("drop {table}: {e}"))?;
+    drop(client);
+    let _ = connection.await;
+    if rows as u64 != total {
+        return Err(format!("{rows} rows for {total} messages"));
+    }
+    Ok(total as f64 / seconds.max(1e-3))
 }
 
 /// Messages per second of wall time, and per second of this process's CPU
@@ -351,7 +462,7 @@ async fn backlogged(
     create_topic(client, &topic).await?;
     let now = stamp_now()?;
     produce_to(client, &topic, 0, backlog, now).await?;
-    let mut joined = join_group(zookeeper, &kafka, &topic, 1).await?;
+    let mut joined = join_members(zookeeper, &kafka, &topic, 1).await?;
     let member = joined.pop().ok_or("no member")?;
 
     // The first message, so that the fetchers are under way before the
@@ -477,10 +588,11 @@ struct Options {
     rounds: usize,
     throughput: bool,
     backlog: bool,
+    exactly_once: bool,
 }
 
 const USAGE: &str =
-    "usage: bench_throughput [--messages N] [--rounds R] [--buffered-batches B] [--only throughput|backlog]";
+    "usage: bench_throughput [--messages N] [--rounds R] [--buffered-batches B] [--only throughput|backlog|exactly-once]";
 
 fn options() -> Result<Options, String> {
     let mut options = Options {
@@ -489,6 +601,7 @@ fn options() -> Result<Options, String> {
         rounds: 3,
         throughput: true,
         backlog: true,
+        exactly_once: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -504,8 +617,11 @@ fn options() -> Result<Options, String> {
                 options.buffered_batches = Some(n.parse().map_err(|_| USAGE)?);
             }
             ("--rounds", n) => options.rounds = n.parse::<usize>().map_err(|_| USAGE)?.max(1),
-            ("--only", "throughput") => options.backlog = false,
-            ("--only", "backlog") => options.throughput = false,
+            ("--only", only @ ("throughput" | "backlog" | "exactly-once")) => {
+                options.throughput = only == "throughput";
+                options.backlog = only == "backlog";
+                options.exactly_once = only == "exactly-once";
+            }
             _ => return Err(USAGE.to_owned()),
         }
     }
@@ -557,6 +673,42 @@ async fn run(options: Options) -> Result<(), String> {
                 percentile(&cpu, 0.5),
             );
         }
+    }
+    if options.exactly_once {
+        let postgres = env("TENURE_POSTGRES")?;
+        let topic = unique("bench-exactly-once");
+        let messages = if options.throughput {
+            options.messages / 10
+        } else {
+            options.messages
+        };
+        produce(&client, &topic, messages).await?;
+        let total = (messages / PARTITIONS as usize * PARTITIONS as usize) as u64;
+        let kafka_config = KafkaConfig::new(&bootstrap);
+        let members = 3;
+        let (mut ratios, mut rates) = (Vec::new(), Vec::new());
+        for round in 1..=options.rounds {
+            let plain = through_tenure(&zookeeper, &kafka_config, &topic, members, total).await?;
+            let exactly =
+                into_postgres(&zookeeper, &postgres, &kafka_config, &topic, members, total).await?;
+            let ratio = exactly / plain.wall;
+            eprintln!(
+                "  round {round}: members={members} exactly_once_msgs_per_s={exactly:.0} at_least_once_msgs_per_s={:.0} ratio={ratio:.2}",
+                plain.wall
+            );
+            ratios.push(ratio);
+            rates.push(exactly);
+        }
+        ratios.sort_by(f64::total_cmp);
+        rates.sort_by(f64::total_cmp);
+        println!(
+            "exactly_once members={members} messages={total} rounds={} msgs_per_s_median={:.0} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2}",
+            ratios.len(),
+            percentile(&rates, 0.5),
+            percentile(&ratios, 0.5),
+            percentile(&ratios, 0.0),
+            percentile(&ratios, 1.0),
+        );
     }
     if options.backlog {
         // Delivery latency beside a backlog: the partitions in turns (the
