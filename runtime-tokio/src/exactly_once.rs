@@ -347,6 +347,27 @@ impl<S: TransactionalSink> Shared<S> {
             .min(self.max_backoff)
     }
 
+    /// Logs, counts and reports a failed attempt.
+    fn failed(
+        &self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        stage: Stage,
+        attempt: u32,
+        error: S::Error,
+    ) {
+        tracing::warn!(%partition, ?token, ?stage, attempt, %error, "the sink failed");
+        Counters::add(&self.counters.failures, 1);
+        self.counters.metrics.failures.increment(1);
+        self.reports.send(Report::Failed {
+            partition: partition.clone(),
+            token,
+            stage,
+            attempt,
+            error,
+        });
+    }
+
     /// Where a newly claimed partition starts: fences it in the sink,
     /// retrying until that works (the fetch waits; it is dropped with the
     /// claim if the claim ends first).
@@ -373,16 +394,7 @@ impl<S: TransactionalSink> Shared<S> {
                 }
                 Err(error) => {
                     attempt += 1;
-                    tracing::warn!(%partition, ?token, attempt, %error, "fencing the partition in the sink failed");
-                    Counters::add(&self.counters.failures, 1);
-                    self.counters.metrics.failures.increment(1);
-                    self.reports.send(Report::Failed {
-                        partition: partition.clone(),
-                        token,
-                        stage: Stage::Fence,
-                        attempt,
-                        error,
-                    });
+                    self.failed(&partition, token, Stage::Fence, attempt, error);
                     tokio::time::sleep(self.backoff(attempt)).await;
                 }
             }
@@ -425,16 +437,7 @@ impl<S: TransactionalSink> Shared<S> {
                 }
                 Err(error) => {
                     attempt += 1;
-                    tracing::warn!(%partition, ?token, attempt, %error, "writing a batch to the sink failed");
-                    Counters::add(&self.counters.failures, 1);
-                    self.counters.metrics.failures.increment(1);
-                    self.reports.send(Report::Failed {
-                        partition: partition.clone(),
-                        token,
-                        stage: Stage::Write,
-                        attempt,
-                        error,
-                    });
+                    self.failed(partition, token, Stage::Write, attempt, error);
                     tokio::time::sleep(self.backoff(attempt)).await;
                     if !holds(view, partition, token) {
                         return BatchEnd::ClaimEnded;
