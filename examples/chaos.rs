@@ -1248,27 +1248,33 @@ fn audit(log: &Log, run: &Run, ends: &[i64], _committed: &[i64], from: u64, unti
         }
         audit.max_unowned_ms = audit.max_unowned_ms.max(longest);
     }
-    // Failover: for each partition a killed member held at its kill, the
-    // next owner's first message.
+    // Failover: the next owner's first message.
+    audit.failover_ms = failover_ms(log, run, |id, p, killed_at| {
+        log.messages
+            .iter()
+            .filter(|(member, at, mp, ..)| member != id && *mp == p && *at > killed_at)
+            .map(|(_, at, ..)| *at)
+            .min()
+    });
+    audit
+}
+
+/// For every partition a killed member held at its kill, the time from the
+/// kill to `first(member, partition, killed_at)` (the next owner's first
+/// output, wall ms), minus the session timeout.
+fn failover_ms(log: &Log, run: &Run, first: impl Fn(&str, u32, u64) -> Option<u64>) -> Vec<i64> {
+    let mut failover = Vec::new();
     for (id, running) in &run.members {
         let Some(killed_at) = running.killed_at else {
             continue;
         };
         for p in held_at(log, id, killed_at) {
-            let first = log
-                .messages
-                .iter()
-                .filter(|(member, at, mp, ..)| member != id && *mp == p && *at > killed_at)
-                .map(|(_, at, ..)| *at)
-                .min();
-            if let Some(first) = first {
-                audit
-                    .failover_ms
-                    .push(first as i64 - killed_at as i64 - run.session_ms as i64);
+            if let Some(first) = first(id, p, killed_at) {
+                failover.push(first as i64 - killed_at as i64 - run.session_ms as i64);
             }
         }
     }
-    audit
+    failover
 }
 
 /// The partitions `id` held at `at`, by its own assignment changes.
@@ -1613,25 +1619,13 @@ mod sink {
                 audit.note(format!("{member} said: {line}"));
             }
         }
-        // Failover: for each partition a killed member held at its kill,
-        // the first row written after it.
-        for (id, running) in &run.members {
-            let Some(killed_at) = running.killed_at else {
-                continue;
-            };
-            for p in held_at(log, id, killed_at) {
-                let first = rows
-                    .iter()
-                    .filter(|row| row.partition == p && row.written_ms > killed_at)
-                    .map(|row| row.written_ms)
-                    .min();
-                if let Some(first) = first {
-                    audit
-                        .failover_ms
-                        .push(first as i64 - killed_at as i64 - run.session_ms as i64);
-                }
-            }
-        }
+        // Failover: the first row written after the kill.
+        audit.failover_ms = failover_ms(log, run, |_, p, killed_at| {
+            rows.iter()
+                .filter(|row| row.partition == p && row.written_ms > killed_at)
+                .map(|row| row.written_ms)
+                .min()
+        });
         audit
     }
 }

@@ -35,7 +35,6 @@
 //! for PostgreSQL; any store with transactions and a row lock can.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +46,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::backend::Backend;
 use crate::kafka::{Message, PartitionStream};
 use crate::member::{CloseError, CommitReport, GroupMember, GroupMemberBuilder, JoinError, View};
+use crate::streams::CountingSender;
 use crate::telemetry::SinkMetrics;
 
 /// How many reports wait for the application before further ones are
@@ -242,71 +242,55 @@ pub struct ExactlyOnceStats {
     pub failures: u64,
 }
 
-/// The counts of [`ExactlyOnceStats`], and the member's metrics of them.
+/// The counts of [`ExactlyOnceStats`], and the member's metrics of them:
+/// one method per thing that happens, which moves both.
 struct Counters {
+    stats: Mutex<ExactlyOnceStats>,
     metrics: SinkMetrics,
-    batches_written: AtomicU64,
-    messages_written: AtomicU64,
-    messages_already_written: AtomicU64,
-    fenced_writes: AtomicU64,
-    fenced_messages: AtomicU64,
-    fenced_claims: AtomicU64,
-    failures: AtomicU64,
 }
 
 impl Counters {
     fn new(metrics: SinkMetrics) -> Counters {
         Counters {
+            stats: Mutex::new(ExactlyOnceStats::default()),
             metrics,
-            batches_written: AtomicU64::new(0),
-            messages_written: AtomicU64::new(0),
-            messages_already_written: AtomicU64::new(0),
-            fenced_writes: AtomicU64::new(0),
-            fenced_messages: AtomicU64::new(0),
-            fenced_claims: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
         }
     }
 
-    fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn read(&self) -> ExactlyOnceStats {
-        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        ExactlyOnceStats {
-            batches_written: get(&self.batches_written),
-            messages_written: get(&self.messages_written),
-            messages_already_written: get(&self.messages_already_written),
-            fenced_writes: get(&self.fenced_writes),
-            fenced_messages: get(&self.fenced_messages),
-            fenced_claims: get(&self.fenced_claims),
-            failures: get(&self.failures),
+    fn stats(&self) -> std::sync::MutexGuard<'_, ExactlyOnceStats> {
+        match self.stats.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
         }
     }
-}
 
-/// The writers' side of [`Reports`]: never waits, drops and counts by the
-/// overflow rule.
-struct ReportSender<E> {
-    sender: mpsc::Sender<Report<E>>,
-    dropped: AtomicU64,
-}
+    /// A batch of `messages` committed, `written` of them new.
+    fn committed(&self, messages: usize, written: usize) {
+        let mut stats = self.stats();
+        stats.batches_written += 1;
+        stats.messages_written += written as u64;
+        stats.messages_already_written += messages.saturating_sub(written) as u64;
+        self.metrics.messages.increment(written as u64);
+    }
 
-impl<E> ReportSender<E> {
-    fn send(&self, report: Report<E>) {
-        let dropped = self.dropped.swap(0, Ordering::Relaxed);
-        if dropped > 0 {
-            if let Err(mpsc::error::TrySendError::Full(_)) =
-                self.sender.try_send(Report::Dropped { count: dropped })
-            {
-                self.dropped.fetch_add(dropped + 1, Ordering::Relaxed);
-                return;
-            }
-        }
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.sender.try_send(report) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+    /// A write of `messages` refused.
+    fn write_fenced(&self, messages: usize) {
+        let mut stats = self.stats();
+        stats.fenced_writes += 1;
+        stats.fenced_messages += messages as u64;
+        self.metrics.writes_fenced.increment(1);
+    }
+
+    /// A claim refused as it started.
+    fn claim_fenced(&self) {
+        self.stats().fenced_claims += 1;
+        self.metrics.claims_fenced.increment(1);
+    }
+
+    /// An attempt failed.
+    fn failed(&self) {
+        self.stats().failures += 1;
+        self.metrics.failures.increment(1);
     }
 }
 
@@ -317,7 +301,7 @@ struct Shared<S: TransactionalSink> {
     first_backoff: Duration,
     max_backoff: Duration,
     counters: Counters,
-    reports: ReportSender<S::Error>,
+    reports: Mutex<CountingSender<Report<S::Error>>>,
     /// Claims the sink refused as they started: their writers write
     /// nothing.
     refused: Mutex<BTreeSet<(TopicPartition, FencingToken)>>,
@@ -340,6 +324,15 @@ impl<S: TransactionalSink> Shared<S> {
         }
     }
 
+    /// Sends `report` by the overflow rule of [`Reports`].
+    fn report(&self, report: Report<S::Error>) {
+        let mut reports = match self.reports.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        reports.send(report);
+    }
+
     fn backoff(&self, attempt: u32) -> Duration {
         let factor = 1u32 << attempt.saturating_sub(1).min(16);
         self.first_backoff
@@ -357,9 +350,8 @@ impl<S: TransactionalSink> Shared<S> {
         error: S::Error,
     ) {
         tracing::warn!(%partition, ?token, ?stage, attempt, %error, "the sink failed");
-        Counters::add(&self.counters.failures, 1);
-        self.counters.metrics.failures.increment(1);
-        self.reports.send(Report::Failed {
+        self.counters.failed();
+        self.report(Report::Failed {
             partition: partition.clone(),
             token,
             stage,
@@ -381,10 +373,9 @@ impl<S: TransactionalSink> Shared<S> {
                     next_offset,
                 }) => {
                     tracing::warn!(%partition, ?token, ?stored, "the sink holds a newer claim: nothing of this one is written");
-                    Counters::add(&self.counters.fenced_claims, 1);
-                    self.counters.metrics.claims_fenced.increment(1);
+                    self.counters.claim_fenced();
                     self.refused().insert((partition.clone(), token));
-                    self.reports.send(Report::Fenced {
+                    self.report(Report::Fenced {
                         partition,
                         token,
                         stored,
@@ -413,21 +404,13 @@ impl<S: TransactionalSink> Shared<S> {
         loop {
             match self.sink.write(partition, token, batch).await {
                 Ok(Written::Applied { written, .. }) => {
-                    Counters::add(&self.counters.batches_written, 1);
-                    Counters::add(&self.counters.messages_written, written as u64);
-                    self.counters.metrics.messages.increment(written as u64);
-                    Counters::add(
-                        &self.counters.messages_already_written,
-                        batch.len().saturating_sub(written) as u64,
-                    );
+                    self.counters.committed(batch.len(), written);
                     return BatchEnd::Committed;
                 }
                 Ok(Written::Fenced { stored }) => {
                     tracing::warn!(%partition, ?token, ?stored, dropped = batch.len(), "the sink refused a write of a stale claim");
-                    Counters::add(&self.counters.fenced_writes, 1);
-                    self.counters.metrics.writes_fenced.increment(1);
-                    Counters::add(&self.counters.fenced_messages, batch.len() as u64);
-                    self.reports.send(Report::Fenced {
+                    self.counters.write_fenced(batch.len());
+                    self.report(Report::Fenced {
                         partition: partition.clone(),
                         token,
                         stored,
@@ -565,10 +548,9 @@ impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
                 let (group, member) = self.member.names();
                 Counters::new(SinkMetrics::new(group, member))
             },
-            reports: ReportSender {
-                sender,
-                dropped: AtomicU64::new(0),
-            },
+            reports: Mutex::new(CountingSender::new(sender, |count| Report::Dropped {
+                count,
+            })),
             refused: Mutex::new(BTreeSet::new()),
         });
         let starting = shared.clone();
@@ -670,7 +652,7 @@ impl<S: TransactionalSink> ExactlyOnce<S> {
 
     /// What the writers did so far.
     pub fn stats(&self) -> ExactlyOnceStats {
-        self.shared.counters.read()
+        *self.shared.counters.stats()
     }
 
     /// Leaves the group ([`GroupMember::close`]): every writer finishes the

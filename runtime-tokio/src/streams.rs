@@ -335,14 +335,22 @@ pub(crate) struct EventSender {
     overflow: BTreeMap<TopicPartition, AssignmentEvent>,
 }
 
-/// The member's side of the [`Errors`] channel: it never waits, and drops
-/// and counts by the overflow rule.
+/// The sending side of a channel that never waits: while the channel is
+/// full, what comes is dropped and counted, and the count goes out (as the
+/// item `dropped` makes of it) before anything else once there is room.
+/// The member's side of the [`Errors`] channel is one, the exactly-once
+/// writers' reports another.
 #[derive(Debug)]
-pub(crate) struct ProblemSender {
-    sender: mpsc::Sender<Problem>,
-    /// Problems dropped since the last [`Problem::Dropped`] went out.
+pub(crate) struct CountingSender<T> {
+    sender: mpsc::Sender<T>,
+    /// Items dropped since the last count went out.
     dropped: u64,
+    /// The item that tells the receiver how many were dropped.
+    count: fn(u64) -> T,
 }
+
+/// The member's side of the [`Errors`] channel.
+pub(crate) type ProblemSender = CountingSender<Problem>;
 
 /// The two ends of the events and errors channels; assignment changes are
 /// handed out by `lease` and `claims` (see [`Events`]).
@@ -367,10 +375,7 @@ pub(crate) fn channels(
             }),
         ),
         (
-            ProblemSender {
-                sender: errors_tx,
-                dropped: 0,
-            },
+            CountingSender::new(errors_tx, |count| Problem::Dropped { count }),
             Errors {
                 receiver: errors_rx,
             },
@@ -430,15 +435,24 @@ impl EventSender {
     }
 }
 
-impl ProblemSender {
-    /// Sends `problem`, or drops and counts it while the channel is full;
+impl<T> CountingSender<T> {
+    /// Sends into `sender`; `count` makes the item that reports drops.
+    pub(crate) fn new(sender: mpsc::Sender<T>, count: fn(u64) -> T) -> Self {
+        CountingSender {
+            sender,
+            dropped: 0,
+            count,
+        }
+    }
+
+    /// Sends `item`, or drops and counts it while the channel is full;
     /// `false` if it was dropped.
-    pub(crate) fn send(&mut self, problem: Problem) -> bool {
+    pub(crate) fn send(&mut self, item: T) -> bool {
         if !self.report_dropped() {
             self.dropped += 1;
             return false;
         }
-        match self.sender.try_send(problem) {
+        match self.sender.try_send(item) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.dropped += 1;
@@ -447,16 +461,13 @@ impl ProblemSender {
         }
     }
 
-    /// Sends the count of dropped problems, if any; `false` if there was no
+    /// Sends the count of dropped items, if any; `false` if there was no
     /// room for it.
     pub(crate) fn report_dropped(&mut self) -> bool {
         if self.dropped == 0 {
             return true;
         }
-        let report = Problem::Dropped {
-            count: self.dropped,
-        };
-        match self.sender.try_send(report) {
+        match self.sender.try_send((self.count)(self.dropped)) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.dropped = 0;
                 true
@@ -465,7 +476,7 @@ impl ProblemSender {
         }
     }
 
-    /// Whether a count of dropped problems waits for room.
+    /// Whether a count of dropped items waits for room.
     pub(crate) fn has_dropped(&self) -> bool {
         self.dropped > 0
     }

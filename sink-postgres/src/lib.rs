@@ -470,7 +470,7 @@ impl<W: RowWriter> PostgresSink<W> {
     }
 
     /// Begins a transaction on `connection` that holds `partition`'s row
-    /// (created if missing), for a claim under `token`.
+    /// (created if missing) locked, for a claim under `token`.
     async fn locked<'c>(
         &self,
         connection: &'c mut Connection,
@@ -478,23 +478,12 @@ impl<W: RowWriter> PostgresSink<W> {
         token: FencingToken,
     ) -> Result<(Transaction<'c>, &'c Statements, Stored), PostgresSinkError> {
         bigint(token)?;
+        let number = partition_number(partition)?;
         let Connection { client, statements } = connection;
         let transaction = client
             .transaction()
             .await
             .map_err(query_failed("begin a transaction"))?;
-        let stored = self.lock(statements, &transaction, partition).await?;
-        Ok((transaction, statements, stored))
-    }
-
-    /// Locks `partition`'s row (creating it if missing) in `transaction`.
-    async fn lock(
-        &self,
-        statements: &Statements,
-        transaction: &Transaction<'_>,
-        partition: &TopicPartition,
-    ) -> Result<Stored, PostgresSinkError> {
-        let number = partition_number(partition)?;
         let topic: &str = &partition.topic;
         let key: [&(dyn ToSql + Sync); 3] = [&self.group, &topic, &number];
         transaction
@@ -507,7 +496,7 @@ impl<W: RowWriter> PostgresSink<W> {
             .map_err(query_failed("lock a partition's offsets row"))?;
         let read = query_failed("read a partition's offsets row");
         let next_offset: Option<i64> = row.try_get(0).map_err(&read)?;
-        let token: i64 = row.try_get(1).map_err(&read)?;
+        let stored_token: i64 = row.try_get(1).map_err(&read)?;
         let corrupt = |detail: String| PostgresSinkError::Corrupt {
             partition: partition.clone(),
             detail,
@@ -515,11 +504,13 @@ impl<W: RowWriter> PostgresSink<W> {
         if let Some(offset) = next_offset.filter(|o| *o < 0) {
             return Err(corrupt(format!("next_offset is {offset}")));
         }
-        let token = u64::try_from(token).map_err(|_| corrupt(format!("token is {token}")))?;
-        Ok(Stored {
+        let stored_token =
+            u64::try_from(stored_token).map_err(|_| corrupt(format!("token is {stored_token}")))?;
+        let stored = Stored {
             next_offset,
-            token: FencingToken(token),
-        })
+            token: FencingToken(stored_token),
+        };
+        Ok((transaction, statements, stored))
     }
 
     /// Stores `partition`'s next offset and token in `transaction`.
