@@ -151,6 +151,14 @@ fn describe() {
     });
 }
 
+/// The labels of every metric of one member.
+fn member_labels(group: &str, member: &MemberId) -> Vec<Label> {
+    vec![
+        Label::new("group", group.to_owned()),
+        Label::new("member", member.as_str().to_owned()),
+    ]
+}
+
 /// The exactly-once writers' counters of one member.
 pub(crate) struct SinkMetrics {
     pub(crate) messages: metrics::Counter,
@@ -163,10 +171,7 @@ impl SinkMetrics {
     /// Registers them with the recorder installed now.
     pub(crate) fn new(group: &str, member: &MemberId) -> SinkMetrics {
         describe();
-        let labels = vec![
-            Label::new("group", group.to_owned()),
-            Label::new("member", member.as_str().to_owned()),
-        ];
+        let labels = member_labels(group, member);
         SinkMetrics {
             messages: metrics::counter!(SINK_MESSAGES_TOTAL, labels.clone()),
             writes_fenced: metrics::counter!(SINK_WRITES_FENCED_TOTAL, labels.clone()),
@@ -317,10 +322,7 @@ impl Telemetry {
     /// Registers the member's metrics with the recorder installed now.
     pub(crate) fn new(group: &str, member: &MemberId) -> Telemetry {
         describe();
-        let labels = vec![
-            Label::new("group", group.to_owned()),
-            Label::new("member", member.as_str().to_owned()),
-        ];
+        let labels = member_labels(group, member);
         Telemetry {
             claims: metrics::counter!(CLAIMS_TOTAL, labels.clone()),
             handoffs: metrics::counter!(HANDOFFS_TOTAL, labels.clone()),
