@@ -56,17 +56,20 @@
 //! to the store as above, writing every message as a row of a table of
 //! this run's own (`chaos_<seed>_<ms>`, in `TENURE_POSTGRES`) with each
 //! partition's next offset in `tenure_offsets`, one transaction per batch,
-//! fenced by the claim's token. Each batch takes 50 ms of work before its
-//! transaction, so a member paused or cut off past its session nearly
+//! fenced by the claim's token. Each batch takes 200 ms of work before its
+//! transaction (a few ms), so a member paused past its session nearly
 //! always holds a batch it has not written: the write it attempts when it
 //! goes on is refused, because the partition's next owner fenced it
-//! meanwhile. A transaction idle for a second (a quarter of a shorter
+//! meanwhile. (One stopped inside a transaction instead finds it ended by
+//! the database, and its claim gone: nothing to refuse.) A transaction idle for a second (a quarter of a shorter
 //! session) is ended by the database, so that a member stopped inside one
 //! does not hold up the next owner's fence.
 //!
-//! The schedule starts with the four faults exactly-once is about, in an
-//! order drawn from the seed: a pause past the session, a cut off from the
-//! store, a kill and a store node restart; the rest are drawn as above.
+//! The schedule starts with the faults exactly-once is about, in an order
+//! drawn from the seed: two pauses past the session (so that a pause that
+//! happens to catch its member inside a transaction is not the run's
+//! only one), a cut off from the store, a kill and a store node restart;
+//! the rest are drawn as above.
 //! At the end the group is let go and closed as above (the backlog is
 //! consumed once every partition's next offset in the offsets table is its
 //! log end), and the table audited:
@@ -351,8 +354,8 @@ impl std::fmt::Display for Fault {
 /// each on a member that is live and not already paused or cut off, with
 /// at least two live members at all times.
 ///
-/// With `required` (`--sink postgres`), the first faults are a kill, a
-/// pause, a cut and a store node restart, in an order drawn from the seed
+/// With `required` (`--sink postgres`), the first faults are a kill, two
+/// pauses, a cut and a store node restart, in an order drawn from the seed
 /// (one that cannot be made yet, a kill with two live members, waits for
 /// the first slot where it can); the rest are drawn as without.
 fn schedule(
@@ -370,11 +373,11 @@ fn schedule(
     let mut busy: BTreeMap<String, u64> = BTreeMap::new();
     let mut faults = Vec::new();
     let mut at = 3_000 + rng.below(3_000);
-    // The kinds still due, as the draw below numbers them: kill, pause,
-    // cut, restart; shuffled (Fisher–Yates).
+    // The kinds still due, as the draw below numbers them: kill, pause
+    // twice, cut, restart; shuffled (Fisher–Yates).
     let mut due: Vec<u64> = Vec::new();
     if required {
-        due = vec![0, 1, 2, 4];
+        due = vec![0, 1, 1, 2, 4];
         for i in (1..due.len()).rev() {
             let j = rng.below(i as u64 + 1) as usize;
             due.swap(i, j);
@@ -672,7 +675,7 @@ impl Run {
                 let mut command = Command::new(&sink.exe);
                 command
                     .args(["--postgres", &sink.postgres, "--table", &sink.table])
-                    .args(["--offsets-table", OFFSETS_TABLE, "--work-ms", "50"])
+                    .args(["--offsets-table", OFFSETS_TABLE, "--work-ms", "200"])
                     .args(["--idle-in-transaction-ms", &idle_ms.to_string()]);
                 command
             }
