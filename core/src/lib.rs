@@ -95,6 +95,7 @@
 //!   registration JSON, the offset codec), shared by every backend;
 //! - [`model`]: an in-memory store with ZooKeeper's semantics and the
 //!   adapter that carries commands to it (the runtime's embedded store);
+//! - [`rng`]: the seeded generator behind every random choice;
 //! - `sim` (feature `sim`): a deterministic simulator of whole groups on
 //!   that model, with faults.
 
@@ -107,7 +108,7 @@ pub mod error;
 pub mod model;
 pub mod protocol;
 pub mod records;
-mod rng;
+pub mod rng;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod subscription;

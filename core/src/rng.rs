@@ -1,5 +1,6 @@
 //! A small seeded pseudo-random generator, so that every random choice of
-//! the core (retry jitter) and of the simulator replays from its seed.
+//! the core (retry jitter), of the simulator and of the chaos tool's fault
+//! schedules replays from its seed: the one copy of it in the workspace.
 
 /// SplitMix64: tiny, fast, and good enough for jitter and simulation; not
 /// for anything that needs unpredictability.
@@ -30,11 +31,16 @@ impl SplitMix64 {
         ((u128::from(self.next_u64()) * u128::from(bound)) >> 64) as u64
     }
 
-    /// True with probability `numerator / denominator` (the simulator's
-    /// fault schedule; the core itself needs only [`SplitMix64::below`]).
-    #[cfg(any(test, feature = "sim"))]
+    /// True with probability `numerator / denominator` (fault schedules;
+    /// the core itself needs only [`SplitMix64::below`]).
     pub fn chance(&mut self, numerator: u64, denominator: u64) -> bool {
         self.below(denominator) < numerator
+    }
+
+    /// One of `items`, each as likely; `None` when there are none.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        let index = self.below(items.len() as u64);
+        items.get(usize::try_from(index).ok()?)
     }
 }
 
