@@ -20,16 +20,16 @@
 //!   sticky strategy, so it fetches ~10 of them. Each measured element is one
 //!   `processed` acknowledgement (round-robin over its fetching partitions,
 //!   offsets growing, virtual time advancing 1 ms per acknowledgement),
-//!   followed by what a runtime does after every event: drain
-//!   `poll_store_request`, ask `poll_timeout`, and call `handle_timeout` when it is
-//!   due. The commits the 5 s commit interval triggers and the heartbeats are
+//!   followed by what a runtime does after every event: take
+//!   `poll_output` until its `Timeout`, and call `handle_timeout` when that
+//!   is due. The commits the 5 s commit interval triggers and the heartbeats are
 //!   answered `Ok` inside the measured time but not counted as elements
 //!   (about one per 300 acknowledgements), so the `thrpt` line reads as
 //!   acknowledgements per second.
 //! - `member_rebalance/{sticky,range}`: the time that member takes to handle
 //!   one `MembersResult` in which a member (`m100`) joins the 100, computing
 //!   the assignment over 101 members × 1,000 partitions, and to hand out the
-//!   commands it emits (`poll_store_request` until empty, unanswered). Between
+//!   outputs it emits (`poll_output` until `Timeout`, unanswered). Between
 //!   measurements the member is settled back to 100 members, untimed.
 //! - `assignment/{sticky,range,round-robin}`: `AssignmentStrategy::assign`
 //!   for 100 members × 1,000 partitions (one topic, every member subscribed).
@@ -52,6 +52,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundRobin, Sticky};
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::sim::{self, SimConfig, SimReport};
+use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Event, FencingToken, FetchCommand, Member, MemberId,
     MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest, TopicPartition,
@@ -171,18 +172,18 @@ impl Harness {
     /// with success at once.
     fn drain(&mut self) {
         loop {
-            while let Some(event) = self.member.poll_app_event() {
-                if let AppEvent::Problem(error) = event {
-                    panic!("the bench member reported: {error}");
+            let answer = match self.member.poll_output() {
+                Output::App(AppEvent::Problem(error)) => {
+                    panic!("the bench member reported: {error}")
                 }
-            }
-            let answer = if let Some(fetch) = self.member.poll_fetch() {
-                self.fetch(fetch);
-                None
-            } else if let Some(command) = self.member.poll_store_request() {
-                self.answer(command)
-            } else {
-                return;
+                Output::App(_) => None,
+                Output::Fetch(fetch) => {
+                    self.fetch(fetch);
+                    None
+                }
+                Output::Store(command) => self.answer(command),
+                Output::Timeout(_) => return,
+                other => panic!("an output the bench does not know: {other:?}"),
             };
             if let Some(answer) = answer {
                 let now = self.now();
@@ -342,14 +343,21 @@ fn member_rebalance(c: &mut Criterion) {
                                 result: Ok(after.clone()),
                             },
                         );
-                        let fetches: Vec<FetchCommand> =
-                            std::iter::from_fn(|| h.member.poll_fetch()).collect();
-                        let commands: Vec<StoreRequest> =
-                            std::iter::from_fn(|| h.member.poll_store_request()).collect();
-                        let app_events: Vec<AppEvent> =
-                            std::iter::from_fn(|| h.member.poll_app_event()).collect();
+                        let outputs: Vec<Output> =
+                            std::iter::from_fn(|| match h.member.poll_output() {
+                                Output::Timeout(_) => None,
+                                output => Some(output),
+                            })
+                            .collect();
                         measured += start.elapsed();
-                        black_box(&app_events);
+                        let (mut fetches, mut commands) = (Vec::new(), Vec::new());
+                        for output in outputs {
+                            match output {
+                                Output::Fetch(fetch) => fetches.push(fetch),
+                                Output::Store(command) => commands.push(command),
+                                output => drop(black_box(output)),
+                            }
+                        }
 
                         // Untimed: carry the commands out, settle, and go back
                         // to 100 members for the next iteration.

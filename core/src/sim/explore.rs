@@ -99,7 +99,8 @@ use crate::error::StoreError;
 use crate::model::adapter::{self, Execution};
 use crate::model::store::{Store, WatchEvent};
 use crate::protocol::{
-    ClaimOutcome, Event, FetchCommand, FetchFrom, Member, RegisterOutcome, StoreOp, StoreRequest,
+    ClaimOutcome, Event, FetchCommand, FetchFrom, Member, Output, RegisterOutcome, StoreOp,
+    StoreRequest,
 };
 use crate::records::Layout;
 use crate::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
@@ -1349,20 +1350,21 @@ impl State {
         // the search.
         for _ in 0..100_000 {
             let n = &mut self.nodes[node];
-            if let Some(fetch) = n.member.poll_fetch() {
-                let messages = model.config.messages;
-                let follow = n.app.fetch(fetch, messages, model.config.eager_app);
-                for input in follow {
-                    if let Input::Processed {
-                        partition, offset, ..
-                    } = &input
-                    {
-                        self.mark_processed(partition, *offset);
+            match n.member.poll_output() {
+                Output::Fetch(fetch) => {
+                    let messages = model.config.messages;
+                    let follow = n.app.fetch(fetch, messages, model.config.eager_app);
+                    for input in follow {
+                        if let Input::Processed {
+                            partition, offset, ..
+                        } = &input
+                        {
+                            self.mark_processed(partition, *offset);
+                        }
+                        later.push_back(input);
                     }
-                    later.push_back(input);
                 }
-            } else if let Some(command) = n.member.poll_store_request() {
-                match (n.connected, n.session) {
+                Output::Store(command) => match (n.connected, n.session) {
                     (true, Some(session)) => self.net.push(Flight {
                         msg: Msg::Request {
                             node,
@@ -1380,16 +1382,17 @@ impl State {
                         };
                         later.push_back(Input::Event(command.failed(error)));
                     }
+                },
+                Output::App(event) => {
+                    let id = n.member.id().clone();
+                    if let Err(detail) = check::story(&mut n.story, &mut self.newest, &id, &event) {
+                        problems.push(("application events", detail));
+                    }
                 }
-            } else if let Some(event) = n.member.poll_app_event() {
-                let id = n.member.id().clone();
-                if let Err(detail) = check::story(&mut n.story, &mut self.newest, &id, &event) {
-                    problems.push(("application events", detail));
-                }
-            } else if let Some(input) = later.pop_front() {
-                Self::feed(&mut n.member, model, now, input);
-            } else {
-                return;
+                Output::Timeout(_) => match later.pop_front() {
+                    Some(input) => Self::feed(&mut n.member, model, now, input),
+                    None => return,
+                },
             }
         }
         problems.push((

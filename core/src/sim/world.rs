@@ -29,7 +29,9 @@ use crate::config::Config;
 use crate::error::{Error, StoreError};
 use crate::model::adapter::{self, Execution};
 use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{AppEvent, Event, FetchCommand, FetchFrom, Member, StoreOp, StoreRequest};
+use crate::protocol::{
+    AppEvent, Event, FetchCommand, FetchFrom, Member, Output, StoreOp, StoreRequest,
+};
 use crate::records::Layout;
 use crate::rng::SplitMix64;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
@@ -1294,14 +1296,11 @@ impl World {
             let Some(member) = self.nodes[index].member.as_mut() else {
                 return;
             };
-            if let Some(fetch) = member.poll_fetch() {
-                self.fetch(index, fetch);
-            } else if let Some(command) = member.poll_store_request() {
-                self.dispatch(index, command);
-            } else if let Some(event) = member.poll_app_event() {
-                self.app_event(index, event);
-            } else {
-                return;
+            match member.poll_output() {
+                Output::Fetch(fetch) => self.fetch(index, fetch),
+                Output::Store(command) => self.dispatch(index, command),
+                Output::App(event) => self.app_event(index, event),
+                Output::Timeout(_) => return,
             }
         }
     }
@@ -1377,6 +1376,19 @@ impl World {
     fn dispatch(&mut self, index: usize, store_command: StoreRequest) {
         let now = self.now;
         self.trace(Some(index), &("->", &store_command));
+        // The order of the member's output: a partition leaves the fetcher
+        // before its release (or a new claim of it) leaves for the store.
+        if let StoreOp::Release { partition, .. } | StoreOp::Claim { partition } = &store_command.op
+        {
+            let app = &self.nodes[index].app;
+            if app.fetching.contains_key(partition) || app.suspended.contains_key(partition) {
+                let detail = format!(
+                    "m{index} sent {:?} while its fetcher still held {partition}",
+                    store_command.op
+                );
+                self.violation("stop before release", detail);
+            }
+        }
         let node = &self.nodes[index];
         match (node.connected, node.session) {
             (true, Some(session)) => {
