@@ -99,21 +99,22 @@
 //! - [`model`]: an in-memory store with ZooKeeper's semantics and the
 //!   adapter that carries commands to it (the runtime's embedded store);
 //! - [`rng`]: the seeded generator behind every random choice;
-//! - `sim` (feature `sim`): a deterministic simulator of whole groups on
-//!   that model, with faults.
+//! - `canon` (feature `sim`, hidden): the canonical fingerprints the
+//!   explorer of `tenure-sim` keeps its visited states by.
 
 #![deny(missing_docs)]
 
 pub mod assignment;
 mod backoff;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod canon;
 pub mod config;
 pub mod error;
 pub mod model;
 pub mod protocol;
 pub mod records;
 pub mod rng;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod subscription;
 pub mod types;
 

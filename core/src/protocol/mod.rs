@@ -1472,14 +1472,15 @@ impl Member {
     /// the configuration and what the member advertises (fixed for a
     /// member's life), the statistics (counted, never read), and the next
     /// request id (ids are renamed by rank, and a fresh one is above all).
-    pub(crate) fn canonical(&self, canon: &mut crate::sim::canon::Canon, index: usize) {
+    #[doc(hidden)]
+    pub fn canonical(&self, canon: &mut crate::canon::Canon, index: usize) {
         // Beyond this many failures the backoff no longer grows: further
         // failures are alike (see `backoff::delay`).
         let saturation = (0..20u32)
             .find(|&k| self.config.backoff_min.saturating_mul(1 << k) >= self.config.backoff_max)
             .unwrap_or(20);
         let attempts = |n: u32| n.min(saturation);
-        let step = |canon: &mut crate::sim::canon::Canon, step: Step| match step {
+        let step = |canon: &mut crate::canon::Canon, step: Step| match step {
             Step::Idle => canon.number(0),
             Step::Pending(id) => {
                 canon.number(1);
