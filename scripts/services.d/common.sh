@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# The functions the services of scripts/services share, which it sources:
-# messages, certificates, package installs, pid files, launching a server,
-# waiting until it answers, stopping it, and a cluster's nodes.
+# The functions the services of scripts/services share, which it sources
+# before the services' own files (services.d/<service>.sh): messages,
+# certificates, package installs, pid files, launching a server, waiting
+# until it answers, stopping it, and a cluster's nodes.
 
 # STATE, HOST, CLUSTER_SIZE and the other shared settings are set by
 # scripts/services before it sources this file: used here, assigned there.
