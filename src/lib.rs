@@ -36,6 +36,7 @@
 //! The [`guide`] tells the rest, one chapter per module, starting with
 //! [`guide::consumers`]; its examples, and the README's, are compiled and run
 //! as this crate's doc-tests.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 #[cfg(feature = "cli")]

@@ -98,6 +98,7 @@
 //! - `sim` (feature `sim`): a deterministic simulator of whole groups on
 //!   that model, with faults.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod assignment;
