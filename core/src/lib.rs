@@ -102,6 +102,7 @@
 //! - `canon` (feature `sim`, hidden): the canonical fingerprints the
 //!   explorer of `tenure-sim` keeps its visited states by.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod assignment;
