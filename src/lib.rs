@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | [`core`] | `tenure-core` | the sans-IO state machine of one member, the assignment strategies, the records a group keeps in its store, the in-memory store model |
 //! | [`tokio`] | `tenure-tokio` | the tokio runtime: `GroupMember`, its builder and streams, the `Backend` trait, static membership, the embedded `MemoryStore`, telemetry, exactly-once output |
-//! | `tenure::kafka` | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, Kafka security (its types also in `tenure::tokio`) |
+//! | [`kafka`] | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, Kafka security (its types also in `tenure::tokio`) |
 //! | `tenure::admin` | `tenure-admin` | a group seen from outside: describe it, plan and apply offset resets |
 //! | `tenure::zookeeper` | `tenure-zookeeper` | the ZooKeeper backend (feature `zookeeper`) |
 //! | `tenure::etcd` | `tenure-etcd` | the etcd backend (feature `etcd`) |
@@ -48,5 +48,7 @@ pub use tenure_etcd as etcd;
 #[cfg(feature = "postgres")]
 pub use tenure_postgres as postgres;
 pub use tenure_tokio as tokio;
+/// The Kafka data plane (the `tenure-kafka` crate).
+pub use tenure_tokio::kafka;
 #[cfg(feature = "zookeeper")]
 pub use tenure_zookeeper as zookeeper;

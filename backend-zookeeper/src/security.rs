@@ -3,7 +3,7 @@
 //! later), with a client certificate where the server asks for one
 //! (`ssl.clientAuth`).
 
-use tenure_tokio::security::Password;
+use tenure_core::credentials::Password;
 use tenure_tokio::BackendError;
 use zookeeper_client as zk;
 

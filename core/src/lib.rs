@@ -111,6 +111,7 @@ mod backoff;
 #[doc(hidden)]
 pub mod canon;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod model;
 pub mod protocol;

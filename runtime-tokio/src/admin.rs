@@ -27,7 +27,7 @@ pub use rskafka::client::Client as KafkaClient;
 use tenure_core::records::{decode_registration_record, parse_offset};
 use tenure_core::{FencingToken, NameError, Offset, StoreError, Subscription, TopicPartition};
 
-use crate::kafka::KafkaError;
+use tenure_kafka::KafkaError;
 
 /// How long one Kafka request of an admin operation may take: the client
 /// retries by itself, so an unreachable leader would otherwise hang the tool.

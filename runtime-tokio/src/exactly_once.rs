@@ -44,10 +44,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::backend::Backend;
-use crate::kafka::{Message, PartitionStream};
 use crate::member::{CloseError, CommitReport, GroupMember, GroupMemberBuilder, JoinError, View};
 use crate::streams::CountingSender;
 use crate::telemetry::SinkMetrics;
+use tenure_kafka::{Message, PartitionStream};
 
 /// How many reports wait for the application before further ones are
 /// dropped and counted (see [`Reports`]).

@@ -18,20 +18,15 @@
 pub mod admin;
 mod backend;
 pub mod exactly_once;
-pub mod kafka;
 mod member;
 mod membership;
 mod memory;
-pub mod security;
 pub mod session;
 mod streams;
 mod telemetry;
 
 pub use backend::{
     hostname, registration_record, Backend, BackendError, EventSender, Joining, SessionTicket,
-};
-pub use kafka::{
-    KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
 };
 pub use member::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
@@ -41,3 +36,8 @@ pub use membership::{StateFileError, StaticMembership};
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
 pub use tenure_core as core;
+/// The Kafka data plane the member drives (the `tenure-kafka` crate).
+pub use tenure_kafka as kafka;
+pub use tenure_kafka::{
+    KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
+};

@@ -15,15 +15,15 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::backend::{Backend, BackendError, Joining};
-use crate::kafka::{
-    self, DataEvent, DataPlane, Delivery, GroupQueues, KafkaConfig, KafkaError, Message,
-    PartitionStream, StartOffsets,
-};
 use crate::membership::{StateFile, StateFileError, StaticMembership};
 use crate::streams::{
     self, Errors, EventSender, Events, HeldClaims, Messages, PartitionStreams, ProblemSender,
 };
 use crate::telemetry::{self, Telemetry};
+use tenure_kafka::{
+    self as kafka, DataEvent, DataPlane, Delivery, GroupQueues, KafkaConfig, KafkaError, Message,
+    PartitionStream, StartOffsets,
+};
 
 /// A change in what this member consumes.
 #[derive(Clone, Debug, PartialEq, Eq)]

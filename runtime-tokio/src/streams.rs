@@ -16,8 +16,8 @@ use futures_core::Stream;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::kafka::{Batches, Interleaved, Lease, Message, PartitionStream};
 use crate::member::{AssignmentEvent, Problem};
+use tenure_kafka::{Interleaved, Lease, Message, PartitionStream};
 
 /// How many assignment changes wait for the application before the member
 /// coalesces them (see [`Events`]).
@@ -45,16 +45,6 @@ pub struct Messages {
 }
 
 impl Messages {
-    /// One partition's messages.
-    pub(crate) fn partition(mut batches: Batches) -> Messages {
-        // Polled in place: a message costs no future and no move of the
-        // queue's state.
-        let stream = futures_util::stream::poll_fn(move |cx| batches.poll_next(cx));
-        Messages {
-            inner: Some(Box::pin(stream)),
-        }
-    }
-
     /// Every partition's messages, in turns (`None`: without Kafka).
     pub(crate) fn group(interleaved: Option<Interleaved>) -> Messages {
         Messages {

@@ -9,7 +9,7 @@
 //! before moving to the next that has any: a backlogged partition gets its
 //! turn like the others, and delays them by at most one turn each.
 //!
-//! [`KafkaConfig::max_messages_in_a_row`]: super::KafkaConfig::max_messages_in_a_row
+//! [`KafkaConfig::max_messages_in_a_row`]: crate::KafkaConfig::max_messages_in_a_row
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -19,7 +19,48 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 
-use super::{Fetched, Lease, Message, Passed};
+use std::time::Instant;
+
+use tenure_core::{FencingToken, TopicPartition};
+use tokio::sync::watch;
+
+use crate::ledger::{Fetched, Message, Passed};
+
+/// Until when the member may hand out messages
+/// ([`tenure_core::Member::consume_deadline`]), as its task last worked it
+/// out; `None`: not now. The task sends it after every step (a change or
+/// not), so a receiver waiting on it also wakes when a partition stops.
+pub type Lease = watch::Receiver<Option<Instant>>;
+
+/// The messages of one owned partition, a [`futures_core::Stream`] (as
+/// the member's one message stream is, for one partition); it ends when the partition
+/// is revoked.
+#[derive(Debug)]
+pub struct PartitionStream {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The claim's fencing token.
+    pub token: FencingToken,
+    pub(crate) batches: Batches,
+}
+
+impl PartitionStream {
+    /// The next message, or `None` once the partition is revoked.
+    pub async fn next(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| self.batches.poll_next(cx)).await
+    }
+}
+
+impl futures_core::Stream for PartitionStream {
+    type Item = Message;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Message>> {
+        self.batches.poll_next(cx)
+    }
+}
 
 /// What one partition's queue gives when asked without waiting.
 enum Take {
@@ -227,7 +268,7 @@ pub(crate) enum Signal {
 
 /// The data plane's side of the group stream: opens a queue per claim.
 #[derive(Debug)]
-pub(crate) struct GroupQueues {
+pub struct GroupQueues {
     signals: mpsc::UnboundedSender<Signal>,
     next_id: u64,
     capacity: usize,
@@ -289,11 +330,7 @@ impl QueueSender {
 impl GroupQueues {
     /// The queues of a member's group stream; each claim's holds at most
     /// `capacity` batches.
-    pub(crate) fn new(
-        capacity: usize,
-        max_in_a_row: usize,
-        lease: Lease,
-    ) -> (GroupQueues, Interleaved) {
+    pub fn new(capacity: usize, max_in_a_row: usize, lease: Lease) -> (GroupQueues, Interleaved) {
         let (signals, received) = mpsc::unbounded_channel();
         (
             GroupQueues {
@@ -338,7 +375,7 @@ const SIGNALS_EVERY: usize = 64;
 /// most one entry per batch fetched since it was last read, plus one per
 /// claim opened or ended.
 #[derive(Debug)]
-pub(crate) struct Interleaved {
+pub struct Interleaved {
     signals: mpsc::UnboundedReceiver<Signal>,
     /// Queues that may have messages, in the order of their turns; the
     /// front one is handing out.
@@ -383,7 +420,7 @@ impl Interleaved {
 
     /// The next message that may still be handed out, from the queue whose
     /// turn it is; `None` once the member has closed.
-    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         loop {
             let Some((_, queue)) = self.line.front_mut() else {
                 self.hear();
@@ -444,8 +481,8 @@ mod tests {
 
     use tenure_core::{FencingToken, TopicPartition};
 
-    use super::super::{BatchLedger, LedgerCell, Ledgers};
     use super::*;
+    use crate::ledger::{BatchLedger, LedgerCell, Ledgers};
 
     fn message(partition: u32, offset: i64, ledger: &Arc<LedgerCell>) -> Message {
         Message {

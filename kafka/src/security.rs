@@ -1,11 +1,8 @@
-//! Secured servers: what a secured Kafka asks of a client — SASL (PLAIN,
+//! Secured brokers: what a secured Kafka asks of a client — SASL (PLAIN,
 //! SCRAM-SHA-256, SCRAM-SHA-512) and, with the Cargo feature `tls`, TLS
 //! (the brokers' certificates checked against a CA, and a client
-//! certificate where they ask for one) — and what every store backend's
-//! credentials share: a password that stays out of logs, and the causes of
-//! a refused connection.
+//! certificate where they ask for one).
 
-use std::fmt;
 #[cfg(feature = "tls")]
 use std::path::Path;
 #[cfg(feature = "tls")]
@@ -13,7 +10,9 @@ use std::sync::Arc;
 
 use rskafka::client::{ClientBuilder, Credentials, SaslConfig};
 
-use crate::kafka::KafkaError;
+use tenure_core::credentials::Password;
+
+use crate::error::KafkaError;
 
 /// A SASL mechanism Kafka brokers offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,42 +46,6 @@ impl SaslMechanism {
             SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
         }
     }
-}
-
-/// A password: it is shown as `***` in `Debug` output, so that a settings
-/// struct holding one can be logged whole.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// `password`, kept.
-    pub fn new(password: &str) -> Password {
-        Password(password.to_owned())
-    }
-
-    /// The password itself, for the client that sends it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-/// `error` and each of its sources, joined with `: `: the cause of a
-/// refused connection (a SASL refusal, an unknown certificate issuer)
-/// usually sits in a source, not in the top error's message.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![error.to_string()];
-    let mut current = error.source();
-    while let Some(source) = current {
-        parts.push(source.to_string());
-        current = source.source();
-    }
-    parts.join(": ")
 }
 
 /// Credentials and TLS settings for Kafka brokers that require them

@@ -1,0 +1,68 @@
+//! How to reach Kafka and how to fetch.
+
+use std::time::Duration;
+
+use crate::security::KafkaSecurity;
+
+/// How to reach Kafka and how to fetch.
+///
+/// Fetches read committed (as the Java consumer's
+/// `isolation.level=read_committed`): records of aborted transactions are
+/// not handed out, nothing past a partition's last stable offset is, and
+/// the committed offset moves past transaction markers.
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub bootstrap: Vec<String>,
+    /// Most bytes one fetch asks for. Default: 1 MiB.
+    pub fetch_max_bytes: i32,
+    /// How long a fetch may wait on the broker for new messages. Default:
+    /// 250 ms.
+    pub fetch_max_wait: Duration,
+    /// Fetched batches (each at most `fetch_max_bytes`) buffered per owned
+    /// partition before its fetcher waits for the application: a slow
+    /// application holds memory at this bound, about
+    /// `(buffered_batches + 1) × fetch_max_bytes` per partition (one more
+    /// batch is in the fetcher's hands). Each partition has its own buffer,
+    /// so that one partition's backlog never sits in front of another's
+    /// messages. 0 counts as 1. Default: 2.
+    pub buffered_batches: usize,
+    /// On the member's one message stream (`tenure_tokio::GroupMember::messages`):
+    /// at most this many messages of one partition are handed out in a row
+    /// while another partition has messages waiting. The partitions with
+    /// messages take turns, so a backlogged partition delays each of the
+    /// others by at most one turn. Per-partition streams are not affected.
+    /// 0 counts as 1. Default: 64.
+    pub max_messages_in_a_row: usize,
+    /// How often partition counts are read from metadata, so that added
+    /// partitions get assigned. Default: 10 s.
+    pub metadata_refresh: Duration,
+    /// How long connecting to the brokers may take. Default: 10 s.
+    pub connect_timeout: Duration,
+    /// The client id the brokers see (in their logs and quotas). Default:
+    /// `tenure`.
+    pub client_id: String,
+    /// SASL and TLS, for brokers that require them. Default: none.
+    pub security: KafkaSecurity,
+}
+
+impl KafkaConfig {
+    /// Defaults for brokers at `bootstrap` (`host:port`, comma separated).
+    pub fn new(bootstrap: &str) -> KafkaConfig {
+        KafkaConfig {
+            bootstrap: bootstrap
+                .split(',')
+                .map(|b| b.trim().to_owned())
+                .filter(|b| !b.is_empty())
+                .collect(),
+            fetch_max_bytes: 1 << 20,
+            fetch_max_wait: Duration::from_millis(250),
+            buffered_batches: 2,
+            max_messages_in_a_row: 64,
+            metadata_refresh: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            client_id: "tenure".to_owned(),
+            security: KafkaSecurity::new(),
+        }
+    }
+}

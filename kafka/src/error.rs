@@ -1,0 +1,89 @@
+//! What can go wrong with Kafka.
+
+use tenure_core::{Offset, TopicPartition};
+
+/// What went wrong talking to Kafka.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaError {
+    /// No bootstrap broker was given.
+    #[error("no Kafka bootstrap broker given")]
+    NoBootstrap,
+    /// The security settings cannot be used (a CA or key file that cannot
+    /// be read, say).
+    #[error("Kafka security settings: {0}")]
+    Config(String),
+    /// The brokers refused this member's SASL credentials, or their TLS
+    /// certificate is not trusted.
+    #[error("Kafka at {bootstrap}: {detail}")]
+    Refused {
+        /// The bootstrap brokers.
+        bootstrap: String,
+        /// What was refused, and what to check.
+        detail: String,
+    },
+    /// The brokers did not answer.
+    #[error("Kafka at {bootstrap} does not answer: {detail}")]
+    Unreachable {
+        /// The bootstrap brokers.
+        bootstrap: String,
+        /// What the client said.
+        detail: String,
+    },
+    /// A subscribed topic does not exist (yet): it is waited for, and
+    /// assigned once it appears. Reported when the member first finds it
+    /// missing, and again each time it goes missing after it existed.
+    #[error("topic {topic:?} does not exist in Kafka at {bootstrap}; waiting for it")]
+    UnknownTopic {
+        /// The topic.
+        topic: String,
+        /// The bootstrap brokers.
+        bootstrap: String,
+    },
+    /// A fetch or offset lookup failed; the fetcher retries.
+    #[error("fetching {partition} failed: {detail}")]
+    Fetch {
+        /// The partition.
+        partition: TopicPartition,
+        /// What the client said.
+        detail: String,
+    },
+    /// The partition holds record batches compressed with a codec this
+    /// build cannot read. Fetching it stops (the claim stays, its offset
+    /// does not move) until the member runs with the codec built in (the
+    /// Cargo features `compression-lz4` and `compression-zstd`, on by
+    /// default).
+    #[error("{partition} holds records compressed with {codec}, which this build cannot read; build tenure with the Cargo feature `compression-{codec}`")]
+    Codec {
+        /// The partition.
+        partition: TopicPartition,
+        /// The codec, as the client names it.
+        codec: String,
+    },
+    /// The position asked for is no longer (or not yet) in the log; the
+    /// fetch went on from the position the initial-offset policy names.
+    #[error("offset {offset} of {partition} is out of range; reset to {reset}")]
+    OffsetReset {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was out of range.
+        offset: Offset,
+        /// Where fetching went on.
+        reset: Offset,
+    },
+}
+
+impl KafkaError {
+    /// Whether the problem may clear by itself while the member goes on (a
+    /// broker that does not answer, a failed fetch, which is retried, a
+    /// topic not created yet, which is waited for); `false` for what needs
+    /// someone to act (no broker given) or is done with (an offset reset).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            KafkaError::Unreachable { .. }
+                | KafkaError::Fetch { .. }
+                | KafkaError::UnknownTopic { .. }
+        )
+    }
+}

@@ -1,0 +1,234 @@
+//! One partition's fetch loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::Client;
+use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
+use tokio::sync::mpsc;
+
+use crate::config::KafkaConfig;
+use crate::delivery::Outlet;
+use crate::error::KafkaError;
+use crate::event::DataEvent;
+use crate::ledger::{BatchLedger, Fetched, LedgerCell, Message, Passed};
+use tenure_core::credentials::error_chain;
+
+/// The codec named by a fetch error that says the client cannot decompress
+/// a batch (rskafka: "Unimplemented compression: Lz4", somewhere in the
+/// error's chain), if it is one.
+pub(crate) fn unreadable_codec(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const MARK: &str = "Unimplemented compression: ";
+    let chain = error_chain(error);
+    let at = chain.find(MARK)? + MARK.len();
+    let codec: String = chain[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    Some(codec.to_ascii_lowercase())
+}
+
+pub(crate) struct Fetcher {
+    pub(crate) client: Arc<Client>,
+    pub(crate) config: KafkaConfig,
+    pub(crate) initial: InitialOffset,
+    pub(crate) partition: TopicPartition,
+    pub(crate) token: FencingToken,
+    pub(crate) ledger: Arc<LedgerCell>,
+    pub(crate) generation: u64,
+    pub(crate) events: mpsc::UnboundedSender<DataEvent>,
+}
+
+impl Fetcher {
+    fn problem(&self, detail: impl ToString) {
+        let _ = self.events.send(DataEvent::Problem(KafkaError::Fetch {
+            partition: self.partition.clone(),
+            detail: detail.to_string(),
+        }));
+    }
+
+    async fn partition_client(&self) -> PartitionClient {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self
+                .client
+                .partition_client(
+                    self.partition.topic.to_string(),
+                    self.partition.partition as i32,
+                    UnknownTopicHandling::Retry,
+                )
+                .await
+            {
+                Ok(client) => return client,
+                Err(e) => {
+                    self.problem(e);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Where the initial-offset policy says to start.
+    async fn policy_offset(&self, client: &PartitionClient) -> Offset {
+        let at = match self.initial {
+            InitialOffset::Oldest => OffsetAt::Earliest,
+            InitialOffset::Newest => OffsetAt::Latest,
+        };
+        self.offset_at(client, at).await
+    }
+
+    pub(crate) async fn run(self, from: FetchFrom, sender: Outlet) {
+        let client = self.partition_client().await;
+        let mut next = match from {
+            FetchFrom::Offset(offset) => offset,
+            FetchFrom::Oldest => self.offset_at(&client, OffsetAt::Earliest).await,
+            FetchFrom::Newest => self.offset_at(&client, OffsetAt::Latest).await,
+        };
+        let max_wait = self.config.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32;
+        let mut pause = Duration::from_millis(50);
+        let mut reported_end = None;
+        loop {
+            match client
+                .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
+                .await
+            {
+                Ok(fetched) => {
+                    pause = Duration::from_millis(50);
+                    // Lag needs the log end; an idle partition answers every
+                    // fetch wait, so only a moved watermark is worth a message.
+                    let high_watermark = fetched.high_watermark;
+                    if reported_end != Some(high_watermark) {
+                        reported_end = Some(high_watermark);
+                        let _ = self.events.send(DataEvent::HighWatermark(
+                            self.partition.clone(),
+                            self.token,
+                            high_watermark,
+                        ));
+                    }
+                    let mut messages = Vec::with_capacity(fetched.records.len());
+                    // The batch's own references for its messages to count:
+                    // counted by this task while it builds the batch and by
+                    // the application's while it takes it, never by both at
+                    // once. One shared by every batch bounced between the
+                    // two threads' caches at every message.
+                    let topic: Arc<str> = Arc::from(&*self.partition.topic);
+                    let ledger = Arc::new(BatchLedger(self.ledger.clone()));
+                    for record in fetched.records {
+                        if record.offset < next {
+                            // A compressed batch can start before the offset
+                            // asked for.
+                            continue;
+                        }
+                        next = record.offset + 1;
+                        messages.push(Message {
+                            topic: topic.clone(),
+                            partition: self.partition.partition,
+                            offset: record.offset,
+                            key: record.record.key,
+                            value: record.record.value,
+                            headers: record.record.headers,
+                            timestamp_ms: record.record.timestamp.timestamp_millis(),
+                            token: self.token,
+                            ledger: ledger.clone(),
+                            generation: self.generation,
+                        });
+                    }
+                    // A transaction's marker, or an aborted transaction,
+                    // after the last record: the fetch moves past it, and so
+                    // does the committed offset once the records are done.
+                    let passed = (fetched.next_offset > next).then(|| {
+                        next = fetched.next_offset;
+                        Passed {
+                            ledger: self.ledger.clone(),
+                            token: self.token,
+                            generation: self.generation,
+                            last: next - 1,
+                        }
+                    });
+                    if (!messages.is_empty() || passed.is_some())
+                        && !sender.send(Fetched { messages, passed }).await
+                    {
+                        return;
+                    }
+                }
+                Err(rskafka::client::error::Error::ServerError {
+                    protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+                    ..
+                }) => {
+                    let reset = self.policy_offset(&client).await;
+                    let _ = self
+                        .events
+                        .send(DataEvent::Problem(KafkaError::OffsetReset {
+                            partition: self.partition.clone(),
+                            offset: next,
+                            reset,
+                        }));
+                    next = reset;
+                }
+                Err(e) => {
+                    if let Some(codec) = unreadable_codec(&e) {
+                        // Retrying cannot help: say so once and fetch no more.
+                        let _ = self.events.send(DataEvent::Problem(KafkaError::Codec {
+                            partition: self.partition.clone(),
+                            codec,
+                        }));
+                        return;
+                    }
+                    self.problem(e);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn offset_at(&self, client: &PartitionClient, at: OffsetAt) -> Offset {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match client.get_offset(at).await {
+                Ok(offset) => return offset,
+                Err(e) => {
+                    self.problem(e);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+
+    impl std::fmt::Display for Chain {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_codec_the_build_lacks_is_named_wherever_the_chain_says_it() {
+        let deep = Chain(
+            "cannot read the response",
+            Some(Box::new(Chain(
+                "Malformed data: Unimplemented compression: Zstd",
+                None,
+            ))),
+        );
+        assert_eq!(unreadable_codec(&deep).as_deref(), Some("zstd"));
+        let other = Chain("connection refused", None);
+        assert_eq!(unreadable_codec(&other), None);
+    }
+}

@@ -1,0 +1,343 @@
+//! Which messages the application holds, per claim: what was handed out,
+//! what is acknowledged, and so the offset below which everything is
+//! processed (what the member commits) and when a stopping partition is
+//! drained.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tenure_core::{FencingToken, Offset, TopicPartition};
+
+use crate::event::DataEvent;
+
+/// One message, handed to the application. Acknowledge it with
+/// [`Message::ack`] once processed; its offset is committed when every
+/// message before it in its partition is acknowledged too.
+#[derive(Debug)]
+pub struct Message {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: u32,
+    /// The message's offset.
+    pub offset: Offset,
+    /// The key, if any.
+    pub key: Option<Vec<u8>>,
+    /// The value, if any.
+    pub value: Option<Vec<u8>>,
+    /// The headers.
+    pub headers: BTreeMap<String, Vec<u8>>,
+    /// The record's timestamp, in milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// The fencing token of the claim this message was fetched under: every
+    /// side effect of processing it may be fenced with it.
+    pub token: FencingToken,
+    pub(crate) ledger: Arc<BatchLedger>,
+    /// The fetch of its claim it came from: a pause ends a fetch, and what
+    /// that fetch left buffered is fetched again on resume.
+    pub(crate) generation: u64,
+}
+
+impl Message {
+    /// The message's partition, as the core names it.
+    pub fn topic_partition(&self) -> TopicPartition {
+        TopicPartition {
+            topic: self.topic.clone(),
+            partition: self.partition,
+        }
+    }
+
+    /// Reports the message processed. Acknowledging after the partition
+    /// moved to another member does nothing: nothing is committed for a
+    /// partition this member no longer owns.
+    pub fn ack(&self) {
+        self.ledger.ack(self.offset);
+    }
+}
+
+/// What one fetch of a partition brought: its messages, and how far the
+/// fetch went past the last of them.
+#[derive(Debug)]
+pub(crate) struct Fetched {
+    pub(crate) messages: Vec<Message>,
+    /// Offsets past the last message that hold nothing to hand out
+    /// (transaction markers, records of aborted transactions): once the
+    /// messages before them are handed out, they count as handed out, so
+    /// that the committed offset can reach the log's end.
+    pub(crate) passed: Option<Passed>,
+}
+
+/// Offsets a fetch went past without a message, up to `last`.
+#[derive(Debug)]
+pub(crate) struct Passed {
+    pub(crate) ledger: Arc<LedgerCell>,
+    pub(crate) token: FencingToken,
+    pub(crate) generation: u64,
+    pub(crate) last: Offset,
+}
+
+/// Which messages of a partition the application holds.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    /// Handed out, in the order handed out (offsets grow), each with
+    /// whether it is acknowledged; acknowledged ones leave from the front.
+    pub(crate) outstanding: VecDeque<(Offset, bool)>,
+    /// The last offset handed out.
+    pub(crate) last_delivered: Option<Offset>,
+    /// The highest offset below which everything handed out is acknowledged.
+    pub(crate) watermark: Option<Offset>,
+    /// The watermark last reported to the member.
+    pub(crate) reported: Option<Offset>,
+    /// Told to stop: nothing more is handed out.
+    pub(crate) stopping: bool,
+    /// Drained and not yet reported.
+    pub(crate) drained: bool,
+    /// The current fetch of the claim; messages of an earlier one are not
+    /// handed out.
+    pub(crate) generation: u64,
+    /// Paused by the application: nothing is handed out until resumed.
+    pub(crate) paused: bool,
+}
+
+/// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
+#[derive(Debug)]
+pub(crate) struct BatchLedger(pub(crate) Arc<LedgerCell>);
+
+impl std::ops::Deref for BatchLedger {
+    type Target = LedgerCell;
+
+    fn deref(&self) -> &LedgerCell {
+        &self.0
+    }
+}
+
+/// One claim's ledger, shared by its messages (no lookup on the hot path).
+#[derive(Debug)]
+pub(crate) struct LedgerCell {
+    pub(crate) token: FencingToken,
+    pub(crate) ledger: Mutex<Ledger>,
+    /// Wake the member's task: `moved` when the watermark moved first since
+    /// the task last read it, `drained` when a drain ended.
+    pub(crate) wake: Wake,
+}
+
+/// How the ledgers wake the member's task. Watermarks are read at most
+/// every [`WATERMARK_READ_INTERVAL`]: under a fast application, waking the
+/// task for every acknowledgement made it run as often as the application
+/// did. A drain ends a handoff, so it wakes the task at once.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Wake {
+    pub(crate) moved: Arc<tokio::sync::Notify>,
+    pub(crate) drained: Arc<tokio::sync::Notify>,
+}
+
+/// How often, at most, the member's task reads the watermarks the
+/// application's acknowledgements moved (a commit, a seek and a stop read
+/// them at once).
+pub(crate) const WATERMARK_READ_INTERVAL: Duration = Duration::from_millis(5);
+
+impl LedgerCell {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Ledger> {
+        match self.ledger.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Records a message handed to the application; `false` if it may not
+    /// be handed out: it is not of this cell's claim or current fetch, or
+    /// the claim is stopping or paused.
+    pub(crate) fn deliver(&self, offset: Offset, token: FencingToken, generation: u64) -> bool {
+        let mut ledger = self.lock();
+        if token != self.token
+            || ledger.stopping
+            || ledger.paused
+            || ledger.generation != generation
+        {
+            return false;
+        }
+        ledger.outstanding.push_back((offset, false));
+        ledger.last_delivered = Some(offset);
+        true
+    }
+
+    pub(crate) fn ack(&self, offset: Offset) {
+        let mut ledger = self.lock();
+        // Acknowledgements mostly come in order: the front is found first.
+        let Ok(at) = ledger
+            .outstanding
+            .binary_search_by_key(&offset, |(o, _)| *o)
+        else {
+            return;
+        };
+        ledger.outstanding[at].1 = true;
+        while ledger.outstanding.front().is_some_and(|(_, acked)| *acked) {
+            ledger.outstanding.pop_front();
+        }
+        self.advance(ledger);
+    }
+
+    /// Counts the offsets up to `last` that a fetch of the claim `token`
+    /// went past without a message as handed out (and, once everything
+    /// handed out before them is acknowledged, as processed).
+    pub(crate) fn pass(&self, last: Offset, token: FencingToken, generation: u64) {
+        let mut ledger = self.lock();
+        if token != self.token
+            || ledger.stopping
+            || ledger.generation != generation
+            || ledger.last_delivered >= Some(last)
+        {
+            return;
+        }
+        ledger.last_delivered = Some(last);
+        self.advance(ledger);
+    }
+
+    /// Moves the watermark up to what is acknowledged, and wakes the
+    /// member's task if it moved or a drain ended.
+    pub(crate) fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
+        let watermark = match ledger.outstanding.front() {
+            Some((first, _)) => first.checked_sub(1),
+            None => ledger.last_delivered,
+        };
+        // Only the first move since the task read it: the task reads the
+        // latest watermark, not every one.
+        let mut moved = false;
+        if watermark > ledger.watermark {
+            moved = ledger.watermark == ledger.reported;
+            ledger.watermark = watermark;
+        }
+        let mut drained = false;
+        if ledger.stopping && ledger.outstanding.is_empty() && !ledger.drained {
+            ledger.drained = true;
+            drained = true;
+        }
+        drop(ledger);
+        if drained {
+            self.wake.drained.notify_one();
+        } else if moved {
+            self.wake.moved.notify_one();
+        }
+    }
+}
+
+/// The ledgers of the current claims, for the member's task.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Ledgers {
+    pub(crate) cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
+    pub(crate) wake: Wake,
+}
+
+impl Ledgers {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Arc<LedgerCell>>> {
+        match self.cells.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    pub(crate) fn open(&self, partition: &TopicPartition, token: FencingToken) -> Arc<LedgerCell> {
+        let cell = Arc::new(LedgerCell {
+            token,
+            ledger: Mutex::new(Ledger {
+                outstanding: VecDeque::new(),
+                last_delivered: None,
+                watermark: None,
+                reported: None,
+                stopping: false,
+                drained: false,
+                generation: 0,
+                paused: false,
+            }),
+            wake: self.wake.clone(),
+        });
+        self.lock().insert(partition.clone(), cell.clone());
+        cell
+    }
+
+    /// Marks a partition stopping: nothing more of it is handed out.
+    pub(crate) fn stop(&self, partition: &TopicPartition, token: FencingToken) {
+        let cells = self.lock();
+        if let Some(cell) = cells.get(partition).filter(|c| c.token == token) {
+            let mut ledger = cell.lock();
+            ledger.stopping = true;
+            ledger.drained = ledger.outstanding.is_empty();
+        }
+    }
+
+    /// What changed since the last call: watermarks to report, then drains
+    /// that ended (a drained partition's ledger goes).
+    pub(crate) fn changes(&self, out: &mut VecDeque<DataEvent>) {
+        let mut cells = self.lock();
+        let mut drained = Vec::new();
+        for (partition, cell) in cells.iter() {
+            let mut ledger = cell.lock();
+            if ledger.watermark > ledger.reported {
+                ledger.reported = ledger.watermark;
+                if let Some(offset) = ledger.watermark {
+                    out.push_back(DataEvent::Processed(partition.clone(), cell.token, offset));
+                }
+            }
+            if ledger.drained {
+                drained.push((partition.clone(), cell.token));
+            }
+        }
+        for (partition, token) in drained {
+            cells.remove(&partition);
+            out.push_back(DataEvent::Drained(partition, token));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ledger's watermark, as the member's task would read it.
+    pub(crate) fn processed(ledgers: &Ledgers) -> Vec<Offset> {
+        let mut out = VecDeque::new();
+        ledgers.changes(&mut out);
+        out.into_iter()
+            .filter_map(|event| match event {
+                DataEvent::Processed(_, _, offset) => Some(offset),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    pub(crate) fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
+        let ledgers = Ledgers::default();
+        let partition = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let token = FencingToken(7);
+        let cell = ledgers.open(&partition, token);
+
+        // Records 10 and 11, then a commit marker at 12.
+        assert!(cell.deliver(10, token, 0));
+        assert!(cell.deliver(11, token, 0));
+        cell.pass(12, token, 0);
+        cell.ack(10);
+        assert_eq!(processed(&ledgers), [10], "11 is not processed yet");
+        cell.ack(11);
+        assert_eq!(processed(&ledgers), [12], "past the marker");
+
+        // Only a marker, nothing outstanding: it counts at once.
+        cell.pass(15, token, 0);
+        assert_eq!(processed(&ledgers), [15]);
+
+        // Not under another claim, nor from an earlier fetch, nor backwards.
+        cell.pass(20, FencingToken(6), 0);
+        cell.pass(20, token, 1);
+        cell.pass(14, token, 0);
+        assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+
+        // Not once the partition is stopping.
+        ledgers.stop(&partition, token);
+        cell.pass(20, token, 0);
+        assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+    }
+}

@@ -1,0 +1,46 @@
+//! tenure-kafka: the Kafka data plane of a tenure member.
+//!
+//! The member's task (`tenure-tokio`) decides which partitions are fetched
+//! and under which claim; this crate does the fetching and keeps the books:
+//!
+//! - [`metadata`](connect): connecting ([`connect`]), and the topics and
+//!   partition counts a subscription covers ([`subscribed_topics`]),
+//!   followed as they change;
+//! - [`DataPlane`]: one fetcher per owned partition, started, paused,
+//!   sought and stopped as the member says;
+//! - delivery: the messages handed to the application, in turns across
+//!   partitions ([`GroupQueues`], [`Interleaved`]) or as one
+//!   [`PartitionStream`] per partition, each message only while the
+//!   member's [`Lease`] holds at that instant;
+//! - ledgers: which messages the application holds, turned into the
+//!   offset below which everything is processed (what the member commits)
+//!   and into drains ([`DataEvent`]);
+//! - [`security`]: SASL and TLS for secured brokers.
+//!
+//! Fetching uses `rskafka`: Kafka 4.x accepts only the protocol versions it
+//! speaks. Reads are read-committed. Offsets are committed by the member
+//! to its coordination store, not to Kafka. Nothing here imports the
+//! member: it is told what to do through [`DataPlane`]'s methods and
+//! answers with [`DataEvent`]s.
+
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod config;
+mod delivery;
+mod error;
+mod event;
+mod fetcher;
+mod ledger;
+mod metadata;
+mod plane;
+pub mod security;
+
+pub use config::KafkaConfig;
+pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
+pub use error::KafkaError;
+pub use event::DataEvent;
+pub use ledger::Message;
+pub use metadata::{connect, subscribed_topics, Subscribed};
+pub use plane::{DataPlane, Delivery, StartOffsets};
+pub use security::{KafkaSecurity, SaslMechanism};

@@ -1,0 +1,349 @@
+//! The fetchers and ledgers of one member: claims started, paused,
+//! sought and stopped as the member decides.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rskafka::client::Client;
+use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::KafkaConfig;
+use crate::delivery::{Batches, GroupQueues, Lease, Outlet, PartitionStream};
+use crate::event::DataEvent;
+use crate::fetcher::Fetcher;
+use crate::ledger::{LedgerCell, Ledgers, WATERMARK_READ_INTERVAL};
+use crate::metadata::{follow_topics, Subscribed};
+
+/// How the application receives messages.
+#[derive(Debug)]
+pub enum Delivery {
+    /// One stream for every partition, which they feed in turns.
+    Group(GroupQueues),
+    /// A stream per partition, handed out as partitions are assigned.
+    PerPartition(mpsc::UnboundedSender<PartitionStream>),
+}
+
+/// Where the application wants a newly claimed partition to start, from a
+/// store of its own (see `tenure_tokio::GroupMemberBuilder::start_offsets`):
+/// given the partition and its claim's token, the offset to start at, or
+/// `None` to start where the member would (the committed offset, or the
+/// initial-offset policy).
+pub type StartOffsets = Arc<
+    dyn Fn(
+            TopicPartition,
+            FencingToken,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Offset>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A claim the data plane fetches for.
+struct Claim {
+    token: FencingToken,
+    ledger: Arc<LedgerCell>,
+    /// Where its first fetch started.
+    from: FetchFrom,
+    /// Where its messages go; kept while paused, so that its stream or
+    /// queue stays open.
+    sender: Outlet,
+    /// The fetch running, unless paused.
+    fetcher: Option<JoinHandle<()>>,
+}
+
+impl Claim {
+    fn abort(self) {
+        self.sender.end();
+        if let Some(fetcher) = self.fetcher {
+            fetcher.abort();
+        }
+    }
+}
+
+/// The fetchers and ledgers of one member.
+pub struct DataPlane {
+    client: Arc<Client>,
+    config: KafkaConfig,
+    initial: InitialOffset,
+    pub(crate) ledgers: Ledgers,
+    claims: BTreeMap<TopicPartition, Claim>,
+    /// The application's start offsets, asked at each claim's first fetch.
+    start_offsets: Option<StartOffsets>,
+    /// Partitions the application paused, under the claim it paused: a
+    /// fetch that stops and starts again under that claim (a suspension)
+    /// stays paused; a new claim starts unpaused.
+    paused: BTreeMap<TopicPartition, FencingToken>,
+    delivery: Delivery,
+    /// The member's deadline, for the batches of per-partition streams.
+    lease: Lease,
+    events_tx: mpsc::UnboundedSender<DataEvent>,
+    events: mpsc::UnboundedReceiver<DataEvent>,
+    /// Events worked out of a batch of acknowledgements, not yet returned.
+    pending: std::collections::VecDeque<DataEvent>,
+    /// When the watermarks were last read on the application's account.
+    watermarks_read: Instant,
+    metadata: Option<JoinHandle<()>>,
+}
+
+impl DataPlane {
+    /// The data plane of one member: it follows the subscription's topics
+    /// on `client` (their partition counts come back as
+    /// [`DataEvent::Counts`]), and fetches nothing until told to
+    /// [`DataPlane::start`]. Messages go out by `delivery`, each only while
+    /// `lease` says the member may hand them out.
+    pub fn new(
+        client: Arc<Client>,
+        config: KafkaConfig,
+        initial: InitialOffset,
+        subscription: Subscription,
+        subscribed: Subscribed,
+        delivery: Delivery,
+        lease: Lease,
+    ) -> DataPlane {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let metadata = tokio::spawn(follow_topics(
+            client.clone(),
+            config.clone(),
+            subscription,
+            subscribed,
+            events_tx.clone(),
+        ));
+        DataPlane {
+            client,
+            config,
+            initial,
+            ledgers: Ledgers::default(),
+            claims: BTreeMap::new(),
+            start_offsets: None,
+            paused: BTreeMap::new(),
+            delivery,
+            lease,
+            events_tx,
+            events,
+            pending: std::collections::VecDeque::new(),
+            watermarks_read: Instant::now(),
+            metadata: Some(metadata),
+        }
+    }
+
+    /// Starts fetching `partition` from `from` under `token`.
+    pub fn start(&mut self, partition: TopicPartition, from: FetchFrom, token: FencingToken) {
+        if let Some(old) = self.claims.remove(&partition) {
+            old.abort();
+        }
+        let ledger = self.ledgers.open(&partition, token);
+        let sender = match &mut self.delivery {
+            Delivery::PerPartition(streams) => {
+                let (sender, receiver) = mpsc::channel(self.config.buffered_batches.max(1));
+                let _ = streams.send(PartitionStream {
+                    partition: partition.clone(),
+                    token,
+                    batches: Batches::new(receiver, self.lease.clone()),
+                });
+                Outlet::Partition(sender)
+            }
+            Delivery::Group(queues) => Outlet::Group(queues.open()),
+        };
+        let mut claim = Claim {
+            token,
+            ledger,
+            from,
+            sender,
+            fetcher: None,
+        };
+        if self.paused.get(&partition) == Some(&token) {
+            claim.ledger.lock().paused = true;
+        } else {
+            self.paused.remove(&partition);
+            self.fetch(&partition, &mut claim, from, self.start_offsets.clone());
+        }
+        self.claims.insert(partition, claim);
+    }
+
+    /// The application's start offsets, asked at each claim's first fetch.
+    pub fn set_start_offsets(&mut self, start_offsets: StartOffsets) {
+        self.start_offsets = Some(start_offsets);
+    }
+
+    /// Starts the claim's fetch from `from` (or where `ask` says),
+    /// stamped with its ledger's current generation.
+    fn fetch(
+        &self,
+        partition: &TopicPartition,
+        claim: &mut Claim,
+        from: FetchFrom,
+        ask: Option<StartOffsets>,
+    ) {
+        let fetcher = Fetcher {
+            client: self.client.clone(),
+            config: self.config.clone(),
+            initial: self.initial,
+            partition: partition.clone(),
+            token: claim.token,
+            ledger: claim.ledger.clone(),
+            generation: claim.ledger.lock().generation,
+            events: self.events_tx.clone(),
+        };
+        let sender = claim.sender.clone();
+        let (partition, token) = (partition.clone(), claim.token);
+        claim.fetcher = Some(tokio::spawn(async move {
+            let from = match ask {
+                Some(ask) => ask(partition, token).await.map_or(from, FetchFrom::Offset),
+                None => from,
+            };
+            fetcher.run(from, sender).await
+        }));
+    }
+
+    /// Stops fetching `partition`. What the application acknowledged so far
+    /// (and the drain, if it holds nothing) comes out of [`DataPlane::flush`].
+    pub fn stop(&mut self, partition: &TopicPartition, token: FencingToken) {
+        if let Some(claim) = self.claims.remove(partition) {
+            claim.abort();
+        }
+        self.ledgers.stop(partition, token);
+    }
+
+    /// Pauses or resumes `partition`: a paused claim hands nothing out and
+    /// fetches nothing, and keeps its stream or queue open until resumed.
+    pub fn set_paused(&mut self, partition: &TopicPartition, paused: bool) {
+        if paused {
+            self.pause(partition);
+        } else {
+            self.resume(partition);
+        }
+    }
+
+    /// Stops handing out and fetching `partition` for now, keeping its
+    /// claim; what was fetched and not handed out is fetched again on
+    /// [`DataPlane::resume`]. A partition not owned is left alone.
+    fn pause(&mut self, partition: &TopicPartition) {
+        if let Some(claim) = self.claims.get_mut(partition) {
+            let mut ledger = claim.ledger.lock();
+            if ledger.stopping || ledger.paused {
+                return;
+            }
+            self.paused.insert(partition.clone(), claim.token);
+            ledger.paused = true;
+            ledger.generation += 1;
+            drop(ledger);
+            if let Some(fetcher) = claim.fetcher.take() {
+                fetcher.abort();
+            }
+        }
+    }
+
+    /// Hands out and fetches a paused `partition` again, from the message
+    /// after the last one handed out.
+    fn resume(&mut self, partition: &TopicPartition) {
+        self.paused.remove(partition);
+        let Some(mut claim) = self.claims.remove(partition) else {
+            return;
+        };
+        let from = {
+            let mut ledger = claim.ledger.lock();
+            let resumed = ledger.paused && !ledger.stopping;
+            ledger.paused = false;
+            resumed.then(|| {
+                ledger
+                    .last_delivered
+                    .map_or(claim.from, |offset| FetchFrom::Offset(offset + 1))
+            })
+        };
+        if let Some(from) = from {
+            self.fetch(partition, &mut claim, from, None);
+        }
+        self.claims.insert(partition.clone(), claim);
+    }
+
+    /// Hands out `partition` from `offset` on, under the claim `token`:
+    /// what was fetched and not handed out is dropped, what was handed out
+    /// and not acknowledged is let go. Moving forward counts the skipped
+    /// messages as processed (the next commit stores `offset`); moving back
+    /// hands messages out again, and the committed offset never moves
+    /// back. `false` if the partition is not owned under `token`, or is
+    /// stopping.
+    pub fn seek(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) -> bool {
+        let Some(mut claim) = self.claims.remove(partition) else {
+            return false;
+        };
+        let paused = {
+            let mut ledger = claim.ledger.lock();
+            if claim.token != token || ledger.stopping {
+                drop(ledger);
+                self.claims.insert(partition.clone(), claim);
+                return false;
+            }
+            ledger.generation += 1;
+            ledger.outstanding.clear();
+            ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
+            if ledger.last_delivered > ledger.watermark {
+                ledger.watermark = ledger.last_delivered;
+                claim.ledger.wake.moved.notify_one();
+            }
+            ledger.paused
+        };
+        if let Some(fetcher) = claim.fetcher.take() {
+            fetcher.abort();
+        }
+        claim.from = FetchFrom::Offset(offset);
+        if !paused {
+            self.fetch(partition, &mut claim, FetchFrom::Offset(offset), None);
+        }
+        self.claims.insert(partition.clone(), claim);
+        true
+    }
+
+    /// Every change the ledgers hold now, in order: processed watermarks
+    /// before the drains they complete.
+    pub fn flush(&mut self) -> Vec<DataEvent> {
+        self.ledgers.changes(&mut self.pending);
+        self.pending.drain(..).collect()
+    }
+
+    /// The next thing the data plane has to say.
+    pub async fn next(&mut self) -> Option<DataEvent> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            let wake = self.ledgers.wake.clone();
+            let read_at = self.watermarks_read + WATERMARK_READ_INTERVAL;
+            let moved = async {
+                tokio::time::sleep_until(read_at.into()).await;
+                wake.moved.notified().await;
+            };
+            tokio::select! {
+                () = moved => {
+                    self.watermarks_read = Instant::now();
+                    self.ledgers.changes(&mut self.pending);
+                }
+                () = wake.drained.notified() => self.ledgers.changes(&mut self.pending),
+                event = self.events.recv() => return event,
+            }
+        }
+    }
+
+    /// Stops every fetcher (the member is gone).
+    pub fn shutdown(&mut self) {
+        for (_, claim) in std::mem::take(&mut self.claims) {
+            claim.abort();
+        }
+        if let Some(metadata) = self.metadata.take() {
+            metadata.abort();
+        }
+    }
+}
+
+impl Drop for DataPlane {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
