@@ -44,9 +44,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::backend::Backend;
-use crate::member::{CloseError, CommitReport, GroupMember, GroupMemberBuilder, JoinError, View};
+use crate::member::{GroupMember, GroupMemberBuilder};
 use crate::streams::CountingSender;
 use crate::telemetry::SinkMetrics;
+use crate::values::{CloseError, CommitReport, JoinError, View};
 use tenure_kafka::{Message, PartitionStream};
 
 /// How many reports wait for the application before further ones are

@@ -17,6 +17,7 @@
 
 pub mod admin;
 mod backend;
+mod driver;
 pub mod exactly_once;
 mod member;
 mod membership;
@@ -24,14 +25,12 @@ mod memory;
 pub mod session;
 mod streams;
 mod telemetry;
+mod values;
 
 pub use backend::{
     hostname, registration_record, Backend, BackendError, EventSender, Joining, SessionTicket,
 };
-pub use member::{
-    AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember, GroupMemberBuilder,
-    JoinError, Problem, SeekError, TaskGone, View,
-};
+pub use member::{GroupMember, GroupMemberBuilder};
 pub use membership::{StateFileError, StaticMembership};
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
@@ -40,4 +39,8 @@ pub use tenure_core as core;
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
     KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
+};
+pub use values::{
+    AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, Problem, SeekError,
+    TaskGone, View,
 };

@@ -16,7 +16,7 @@ use futures_core::Stream;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::member::{AssignmentEvent, Problem};
+use crate::values::{AssignmentEvent, Problem};
 use tenure_kafka::{Interleaved, Lease, Message, PartitionStream};
 
 /// How many assignment changes wait for the application before the member
