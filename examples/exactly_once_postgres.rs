@@ -25,8 +25,8 @@
 //! default: run until SIGTERM or Ctrl-C).
 //!
 //! It prints one line per thing that happened, for people and for the
-//! chaos tool (`examples/chaos.rs --sink postgres` runs it as its member;
-//! `examples/common/lines.rs` writes the lines):
+//! chaos tool (`chaos --sink postgres`, of the `tenure-chaos` crate, runs it
+//! as its member; `examples/common/lines.rs` writes the lines both share):
 //! `ready`; `e <wall ms> <assigned|suspended|resumed|revoking|revoked>
 //! <partition> <token>`; `f <wall ms> <partition> <token> <stored token>
 //! <dropped>` for a write the database refused because a newer claim had

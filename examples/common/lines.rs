@@ -1,10 +1,11 @@
 //! The lines a member process prints for the chaos tool, which reads them
-//! as they come: `ready` once it joined, `e <wall ms>
-//! <assigned|suspended|resumed|revoking|revoked> <partition> <token>` for
-//! each assignment change, `closed` after a clean close, and lines of each
-//! kind of member's own (`chaos member`'s `m` for a message handed out,
-//! `exactly_once_postgres`'s `f` and `x` for a write refused or failed).
-//! `examples/common/mod.rs` brings it to the examples.
+//! as they come (`chaos/src/transcript.rs`): `ready` once it joined,
+//! `e <wall ms> <assigned|suspended|resumed|revoking|revoked> <partition>
+//! <token>` for each assignment change, `closed` after a clean close, and
+//! lines of each kind of member's own (`chaos member`'s `m` for a message
+//! handed out, `exactly_once_postgres`'s `f` and `x` for a write refused or
+//! failed). One copy for both kinds of member: `examples/common/mod.rs`
+//! brings it to the examples, and the chaos crate includes it by its path.
 
 use std::fmt::Display;
 use std::future::Future;
