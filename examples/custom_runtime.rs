@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tenure::core::model::adapter::{self, Execution};
 use tenure::core::model::store::Store;
 use tenure::core::records::Layout;
-use tenure::core::{AppEvent, Config, Event, FetchCommand, Member, SessionId};
+use tenure::core::{AppEvent, Config, Event, FetchCommand, Member, Output, SessionId};
 
 /// One member and what is on its way to it.
 struct Node {
@@ -67,64 +67,62 @@ fn main() -> Result<(), String> {
             while let Some(event) = node.inbox.pop_front() {
                 node.member.handle_event(now, event);
             }
-            if node.member.poll_timeout().is_some_and(|t| t <= now) {
-                node.member.handle_timeout(now);
-            }
             let info = node.member.info().clone();
-            // Fetch starts and stops first: a stop must reach the
-            // application before the release that follows it reaches the
-            // store.
-            while let Some(fetch) = node.member.poll_fetch() {
-                match fetch {
-                    FetchCommand::Start {
+            // Every output in the order the member decided it: a stop
+            // reaches the application before the release that follows it
+            // reaches the store.
+            loop {
+                match node.member.poll_output() {
+                    Output::Fetch(FetchCommand::Start {
                         partition, token, ..
-                    } => {
+                    }) => {
                         println!("{} consumes {partition} (token {})", info.id, token.0);
                     }
-                    FetchCommand::Stop { partition, token } => {
+                    Output::Fetch(FetchCommand::Stop { partition, token }) => {
                         println!("{} stops {partition}", info.id);
                         // This application holds nothing in flight.
                         node.member.drained(now, &partition, token);
                     }
                     // The store may be lapsing: hold the partition, keep
                     // its position, go on when told.
-                    FetchCommand::Suspend { partition, .. } => {
+                    Output::Fetch(FetchCommand::Suspend { partition, .. }) => {
                         println!("{} holds {partition}", info.id);
                     }
-                    FetchCommand::Resume { partition, .. } => {
+                    Output::Fetch(FetchCommand::Resume { partition, .. }) => {
                         println!("{} goes on with {partition}", info.id);
                     }
-                }
-            }
-            while let Some(store_command) = node.member.poll_store_request() {
-                let reply = match adapter::execute(
-                    &mut store,
-                    &layout,
-                    node.session,
-                    &info,
-                    store_command,
-                    0,
-                    &mut fired,
-                ) {
-                    Execution::Done(event) => event,
-                    Execution::ReadOwner { id, partition } => {
-                        adapter::claim_read_owner(&store, &layout, id, &partition)
+                    Output::Store(store_command) => {
+                        let reply = match adapter::execute(
+                            &mut store,
+                            &layout,
+                            node.session,
+                            &info,
+                            store_command,
+                            0,
+                            &mut fired,
+                        ) {
+                            Execution::Done(event) => event,
+                            Execution::ReadOwner { id, partition } => {
+                                adapter::claim_read_owner(&store, &layout, id, &partition)
+                            }
+                        };
+                        node.inbox.push_back(reply);
                     }
-                };
-                node.inbox.push_back(reply);
-            }
-            // What the member tells its application: claims, releases,
-            // losses, problems.
-            while let Some(event) = node.member.poll_app_event() {
-                match event {
-                    AppEvent::Claimed {
+                    // What the member tells its application: claims,
+                    // releases, losses, problems.
+                    Output::App(AppEvent::Claimed {
                         partition, waited, ..
-                    } => println!("{} claimed {partition} after {waited:?}", info.id),
-                    AppEvent::Released { partition, .. } => {
+                    }) => println!("{} claimed {partition} after {waited:?}", info.id),
+                    Output::App(AppEvent::Released { partition, .. }) => {
                         println!("{} released {partition}", info.id)
                     }
-                    AppEvent::Lost { partition, .. } => println!("{} lost {partition}", info.id),
-                    AppEvent::Problem(problem) => println!("{}: {problem}", info.id),
+                    Output::App(AppEvent::Lost { partition, .. }) => {
+                        println!("{} lost {partition}", info.id)
+                    }
+                    Output::App(AppEvent::Problem(problem)) => println!("{}: {problem}", info.id),
+                    // A timer that is due fires; its outputs follow.
+                    Output::Timeout(Some(at)) if at <= now => node.member.handle_timeout(now),
+                    Output::Timeout(_) => break,
                     _ => {}
                 }
             }

@@ -1,16 +1,47 @@
-//! tenure: Kafka consumer groups whose members coordinate partition ownership
-//! through ZooKeeper or etcd.
+//! tenure: Kafka consumer groups whose members coordinate partition
+//! ownership through ZooKeeper or etcd — and never leave a partition
+//! unowned, never let two members own one, and never let a member that lost
+//! a partition commit its offset.
 //!
-//! This facade re-exports the crates of the workspace: the sans-IO core
-//! ([`core`]), the tokio runtime ([`tokio`], with the embedded in-memory
-//! store), and the backends picked by Cargo features (`zookeeper`, on by
-//! default, and `etcd`). The README follows; its examples are compiled and run as tests
-//! of this crate.
-#![doc = include_str!("../README.md")]
+//! Members claim partitions with watches, not polling; a join or a leave
+//! moves only the partitions that change hands; every message carries the
+//! fencing token of the claim it was fetched under, and every commit is
+//! fenced by that claim. Each property is checked in a deterministic
+//! simulation and against real ZooKeeper, etcd and Kafka servers.
+//!
+//! This facade re-exports the crates an application uses:
+//!
+//! | path | crate | what it is |
+//! |---|---|---|
+//! | [`core`] | `tenure-core` | the sans-IO state machine of one member, the assignment strategies, the records a group keeps in its store, the in-memory store model |
+//! | [`tokio`] | `tenure-tokio` | the tokio runtime: `GroupMember`, its builder and streams, the `Backend` trait, static membership, the embedded `MemoryStore`, telemetry, exactly-once output |
+//! | `tenure::kafka` | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, Kafka security (its types also in `tenure::tokio`) |
+//! | `tenure::admin` | `tenure-admin` | a group seen from outside: describe it, plan and apply offset resets |
+//! | `tenure::zookeeper` | `tenure-zookeeper` | the ZooKeeper backend (feature `zookeeper`) |
+//! | `tenure::etcd` | `tenure-etcd` | the etcd backend (feature `etcd`) |
+//! | `tenure::postgres` | `tenure-postgres` | exactly-once output into PostgreSQL (feature `postgres`) |
+//!
+//! The `tenure` command is the `tenure-cli` crate, and the deterministic
+//! simulator `tenure-sim`.
+//!
+//! | feature | default | brings |
+//! |---|---|---|
+//! | `zookeeper` | yes | the ZooKeeper backend |
+//! | `compression-lz4`, `compression-zstd` | yes | record batches compressed with lz4 or zstd (each builds a C library; gzip and snappy are always in) |
+//! | `zookeeper-tls` | | TLS to ZooKeeper's `secureClientPort` |
+//! | `kafka-tls` | | TLS to Kafka brokers (SASL needs no feature) |
+//! | `etcd` | | the etcd backend (building it needs `protoc`) |
+//! | `postgres` | | the PostgreSQL sink of exactly-once output (pure Rust) |
+//!
+//! The [`guide`] tells the rest, one chapter per module, starting with
+//! [`guide::consumers`]; its examples, and the README's, are compiled and run
+//! as this crate's doc-tests.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod guide;
 pub use tenure_core as core;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;

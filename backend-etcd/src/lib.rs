@@ -39,6 +39,7 @@
 //! # drop(backend);
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod admin;

@@ -26,6 +26,7 @@
 //! # drop(backend);
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod admin;

@@ -3,7 +3,7 @@
 //! Run them with
 //!
 //! ```text
-//! cargo bench -p tenure-core --features sim --bench core
+//! cargo bench -p tenure-core --bench core
 //! ```
 //!
 //! (a filter after `--` runs a subset, e.g. `-- assignment`). Every figure
@@ -20,28 +20,19 @@
 //!   sticky strategy, so it fetches ~10 of them. Each measured element is one
 //!   `processed` acknowledgement (round-robin over its fetching partitions,
 //!   offsets growing, virtual time advancing 1 ms per acknowledgement),
-//!   followed by what a runtime does after every event: drain
-//!   `poll_store_request`, ask `poll_timeout`, and call `handle_timeout` when it is
-//!   due. The commits the 5 s commit interval triggers and the heartbeats are
+//!   followed by what a runtime does after every event: take
+//!   `poll_output` until its `Timeout`, and call `handle_timeout` when that
+//!   is due. The commits the 5 s commit interval triggers and the heartbeats are
 //!   answered `Ok` inside the measured time but not counted as elements
 //!   (about one per 300 acknowledgements), so the `thrpt` line reads as
 //!   acknowledgements per second.
 //! - `member_rebalance/{sticky,range}`: the time that member takes to handle
 //!   one `MembersResult` in which a member (`m100`) joins the 100, computing
 //!   the assignment over 101 members × 1,000 partitions, and to hand out the
-//!   commands it emits (`poll_store_request` until empty, unanswered). Between
+//!   outputs it emits (`poll_output` until `Timeout`, unanswered). Between
 //!   measurements the member is settled back to 100 members, untimed.
 //! - `assignment/{sticky,range,round-robin}`: `AssignmentStrategy::assign`
 //!   for 100 members × 1,000 partitions (one topic, every member subscribed).
-//! - `simulation/members=10,partitions=100`: `sim::run` of 10 members over
-//!   topics `a` and `b` (50 partitions each) with 10 s of chaos, faults and
-//!   churn, one fixed seed. Its throughput is simulated milliseconds, so the
-//!   `thrpt` line reads "simulated ms per wall second". After the criterion
-//!   groups a plain line `sim_seconds_per_wall_second=X members=10
-//!   partitions=100` gives the same rate from a few timed runs over several
-//!   seeds (skipped in `--test`/`--list` mode and when a filter excludes
-//!   `simulation`). Every simulated run must be free of violations, or the
-//!   benchmark panics naming the seed: a broken run's speed means nothing.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -51,7 +42,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundRobin, Sticky};
 use tenure_core::protocol::RegisterOutcome;
-use tenure_core::sim::{self, SimConfig, SimReport};
+use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Event, FencingToken, FetchCommand, Member, MemberId,
     MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest, TopicPartition,
@@ -68,11 +59,6 @@ const JOINER: &str = "m100";
 const EVENTS_PER_ITER: u64 = 1_000;
 /// Virtual time between two acknowledgements.
 const EVENT_STEP: Duration = Duration::from_millis(1);
-
-/// The seed of the benchmarked simulation, and those of the timed runs
-/// behind the `sim_seconds_per_wall_second` line.
-const SIM_SEED: u64 = 1;
-const SIM_RATE_SEEDS: [u64; 3] = [1, 2, 3];
 
 fn member_info(id: &str, strategy: &str) -> MemberInfo {
     MemberInfo {
@@ -171,18 +157,18 @@ impl Harness {
     /// with success at once.
     fn drain(&mut self) {
         loop {
-            while let Some(event) = self.member.poll_app_event() {
-                if let AppEvent::Problem(error) = event {
-                    panic!("the bench member reported: {error}");
+            let answer = match self.member.poll_output() {
+                Output::App(AppEvent::Problem(error)) => {
+                    panic!("the bench member reported: {error}")
                 }
-            }
-            let answer = if let Some(fetch) = self.member.poll_fetch() {
-                self.fetch(fetch);
-                None
-            } else if let Some(command) = self.member.poll_store_request() {
-                self.answer(command)
-            } else {
-                return;
+                Output::App(_) => None,
+                Output::Fetch(fetch) => {
+                    self.fetch(fetch);
+                    None
+                }
+                Output::Store(command) => self.answer(command),
+                Output::Timeout(_) => return,
+                other => panic!("an output the bench does not know: {other:?}"),
             };
             if let Some(answer) = answer {
                 let now = self.now();
@@ -342,14 +328,21 @@ fn member_rebalance(c: &mut Criterion) {
                                 result: Ok(after.clone()),
                             },
                         );
-                        let fetches: Vec<FetchCommand> =
-                            std::iter::from_fn(|| h.member.poll_fetch()).collect();
-                        let commands: Vec<StoreRequest> =
-                            std::iter::from_fn(|| h.member.poll_store_request()).collect();
-                        let app_events: Vec<AppEvent> =
-                            std::iter::from_fn(|| h.member.poll_app_event()).collect();
+                        let outputs: Vec<Output> =
+                            std::iter::from_fn(|| match h.member.poll_output() {
+                                Output::Timeout(_) => None,
+                                output => Some(output),
+                            })
+                            .collect();
                         measured += start.elapsed();
-                        black_box(&app_events);
+                        let (mut fetches, mut commands) = (Vec::new(), Vec::new());
+                        for output in outputs {
+                            match output {
+                                Output::Fetch(fetch) => fetches.push(fetch),
+                                Output::Store(command) => commands.push(command),
+                                output => drop(black_box(output)),
+                            }
+                        }
 
                         // Untimed: carry the commands out, settle, and go back
                         // to 100 members for the next iteration.
@@ -407,71 +400,6 @@ fn assignment(c: &mut Criterion) {
     group.finish();
 }
 
-fn sim_config(seed: u64) -> SimConfig {
-    let mut config = SimConfig::new(seed);
-    config.members = 10;
-    config.topics = vec![("a".to_owned(), 50), ("b".to_owned(), 50)];
-    config.chaos = Duration::from_secs(10);
-    config.faults = true;
-    config.churn = true;
-    config
-}
-
-/// Runs one simulation and insists it broke nothing.
-fn sim_run(config: &SimConfig) -> SimReport {
-    let report = sim::run(config);
-    if let Some(violation) = report.violations.first() {
-        panic!(
-            "simulation seed {} broke {} properties, first: {violation}",
-            config.seed,
-            report.violations.len()
-        );
-    }
-    report
-}
-
-fn simulation(c: &mut Criterion) {
-    let config = sim_config(SIM_SEED);
-    let simulated = sim_run(&config).simulated;
-    let millis = u64::try_from(simulated.as_millis()).expect("simulated ms fit in u64");
-    let mut group = c.benchmark_group("simulation");
-    group.throughput(Throughput::Elements(millis));
-    group.bench_function("members=10,partitions=100", |b| {
-        b.iter(|| sim_run(black_box(&config)))
-    });
-    group.finish();
-}
-
-/// Whether the `sim_seconds_per_wall_second` line belongs in this run: not
-/// in `--test` or `--list` mode, and not when every filter given misses
-/// `simulation`.
-fn wants_sim_rate() -> bool {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--test" || a == "--list") {
-        return false;
-    }
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    filters.is_empty()
-        || filters
-            .iter()
-            .any(|f| "simulation".contains(f.as_str()) || f.contains("simulation"))
-}
-
-/// Simulated seconds per wall second over a few timed runs, one per seed.
-fn print_sim_rate() {
-    let mut simulated = Duration::ZERO;
-    let mut wall = Duration::ZERO;
-    for seed in SIM_RATE_SEEDS {
-        let config = sim_config(seed);
-        let start = Instant::now();
-        let report = sim_run(&config);
-        wall += start.elapsed();
-        simulated += report.simulated;
-    }
-    let rate = simulated.as_secs_f64() / wall.as_secs_f64();
-    println!("sim_seconds_per_wall_second={rate:.1} (members=10 partitions=100)");
-}
-
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
@@ -482,13 +410,10 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = member_events, member_rebalance, assignment, simulation
+    targets = member_events, member_rebalance, assignment
 }
 
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    if wants_sim_rate() {
-        print_sim_rate();
-    }
 }

@@ -1,14 +1,16 @@
 //! tenure-core: the synchronous, sans-IO state machine of one member of a
 //! tenure consumer group.
 //!
-//! The member speaks to each party around it in that party's own words:
+//! The member speaks to each party around it in that party's own words, and
+//! everything it says leaves through one ordered queue,
+//! [`Member::poll_output`]:
 //!
-//! | party | to the member | from the member |
+//! | party | to the member | from the member ([`Output`]) |
 //! |---|---|---|
-//! | the store (a backend) | [`Member::handle_event`] with an [`Event`]: a request's result, a watch notification, a session change | [`Member::poll_store_request`]: a [`StoreRequest`] for the store |
-//! | the fetcher | — | [`Member::poll_fetch`]: [`FetchCommand::Start`], [`FetchCommand::Stop`] (the partition leaves: drain), [`FetchCommand::Suspend`] and [`FetchCommand::Resume`] (the session may be lapsing: hold, then go on where it stood) |
-//! | the application | [`Member::processed`], [`Member::drained`], [`Member::set_partition_counts`], [`Member::shutdown`] | [`Member::poll_app_event`]: an [`AppEvent`] (claimed, committed, released or lost, problems) |
-//! | the clock | [`Member::handle_timeout`] | [`Member::poll_timeout`] |
+//! | the store (a backend) | [`Member::handle_event`] with an [`Event`]: a request's result, a watch notification, a session change | [`Output::Store`]: a [`StoreRequest`] for the store |
+//! | the fetcher | — | [`Output::Fetch`]: [`FetchCommand::Start`], [`FetchCommand::Stop`] (the partition leaves: drain), [`FetchCommand::Suspend`] and [`FetchCommand::Resume`] (the session may be lapsing: hold, then go on where it stood) |
+//! | the application | [`Member::processed`], [`Member::drained`], [`Member::set_partition_counts`], [`Member::shutdown`] | [`Output::App`]: an [`AppEvent`] (claimed, committed, released or lost, problems) |
+//! | the clock | [`Member::handle_timeout`] | [`Output::Timeout`], once nothing else is queued ([`Member::poll_timeout`] reads it without taking anything) |
 //! | tools, dashboards | — | [`Member::stats`]: counts of claims, releases, losses, commits, requests |
 //!
 //! The core has no I/O, no clocks, no threads and no async runtime.
@@ -19,16 +21,17 @@
 //!
 //! - Time only moves forward: every call takes `now`, and an earlier `now`
 //!   than one seen before counts as the later one.
-//! - After every call into the member, take everything it has queued:
-//!   first [`Member::poll_fetch`], then [`Member::poll_store_request`], then
-//!   [`Member::poll_app_event`]. A stop must reach the fetcher before the
-//!   release that follows it reaches the store; queues not taken grow.
+//! - After every call into the member, take [`Member::poll_output`] until
+//!   it says [`Output::Timeout`], and carry each output out in the order it
+//!   came: a partition's stop comes before the release that follows it, so
+//!   the fetcher hears of it before the store does. Outputs not taken pile
+//!   up.
 //! - Answer every store request with its result event, even a failure: a
 //!   backend that cannot carry it out answers [`StoreRequest::failed`]. A
 //!   request issued under a session that has ended must fail with
 //!   [`StoreError::SessionExpired`], never run under the next session.
-//! - Call [`Member::handle_timeout`] once the moment from
-//!   [`Member::poll_timeout`] has come.
+//! - Call [`Member::handle_timeout`] once the moment of [`Output::Timeout`]
+//!   has come.
 //!
 //! # The drive loop
 //!
@@ -40,7 +43,7 @@
 //! use tenure_core::model::adapter::{self, Execution};
 //! use tenure_core::model::store::Store;
 //! use tenure_core::records::Layout;
-//! use tenure_core::{AppEvent, Config, Event, FetchCommand, Member};
+//! use tenure_core::{AppEvent, Config, Event, FetchCommand, Member, Output};
 //!
 //! let start = Instant::now();
 //! let (mut store, layout) = (Store::new(), Layout::new("", "orders"));
@@ -54,31 +57,31 @@
 //!     for event in inbox.drain(..) {
 //!         member.handle_event(now, event);
 //!     }
-//!     if member.poll_timeout().is_some_and(|at| at <= now) {
-//!         member.handle_timeout(now);
-//!     }
-//!     // 1. The fetcher. This application holds nothing, so a stop drains at once.
-//!     while let Some(fetch) = member.poll_fetch() {
-//!         if let FetchCommand::Stop { partition, token } = fetch {
-//!             member.drained(now, &partition, token);
-//!         }
-//!     }
-//!     // 2. The store: every command answered, watches delivered.
+//!     // Every output, in the order the member decided it.
 //!     let mut fired = Vec::new();
-//!     while let Some(command) = member.poll_store_request() {
-//!         let info = member.info().clone();
-//!         inbox.push(match adapter::execute(&mut store, &layout, session, &info, command, 0, &mut fired) {
-//!             Execution::Done(reply) => reply,
-//!             Execution::ReadOwner { id, partition } => adapter::claim_read_owner(&store, &layout, id, &partition),
-//!         });
+//!     loop {
+//!         match member.poll_output() {
+//!             // The fetcher. This application holds nothing, so a stop drains at once.
+//!             Output::Fetch(FetchCommand::Stop { partition, token }) => member.drained(now, &partition, token),
+//!             Output::Fetch(_) => {}
+//!             // The store: every request answered, watches delivered.
+//!             Output::Store(request) => {
+//!                 let info = member.info().clone();
+//!                 inbox.push(match adapter::execute(&mut store, &layout, session, &info, request, 0, &mut fired) {
+//!                     Execution::Done(reply) => reply,
+//!                     Execution::ReadOwner { id, partition } => adapter::claim_read_owner(&store, &layout, id, &partition),
+//!                 });
+//!             }
+//!             // The application.
+//!             Output::App(AppEvent::Claimed { .. }) => claimed += 1,
+//!             Output::App(_) => {}
+//!             // The clock: a timer that is due fires, and its outputs follow.
+//!             Output::Timeout(Some(at)) if at <= now => member.handle_timeout(now),
+//!             Output::Timeout(_) => break,
+//!             _ => {}
+//!         }
 //!     }
 //!     inbox.extend(fired.iter().filter_map(|watch| adapter::watch_event(&layout, watch)));
-//!     // 3. The application.
-//!     while let Some(event) = member.poll_app_event() {
-//!         if let AppEvent::Claimed { .. } = event {
-//!             claimed += 1;
-//!         }
-//!     }
 //!     store.touch(session, now)?;
 //!     now += Duration::from_millis(10);
 //! }
@@ -96,29 +99,31 @@
 //! - [`model`]: an in-memory store with ZooKeeper's semantics and the
 //!   adapter that carries commands to it (the runtime's embedded store);
 //! - [`rng`]: the seeded generator behind every random choice;
-//! - `sim` (feature `sim`): a deterministic simulator of whole groups on
-//!   that model, with faults.
+//! - `canon` (feature `sim`, hidden): the canonical fingerprints the
+//!   explorer of `tenure-sim` keeps its visited states by.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod assignment;
 mod backoff;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod canon;
 pub mod config;
 pub mod error;
 pub mod model;
 pub mod protocol;
 pub mod records;
 pub mod rng;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod subscription;
 pub mod types;
 
 pub use config::{Config, InitialOffset};
 pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
 pub use protocol::{
-    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, RegisterOutcome,
-    StoreOp, StoreRequest,
+    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, Output,
+    RegisterOutcome, StoreOp, StoreRequest,
 };
 pub use subscription::{Subscription, TopicPattern};
 pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};

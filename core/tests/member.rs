@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
+use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, ConfigError, Error, Event, FencingToken, FetchCommand,
     FetchFrom, Member, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, StoreOp,
@@ -140,12 +141,19 @@ impl Harness {
     /// Takes what the member emitted: fetch starts and stops and
     /// application events are kept, store requests returned.
     fn drain(&mut self) -> Vec<StoreRequest> {
-        let fetches: Vec<FetchCommand> = std::iter::from_fn(|| self.member.poll_fetch()).collect();
-        self.fetch_log.extend(fetches.iter().cloned());
-        self.fetches.extend(fetches);
-        self.app_events
-            .extend(std::iter::from_fn(|| self.member.poll_app_event()));
-        std::iter::from_fn(|| self.member.poll_store_request()).collect()
+        let mut requests = Vec::new();
+        loop {
+            match self.member.poll_output() {
+                Output::Fetch(fetch) => {
+                    self.fetch_log.push(fetch.clone());
+                    self.fetches.push(fetch);
+                }
+                Output::App(event) => self.app_events.push(event),
+                Output::Store(request) => requests.push(request),
+                Output::Timeout(_) => return requests,
+                other => panic!("an output this harness does not know: {other:?}"),
+            }
+        }
     }
 
     /// The fetch starts of the latest `event` or `advance`.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::protocol::RegisterOutcome;
+use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Error, Event, FencingToken, FetchCommand, Member, MemberId,
     MemberInfo, Offset, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
@@ -231,18 +232,27 @@ impl Sim {
     fn collect(&mut self) -> Result<(), TestCaseError> {
         // A drain that timed out is reported in the same step as the
         // release it allows: note it before checking that release.
-        while let Some(event) = self.member.poll_app_event() {
-            if let AppEvent::Problem(Error::DrainTimeout { partition, .. }) = event {
-                self.drain_timed_out.insert(partition);
+        let outputs: Vec<Output> = std::iter::from_fn(|| match self.member.poll_output() {
+            Output::Timeout(_) => None,
+            output => Some(output),
+        })
+        .collect();
+        for output in &outputs {
+            if let Output::App(AppEvent::Problem(Error::DrainTimeout { partition, .. })) = output {
+                self.drain_timed_out.insert(partition.clone());
             }
         }
-        // Fetch starts and stops first, as a runtime takes them.
-        while let Some(fetch) = self.member.poll_fetch() {
-            self.check_fetch(&fetch)?;
-        }
-        while let Some(command) = self.member.poll_store_request() {
-            self.check(&command)?;
-            self.pending.push((command, self.epoch));
+        // In the order the member decided them: a stop reaches the fetcher
+        // before the release that follows it reaches the store.
+        for output in outputs {
+            match output {
+                Output::Fetch(fetch) => self.check_fetch(&fetch)?,
+                Output::Store(command) => {
+                    self.check(&command)?;
+                    self.pending.push((command, self.epoch));
+                }
+                _ => {}
+            }
         }
         let fetching: BTreeMap<TopicPartition, FencingToken> = self
             .member

@@ -23,6 +23,7 @@ use tenure_core::assignment::Range;
 use tenure_core::model::adapter::{self, Execution};
 use tenure_core::model::store::{CreateMode, OpError, Store};
 use tenure_core::records::Layout;
+use tenure_core::Output;
 use tenure_core::{
     Config, Event, FencingToken, FetchCommand, Member, MemberInfo, RequestId, SessionId,
     StoreRequest, TopicPartition,
@@ -345,8 +346,8 @@ impl Scenario {
             let Driver::Tenure(member) = &mut self.nodes[index].driver else {
                 return;
             };
-            if let Some(fetch) = member.poll_fetch() {
-                match fetch {
+            match member.poll_output() {
+                Output::Fetch(fetch) => match fetch {
                     FetchCommand::Start { partition, .. } => {
                         self.started
                             .push((self.now - self.t0, index, partition.clone()));
@@ -366,15 +367,16 @@ impl Scenario {
                     FetchCommand::Resume { partition, .. } => {
                         self.nodes[index].fetching.insert(partition);
                     }
+                },
+                Output::Store(store) => {
+                    let when = self.now + NET;
+                    self.at(when, Item::Serve(index, store));
                 }
-            } else if let Some(store) = member.poll_store_request() {
-                let when = self.now + NET;
-                self.at(when, Item::Serve(index, store));
-            } else {
                 // What it tells its application is not what these races
                 // are about.
-                while member.poll_app_event().is_some() {}
-                return;
+                Output::App(_) => {}
+                Output::Timeout(_) => return,
+                other => panic!("an output these races do not know: {other:?}"),
             }
         }
     }

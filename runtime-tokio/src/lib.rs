@@ -12,6 +12,7 @@
 //! With no server at all, [`MemoryStore`] is an embedded in-memory store
 //! with ZooKeeper's semantics, shared by the members of one process.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod admin;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{
     AppEvent, Config, ConfigError, Error, Event, FencingToken, FetchCommand, FetchFrom, Member,
-    MemberId, Offset, SessionId, StoreError, TopicPartition,
+    MemberId, Offset, Output, SessionId, StoreError, TopicPartition,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -900,7 +900,7 @@ impl Driver {
 
     async fn run(mut self) {
         loop {
-            self.carry_out();
+            let deadline = self.carry_out();
             if self.member.is_closed() {
                 if let Some(data) = self.data.as_mut() {
                     data.shutdown();
@@ -912,7 +912,6 @@ impl Driver {
                 }
                 return;
             }
-            let deadline = self.member.poll_timeout();
             tokio::select! {
                 event = self.store.recv() => match event {
                     Some(event) => self.handle(event),
@@ -1038,36 +1037,44 @@ impl Driver {
         }
     }
 
-    fn carry_out(&mut self) {
-        loop {
-            // Stops reach the fetcher (and the application) before the
-            // releases and claims that follow them reach the store.
-            if let Some(command) = self.member.poll_fetch() {
-                self.fetch(command);
-            } else if let Some(command) = self.member.poll_store_request() {
-                self.telemetry.on_command(&command, now());
-                self.backend.submit(command);
-            } else {
-                break;
-            }
-        }
-        while let Some(event) = self.member.poll_app_event() {
-            self.telemetry.on_app_event(&event, now());
-            self.track_commit(&event);
-            match event {
-                AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
-                    self.claims.ended(&partition, token);
-                    self.tell(AssignmentEvent::Revoked { partition, token });
+    /// Carries out everything the member decided, in the order it decided
+    /// it (a stop reaches the fetcher and the application before the
+    /// release or claim that follows it reaches the store), and returns
+    /// when its next timer is due.
+    fn carry_out(&mut self) -> Option<Instant> {
+        let deadline = loop {
+            match self.member.poll_output() {
+                Output::Fetch(command) => self.fetch(command),
+                Output::Store(command) => {
+                    self.telemetry.on_command(&command, now());
+                    self.backend.submit(command);
                 }
-                AppEvent::Problem(error) => {
-                    tracing::warn!(member = %self.member.id(), %error, "reported");
-                    self.report(Problem::Coordination(error));
+                Output::App(event) => self.app_event(event),
+                Output::Timeout(deadline) => break deadline,
+                other => {
+                    tracing::error!(member = %self.member.id(), ?other, "an output this runtime does not know");
                 }
-                _ => {}
             }
-        }
+        };
         self.wait_for_commits();
         self.publish();
+        deadline
+    }
+
+    fn app_event(&mut self, event: AppEvent) {
+        self.telemetry.on_app_event(&event, now());
+        self.track_commit(&event);
+        match event {
+            AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+                self.claims.ended(&partition, token);
+                self.tell(AssignmentEvent::Revoked { partition, token });
+            }
+            AppEvent::Problem(error) => {
+                tracing::warn!(member = %self.member.id(), %error, "reported");
+                self.report(Problem::Coordination(error));
+            }
+            _ => {}
+        }
     }
 
     fn fetch(&mut self, command: FetchCommand) {

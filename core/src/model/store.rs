@@ -928,7 +928,8 @@ impl Store {
     /// same request, so no version is carried from one request to the
     /// next; and a new session's id is above every one present, which the
     /// renaming by rank keeps.
-    pub(crate) fn canonical(&self, canon: &mut crate::sim::canon::Canon) {
+    #[doc(hidden)]
+    pub fn canonical(&self, canon: &mut crate::canon::Canon) {
         canon.number(self.nodes.len() as u64);
         for (path, node) in &self.nodes {
             canon.raw((path, &node.data));

@@ -1,7 +1,8 @@
 //! What goes between the member state machine and each party around it:
 //! the store's requests ([`StoreRequest`]) and what it said ([`Event`]), the
 //! fetcher's starts and stops ([`FetchCommand`]), and what the application
-//! is told ([`AppEvent`]). All speak of members, claims, owners
+//! is told ([`AppEvent`]), all three leaving the member as one ordered
+//! [`Output`]. All speak of members, claims, owners
 //! and offsets, never of znodes, keys or leases: a backend translates.
 
 use std::time::{Duration, Instant};
@@ -10,6 +11,27 @@ use crate::error::{Error, Operation, StoreError};
 use crate::types::{
     FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
 };
+
+/// What the member decided, taken from [`crate::Member::poll_output`] in the
+/// order it was decided: one queue for the fetcher, the store and the
+/// application, so that no driver can carry a partition's release to the
+/// store before its stop has reached the fetcher.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Output {
+    /// For the fetcher: start, stop, suspend or resume a partition.
+    Fetch(FetchCommand),
+    /// For the store: carry the request out and answer with its result
+    /// event, even a failure ([`StoreRequest::failed`]).
+    Store(StoreRequest),
+    /// For the application (and telemetry): claims, commits, releases,
+    /// losses and problems. Nothing needs doing about them.
+    App(AppEvent),
+    /// Nothing is queued: call [`crate::Member::handle_timeout`] at this
+    /// moment, or earlier with an event. `None`: no timer runs (the member
+    /// is closed, or waits only for the store).
+    Timeout(Option<Instant>),
+}
 
 /// What the store said, handed to [`crate::Member::handle_event`]: a
 /// request's result, a watch notification, a change of the session. The
@@ -194,7 +216,7 @@ pub enum FetchFrom {
 }
 
 /// A request for the store, taken from
-/// [`crate::Member::poll_store_request`]: the backend carries out `op`
+/// [`Output::Store`]: the backend carries out `op`
 /// under `session` and answers with the result event that names `id`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoreRequest {
@@ -285,7 +307,7 @@ pub enum StoreOp {
     Heartbeat,
 }
 
-/// Work for the fetcher, taken from [`crate::Member::poll_fetch`].
+/// Work for the fetcher, taken as [`Output::Fetch`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchCommand {
     /// Start fetching `partition` and handing its messages to the
@@ -328,7 +350,7 @@ pub enum FetchCommand {
 }
 
 /// What happened to the member that its application (and its telemetry)
-/// may want to know, taken from [`crate::Member::poll_app_event`]. Nothing
+/// may want to know, taken as [`Output::App`]. Nothing
 /// needs to be done about any of them: the member goes on by itself.
 ///
 /// A partition's story reads: [`AppEvent::Claiming`], then either

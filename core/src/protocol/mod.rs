@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 pub use io::{
-    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, RegisterOutcome, StoreOp, StoreRequest,
+    AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Output, RegisterOutcome, StoreOp,
+    StoreRequest,
 };
 use partition::{
     AfterClaim, AfterCommit, AfterLetGo, AfterOffset, AfterRelease, DrainEnd, Fetch, Fired, Next,
@@ -93,15 +94,16 @@ pub struct MemberStats {
     pub problems: u64,
 }
 
-/// The application's queue, and the counts of what went into it.
+/// Everything the member has decided for the parties around it, in the
+/// order it decided it, and the counts of what went in.
 #[derive(Clone, Debug, Default)]
-struct AppQueue {
-    events: VecDeque<AppEvent>,
+struct Outbox {
+    queue: VecDeque<Output>,
     stats: MemberStats,
 }
 
-impl AppQueue {
-    fn push(&mut self, event: AppEvent) {
+impl Outbox {
+    fn app(&mut self, event: AppEvent) {
         let stats = &mut self.stats;
         match &event {
             AppEvent::Claimed { .. } => stats.claims += 1,
@@ -117,7 +119,15 @@ impl AppQueue {
             | AppEvent::Committing { .. }
             | AppEvent::Releasing { .. } => {}
         }
-        self.events.push_back(event);
+        self.queue.push_back(Output::App(event));
+    }
+
+    fn fetch(&mut self, command: FetchCommand) {
+        self.queue.push_back(Output::Fetch(command));
+    }
+
+    fn store(&mut self, request: StoreRequest) {
+        self.queue.push_back(Output::Store(request));
     }
 }
 
@@ -134,9 +144,7 @@ pub struct Member {
     rng: SplitMix64,
     now: Instant,
     next_id: u64,
-    commands: VecDeque<StoreRequest>,
-    fetches: VecDeque<FetchCommand>,
-    app: AppQueue,
+    outbox: Outbox,
     requests: BTreeMap<RequestId, InFlight>,
 
     session: Option<SessionId>,
@@ -191,9 +199,7 @@ impl Member {
             rng: SplitMix64::new(seed),
             now,
             next_id: 1,
-            commands: VecDeque::new(),
-            fetches: VecDeque::new(),
-            app: AppQueue::default(),
+            outbox: Outbox::default(),
             requests: BTreeMap::new(),
             session: None,
             last_heard: None,
@@ -291,24 +297,21 @@ impl Member {
             })
     }
 
-    /// The next request for the store, if any.
-    pub fn poll_store_request(&mut self) -> Option<StoreRequest> {
-        self.commands.pop_front()
-    }
-
-    /// The next start or stop for the fetcher, if any. Take every one of
-    /// them before the store requests of the same call: a stop must reach
-    /// the fetcher before the release (or the new claim) that follows it
-    /// reaches the store.
-    pub fn poll_fetch(&mut self) -> Option<FetchCommand> {
-        self.fetches.pop_front()
-    }
-
-    /// The next thing the application may want to know, if any: claims,
-    /// commits, releases, losses and problems. Take them all after every
-    /// call, as with [`Member::poll_store_request`]; they pile up otherwise.
-    pub fn poll_app_event(&mut self) -> Option<AppEvent> {
-        self.app.events.pop_front()
+    /// The next thing the member has decided, in the order it decided it:
+    /// a start or stop for the fetcher, a request for the store, or news for
+    /// the application; [`Output::Timeout`] once nothing is queued, with
+    /// the moment [`Member::handle_timeout`] is due.
+    ///
+    /// Take outputs until [`Output::Timeout`] after every call into the
+    /// member, and carry each out in the order it came: a partition's
+    /// [`FetchCommand::Stop`] always comes before the release (or the next
+    /// claim) that follows it, so a driver that keeps the order never lets
+    /// the store see a release while the fetcher still hands messages out.
+    pub fn poll_output(&mut self) -> Output {
+        self.outbox
+            .queue
+            .pop_front()
+            .unwrap_or_else(|| Output::Timeout(self.poll_timeout()))
     }
 
     /// What the member has done since it was made.
@@ -316,7 +319,7 @@ impl Member {
         MemberStats {
             // Every request takes the next id, from 1.
             store_requests: self.next_id - 1,
-            ..self.app.stats
+            ..self.outbox.stats
         }
     }
 
@@ -502,7 +505,7 @@ impl Member {
             },
         );
         let session = self.session_tag();
-        self.commands.push_back(StoreRequest { id, session, op });
+        self.outbox.store(StoreRequest { id, session, op });
         id
     }
 
@@ -565,7 +568,7 @@ impl Member {
     }
 
     fn report(&mut self, error: Error) {
-        self.app.push(AppEvent::Problem(error));
+        self.outbox.app(AppEvent::Problem(error));
     }
 
     fn report_store(
@@ -605,9 +608,9 @@ impl Member {
         let partitions = std::mem::take(&mut self.partitions);
         for (partition, mut state) in partitions {
             if let Some(stop) = state.stop_fetching(&partition) {
-                self.fetches.push_back(stop);
+                self.outbox.fetch(stop);
             }
-            self.app.push(state.gone(partition, false));
+            self.outbox.app(state.gone(partition, false));
         }
         self.report(Error::SessionExpired {
             partitions: dropped,
@@ -916,7 +919,7 @@ impl Member {
             partition.clone(),
             PartitionState::claiming(self.now, self.config.store_offsets),
         );
-        self.app.push(AppEvent::Claiming {
+        self.outbox.app(AppEvent::Claiming {
             partition: partition.clone(),
         });
         self.send(partition, PartitionRequest::Claim);
@@ -931,7 +934,7 @@ impl Member {
             PartitionRequest::WatchOwner => StoreOp::WatchOwner { partition: p },
             PartitionRequest::ReadOffset => StoreOp::ReadOffset { partition: p },
             PartitionRequest::Commit { offset, token, .. } => {
-                self.app.push(AppEvent::Committing {
+                self.outbox.app(AppEvent::Committing {
                     partition: p.clone(),
                     token,
                     offset,
@@ -1013,7 +1016,7 @@ impl Member {
                         .get_mut(&partition)
                         .map(|state| state.no_offset_to_read(initial));
                     if let Some(AfterOffset::Read(committed)) = read {
-                        self.app.push(AppEvent::OffsetRead {
+                        self.outbox.app(AppEvent::OffsetRead {
                             partition,
                             token,
                             committed,
@@ -1031,7 +1034,7 @@ impl Member {
                 // A claim that took effect after all, only to be released
                 // at once.
                 self.announce_claim(&partition, token);
-                self.app.push(AppEvent::Releasing {
+                self.outbox.app(AppEvent::Releasing {
                     partition: partition.clone(),
                     token,
                 });
@@ -1082,7 +1085,7 @@ impl Member {
     /// under `token`, with the time since it began.
     fn announce_claim(&mut self, partition: &TopicPartition, token: FencingToken) {
         if let Some(state) = self.partitions.get(partition) {
-            self.app.push(AppEvent::Claimed {
+            self.outbox.app(AppEvent::Claimed {
                 partition: partition.clone(),
                 token,
                 waited: self.now.saturating_duration_since(state.since),
@@ -1101,7 +1104,7 @@ impl Member {
         });
         match next {
             Some((AfterOffset::Read(committed), Some(token))) => {
-                self.app.push(AppEvent::OffsetRead {
+                self.outbox.app(AppEvent::OffsetRead {
                     partition,
                     token,
                     committed,
@@ -1148,7 +1151,7 @@ impl Member {
             return;
         };
         if let Some(event) = event {
-            self.app.push(event);
+            self.outbox.app(event);
         }
         match next {
             AfterCommit::Nothing => {}
@@ -1172,12 +1175,12 @@ impl Member {
     fn lose(&mut self, partition: &TopicPartition) {
         if let Some(mut state) = self.partitions.remove(partition) {
             if let Some(stop) = state.stop_fetching(partition) {
-                self.fetches.push_back(stop);
+                self.outbox.fetch(stop);
             }
             if let Some(id) = state.request {
                 self.requests.remove(&id);
             }
-            self.app.push(state.gone(partition.clone(), false));
+            self.outbox.app(state.gone(partition.clone(), false));
         }
         if self.assigned.contains(partition) {
             self.start_claiming(partition);
@@ -1199,7 +1202,7 @@ impl Member {
                     self.requests.remove(&id);
                 }
                 if let Some(state) = self.partitions.remove(partition) {
-                    self.app.push(state.gone(partition.clone(), false));
+                    self.outbox.app(state.gone(partition.clone(), false));
                 }
             }
             AfterLetGo::Drain { forget, stop } => {
@@ -1207,13 +1210,13 @@ impl Member {
                     self.requests.remove(&id);
                 }
                 if let Some(token) = state.token {
-                    self.app.push(AppEvent::Releasing {
+                    self.outbox.app(AppEvent::Releasing {
                         partition: partition.clone(),
                         token,
                     });
                 }
                 if let Some(stop) = stop {
-                    self.fetches.push_back(stop);
+                    self.outbox.fetch(stop);
                 }
                 self.end_drain(partition);
             }
@@ -1265,7 +1268,7 @@ impl Member {
         let Some(state) = self.partitions.remove(partition) else {
             return;
         };
-        self.app.push(state.gone(partition.clone(), released));
+        self.outbox.app(state.gone(partition.clone(), released));
         if state.reclaim && self.assigned.contains(partition) {
             self.start_claiming(partition);
         }
@@ -1341,7 +1344,7 @@ impl Member {
         let start = consume && !self.suspended;
         for (partition, state) in self.partitions.iter_mut() {
             if let Some(fetch) = state.follow_lease(partition, consume, start) {
-                self.fetches.push_back(fetch);
+                self.outbox.fetch(fetch);
             }
         }
     }
@@ -1469,14 +1472,15 @@ impl Member {
     /// the configuration and what the member advertises (fixed for a
     /// member's life), the statistics (counted, never read), and the next
     /// request id (ids are renamed by rank, and a fresh one is above all).
-    pub(crate) fn canonical(&self, canon: &mut crate::sim::canon::Canon, index: usize) {
+    #[doc(hidden)]
+    pub fn canonical(&self, canon: &mut crate::canon::Canon, index: usize) {
         // Beyond this many failures the backoff no longer grows: further
         // failures are alike (see `backoff::delay`).
         let saturation = (0..20u32)
             .find(|&k| self.config.backoff_min.saturating_mul(1 << k) >= self.config.backoff_max)
             .unwrap_or(20);
         let attempts = |n: u32| n.min(saturation);
-        let step = |canon: &mut crate::sim::canon::Canon, step: Step| match step {
+        let step = |canon: &mut crate::canon::Canon, step: Step| match step {
             Step::Idle => canon.number(0),
             Step::Pending(id) => {
                 canon.number(1);
@@ -1491,11 +1495,7 @@ impl Member {
         canon.raw(&self.rng);
         canon.time(self.now);
         // Drained after every call; counted in case a driver did not.
-        canon.raw((
-            self.commands.len(),
-            self.fetches.len(),
-            self.app.events.len(),
-        ));
+        canon.raw(self.outbox.queue.len());
         canon.number(self.requests.len() as u64);
         for (&id, in_flight) in &self.requests {
             canon.request(index, id);

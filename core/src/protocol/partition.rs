@@ -879,7 +879,7 @@ impl PartitionState {
     /// the backoff stops growing.
     pub(crate) fn canonical(
         &self,
-        canon: &mut crate::sim::canon::Canon,
+        canon: &mut crate::canon::Canon,
         member: usize,
         attempts: impl Fn(u32) -> u32,
     ) {

@@ -3,11 +3,9 @@
 //! --features sim --example explore -- --partitions 3`) searches the full
 //! configuration.
 
-#![cfg(feature = "sim")]
-
 use std::time::Duration;
 
-use tenure_core::sim::{explore, replay, ExploreConfig};
+use tenure_sim::{explore, replay, ExploreConfig};
 
 fn quiet(members: usize, partitions: u32) -> ExploreConfig {
     let mut config = ExploreConfig::new(members, partitions);

@@ -1,5 +1,5 @@
 //! A canonical fingerprint of a whole explored state, so that the explorer
-//! ([`super::explore`]) visits each state once however it was reached.
+//! (`tenure_sim::explore`) visits each state once however it was reached.
 //!
 //! Two states that differ only in what no future can tell apart get the
 //! same fingerprint:
@@ -34,7 +34,7 @@ use crate::types::{RequestId, SessionId};
 
 /// Two lanes of 64 bits, fed word by word.
 #[derive(Clone, Copy)]
-pub(crate) struct Mix {
+pub struct Mix {
     a: u64,
     b: u64,
 }
@@ -125,7 +125,7 @@ enum Item {
 }
 
 /// The builder of one state's fingerprint.
-pub(crate) struct Canon {
+pub struct Canon {
     epoch: Instant,
     now: i64,
     quantum: Duration,
@@ -137,7 +137,7 @@ pub(crate) struct Canon {
 
 /// Which moments the fingerprint tells apart.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Clock {
+pub struct Clock {
     /// The moment the grid starts from.
     pub epoch: Instant,
     /// The current time (on the grid).

@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use crate::assignment::{self, PartitionCounts};
-use crate::model::store::Store;
-use crate::protocol::{AppEvent, Member};
-use crate::records::Layout;
-use crate::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
+use tenure_core::assignment::{self, PartitionCounts};
+use tenure_core::model::store::Store;
+use tenure_core::protocol::{AppEvent, Member};
+use tenure_core::records::Layout;
+use tenure_core::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
 
 /// One running member as the checks see it: its state machine and the
 /// session its client holds.
@@ -221,6 +221,10 @@ pub(crate) fn story(
                 .then(|| format!("{who} reported {event:?} without holding that claim"))
         }
         AppEvent::Problem(_) => None,
+        // A new kind of event: the story it tells must be checked too.
+        other => Some(format!(
+            "{who} told an event the checker does not know: {other:?}"
+        )),
     };
     wrong.map_or(Ok(()), Err)
 }

@@ -2,9 +2,9 @@
 //! violated property with the seed that replays it.
 //!
 //! ```text
-//! cargo run --release -p tenure-core --features sim --example simulate -- --seeds 10000
-//! cargo run --release -p tenure-core --features sim --example simulate -- --first 7000000 --seeds 2000
-//! cargo run --release -p tenure-core --features sim --example simulate -- --seed 42
+//! cargo run --release -p tenure-sim --example simulate -- --seeds 10000
+//! cargo run --release -p tenure-sim --example simulate -- --first 7000000 --seeds 2000
+//! cargo run --release -p tenure-sim --example simulate -- --seed 42
 //! ```
 //!
 //! Flags: `--seeds N` (runs N seeds, from 0 or from `--first`), `--first S`
@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tenure_core::sim::{run, SimConfig, SimReport};
+use tenure_sim::{run, SimConfig, SimReport};
 
 struct Args {
     /// The first seed of a range, and how many.
@@ -177,7 +177,7 @@ fn main() -> ExitCode {
                 }
                 if !report.violations.is_empty() {
                     eprintln!(
-                        "seed {seed} failed; replay it with: cargo run --release -p tenure-core --features sim --example simulate -- --seed {seed}{}",
+                        "seed {seed} failed; replay it with: cargo run --release -p tenure-sim --example simulate -- --seed {seed}{}",
                         replay_flags(&args)
                     );
                 }

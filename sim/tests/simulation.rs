@@ -3,9 +3,7 @@
 //! simulate -- --seeds 10000`) covers many more seeds; these keep a sample
 //! in every test run, and check that a seed replays exactly.
 
-#![cfg(feature = "sim")]
-
-use tenure_core::sim::{run, SimConfig};
+use tenure_sim::{run, SimConfig};
 
 fn assert_clean(config: &SimConfig) {
     let report = run(config);

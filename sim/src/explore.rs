@@ -1,5 +1,5 @@
 //! An exhaustive search of every state a small group can reach: a few real
-//! [`Member`]s on the store model ([`crate::model`]), with every order in
+//! [`Member`]s on the store model ([`tenure_core::model`]), with every order in
 //! which store requests, replies and watch notifications can arrive, and
 //! every placement of a bounded number of faults (lost messages,
 //! disconnections long enough for the session to expire, restarts). In
@@ -86,23 +86,24 @@
 //! remembered per state, so each continuation is followed only until it
 //! meets a state already known.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
-use super::canon::{Canon, Clock};
-use super::check::{self, Seen, Story};
-use crate::assignment::{self, PartitionCounts};
-use crate::config::Config;
-use crate::error::StoreError;
-use crate::model::adapter::{self, Execution};
-use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{
-    ClaimOutcome, Event, FetchCommand, FetchFrom, Member, RegisterOutcome, StoreOp, StoreRequest,
+use crate::app::{Applied, Holdings};
+use crate::check::{self, Seen, Story};
+use tenure_core::assignment::{self, PartitionCounts};
+use tenure_core::canon::{Canon, Clock};
+use tenure_core::config::Config;
+use tenure_core::error::StoreError;
+use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::store::{Store, WatchEvent};
+use tenure_core::protocol::{
+    ClaimOutcome, Event, FetchCommand, Member, Output, RegisterOutcome, StoreOp, StoreRequest,
 };
-use crate::records::Layout;
-use crate::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+use tenure_core::records::Layout;
+use tenure_core::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
 
 /// What to explore.
 #[derive(Clone, Debug)]
@@ -502,19 +503,8 @@ struct Node {
     connected: bool,
     /// When the server last heard from this client.
     last_contact: Instant,
-    app: App,
+    app: Holdings,
     story: Story,
-}
-
-/// What a member's application holds.
-#[derive(Clone, Debug, Default)]
-struct App {
-    /// Partitions being fetched: the claim and the next offset.
-    fetching: BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    /// Partitions held while the session may be lapsing.
-    suspended: BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    /// Partitions told to stop and not drained yet.
-    stopping: BTreeSet<(TopicPartition, FencingToken)>,
 }
 
 /// A message in flight.
@@ -630,7 +620,7 @@ impl State {
                 session: None,
                 connected: false,
                 last_contact: now,
-                app: App::default(),
+                app: Holdings::default(),
                 story: Story::default(),
             });
         }
@@ -1277,7 +1267,7 @@ impl State {
         n.incarnation = incarnation;
         n.session = None;
         n.connected = false;
-        n.app = App::default();
+        n.app.clear();
         n.story = Story::default();
         self.forget_undeliverable();
         self.open_session(model, node, problems);
@@ -1349,20 +1339,21 @@ impl State {
         // the search.
         for _ in 0..100_000 {
             let n = &mut self.nodes[node];
-            if let Some(fetch) = n.member.poll_fetch() {
-                let messages = model.config.messages;
-                let follow = n.app.fetch(fetch, messages, model.config.eager_app);
-                for input in follow {
-                    if let Input::Processed {
-                        partition, offset, ..
-                    } = &input
-                    {
-                        self.mark_processed(partition, *offset);
+            match n.member.poll_output() {
+                Output::Fetch(fetch) => {
+                    let messages = model.config.messages;
+                    let follow = app_fetch(&mut n.app, fetch, messages, model.config.eager_app);
+                    for input in follow {
+                        if let Input::Processed {
+                            partition, offset, ..
+                        } = &input
+                        {
+                            self.mark_processed(partition, *offset);
+                        }
+                        later.push_back(input);
                     }
-                    later.push_back(input);
                 }
-            } else if let Some(command) = n.member.poll_store_request() {
-                match (n.connected, n.session) {
+                Output::Store(command) => match (n.connected, n.session) {
                     (true, Some(session)) => self.net.push(Flight {
                         msg: Msg::Request {
                             node,
@@ -1380,16 +1371,23 @@ impl State {
                         };
                         later.push_back(Input::Event(command.failed(error)));
                     }
+                },
+                Output::App(event) => {
+                    let id = n.member.id().clone();
+                    if let Err(detail) = check::story(&mut n.story, &mut self.newest, &id, &event) {
+                        problems.push(("application events", detail));
+                    }
                 }
-            } else if let Some(event) = n.member.poll_app_event() {
-                let id = n.member.id().clone();
-                if let Err(detail) = check::story(&mut n.story, &mut self.newest, &id, &event) {
-                    problems.push(("application events", detail));
+                Output::Timeout(_) => match later.pop_front() {
+                    Some(input) => Self::feed(&mut n.member, model, now, input),
+                    None => return,
+                },
+                other => {
+                    let detail =
+                        format!("m{node} gave an output the explorer does not know: {other:?}");
+                    problems.push(("known outputs", detail));
+                    return;
                 }
-            } else if let Some(input) = later.pop_front() {
-                Self::feed(&mut n.member, model, now, input);
-            } else {
-                return;
             }
         }
         problems.push((
@@ -1566,55 +1564,24 @@ impl State {
     }
 }
 
-impl App {
-    /// Carries out a fetch command; `messages` is the size of each log.
-    /// An `eager` application processes what it fetches and drains what it
-    /// stops at once: the inputs that tells the member are returned.
-    fn fetch(&mut self, command: FetchCommand, messages: Offset, eager: bool) -> Vec<Input> {
-        let mut follow = Vec::new();
-        let fetched = match command {
-            FetchCommand::Start {
-                partition,
-                from,
-                token,
-            } => {
-                let start = match from {
-                    FetchFrom::Offset(o) => o,
-                    FetchFrom::Oldest => 0,
-                    FetchFrom::Newest => messages,
-                };
-                self.fetching.insert(partition.clone(), (token, start));
-                Some(partition)
-            }
-            FetchCommand::Stop { partition, token } => {
-                for held in [&mut self.fetching, &mut self.suspended] {
-                    if held.get(&partition).is_some_and(|(t, _)| *t == token) {
-                        held.remove(&partition);
-                    }
-                }
-                if eager {
-                    follow.push(Input::Drained { partition, token });
-                } else {
-                    self.stopping.insert((partition, token));
-                }
-                None
-            }
-            FetchCommand::Suspend { partition, token } => {
-                move_position(&mut self.fetching, &mut self.suspended, partition, token);
-                None
-            }
-            FetchCommand::Resume { partition, token } => {
-                move_position(
-                    &mut self.suspended,
-                    &mut self.fetching,
-                    partition.clone(),
-                    token,
-                );
-                Some(partition)
-            }
-        };
-        if let (true, Some(partition)) = (eager, fetched) {
-            if let Some((token, next)) = self.fetching.get_mut(&partition) {
+/// Carries out a fetch command for the application `app`; `messages` is
+/// the size of each log. An `eager` application processes what it fetches
+/// and drains what it stops at once: the inputs that tells the member are
+/// returned.
+fn app_fetch(
+    app: &mut Holdings,
+    command: FetchCommand,
+    messages: Offset,
+    eager: bool,
+) -> Vec<Input> {
+    let mut follow = Vec::new();
+    match app.apply(command, |_| messages) {
+        Applied::Stopping(partition, token) if eager => {
+            app.stopping.remove(&(partition.clone(), token));
+            follow.push(Input::Drained { partition, token });
+        }
+        Applied::Fetching(partition) if eager => {
+            if let Some((token, next)) = app.fetching.get_mut(&partition) {
                 for offset in *next..messages {
                     follow.push(Input::Processed {
                         partition: partition.clone(),
@@ -1625,21 +1592,9 @@ impl App {
                 *next = (*next).max(messages);
             }
         }
-        follow
+        Applied::Stopping(..) | Applied::Fetching(_) | Applied::Held => {}
     }
-}
-
-fn move_position(
-    from: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    to: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    partition: TopicPartition,
-    token: FencingToken,
-) {
-    if from.get(&partition).is_some_and(|(t, _)| *t == token) {
-        if let Some(position) = from.remove(&partition) {
-            to.insert(partition, position);
-        }
-    }
+    follow
 }
 
 /// The result event a reply becomes when the connection drops before it

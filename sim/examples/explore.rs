@@ -1,12 +1,12 @@
 //! Searches every state a small group of real members can reach on the
 //! store model, with every order of deliveries and a bounded number of
 //! faults, and checks the simulator's properties in each (see
-//! `tenure_core::sim::explore`).
+//! `tenure_sim::explore`).
 //!
 //! ```text
-//! cargo run --release -p tenure-core --features sim --example explore -- --members 2 --partitions 2
-//! cargo run --release -p tenure-core --features sim --example explore -- --partitions 3 --max-depth 30
-//! cargo run --release -p tenure-core --features sim --example explore -- --partitions 3 --replay 0,4,1
+//! cargo run --release -p tenure-sim --example explore -- --members 2 --partitions 2
+//! cargo run --release -p tenure-sim --example explore -- --partitions 3 --max-depth 30
+//! cargo run --release -p tenure-sim --example explore -- --partitions 3 --replay 0,4,1
 //! ```
 //!
 //! Flags: `--members M` (default 2), `--partitions P` (default 2),
@@ -26,7 +26,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use tenure_core::sim::{explore, replay, ExploreConfig};
+use tenure_sim::{explore, replay, ExploreConfig};
 
 struct Args {
     config: ExploreConfig,

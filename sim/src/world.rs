@@ -23,16 +23,17 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::check::{self, Seen, Story};
-use crate::assignment::{self, PartitionCounts};
-use crate::config::Config;
-use crate::error::{Error, StoreError};
-use crate::model::adapter::{self, Execution};
-use crate::model::store::{Store, WatchEvent};
-use crate::protocol::{AppEvent, Event, FetchCommand, FetchFrom, Member, StoreOp, StoreRequest};
-use crate::records::Layout;
-use crate::rng::SplitMix64;
-use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
+use crate::app::{Applied, Holdings};
+use crate::check::{self, Seen, Story};
+use tenure_core::assignment::{self, PartitionCounts};
+use tenure_core::config::Config;
+use tenure_core::error::{Error, StoreError};
+use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::store::{Store, WatchEvent};
+use tenure_core::protocol::{AppEvent, Event, FetchCommand, Member, Output, StoreOp, StoreRequest};
+use tenure_core::records::Layout;
+use tenure_core::rng::SplitMix64;
+use tenure_core::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -209,32 +210,13 @@ struct Batch {
 /// The application of one member: fetches, processes in batches, acks.
 #[derive(Clone, Debug, Default)]
 struct App {
-    fetching: BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    /// Held while the member's session may be lapsing: not consumed, the
-    /// position kept for a resume.
-    suspended: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    holdings: Holdings,
     batches: Vec<Batch>,
-    stopping: BTreeSet<(TopicPartition, FencingToken)>,
     /// Processing time per batch; longer than the processing timeout while
     /// the slow-drain fault is on.
     batch_time: Duration,
     /// What the member's application events have told so far.
     story: Story,
-}
-
-/// Moves the position of `partition` under the claim `token` from one of
-/// an application's holdings to another (a suspended fetch and back).
-fn move_position(
-    from: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    to: &mut BTreeMap<TopicPartition, (FencingToken, Offset)>,
-    partition: TopicPartition,
-    token: FencingToken,
-) {
-    if from.get(&partition).is_some_and(|(t, _)| *t == token) {
-        if let Some(position) = from.remove(&partition) {
-            to.insert(partition, position);
-        }
-    }
 }
 
 /// One member process.
@@ -565,10 +547,8 @@ impl World {
         node.member = Some(member);
         node.incarnation += 1;
         node.in_flight.clear();
-        node.app.fetching.clear();
-        node.app.suspended.clear();
+        node.app.holdings.clear();
         node.app.batches.clear();
-        node.app.stopping.clear();
         node.app.story = Story::default();
         match node.resumable.take() {
             Some(session) if self.store.session_alive(session) => {
@@ -599,7 +579,7 @@ impl World {
             .ephemerals(session)
             .iter()
             .filter_map(|path| match self.layout.classify(path) {
-                Some(crate::records::Watched::Owner(partition)) => Some(partition),
+                Some(tenure_core::records::Watched::Owner(partition)) => Some(partition),
                 _ => None,
             })
             .collect();
@@ -1214,7 +1194,7 @@ impl World {
                 if matches!(
                     event,
                     Event::ClaimResult {
-                        result: Ok(crate::protocol::ClaimOutcome::Created { .. }),
+                        result: Ok(tenure_core::protocol::ClaimOutcome::Created { .. }),
                         ..
                     }
                 ) {
@@ -1294,14 +1274,17 @@ impl World {
             let Some(member) = self.nodes[index].member.as_mut() else {
                 return;
             };
-            if let Some(fetch) = member.poll_fetch() {
-                self.fetch(index, fetch);
-            } else if let Some(command) = member.poll_store_request() {
-                self.dispatch(index, command);
-            } else if let Some(event) = member.poll_app_event() {
-                self.app_event(index, event);
-            } else {
-                return;
+            match member.poll_output() {
+                Output::Fetch(fetch) => self.fetch(index, fetch),
+                Output::Store(command) => self.dispatch(index, command),
+                Output::App(event) => self.app_event(index, event),
+                Output::Timeout(_) => return,
+                other => {
+                    let detail =
+                        format!("m{index} gave an output the simulator does not know: {other:?}");
+                    self.violation("known outputs", detail);
+                    return;
+                }
             }
         }
     }
@@ -1336,40 +1319,10 @@ impl World {
     /// Starts or stops the fetching of the member's application.
     fn fetch(&mut self, index: usize, command: FetchCommand) {
         self.trace(Some(index), &("->", &command));
-        match command {
-            FetchCommand::Start {
-                partition,
-                from,
-                token,
-            } => {
-                let start = match from {
-                    FetchFrom::Offset(o) => o,
-                    FetchFrom::Oldest => 0,
-                    FetchFrom::Newest => self.hw.get(&partition).copied().unwrap_or(0),
-                };
-                self.nodes[index]
-                    .app
-                    .fetching
-                    .insert(partition, (token, start));
-            }
-            FetchCommand::Stop { partition, token } => {
-                let app = &mut self.nodes[index].app;
-                for held in [&mut app.fetching, &mut app.suspended] {
-                    if held.get(&partition).is_some_and(|(t, _)| *t == token) {
-                        held.remove(&partition);
-                    }
-                }
-                app.stopping.insert((partition, token));
-                self.finish_drains(index);
-            }
-            FetchCommand::Suspend { partition, token } => {
-                let app = &mut self.nodes[index].app;
-                move_position(&mut app.fetching, &mut app.suspended, partition, token);
-            }
-            FetchCommand::Resume { partition, token } => {
-                let app = &mut self.nodes[index].app;
-                move_position(&mut app.suspended, &mut app.fetching, partition, token);
-            }
+        let hw = &self.hw;
+        let newest = |partition: &TopicPartition| hw.get(partition).copied().unwrap_or(0);
+        if let Applied::Stopping(..) = self.nodes[index].app.holdings.apply(command, newest) {
+            self.finish_drains(index);
         }
     }
 
@@ -1377,6 +1330,18 @@ impl World {
     fn dispatch(&mut self, index: usize, store_command: StoreRequest) {
         let now = self.now;
         self.trace(Some(index), &("->", &store_command));
+        // The order of the member's output: a partition leaves the fetcher
+        // before its release (or a new claim of it) leaves for the store.
+        if let StoreOp::Release { partition, .. } | StoreOp::Claim { partition } = &store_command.op
+        {
+            if self.nodes[index].app.holdings.holds(partition) {
+                let detail = format!(
+                    "m{index} sent {:?} while its fetcher still held {partition}",
+                    store_command.op
+                );
+                self.violation("stop before release", detail);
+            }
+        }
         let node = &self.nodes[index];
         match (node.connected, node.session) {
             (true, Some(session)) => {
@@ -1450,7 +1415,7 @@ impl World {
             .map(|b| b.partition.clone())
             .collect();
         let batch_time = node.app.batch_time;
-        for (partition, (token, next)) in node.app.fetching.iter_mut() {
+        for (partition, (token, next)) in node.app.holdings.fetching.iter_mut() {
             if busy.contains(partition) {
                 continue;
             }
@@ -1475,6 +1440,7 @@ impl World {
         let node = &mut self.nodes[index];
         let drained: Vec<(TopicPartition, FencingToken)> = node
             .app
+            .holdings
             .stopping
             .iter()
             .filter(|(p, t)| {
@@ -1487,7 +1453,7 @@ impl World {
             .cloned()
             .collect();
         for key in &drained {
-            node.app.stopping.remove(key);
+            node.app.holdings.stopping.remove(key);
         }
         for (partition, token) in drained {
             self.local(now, index, Input::Drained { partition, token });
@@ -1615,7 +1581,7 @@ impl World {
 }
 
 fn assignment_topic_check(topic: &str) -> Result<(), String> {
-    crate::types::validate_topic(topic).map_err(|e| e.to_string())
+    tenure_core::types::validate_topic(topic).map_err(|e| e.to_string())
 }
 
 fn error_kind(error: &Error) -> &'static str {
@@ -1628,5 +1594,6 @@ fn error_kind(error: &Error) -> &'static str {
         Error::CommitFenced { .. } => "commit fenced",
         Error::DrainTimeout { .. } => "drain timeout",
         Error::SessionExpired { .. } => "session expired",
+        _ => "other",
     }
 }
