@@ -41,10 +41,13 @@ struct Args {
     /// etcd: built with `--features etcd`).
     #[arg(long, value_enum)]
     store: Store,
+    /// Members at the cold start.
     #[arg(long, default_value_t = 10)]
     members: usize,
+    /// Partitions of the group's topic.
     #[arg(long, default_value_t = 1000)]
     partitions: u32,
+    /// The members' session timeout.
     #[arg(long, default_value_t = 10_000)]
     session_ms: u64,
 }

@@ -24,11 +24,15 @@ use tenure::core::Config;
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
 
-/// What to consume, from the command line.
+/// A complete consumer against the servers of `scripts/services`: joins a
+/// group, acknowledges every message, and leaves cleanly on Ctrl-C or
+/// SIGTERM.
 #[derive(Parser)]
 struct Args {
+    /// The topic to consume.
     #[arg(long)]
     topic: String,
+    /// The consumer group.
     #[arg(long, default_value = "tenure-example")]
     group: String,
     /// The member's id.
@@ -37,7 +41,7 @@ struct Args {
     /// The coordination store (etcd: built with `--features etcd`).
     #[arg(long, value_enum, default_value_t = Store::ZooKeeper)]
     store: Store,
-    /// Leave after this long [default: on Ctrl-C or SIGTERM].
+    /// Leave after this many seconds [default: on Ctrl-C or SIGTERM].
     #[arg(long)]
     seconds: Option<u64>,
     /// Messages to produce before consuming (creating the topic if

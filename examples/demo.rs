@@ -36,7 +36,6 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use common::lines::say;
 use tenure::core::{FencingToken, FetchFrom, MemberId, Offset, TopicPartition};
@@ -67,9 +66,10 @@ const RECENT: usize = 8;
 #[derive(Parser)]
 struct Args {
     /// Members at the start (one more joins, then one leaves).
-    #[arg(long, default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>)]
     members: usize,
-    #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 12, value_parser = count::<u32>)]
     partitions: u32,
     /// How long the run takes, in seconds (3 at least).
     #[arg(long = "duration", default_value_t = 9, value_name = "SECS")]
@@ -79,7 +79,7 @@ struct Args {
         long,
         default_value_t = 200,
         value_name = "MSGS_PER_S_PER_PARTITION",
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = count::<u32>
     )]
     rate: u32,
     /// A real ZooKeeper instead of the embedded store.
@@ -88,6 +88,14 @@ struct Args {
     /// A real etcd instead of the embedded store (built with `--features etcd`).
     #[arg(long, value_name = "http://HOST:PORT")]
     etcd: Option<String>,
+}
+
+/// A whole number of 1 or more.
+fn count<T: std::str::FromStr + From<u8> + PartialOrd>(value: &str) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n >= T::from(1) => Ok(n),
+        _ => Err("a whole number of 1 or more".to_owned()),
+    }
 }
 
 impl Args {

@@ -69,13 +69,16 @@ struct Args {
     /// The database's URL [default: TENURE_POSTGRES].
     #[arg(long)]
     postgres: Option<String>,
+    /// The topic to consume.
     #[arg(long)]
     topic: String,
+    /// The consumer group.
     #[arg(long)]
     group: String,
     /// The member's id.
     #[arg(long, default_value_t = format!("host-{}", std::process::id()))]
     member: String,
+    /// The member's session timeout.
     #[arg(long, default_value_t = 4_000)]
     session_ms: u64,
     /// The table of rows.
@@ -88,6 +91,7 @@ struct Args {
     /// messages to it before consuming.
     #[arg(long, value_name = "N")]
     produce: Option<u64>,
+    /// Partitions of the topic `--produce` creates.
     #[arg(long, default_value_t = 6)]
     partitions: u32,
     /// The time each batch's processing takes before its rows are written,
