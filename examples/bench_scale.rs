@@ -18,82 +18,81 @@
 //! members=M partitions=P cold_start_ms=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=…
 //! ```
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+use common::Store;
 use tenure::core::{Config, MemberId, TopicPartition};
 use tenure::tokio::{Backend, GroupMember, StaticMembership, View};
 use tokio::sync::mpsc;
 
-const USAGE: &str =
-    "usage: bench_scale --store zookeeper|etcd [--members M] [--partitions P] [--session-ms MS]";
+/// How coordination scales: members (tasks of this process) over
+/// partitions, on the real ZooKeeper or etcd of `scripts/services`.
+#[derive(Parser)]
+struct Args {
+    /// The store (its address from `TENURE_ZOOKEEPER` or `TENURE_ETCD`;
+    /// etcd: built with `--features etcd`).
+    #[arg(long, value_enum)]
+    store: Store,
+    /// Members at the cold start.
+    #[arg(long, default_value_t = 10)]
+    members: usize,
+    /// Partitions of the group's topic.
+    #[arg(long, default_value_t = 1000)]
+    partitions: u32,
+    /// The members' session timeout.
+    #[arg(long, default_value_t = 10_000)]
+    session_ms: u64,
+}
 
 struct Options {
-    store: String,
+    store: Store,
     address: String,
     members: usize,
     partitions: u32,
     session: Duration,
 }
 
-fn options() -> Result<Options, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut flags = BTreeMap::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let name = flag.strip_prefix("--").ok_or(USAGE)?;
-        let value = it.next().ok_or(format!("{flag} needs a value; {USAGE}"))?;
-        flags.insert(name.to_owned(), value.clone());
-    }
-    let number = |name: &str, default: u64| -> Result<u64, String> {
-        flags.get(name).map_or(Ok(default), |v| {
-            v.parse()
-                .map_err(|_| format!("--{name} takes a number; {USAGE}"))
+impl Options {
+    fn new(args: Args) -> Result<Options, String> {
+        Ok(Options {
+            store: args.store,
+            address: common::server(args.store.variable())?,
+            members: args.members,
+            partitions: args.partitions,
+            session: Duration::from_millis(args.session_ms),
         })
-    };
-    let store = flags.get("store").cloned().ok_or(USAGE)?;
-    let var = match store.as_str() {
-        "zookeeper" => "TENURE_ZOOKEEPER",
-        "etcd" => "TENURE_ETCD",
-        _ => return Err(USAGE.to_owned()),
-    };
-    let address = std::env::var(var).map_err(|_| {
-        format!("{var} is not set: start the servers with `eval \"$(scripts/services start)\"`")
-    })?;
-    Ok(Options {
-        store,
-        address,
-        members: number("members", 10)? as usize,
-        partitions: number("partitions", 1000)? as u32,
-        session: Duration::from_millis(number("session-ms", 10_000)?),
-    })
+    }
 }
 
 /// A backend of the chosen store, and its request counter.
 fn backend(options: &Options, prefix: &str) -> Result<(Box<dyn Backend>, Arc<AtomicU64>), String> {
-    match options.store.as_str() {
-        "zookeeper" => {
+    match options.store {
+        Store::ZooKeeper => {
             let backend = tenure::zookeeper::ZooKeeperBackend::new(options.address.clone())
                 .connect_timeout(Duration::from_secs(30));
             let requests = backend.request_counter();
             Ok((Box::new(backend), requests))
         }
         #[cfg(feature = "etcd")]
-        "etcd" => {
+        Store::Etcd => {
             let backend = tenure::etcd::EtcdBackend::new(options.address.clone())
                 .prefix(prefix)
                 .connect_timeout(Duration::from_secs(30));
             let requests = backend.request_counter();
             Ok((Box::new(backend), requests))
         }
-        other => {
+        #[cfg(not(feature = "etcd"))]
+        Store::Etcd => {
             let _ = prefix;
-            Err(format!(
-                "store {other:?} is not in this build (etcd needs `--features etcd`)"
-            ))
+            Err("etcd is not in this build: run with `--features etcd`".to_owned())
         }
     }
 }
@@ -410,8 +409,8 @@ impl Bench {
     }
 }
 
-async fn run() -> Result<(), String> {
-    let options = options()?;
+async fn run(args: Args) -> Result<(), String> {
+    let options = Options::new(args)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -421,7 +420,8 @@ async fn run() -> Result<(), String> {
     let (m, p) = (options.members, options.partitions);
     println!(
         "bench_scale: store={} members={m} partitions={p} session={:?}",
-        options.store, options.session
+        options.store.name(),
+        options.session
     );
     let mut bench = Bench {
         prefix: format!("/tenure-bench/{group}"),
@@ -552,11 +552,5 @@ fn report_problems(name: &str, mut member: GroupMember) -> GroupMember {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("bench_scale: {message}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit("bench_scale", run(Args::parse()).await)
 }

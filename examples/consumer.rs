@@ -12,102 +12,69 @@
 //! group cleanly: drains, commits, releases its partitions. The store is
 //! the only thing that differs between the two.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Parser;
+use common::{server, Store};
 use tenure::core::Config;
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("consumer: {message}");
-            ExitCode::FAILURE
-        }
-    }
+/// A complete consumer against the servers of `scripts/services`: joins a
+/// group, acknowledges every message, and leaves cleanly on Ctrl-C or
+/// SIGTERM.
+#[derive(Parser)]
+struct Args {
+    /// The topic to consume.
+    #[arg(long)]
+    topic: String,
+    /// The consumer group.
+    #[arg(long, default_value = "tenure-example")]
+    group: String,
+    /// The member's id.
+    #[arg(long, default_value_t = format!("member-{}", std::process::id()))]
+    member: String,
+    /// The coordination store (etcd: built with `--features etcd`).
+    #[arg(long, value_enum, default_value_t = Store::ZooKeeper)]
+    store: Store,
+    /// Leave after this many seconds [default: on Ctrl-C or SIGTERM].
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Messages to produce before consuming (creating the topic if
+    /// needed), so a first run has something to consume.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    produce: usize,
+    /// Partitions of a topic this example creates.
+    #[arg(long, default_value_t = 3)]
+    partitions: u32,
 }
 
-async fn run() -> Result<(), String> {
-    let args = parse()?;
+#[tokio::main]
+async fn main() -> ExitCode {
+    common::exit("consumer", run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<(), String> {
     let config = config(&args)?;
-    let store = backend(&args.store)?;
+    let store = backend(args.store)?;
     consume(args, config, store).await
 }
 
 /// The coordination store named by `--store`.
-fn backend(store: &str) -> Result<Box<dyn Backend>, String> {
+fn backend(store: Store) -> Result<Box<dyn Backend>, String> {
     match store {
-        "zookeeper" => Ok(Box::new(ZooKeeperBackend::new(env("TENURE_ZOOKEEPER")?))),
+        Store::ZooKeeper => Ok(Box::new(ZooKeeperBackend::new(server(store.variable())?))),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Box::new(tenure::etcd::EtcdBackend::new(env(
-            "TENURE_ETCD",
+        Store::Etcd => Ok(Box::new(tenure::etcd::EtcdBackend::new(server(
+            store.variable(),
         )?))),
         #[cfg(not(feature = "etcd"))]
-        "etcd" => Err("built without etcd: run with --features etcd".to_owned()),
-        other => Err(format!("unknown store {other:?}: zookeeper or etcd")),
+        Store::Etcd => Err("built without etcd: run with --features etcd".to_owned()),
     }
-}
-
-/// What to consume, from the command line.
-struct Args {
-    /// `zookeeper` or `etcd`.
-    store: String,
-    topic: String,
-    group: String,
-    member: String,
-    seconds: Option<u64>,
-    /// Messages to produce before consuming (creating the topic if needed),
-    /// so a first run has something to consume.
-    produce: usize,
-    /// Partitions of a topic this example creates.
-    partitions: u32,
-}
-
-fn parse() -> Result<Args, String> {
-    let mut args = Args {
-        store: "zookeeper".to_owned(),
-        topic: String::new(),
-        group: "tenure-example".to_owned(),
-        member: format!("member-{}", std::process::id()),
-        seconds: None,
-        produce: 0,
-        partitions: 3,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or(format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--store" => args.store = value,
-            "--topic" => args.topic = value,
-            "--group" => args.group = value,
-            "--member" => args.member = value,
-            "--seconds" => {
-                args.seconds = Some(value.parse().map_err(|_| "--seconds takes a number")?)
-            }
-            "--produce" => args.produce = value.parse().map_err(|_| "--produce takes a number")?,
-            "--partitions" => {
-                args.partitions = value.parse().map_err(|_| "--partitions takes a number")?
-            }
-            other => return Err(format!("unknown flag {other:?}")),
-        }
-    }
-    if args.topic.is_empty() {
-        return Err(
-            "usage: consumer [--store zookeeper|etcd] --topic T [--group G] \
-                    [--member M] [--seconds N] [--produce N [--partitions P]]"
-                .to_owned(),
-        );
-    }
-    Ok(args)
-}
-
-/// The address of a server of `scripts/services`, from its variable.
-fn env(name: &str) -> Result<String, String> {
-    std::env::var(name)
-        .map_err(|_| format!("{name} is not set: run `eval \"$(scripts/services start)\"`"))
 }
 
 /// The member's config: defaults for `args`.
@@ -151,10 +118,8 @@ async fn produce(
         .into_iter()
         .find(|t| t.name == topic)
         .map_or(partitions as usize, |t| t.partitions.len());
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let now = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    let now = rskafka::chrono::DateTime::from_timestamp_millis(common::lines::wall_ms() as i64)
+        .unwrap_or_default();
     for partition in 0..existing {
         // Spread evenly: partition p gets the messages n with n % count == p.
         let share = (count + existing - 1 - partition) / existing;
@@ -209,7 +174,7 @@ async fn shutdown_signal() {
 /// Consumes until Ctrl-C or SIGTERM (or `--seconds`), acknowledging every message,
 /// then leaves the group cleanly: drains, commits, releases.
 async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), String> {
-    let kafka = env("TENURE_KAFKA")?;
+    let kafka = server("TENURE_KAFKA")?;
     if args.produce > 0 {
         produce(&kafka, &args.topic, args.partitions, args.produce).await?;
     }

@@ -21,11 +21,14 @@
 //! `scripts/services start` brings up the ZooKeeper and etcd the flags above
 //! point at.
 //!
-//! Flags: `--members N` (3), `--partitions P` (12), `--duration SECS` (9),
+//! Flags (`--help` lists them): `--members N` (3), `--partitions P` (12), `--duration SECS` (9),
 //! `--rate MSGS_PER_S_PER_PARTITION` (200), `--zookeeper HOST:PORT[/CHROOT]`,
 //! `--etcd http://HOST:PORT` (with the `etcd` feature). On a terminal the
 //! table is redrawn in place; otherwise a snapshot is printed every second.
 //! It ends by itself after about the duration.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
@@ -33,6 +36,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use clap::Parser;
+use common::lines::say;
 use tenure::core::{FencingToken, FetchFrom, MemberId, Offset, TopicPartition};
 use tenure::tokio::{AssignmentEvent, Backend, GroupMember, MemoryStore, View};
 use tokio::sync::{mpsc, oneshot};
@@ -55,61 +60,48 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(4);
 /// Event lines kept under the live table.
 const RECENT: usize = 8;
 
+/// tenure's main job, live: a group of members shares the partitions of a
+/// topic while members join and leave, under a table of who owns what.
+/// Needs no server by default (the embedded in-memory store).
+#[derive(Parser)]
 struct Args {
+    /// Members at the start (one more joins, then one leaves).
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>)]
     members: usize,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 12, value_parser = count::<u32>)]
     partitions: u32,
-    duration: Duration,
+    /// How long the run takes, in seconds (3 at least).
+    #[arg(long = "duration", default_value_t = 9, value_name = "SECS")]
+    duration_secs: u64,
+    /// Messages per second each owned partition is processed at.
+    #[arg(
+        long,
+        default_value_t = 200,
+        value_name = "MSGS_PER_S_PER_PARTITION",
+        value_parser = count::<u32>
+    )]
     rate: u32,
+    /// A real ZooKeeper instead of the embedded store.
+    #[arg(long, value_name = "HOST:PORT[/CHROOT]", conflicts_with = "etcd")]
     zookeeper: Option<String>,
+    /// A real etcd instead of the embedded store (built with `--features etcd`).
+    #[arg(long, value_name = "http://HOST:PORT")]
     etcd: Option<String>,
 }
 
-const USAGE: &str = "usage: demo [--members N] [--partitions P] [--duration SECS] \
-[--rate MSGS_PER_S_PER_PARTITION] [--zookeeper HOST:PORT[/CHROOT]] [--etcd http://HOST:PORT]";
+/// A whole number of 1 or more.
+fn count<T: std::str::FromStr + From<u8> + PartialOrd>(value: &str) -> Result<T, String> {
+    match value.parse::<T>() {
+        Ok(n) if n >= T::from(1) => Ok(n),
+        _ => Err("a whole number of 1 or more".to_owned()),
+    }
+}
 
-fn parse() -> Result<Args, String> {
-    let mut args = Args {
-        members: 3,
-        partitions: 12,
-        duration: Duration::from_secs(9),
-        rate: 200,
-        zookeeper: None,
-        etcd: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--members" => {
-                args.members = value()?.parse().map_err(|_| "--members takes a number")?
-            }
-            "--partitions" => {
-                args.partitions = value()?
-                    .parse()
-                    .map_err(|_| "--partitions takes a number")?
-            }
-            "--duration" => {
-                let secs: u64 = value()?.parse().map_err(|_| "--duration takes seconds")?;
-                args.duration = Duration::from_secs(secs.max(3));
-            }
-            "--rate" => {
-                args.rate = value()?
-                    .parse()
-                    .map_err(|_| "--rate takes messages per second per partition")?
-            }
-            "--zookeeper" => args.zookeeper = Some(value()?),
-            "--etcd" => args.etcd = Some(value()?),
-            "--help" | "-h" => return Err(USAGE.into()),
-            other => return Err(format!("unknown flag {other:?} (try --help)")),
-        }
+impl Args {
+    fn duration(&self) -> Duration {
+        Duration::from_secs(self.duration_secs.max(3))
     }
-    if args.members == 0 || args.partitions == 0 || args.rate == 0 {
-        return Err("--members, --partitions and --rate must be at least 1".into());
-    }
-    if args.zookeeper.is_some() && args.etcd.is_some() {
-        return Err("--zookeeper and --etcd are alternatives: pick one".into());
-    }
-    Ok(args)
 }
 
 /// Where the members keep their records.
@@ -641,9 +633,9 @@ impl Monitor {
             let _ = out.write_all(frame.as_bytes());
             let _ = out.flush();
         } else {
-            say(&format!("[{elapsed:4.1} s] {}", self.phase));
+            say(format_args!("[{elapsed:4.1} s] {}", self.phase));
             for line in &lines[1..] {
-                say(&format!("  {line}"));
+                say(format_args!("  {line}"));
             }
         }
     }
@@ -717,11 +709,6 @@ impl Monitor {
     }
 }
 
-fn say(line: &str) {
-    // A closed pipe (`| head`) is no reason to leave the group uncleanly.
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
-}
-
 fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
@@ -790,7 +777,7 @@ async fn run(args: Args) -> Result<String, String> {
         recent: VecDeque::new(),
     };
     let live = |workers: &[Worker]| workers.iter().map(|w| w.id.clone()).collect::<Vec<_>>();
-    let step = args.duration / 3;
+    let step = args.duration() / 3;
 
     monitor.follow(&mut changes, start + step).await;
     monitor
@@ -809,8 +796,8 @@ async fn run(args: Args) -> Result<String, String> {
 
     let leaver = workers.remove(0);
     monitor.phase = format!("{} leaving", leaver.id);
-    let leaving = leaver.leave(start + args.duration + CLOSE_LIMIT);
-    monitor.follow(&mut changes, start + args.duration).await;
+    let leaving = leaver.leave(start + args.duration() + CLOSE_LIMIT);
+    monitor.follow(&mut changes, start + args.duration()).await;
     leaving.await?;
     let left = monitor.phase.clone();
     monitor
@@ -873,14 +860,7 @@ async fn run(args: Args) -> Result<String, String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args).await {
+    match run(Args::parse()).await {
         Ok(summary) => {
             say(&summary);
             ExitCode::SUCCESS

@@ -12,7 +12,7 @@
 //! psql "$TENURE_POSTGRES" -c 'SELECT count(*), count(DISTINCT (partition, "offset")) FROM tenure_messages'
 //! ```
 //!
-//! Flags (`--name value`): `--store zookeeper|etcd` (etcd: `--features
+//! Flags (`--help` lists them): `--store zookeeper|etcd` (etcd: `--features
 //! etcd`), `--address` (default `TENURE_ZOOKEEPER` or `TENURE_ETCD`),
 //! `--kafka` (`TENURE_KAFKA`), `--postgres` (`TENURE_POSTGRES`), `--topic`,
 //! `--group`, `--member` (default host-pid), `--session-ms` (4000),
@@ -25,7 +25,8 @@
 //! default: run until SIGTERM or Ctrl-C).
 //!
 //! It prints one line per thing that happened, for people and for the
-//! chaos tool (`examples/chaos.rs --sink postgres` runs it as its member):
+//! chaos tool (`chaos --sink postgres`, of the `tenure-chaos` crate, runs it
+//! as its member; `examples/common/lines.rs` writes the lines both share):
 //! `ready`; `e <wall ms> <assigned|suspended|resumed|revoking|revoked>
 //! <partition> <token>`; `f <wall ms> <partition> <token> <stored token>
 //! <dropped>` for a write the database refused because a newer claim had
@@ -33,95 +34,82 @@
 //! <error>` for a failed attempt (retried); and, after a clean close,
 //! `closed` with the counts.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use clap::Parser;
+use common::lines::{close_printing_events, print_event, say, wall_ms};
+use common::{flag_or_server, Store};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::client::ClientBuilder;
 use rskafka::record::Record;
 use tenure::core::{Config, FencingToken, TopicPartition};
 use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError};
 use tenure::tokio::exactly_once::{ExactlyOnce, Fence, Report, Stage, TransactionalSink, Written};
-use tenure::tokio::{AssignmentEvent, Backend, GroupMember, KafkaConfig, Message};
+use tenure::tokio::{Backend, GroupMember, KafkaConfig, Message};
+
+/// Exactly once from a Kafka topic into PostgreSQL: one row per message,
+/// each partition's next offset and fencing token in a second table, one
+/// transaction per batch.
+#[derive(Parser)]
+struct Args {
+    /// The coordination store (etcd: built with `--features etcd`).
+    #[arg(long, value_enum, default_value_t = Store::ZooKeeper)]
+    store: Store,
+    /// The store's address [default: TENURE_ZOOKEEPER or TENURE_ETCD].
+    #[arg(long)]
+    address: Option<String>,
+    /// Kafka's bootstrap address [default: TENURE_KAFKA].
+    #[arg(long)]
+    kafka: Option<String>,
+    /// The database's URL [default: TENURE_POSTGRES].
+    #[arg(long)]
+    postgres: Option<String>,
+    /// The topic to consume.
+    #[arg(long)]
+    topic: String,
+    /// The consumer group.
+    #[arg(long)]
+    group: String,
+    /// The member's id.
+    #[arg(long, default_value_t = format!("host-{}", std::process::id()))]
+    member: String,
+    /// The member's session timeout.
+    #[arg(long, default_value_t = 4_000)]
+    session_ms: u64,
+    /// The table of rows.
+    #[arg(long, default_value = "tenure_messages")]
+    table: String,
+    /// The table of each partition's next offset and token.
+    #[arg(long, default_value = "tenure_offsets")]
+    offsets_table: String,
+    /// Create the topic with `--partitions` partitions and write this many
+    /// messages to it before consuming.
+    #[arg(long, value_name = "N")]
+    produce: Option<u64>,
+    /// Partitions of the topic `--produce` creates.
+    #[arg(long, default_value_t = 6)]
+    partitions: u32,
+    /// The time each batch's processing takes before its rows are written,
+    /// outside the transaction, as an application's work is.
+    #[arg(long, default_value_t = 0)]
+    work_ms: u64,
+    /// How long the database lets a transaction sit idle before it ends it.
+    #[arg(long, default_value_t = 10_000)]
+    idle_in_transaction_ms: u64,
+    /// Leave once nothing was written for that long [default: run until
+    /// SIGTERM or Ctrl-C].
+    #[arg(long)]
+    exit_when_idle_ms: Option<u64>,
+}
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("exactly_once_postgres: {message}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Prints one line at once (a reader may be waiting for it).
-fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    // Nobody reads any more if this fails: nothing left to tell.
-    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
-}
-
-/// The flags, as `--name value` pairs.
-struct Flags(BTreeMap<String, String>);
-
-impl Flags {
-    fn parse() -> Result<Flags, String> {
-        let mut out = BTreeMap::new();
-        let mut args = std::env::args().skip(1);
-        while let Some(flag) = args.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or(format!("unexpected {flag:?}: flags are --name value"))?;
-            let value = args.next().ok_or(format!("{flag} needs a value"))?;
-            out.insert(name.to_owned(), value);
-        }
-        Ok(Flags(out))
-    }
-
-    /// `--name`, else the environment variable `var`.
-    fn or_env(&self, name: &str, var: &str) -> Result<String, String> {
-        match self.0.get(name) {
-            Some(value) => Ok(value.clone()),
-            None => std::env::var(var).map_err(|_| {
-                format!(
-                    "--{name} is missing and {var} is not set \
-                     (start the servers with `eval \"$(scripts/services start)\"`)"
-                )
-            }),
-        }
-    }
-
-    fn text(&self, name: &str, default: &str) -> String {
-        self.0
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| default.to_owned())
-    }
-
-    fn required(&self, name: &str) -> Result<String, String> {
-        self.0
-            .get(name)
-            .cloned()
-            .ok_or(format!("--{name} is missing"))
-    }
-
-    fn number(&self, name: &str, default: u64) -> Result<u64, String> {
-        match self.0.get(name) {
-            None => Ok(default),
-            Some(value) => value
-                .parse()
-                .map_err(|_| format!("--{name} takes a number, not {value:?}")),
-        }
-    }
+    common::exit("exactly_once_postgres", run(Args::parse()).await)
 }
 
 /// The PostgreSQL sink, with the application's work before each write
@@ -156,16 +144,15 @@ impl TransactionalSink for Working {
     }
 }
 
-fn backend(store: &str, address: String) -> Result<Box<dyn Backend>, String> {
+fn backend(store: Store, address: String) -> Result<Box<dyn Backend>, String> {
     match store {
-        "zookeeper" => Ok(Box::new(tenure::zookeeper::ZooKeeperBackend::new(address))),
+        Store::ZooKeeper => Ok(Box::new(tenure::zookeeper::ZooKeeperBackend::new(address))),
         #[cfg(feature = "etcd")]
-        "etcd" => Ok(Box::new(
+        Store::Etcd => Ok(Box::new(
             tenure::etcd::EtcdBackend::new(address).prefix("/tenure-exactly-once"),
         )),
         #[cfg(not(feature = "etcd"))]
-        "etcd" => Err("built without etcd: run with --features etcd".to_owned()),
-        other => Err(format!("unknown store {other:?}: zookeeper or etcd")),
+        Store::Etcd => Err("built without etcd: run with --features etcd".to_owned()),
     }
 }
 
@@ -217,40 +204,23 @@ async fn produce(kafka: &str, topic: &str, partitions: u32, count: u64) -> Resul
     Ok(())
 }
 
-async fn run() -> Result<(), String> {
-    let flags = Flags::parse()?;
-    let store = flags.text("store", "zookeeper");
-    let address = match store.as_str() {
-        "etcd" => flags.or_env("address", "TENURE_ETCD")?,
-        _ => flags.or_env("address", "TENURE_ZOOKEEPER")?,
-    };
-    let kafka = flags.or_env("kafka", "TENURE_KAFKA")?;
-    let postgres = flags.or_env("postgres", "TENURE_POSTGRES")?;
-    let topic = flags.required("topic")?;
-    let group = flags.required("group")?;
-    let member_id = flags.text("member", &format!("host-{}", std::process::id()));
-    let session = Duration::from_millis(flags.number("session-ms", 4_000)?);
-    let table = flags.text("table", "tenure_messages");
-    let work = Duration::from_millis(flags.number("work-ms", 0)?);
-    let idle_in_transaction =
-        Duration::from_millis(flags.number("idle-in-transaction-ms", 10_000)?);
-    let exit_when_idle = flags.0.contains_key("exit-when-idle-ms").then(|| {
-        flags
-            .number("exit-when-idle-ms", 0)
-            .map(Duration::from_millis)
-    });
-    let exit_when_idle = exit_when_idle.transpose()?;
-    if let Some(count) = flags.0.get("produce") {
-        let count: u64 = count
-            .parse()
-            .map_err(|_| format!("--produce takes a number, not {count:?}"))?;
-        let partitions = flags.number("partitions", 6)? as u32;
-        produce(&kafka, &topic, partitions, count).await?;
+async fn run(args: Args) -> Result<(), String> {
+    let address = flag_or_server(args.address, args.store.variable())?;
+    let kafka = flag_or_server(args.kafka, "TENURE_KAFKA")?;
+    let postgres = flag_or_server(args.postgres, "TENURE_POSTGRES")?;
+    let (topic, group, table) = (args.topic, args.group, args.table);
+    let member_id = args.member;
+    let session = Duration::from_millis(args.session_ms);
+    let work = Duration::from_millis(args.work_ms);
+    let idle_in_transaction = Duration::from_millis(args.idle_in_transaction_ms);
+    let exit_when_idle = args.exit_when_idle_ms.map(Duration::from_millis);
+    if let Some(count) = args.produce {
+        produce(&kafka, &topic, args.partitions, count).await?;
     }
 
     let rows = MessageTable::new(&table).map_err(|e| e.to_string())?;
     let sink = PostgresSink::builder(&postgres, &group)
-        .offsets_table(&flags.text("offsets-table", "tenure_offsets"))
+        .offsets_table(&args.offsets_table)
         .idle_in_transaction_timeout(idle_in_transaction)
         .connect(rows)
         .await
@@ -260,13 +230,20 @@ async fn run() -> Result<(), String> {
         .with_session_timeout(session);
     let member = GroupMember::builder(config).kafka(KafkaConfig::new(&kafka));
     let mut consumer = ExactlyOnce::builder(member, Working { sink, work })
-        .join(backend(&store, address)?)
+        .join(backend(args.store, address)?)
         .await
         .map_err(|e| format!("member {member_id}: {e}"))?;
-    say(format_args!("ready"));
+    say("ready");
 
     let mut events = consumer.events();
+    // The writers' reports, printed as they come until the writers are
+    // gone with the close.
     let mut reports = consumer.reports();
+    let printing_reports = tokio::spawn(async move {
+        while let Some(report) = reports.next().await {
+            print_report(&report);
+        }
+    });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("SIGTERM: {e}"))?;
     let mut idle_check = tokio::time::interval(Duration::from_millis(200));
@@ -274,7 +251,6 @@ async fn run() -> Result<(), String> {
     loop {
         tokio::select! {
             Some(event) = events.next() => print_event(&event),
-            Some(report) = reports.next() => print_report(&report),
             _ = idle_check.tick(), if exit_when_idle.is_some() => {
                 let written = consumer.stats().messages_written;
                 if written != last_written {
@@ -288,19 +264,12 @@ async fn run() -> Result<(), String> {
         }
     }
     let stats = consumer.stats();
-    // What the close hands over is printed too: its releases.
-    let closing = consumer.close();
-    tokio::pin!(closing);
-    loop {
-        tokio::select! {
-            closed = &mut closing => {
-                closed.map_err(|e| format!("close: {e}"))?;
-                break;
-            }
-            Some(event) = events.next() => print_event(&event),
-            Some(report) = reports.next() => print_report(&report),
-        }
-    }
+    close_printing_events(consumer.close(), &mut events)
+        .await
+        .map_err(|e| format!("close: {e}"))?;
+    // The last reports, if the writers had any left (they stop with the
+    // close, and their reports end with them).
+    let _ = tokio::time::timeout(Duration::from_secs(5), printing_reports).await;
     say(format_args!(
         "closed messages_written={} batches_written={} fenced_writes={} fenced_messages={} \
          fenced_claims={} failures={}",
@@ -312,27 +281,6 @@ async fn run() -> Result<(), String> {
         stats.failures
     ));
     Ok(())
-}
-
-fn print_event(event: &AssignmentEvent) {
-    let (kind, partition, token) = match event {
-        AssignmentEvent::Assigned {
-            partition, token, ..
-        } => ("assigned", partition, token),
-        AssignmentEvent::Resumed { partition, token } => ("resumed", partition, token),
-        AssignmentEvent::Suspended {
-            partition, token, ..
-        } => ("suspended", partition, token),
-        AssignmentEvent::Revoking { partition, token } => ("revoking", partition, token),
-        AssignmentEvent::Revoked { partition, token } => ("revoked", partition, token),
-        _ => return,
-    };
-    say(format_args!(
-        "e {} {kind} {} {}",
-        wall_ms(),
-        partition.partition,
-        token.0
-    ));
 }
 
 fn print_report(report: &Report<PostgresSinkError>) {

@@ -28,21 +28,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use clap::Parser;
 use tenure::core::{Config, MemberId, StoreRequest};
 use tenure::tokio::{Backend, BackendError, GroupMember, Joining, View};
 use tenure::zookeeper::ZooKeeperBackend;
+use tenure_tests::bench::{percentile, server};
+use tenure_tests::unique;
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
 const TOPIC: &str = "bench";
 const SESSION: Duration = Duration::from_secs(6);
-
-fn address() -> Result<String, String> {
-    std::env::var("TENURE_ZOOKEEPER").map_err(|_| {
-        "TENURE_ZOOKEEPER is not set: start ZooKeeper with `eval \"$(scripts/services start)\"`"
-            .to_owned()
-    })
-}
 
 async fn client(connect: &str) -> Result<zk::Client, String> {
     let connecting = zk::Client::connector()
@@ -63,10 +59,7 @@ fn any_acl(mode: zk::CreateMode) -> zk::CreateOptions<'static> {
 /// A chroot of its own for each part of the run.
 async fn sandbox(address: &str, name: &str) -> Result<String, String> {
     let root = client(address).await?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let chroot = format!("/tenure-bench-{name}-{nanos}");
+    let chroot = unique(&format!("/tenure-bench-{name}"));
     root.create(&chroot, b"", &any_acl(zk::CreateMode::Persistent))
         .await
         .map_err(|e| format!("create {chroot}: {e}"))?;
@@ -101,14 +94,6 @@ async fn create_path(
 
 fn owner_path(group: &str, partition: u32) -> String {
     format!("/consumers/{group}/owners/{TOPIC}/{partition}")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {
@@ -196,9 +181,6 @@ struct EtcdPlace {
 
 impl EtcdPlace {
     async fn new(endpoint: &str, name: &str) -> Result<EtcdPlace, String> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
         let connecting = etcd_client::Client::connect([endpoint], None);
         let client = tokio::time::timeout(Duration::from_secs(5), connecting)
             .await
@@ -214,7 +196,7 @@ impl EtcdPlace {
             .id();
         Ok(EtcdPlace {
             endpoint: endpoint.to_owned(),
-            prefix: format!("/tenure-bench-{name}-{nanos}"),
+            prefix: unique(&format!("/tenure-bench-{name}")),
             client,
             lease,
         })
@@ -528,7 +510,8 @@ async fn settle(
 
 fn summary(name: &str, latencies: &mut [Duration]) -> (Duration, Duration) {
     latencies.sort();
-    let (median, p99) = (percentile(latencies, 0.5), percentile(latencies, 0.99));
+    let at = |q: f64| percentile(latencies, q).unwrap_or_default();
+    let (median, p99) = (at(0.5), at(0.99));
     println!(
         "{name}: {} handoffs, median {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         latencies.len(),
@@ -541,14 +524,13 @@ fn summary(name: &str, latencies: &mut [Duration]) -> (Duration, Duration) {
 
 async fn place(backend: &str, name: &str) -> Result<Arc<dyn Place>, String> {
     match backend {
-        "zookeeper" => Ok(Arc::new(ZooKeeperPlace::new(&address()?, name).await?)),
-        "etcd" => {
-            let endpoint = std::env::var("TENURE_ETCD").map_err(|_| {
-                "TENURE_ETCD is not set: start etcd with `eval \"$(scripts/services start)\"`"
-                    .to_owned()
-            })?;
-            Ok(Arc::new(EtcdPlace::new(&endpoint, name).await?))
+        "zookeeper" => {
+            let address = server("TENURE_ZOOKEEPER")?;
+            Ok(Arc::new(ZooKeeperPlace::new(&address, name).await?))
         }
+        "etcd" => Ok(Arc::new(
+            EtcdPlace::new(&server("TENURE_ETCD")?, name).await?,
+        )),
         other => Err(format!("unknown backend {other:?} (zookeeper or etcd)")),
     }
 }
@@ -580,23 +562,21 @@ async fn run(handoffs: u32, backend: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Handoff latency and join settle time against a real ZooKeeper or
+/// etcd of `scripts/services`.
+#[derive(Parser)]
+struct Args {
+    /// Partitions handed off, for tenure and for the baseline.
+    #[arg(long, default_value_t = 240, value_parser = clap::value_parser!(u32).range(1..))]
+    handoffs: u32,
+    /// The store (its address from `TENURE_ZOOKEEPER` or `TENURE_ETCD`).
+    #[arg(long, default_value = "zookeeper", value_parser = ["zookeeper", "etcd"])]
+    backend: String,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let mut handoffs = 240;
-    let mut backend = "zookeeper".to_owned();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next()) {
-            ("--handoffs", Some(n)) if n.parse::<u32>().is_ok_and(|n| n > 0) => {
-                handoffs = n.parse().unwrap_or(240);
-            }
-            ("--backend", Some(name)) => backend = name,
-            _ => {
-                eprintln!("usage: bench_handoff [--handoffs N] [--backend zookeeper|etcd]");
-                return ExitCode::from(2);
-            }
-        }
-    }
+    let Args { handoffs, backend } = Args::parse();
     match run(handoffs, &backend).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

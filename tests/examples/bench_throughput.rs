@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
@@ -48,15 +49,11 @@ use tenure::postgres::{MessageTable, PostgresSink};
 use tenure::tokio::exactly_once::ExactlyOnce;
 use tenure::tokio::{GroupMember, GroupMemberBuilder, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
+use tenure_tests::bench::{percentile, server, wall_ms};
+use tenure_tests::unique;
 use zookeeper_client as zk;
 
 const PARTITIONS: u32 = 12;
-
-fn env(name: &str) -> Result<String, String> {
-    std::env::var(name).map_err(|_| {
-        format!("{name} is not set: start the servers with `eval \"$(scripts/services start)\"`")
-    })
-}
 
 async fn kafka(bootstrap: &str) -> Result<Arc<Client>, String> {
     let building = ClientBuilder::new(vec![bootstrap.to_owned()]).build();
@@ -65,13 +62,6 @@ async fn kafka(bootstrap: &str) -> Result<Arc<Client>, String> {
         .map_err(|_| format!("Kafka at {bootstrap} does not answer"))?
         .map_err(|e| format!("Kafka at {bootstrap}: {e}"))?;
     Ok(Arc::new(client))
-}
-
-fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{name}-{nanos}")
 }
 
 async fn create_topic(client: &Client, topic: &str) -> Result<(), String> {
@@ -337,7 +327,7 @@ async fn into_postgres(
     members: usize,
     total: u64,
 ) -> Result<f64, String> {
-    let table = unique("bench_rows").replace('-', "_");
+    let table = tenure_tests::postgres::table("bench_rows");
     let group = "bench";
     let joined = join_group(zookeeper, kafka, topic, members, |builder, backend| {
         let table = table.clone();
@@ -560,30 +550,45 @@ async fn backlogged(
     Ok((latencies, drained))
 }
 
-/// Milliseconds since the Unix epoch (the clock records are stamped with).
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 fn stamp_now() -> Result<rskafka::chrono::DateTime<rskafka::chrono::Utc>, String> {
     rskafka::chrono::DateTime::from_timestamp_millis(wall_ms())
         .ok_or_else(|| "a valid time".to_owned())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let at = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[at.min(sorted.len() - 1)]
+/// The value at quantile `q` of `sorted`; NaN when it is empty.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    percentile(sorted, q).unwrap_or(f64::NAN)
 }
 
-/// What to run, from the command line.
-struct Options {
+/// Throughput and delivery latency against the real Kafka and ZooKeeper
+/// (and PostgreSQL) of `scripts/services`.
+#[derive(Parser)]
+struct Args {
+    /// Messages of the throughput runs (at least one per partition).
+    #[arg(long, default_value_t = 1_200_000, value_parser = at_least_a_message_a_partition)]
     messages: usize,
     /// `KafkaConfig::buffered_batches` for the throughput runs.
+    #[arg(long)]
+    buffered_batches: Option<usize>,
+    /// Rounds of each comparison (1 at least).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// One part of the run alone [default: all three].
+    #[arg(long, value_parser = ["throughput", "backlog", "exactly-once"])]
+    only: Option<String>,
+}
+
+fn at_least_a_message_a_partition(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= PARTITIONS as usize => Ok(n),
+        Ok(_) => Err(format!("at least {PARTITIONS}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What to run.
+struct Options {
+    messages: usize,
     buffered_batches: Option<usize>,
     rounds: usize,
     throughput: bool,
@@ -591,46 +596,23 @@ struct Options {
     exactly_once: bool,
 }
 
-const USAGE: &str =
-    "usage: bench_throughput [--messages N] [--rounds R] [--buffered-batches B] [--only throughput|backlog|exactly-once]";
-
-fn options() -> Result<Options, String> {
-    let mut options = Options {
-        messages: 1_200_000,
-        buffered_batches: None,
-        rounds: 3,
-        throughput: true,
-        backlog: true,
-        exactly_once: true,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(USAGE)?;
-        match (flag.as_str(), value.as_str()) {
-            ("--messages", n) => {
-                options.messages = n.parse().map_err(|_| USAGE)?;
-                if options.messages < PARTITIONS as usize {
-                    return Err(format!("--messages takes at least {PARTITIONS}"));
-                }
-            }
-            ("--buffered-batches", n) => {
-                options.buffered_batches = Some(n.parse().map_err(|_| USAGE)?);
-            }
-            ("--rounds", n) => options.rounds = n.parse::<usize>().map_err(|_| USAGE)?.max(1),
-            ("--only", only @ ("throughput" | "backlog" | "exactly-once")) => {
-                options.throughput = only == "throughput";
-                options.backlog = only == "backlog";
-                options.exactly_once = only == "exactly-once";
-            }
-            _ => return Err(USAGE.to_owned()),
+impl Options {
+    fn new(args: Args) -> Options {
+        let part = |name: &str| args.only.as_deref().is_none_or(|only| only == name);
+        Options {
+            messages: args.messages,
+            buffered_batches: args.buffered_batches,
+            rounds: args.rounds.max(1),
+            throughput: part("throughput"),
+            backlog: part("backlog"),
+            exactly_once: part("exactly-once"),
         }
     }
-    Ok(options)
 }
 
 async fn run(options: Options) -> Result<(), String> {
-    let bootstrap = env("TENURE_KAFKA")?;
-    let zookeeper = env("TENURE_ZOOKEEPER")?;
+    let bootstrap = server("TENURE_KAFKA")?;
+    let zookeeper = server("TENURE_ZOOKEEPER")?;
     let client = kafka(&bootstrap).await?;
     if options.throughput {
         let topic = unique("bench-throughput");
@@ -667,15 +649,15 @@ async fn run(options: Options) -> Result<(), String> {
             println!(
                 "members={members} messages={total} rounds={} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2} cpu_ratio_median={:.2}",
                 wall.len(),
-                percentile(&wall, 0.5),
-                percentile(&wall, 0.0),
-                percentile(&wall, 1.0),
-                percentile(&cpu, 0.5),
+                quantile(&wall, 0.5),
+                quantile(&wall, 0.0),
+                quantile(&wall, 1.0),
+                quantile(&cpu, 0.5),
             );
         }
     }
     if options.exactly_once {
-        let postgres = env("TENURE_POSTGRES")?;
+        let postgres = server("TENURE_POSTGRES")?;
         let topic = unique("bench-exactly-once");
         let messages = if options.throughput {
             options.messages / 10
@@ -704,10 +686,10 @@ async fn run(options: Options) -> Result<(), String> {
         println!(
             "exactly_once members={members} messages={total} rounds={} msgs_per_s_median={:.0} ratio_median={:.2} ratio_min={:.2} ratio_max={:.2}",
             ratios.len(),
-            percentile(&rates, 0.5),
-            percentile(&ratios, 0.5),
-            percentile(&ratios, 0.0),
-            percentile(&ratios, 1.0),
+            quantile(&rates, 0.5),
+            quantile(&ratios, 0.5),
+            quantile(&ratios, 0.0),
+            quantile(&ratios, 1.0),
         );
     }
     if options.backlog {
@@ -725,9 +707,9 @@ async fn run(options: Options) -> Result<(), String> {
                 "backlog={backlog} work_us={} max_messages_in_a_row={name} drained_ms={} other_partitions_latency_ms p50={:.0} p99={:.0} max={:.0} samples={}",
                 work.as_micros(),
                 drained.as_millis(),
-                percentile(&latencies, 0.5),
-                percentile(&latencies, 0.99),
-                percentile(&latencies, 1.0),
+                quantile(&latencies, 0.5),
+                quantile(&latencies, 0.99),
+                quantile(&latencies, 1.0),
                 latencies.len()
             );
         }
@@ -737,14 +719,7 @@ async fn run(options: Options) -> Result<(), String> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let options = match options() {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(options).await {
+    match run(Options::new(Args::parse())).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bench_throughput failed: {message}");

@@ -45,10 +45,7 @@ pub async fn client() -> Arc<Client> {
 
 /// A topic name no other test uses.
 pub fn topic(name: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{name}-{nanos}")
+    crate::unique(name)
 }
 
 /// Creates `topic` with `partitions` partitions and waits until every

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod cluster;
 pub mod etcd;
 pub mod kafka;
@@ -50,6 +51,15 @@ pub const SESSION: Duration = Duration::from_secs(2);
 
 pub fn tp(n: u32) -> TopicPartition {
     TopicPartition::new(TOPIC, n)
+}
+
+/// `name` and the time in nanoseconds: a name no other run uses (a topic,
+/// a ZooKeeper chroot, an etcd prefix).
+pub fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{name}-{nanos}")
 }
 
 /// A group name no other test uses.

@@ -1,0 +1,259 @@
+//! The audit of every message the members handed out (the at-least-once
+//! run), and the failover figure both kinds of run print.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use crate::run::Run;
+use crate::store::CHAOS_PREFIX;
+use crate::transcript::{lock, Log};
+
+/// Waits for the backlog (every partition's messages handed out up to its
+/// log end, 60 s at most), closes the group, audits what the members
+/// handed out between `settled_at` and the end of the faults, and prints
+/// the result: whether the run held.
+pub async fn finish(
+    run: &mut Run,
+    ends: &[i64],
+    settled_at: u64,
+    faults_end: u64,
+) -> Result<bool, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let consumed = {
+            let log = lock(&run.log);
+            let mut next = vec![0i64; ends.len()];
+            for (_, _, p, o, _) in &log.messages {
+                if let Some(n) = next.get_mut(*p as usize) {
+                    *n = (*n).max(o + 1);
+                }
+            }
+            next
+        };
+        if consumed == ends || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let closing_at = run.close_group().await;
+
+    let committed = run
+        .store
+        .committed(CHAOS_PREFIX, &run.group, &run.topic, ends.len())
+        .await?;
+    let log = lock(&run.log);
+    let audit = audit(&log, run, ends, settled_at, faults_end.min(closing_at));
+    println!(
+        "lost={} stale={} shared_tokens={} offsets_at_end={} duplicates={} max_unowned_ms={}",
+        audit.lost,
+        audit.stale,
+        audit.shared_tokens,
+        committed == ends,
+        audit.duplicates,
+        audit.max_unowned_ms
+    );
+    print_failover(&audit.failover_ms, "message", run.session_ms);
+    if committed != ends {
+        println!("committed {committed:?}, log ends {ends:?}");
+    }
+    for line in &audit.findings {
+        println!("  {line}");
+    }
+    Ok(audit.lost == 0 && audit.stale == 0 && audit.shared_tokens == 0 && committed == ends)
+}
+
+/// The failover line: for every partition a killed member held, the time
+/// from the SIGKILL to its next owner's first `what`, past the session.
+pub fn print_failover(failover_ms: &[i64], what: &str, session_ms: u64) {
+    let mut failover = failover_ms.to_vec();
+    failover.sort_unstable();
+    if failover.is_empty() {
+        println!("failover: no kill of a member holding partitions in this schedule");
+        return;
+    }
+    let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
+         first {what}, minus the {session_ms} ms session timeout)",
+        at(0.5),
+        at(0.99),
+        failover.len()
+    );
+}
+
+#[derive(Default)]
+struct Audit {
+    lost: usize,
+    stale: usize,
+    shared_tokens: usize,
+    duplicates: usize,
+    max_unowned_ms: u64,
+    failover_ms: Vec<i64>,
+    /// The first few violations, for the reader.
+    findings: Vec<String>,
+}
+
+impl Audit {
+    fn note(&mut self, line: String) {
+        if self.findings.len() < 10 {
+            self.findings.push(line);
+        }
+    }
+}
+
+/// Audits what the members handed out against the log ends; the unowned
+/// times are those between `from` and `until`.
+fn audit(log: &Log, run: &Run, ends: &[i64], from: u64, until: u64) -> Audit {
+    let mut audit = Audit::default();
+    // Lost and duplicated offsets.
+    let mut seen: BTreeMap<(u32, i64), usize> = BTreeMap::new();
+    for (_, _, p, o, _) in &log.messages {
+        *seen.entry((*p, *o)).or_default() += 1;
+    }
+    for (p, end) in ends.iter().enumerate() {
+        for o in 0..*end {
+            if !seen.contains_key(&(p as u32, o)) {
+                audit.lost += 1;
+                audit.note(format!("lost: partition {p} offset {o}"));
+            }
+        }
+    }
+    audit.duplicates = seen.values().map(|n| n - 1).sum();
+    // Stale tokens: by the moment of handing out, per partition.
+    let mut by_time: Vec<&(String, u64, u32, i64, u64)> = log.messages.iter().collect();
+    by_time.sort_by_key(|(_, at, ..)| *at);
+    let mut newest: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (member, at, p, o, token) in by_time {
+        match newest.get(p) {
+            Some((newer, first_at)) if token < newer && first_at < at => {
+                audit.stale += 1;
+                audit.note(format!(
+                    "stale: {member} handed out {p}/{o} under token {token} after token {newer}"
+                ));
+            }
+            Some((newer, _)) if token <= newer => {}
+            _ => {
+                newest.insert(*p, (*token, *at));
+            }
+        }
+    }
+    // Tokens seen from two members.
+    let mut holders: BTreeMap<(u32, u64), BTreeSet<&str>> = BTreeMap::new();
+    for (member, _, p, _, token) in &log.messages {
+        holders.entry((*p, *token)).or_default().insert(member);
+    }
+    for ((p, token), members) in &holders {
+        if members.len() > 1 {
+            audit.shared_tokens += 1;
+            audit.note(format!(
+                "shared: token {token} of partition {p} from {members:?}"
+            ));
+        }
+    }
+    audit.max_unowned_ms = max_unowned_ms(log, run, ends.len() as u32, from, until);
+    // Failover: the next owner's first message.
+    audit.failover_ms = failover_ms(log, run, |id, p, killed_at| {
+        log.messages
+            .iter()
+            .filter(|(member, at, mp, ..)| member != id && *mp == p && *at > killed_at)
+            .map(|(_, at, ..)| *at)
+            .min()
+    });
+    audit
+}
+
+/// The longest time between `from` and `until` that one of `partitions`
+/// was held by no member, by the members' own assignment changes (a killed
+/// member's hold ending at its kill), less the time the store was down.
+fn max_unowned_ms(log: &Log, run: &Run, partitions: u32, from: u64, until: u64) -> u64 {
+    let mut held: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut open: BTreeMap<(&str, u32), u64> = BTreeMap::new();
+    let mut events: Vec<&(String, u64, String, u32, u64)> = log.events.iter().collect();
+    events.sort_by_key(|(_, at, ..)| *at);
+    for (member, at, kind, p, _) in events {
+        match kind.as_str() {
+            "assigned" | "resumed" => {
+                open.entry((member, *p)).or_insert(*at);
+            }
+            "suspended" | "revoked" => {
+                if let Some(since) = open.remove(&(member.as_str(), *p)) {
+                    held.entry(*p).or_default().push((since, *at));
+                }
+            }
+            _ => {}
+        }
+    }
+    for ((member, p), since) in open {
+        let end = run
+            .members
+            .get(member)
+            .and_then(|r| r.killed_at)
+            .unwrap_or(u64::MAX);
+        held.entry(p).or_default().push((since, end));
+    }
+    let mut max = 0;
+    for p in 0..partitions {
+        let mut intervals = held.remove(&p).unwrap_or_default();
+        intervals.sort_unstable();
+        let mut covered_to = from;
+        for (start, end) in intervals.into_iter().chain([(until, until)]) {
+            if start > covered_to && covered_to < until {
+                let gap_end = start.min(until);
+                let down: u64 = run
+                    .outages
+                    .iter()
+                    .map(|(a, b)| gap_end.min(*b).saturating_sub(covered_to.max(*a)))
+                    .sum();
+                max = max.max((gap_end - covered_to).saturating_sub(down));
+            }
+            covered_to = covered_to.max(end);
+        }
+    }
+    max
+}
+
+/// For every partition a killed member held at its kill, the time from the
+/// kill to `first(member, partition, killed_at)` (the next owner's first
+/// output, wall ms), minus the session timeout.
+pub fn failover_ms(
+    log: &Log,
+    run: &Run,
+    first: impl Fn(&str, u32, u64) -> Option<u64>,
+) -> Vec<i64> {
+    let mut failover = Vec::new();
+    for (id, running) in &run.members {
+        let Some(killed_at) = running.killed_at else {
+            continue;
+        };
+        for p in held_at(log, id, killed_at) {
+            if let Some(first) = first(id, p, killed_at) {
+                failover.push(first as i64 - killed_at as i64 - run.session_ms as i64);
+            }
+        }
+    }
+    failover
+}
+
+/// The partitions `id` held at `at`, by its own assignment changes.
+fn held_at(log: &Log, id: &str, at: u64) -> BTreeSet<u32> {
+    let mut state: BTreeMap<u32, bool> = BTreeMap::new();
+    for (member, when, kind, p, _) in &log.events {
+        if member == id && *when <= at {
+            match kind.as_str() {
+                "assigned" | "resumed" => {
+                    state.insert(*p, true);
+                }
+                "suspended" | "revoked" => {
+                    state.insert(*p, false);
+                }
+                _ => {}
+            }
+        }
+    }
+    state
+        .into_iter()
+        .filter(|(_, h)| *h)
+        .map(|(p, _)| p)
+        .collect()
+}

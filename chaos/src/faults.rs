@@ -1,0 +1,103 @@
+//! Carrying out the faults of the schedule on the run's processes and
+//! store, and letting everything go at the end.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use crate::lines::wall_ms;
+use crate::run::Run;
+use crate::schedule::Fault;
+use crate::store::services;
+
+/// Sends signal `name` (`KILL`, `STOP`, ...) to `child`.
+pub fn signal(child: &Child, name: &str) {
+    signal_pid(child.id(), name);
+}
+
+fn signal_pid(pid: u32, name: &str) {
+    // A process already gone needs no signal.
+    let _ = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status();
+}
+
+impl Run {
+    /// Carries out `fault`; a pause, a cut and a leader's absence end by
+    /// themselves later.
+    pub async fn inject(&mut self, fault: &Fault) -> Result<(), String> {
+        match fault {
+            Fault::Kill(id) => {
+                let running = self.running(id)?;
+                signal(&running.process, "KILL");
+                running.killed_at = Some(wall_ms());
+                signal(&running.proxy, "KILL");
+            }
+            Fault::Pause(id, ms) | Fault::Cut(id, ms) => {
+                let running = self.running(id)?;
+                // A cut freezes the member's proxy to the store, a pause
+                // the member itself.
+                let target = match fault {
+                    Fault::Cut(..) => &running.proxy,
+                    _ => &running.process,
+                };
+                let pid = target.id();
+                signal(target, "STOP");
+                let ms = *ms;
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    signal_pid(pid, "CONT");
+                });
+            }
+            Fault::Join(id) => self.start_member(id).await?,
+            Fault::Leave(id) => signal(&self.running(id)?.process, "TERM"),
+            Fault::RestartNode(n) => {
+                let service = self.store.service();
+                let from = wall_ms();
+                if self.store.nodes == 1 {
+                    services(&["restart", service]).await?;
+                    self.outages.push((from, wall_ms()));
+                } else {
+                    services(&["node", service, "restart", &n.to_string()]).await?;
+                }
+            }
+            Fault::KillLeader(ms) => {
+                let service = self.store.service();
+                let leader = services(&["leader", service]).await?;
+                services(&["node", service, "kill", &leader]).await?;
+                let ms = *ms;
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    if let Err(e) = services(&["node", service, "start", &leader]).await {
+                        eprintln!("chaos: {e}");
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The member the schedule names, which must be running.
+    fn running(&mut self, id: &str) -> Result<&mut crate::run::Running, String> {
+        self.members
+            .get_mut(id)
+            .ok_or(format!("the schedule names {id}, which is not running"))
+    }
+
+    /// Lets everything go: continues whatever is stopped and brings every
+    /// store node back.
+    pub async fn let_go(&mut self) -> Result<(), String> {
+        for running in self.members.values() {
+            if running.killed_at.is_none() {
+                signal(&running.process, "CONT");
+                signal(&running.proxy, "CONT");
+            }
+        }
+        if self.store.nodes == 3 {
+            let service = self.store.service();
+            for n in 1..=3u8 {
+                services(&["node", service, "start", &n.to_string()]).await?;
+            }
+        }
+        Ok(())
+    }
+}

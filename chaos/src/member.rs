@@ -1,0 +1,88 @@
+//! `chaos member`: a member process that joins, prints what it hands out,
+//! and closes on SIGTERM.
+
+use std::time::Duration;
+
+use tenure::core::Config;
+use tenure::etcd::EtcdBackend;
+use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+use tenure::zookeeper::ZooKeeperBackend;
+
+use crate::lines::{close_printing_events, print_event, say, wall_ms};
+use crate::store::{StoreKind, CHAOS_PREFIX};
+
+/// A member's flags, as the chaos run passes them.
+#[derive(clap::Args)]
+pub struct MemberArgs {
+    #[arg(long, value_enum)]
+    store: StoreKind,
+    /// The store, through this member's proxy.
+    #[arg(long)]
+    address: String,
+    #[arg(long)]
+    kafka: String,
+    #[arg(long)]
+    group: String,
+    #[arg(long)]
+    topic: String,
+    /// The member's id.
+    #[arg(long)]
+    member: String,
+    #[arg(long, default_value_t = 4_000)]
+    session_ms: u64,
+}
+
+/// Joins; prints `ready`, then an `m <wall ms> <partition> <offset>
+/// <token>` line for each message it hands out and an `e` line for each
+/// assignment change; on SIGTERM closes, printing what the close hands
+/// over, and prints `closed`.
+pub async fn run(args: MemberArgs) -> Result<bool, String> {
+    let MemberArgs {
+        store,
+        address,
+        kafka,
+        group,
+        topic,
+        member: id,
+        session_ms,
+    } = args;
+    let session = Duration::from_millis(session_ms);
+    let backend: Box<dyn Backend> = match store {
+        StoreKind::ZooKeeper => Box::new(ZooKeeperBackend::new(address)),
+        StoreKind::Etcd => Box::new(EtcdBackend::new(address).prefix(CHAOS_PREFIX)),
+    };
+    let config = Config::new(&group, &id, [&topic])
+        .map_err(|e| e.to_string())?
+        .with_session_timeout(session);
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka))
+        .join(backend)
+        .await
+        .map_err(|e| format!("member {id}: {e}"))?;
+    say("ready");
+    let mut events = member.events();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("member {id}: SIGTERM: {e}"))?;
+    loop {
+        tokio::select! {
+            message = member.next_message() => {
+                let Some(message) = message else { break };
+                say(format_args!(
+                    "m {} {} {} {}",
+                    wall_ms(),
+                    message.partition,
+                    message.offset,
+                    message.token.0
+                ));
+                message.ack();
+            }
+            Some(event) = events.next() => print_event(&event),
+            _ = terminate.recv() => break,
+        }
+    }
+    close_printing_events(member.close(), &mut events)
+        .await
+        .map_err(|e| format!("member {id}: close: {e}"))?;
+    say("closed");
+    Ok(true)
+}

@@ -1,0 +1,186 @@
+//! A run's group: its member processes, each behind its own proxy to the
+//! store, started and closed.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::faults::signal;
+use crate::lines::wall_ms;
+use crate::sink_audit::OFFSETS_TABLE;
+use crate::store::Store;
+use crate::transcript::{read_member, SharedLog};
+
+/// A member process and its proxy.
+pub struct Running {
+    pub process: Child,
+    pub proxy: Child,
+    /// When it was killed, if it was.
+    pub killed_at: Option<u64>,
+}
+
+/// `--sink postgres`: the members are the `exactly_once_postgres` example.
+#[derive(Clone)]
+pub struct SinkSetup {
+    /// The example's binary.
+    pub exe: PathBuf,
+    /// `TENURE_POSTGRES`.
+    pub postgres: String,
+    /// This run's table of rows.
+    pub table: String,
+}
+
+impl SinkSetup {
+    pub fn locate(seed: u64) -> Result<SinkSetup, String> {
+        let exe = example("exactly_once_postgres")?;
+        let postgres = std::env::var("TENURE_POSTGRES").map_err(|_| {
+            "TENURE_POSTGRES is not set: start the servers with \
+             `eval \"$(scripts/services start)\"`"
+                .to_owned()
+        })?;
+        Ok(SinkSetup {
+            exe,
+            postgres,
+            table: format!("chaos_{seed}_{}", wall_ms()),
+        })
+    }
+}
+
+/// The facade's example `name`, which cargo builds into `examples/` of the
+/// directory this program's binary is in (`target/<profile>/`); an error
+/// naming the command that builds it if it is not there.
+fn example(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("where is this program? {e}"))?;
+    let profile_dir = exe.parent().unwrap_or(Path::new("."));
+    let path = profile_dir.join("examples").join(name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => String::new(),
+        Some("release") => " --release".to_owned(),
+        Some(other) => format!(" --profile {other}"),
+    };
+    Err(format!(
+        "--sink postgres runs {} as its members, and it is not built: \
+         `cargo build{profile} --features etcd,postgres --example {name}`",
+        path.display()
+    ))
+}
+
+pub struct Run {
+    pub store: Store,
+    pub kafka: String,
+    pub group: String,
+    pub topic: String,
+    pub session_ms: u64,
+    pub members: BTreeMap<String, Running>,
+    pub log: SharedLog,
+    /// Windows in which the store was down, wall ms.
+    pub outages: Vec<(u64, u64)>,
+    /// `--sink postgres`.
+    pub sink: Option<SinkSetup>,
+}
+
+impl Run {
+    /// Starts member `id` behind a proxy of its own, and waits until it
+    /// joined (30 s at most).
+    pub async fn start_member(&mut self, id: &str) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut proxy = Command::new(&exe)
+            .args(["proxy", "--to", &self.store.servers.join(",")])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start a proxy: {e}"))?;
+        let mut line = String::new();
+        let stdout = proxy.stdout.take().ok_or("the proxy has no stdout")?;
+        let mut reader = BufReader::new(stdout);
+        reader
+            .read_line(&mut line)
+            .map_err(|e| format!("proxy: {e}"))?;
+        let address = self.store.connect_string(line.trim());
+        let mut command = match &self.sink {
+            None => {
+                let mut command = Command::new(&exe);
+                command.arg("member");
+                command
+            }
+            Some(sink) => {
+                // Well under the session: a member stopped inside a
+                // transaction holds the next owner's fence no longer.
+                let idle_ms = (self.session_ms / 4).clamp(100, 1_000);
+                let mut command = Command::new(&sink.exe);
+                command
+                    .args(["--postgres", &sink.postgres, "--table", &sink.table])
+                    .args(["--offsets-table", OFFSETS_TABLE, "--work-ms", "200"])
+                    .args(["--idle-in-transaction-ms", &idle_ms.to_string()]);
+                command
+            }
+        };
+        let mut process = command
+            .args(["--store", self.store.kind.name(), "--address", &address])
+            .args([
+                "--kafka",
+                &self.kafka,
+                "--group",
+                &self.group,
+                "--topic",
+                &self.topic,
+            ])
+            .args(["--member", id, "--session-ms", &self.session_ms.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start member {id}: {e}"))?;
+        let stdout = process.stdout.take().ok_or("the member has no stdout")?;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let log = self.log.clone();
+        let member = id.to_owned();
+        std::thread::spawn(move || read_member(member, stdout, log, ready_tx));
+        tokio::time::timeout(Duration::from_secs(30), ready_rx)
+            .await
+            .map_err(|_| format!("member {id} did not join within 30 s"))?
+            .map_err(|_| format!("member {id} exited before joining"))?;
+        self.members.insert(
+            id.to_owned(),
+            Running {
+                process,
+                proxy,
+                killed_at: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes the group: every live member closes (SIGTERM) and commits;
+    /// one that has not within 30 s is killed. Returns when it started.
+    pub async fn close_group(&mut self) -> u64 {
+        let closing_at = wall_ms();
+        for running in self.members.values() {
+            if running.killed_at.is_none() {
+                signal(&running.process, "TERM");
+            }
+        }
+        for (id, running) in self.members.iter_mut() {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                match running.process.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    _ => {
+                        eprintln!("chaos: member {id} did not close within 30 s: killed");
+                        let _ = running.process.kill();
+                        let _ = running.process.wait();
+                        break;
+                    }
+                }
+            }
+            let _ = running.proxy.kill();
+            let _ = running.proxy.wait();
+        }
+        closing_at
+    }
+}
