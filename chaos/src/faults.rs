@@ -1,25 +1,13 @@
 //! Carrying out the faults of the schedule on the run's processes and
 //! store, and letting everything go at the end.
 
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use crate::lines::wall_ms;
 use crate::run::Run;
 use crate::schedule::Fault;
+use crate::signals::{signal, signal_pid};
 use crate::store::services;
-
-/// Sends signal `name` (`KILL`, `STOP`, ...) to `child`.
-pub fn signal(child: &Child, name: &str) {
-    signal_pid(child.id(), name);
-}
-
-fn signal_pid(pid: u32, name: &str) {
-    // A process already gone needs no signal.
-    let _ = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .status();
-}
 
 impl Run {
     /// Carries out `fault`; a pause, a cut and a leader's absence end by

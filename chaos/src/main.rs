@@ -107,6 +107,7 @@ mod producer;
 mod proxy;
 mod run;
 mod schedule;
+mod signals;
 mod sink_audit;
 mod store;
 mod transcript;

@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::faults::signal;
 use crate::lines::wall_ms;
-use crate::sink_audit::OFFSETS_TABLE;
-use crate::store::Store;
+use crate::signals::signal;
+use crate::store::{Store, OFFSETS_TABLE};
 use crate::transcript::{read_member, SharedLog};
 
 /// A member process and its proxy.

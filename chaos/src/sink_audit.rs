@@ -8,11 +8,8 @@ use tenure::postgres::tokio_postgres::{self, Client, NoTls};
 
 use crate::audit::{failover_ms, print_failover};
 use crate::run::{Run, SinkSetup};
-use crate::store::EXACTLY_ONCE_PREFIX;
+use crate::store::{EXACTLY_ONCE_PREFIX, OFFSETS_TABLE};
 use crate::transcript::{lock, Log};
-
-/// The offsets table the `exactly_once_postgres` example writes by default.
-pub const OFFSETS_TABLE: &str = "tenure_offsets";
 
 /// One row of the run's table.
 struct Row {

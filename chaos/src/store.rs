@@ -17,6 +17,9 @@ pub const CHAOS_PREFIX: &str = "/tenure-chaos";
 /// The etcd prefix of the `exactly_once_postgres` example.
 pub const EXACTLY_ONCE_PREFIX: &str = "/tenure-exactly-once";
 
+/// The offsets table the `exactly_once_postgres` example writes by default.
+pub const OFFSETS_TABLE: &str = "tenure_offsets";
+
 /// A coordination store, as `--store` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreKind {

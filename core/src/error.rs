@@ -5,19 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::types::NameError;
 use crate::types::{MemberId, Offset, SessionId, TopicPartition};
-
-/// A name (group, member id, topic) that the store or Kafka would refuse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind} {name:?}: {reason}")]
-pub struct NameError {
-    /// What the name names: "group", "member id", "topic".
-    pub kind: &'static str,
-    /// The name as given.
-    pub name: String,
-    /// Why it was refused.
-    pub reason: &'static str,
-}
 
 /// A configuration that cannot work, found before anything starts.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

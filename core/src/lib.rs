@@ -126,5 +126,5 @@ pub use protocol::{
     AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, Output,
     RegisterOutcome, StoreOp, StoreRequest,
 };
-pub use subscription::{Subscription, TopicPattern};
-pub use types::{FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+pub use subscription::{MemberInfo, Subscription, TopicPattern};
+pub use types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};

@@ -12,8 +12,9 @@
 
 use crate::error::StoreError;
 use crate::protocol::ClaimOutcome;
+use crate::subscription::MemberInfo;
 use crate::subscription::Subscription;
-use crate::types::{FencingToken, MemberId, MemberInfo, Offset, SessionId, TopicPartition};
+use crate::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
 
 /// The paths of one group's records.
 #[derive(Clone, Debug, PartialEq, Eq)]

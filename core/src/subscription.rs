@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::error::ConfigError;
-use crate::types::validate_topic;
+use crate::types::{validate_topic, MemberId};
 
 /// Which topics a member consumes.
 ///
@@ -251,5 +251,25 @@ mod tests {
         assert!(Subscription::from_record("white_list", ["a", "b"]).is_err());
         assert!(Subscription::from_record("white_list", ["("]).is_err());
         assert!(Subscription::from_record("glob", ["a"]).is_err());
+    }
+}
+
+/// What a member advertises in its registration: who it is, which topics it
+/// subscribes to, and which assignment strategy it runs.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MemberInfo {
+    /// The member's id.
+    pub id: MemberId,
+    /// The topics the member consumes.
+    pub subscription: Subscription,
+    /// The name of the member's assignment strategy; every member of a group
+    /// must run the same one.
+    pub strategy: String,
+}
+
+impl MemberInfo {
+    /// Whether the member consumes `topic`.
+    pub fn subscribes_to(&self, topic: &str) -> bool {
+        self.subscription.includes(topic)
     }
 }

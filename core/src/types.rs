@@ -4,8 +4,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::NameError;
-use crate::subscription::Subscription;
+/// A name (group, member id, topic) that the store or Kafka would refuse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} {name:?}: {reason}")]
+pub struct NameError {
+    /// What the name names: "group", "member id", "topic".
+    pub kind: &'static str,
+    /// The name as given.
+    pub name: String,
+    /// Why it was refused.
+    pub reason: &'static str,
+}
 
 /// A Kafka offset: the position of a message in its partition.
 pub type Offset = i64;
@@ -162,23 +171,3 @@ pub struct RequestId(pub u64);
 /// it to fence offset commits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct FencingToken(pub u64);
-
-/// What a member advertises in its registration: who it is, which topics it
-/// subscribes to, and which assignment strategy it runs.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct MemberInfo {
-    /// The member's id.
-    pub id: MemberId,
-    /// The topics the member consumes.
-    pub subscription: Subscription,
-    /// The name of the member's assignment strategy; every member of a group
-    /// must run the same one.
-    pub strategy: String,
-}
-
-impl MemberInfo {
-    /// Whether the member consumes `topic`.
-    pub fn subscribes_to(&self, topic: &str) -> bool {
-        self.subscription.includes(topic)
-    }
-}

@@ -103,7 +103,8 @@ use tenure_core::protocol::{
     ClaimOutcome, Event, FetchCommand, Member, Output, RegisterOutcome, StoreOp, StoreRequest,
 };
 use tenure_core::records::Layout;
-use tenure_core::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+use tenure_core::subscription::MemberInfo;
+use tenure_core::types::{FencingToken, Offset, RequestId, SessionId, TopicPartition};
 
 /// What to explore.
 #[derive(Clone, Debug)]

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::types::{MemberId, MemberInfo, TopicPartition};
+use crate::subscription::MemberInfo;
+use crate::types::{MemberId, TopicPartition};
 
 mod range;
 mod round_robin;

@@ -10,7 +10,8 @@
 //! topics the load can be lopsided; that is the legacy behaviour, kept as is.
 
 use super::{Assignment, PartitionCounts};
-use crate::types::{MemberInfo, TopicPartition};
+use crate::subscription::MemberInfo;
+use crate::types::TopicPartition;
 
 /// The `range` assignment strategy: contiguous ranges of each topic's
 /// partitions to its subscribers in id order.

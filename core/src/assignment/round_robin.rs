@@ -7,7 +7,8 @@
 //! all start at the first member.
 
 use super::{Assignment, PartitionCounts};
-use crate::types::{MemberInfo, TopicPartition};
+use crate::subscription::MemberInfo;
+use crate::types::TopicPartition;
 
 /// The `round-robin` assignment strategy: partitions dealt in turn to the
 /// members, in id order, that subscribe to their topic.

@@ -54,7 +54,8 @@ use std::sync::Arc;
 
 use super::{Assignment, PartitionCounts};
 use crate::rng::mix64;
-use crate::types::{MemberId, MemberInfo, TopicPartition};
+use crate::subscription::MemberInfo;
+use crate::types::{MemberId, TopicPartition};
 
 /// The `sticky` assignment strategy: rendezvous hashing with bounded loads,
 /// so the assignment is balanced and a join or leave moves few partitions.

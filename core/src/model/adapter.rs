@@ -11,7 +11,8 @@ use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreReques
 use crate::records::{
     decode_registration, encode_registration, held_claim, parse_offset, Layout, Watched,
 };
-use crate::types::{FencingToken, MemberInfo, Offset, RequestId, SessionId, TopicPartition};
+use crate::subscription::MemberInfo;
+use crate::types::{FencingToken, Offset, RequestId, SessionId, TopicPartition};
 
 /// The result of carrying out one command.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,9 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Operation, StoreError};
-use crate::types::{
-    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
-};
+use crate::subscription::MemberInfo;
+use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
 /// What the member decided, taken from [`crate::Member::poll_output`] in the
 /// order it was decided: one queue for the fetcher, the store and the

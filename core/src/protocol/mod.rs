@@ -33,9 +33,8 @@ use crate::backoff;
 use crate::config::{Config, InitialOffset};
 use crate::error::{ConfigError, Error, Operation, StoreError};
 use crate::rng::SplitMix64;
-use crate::types::{
-    FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, TopicPartition,
-};
+use crate::subscription::MemberInfo;
+use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
 /// What a store request was for, so its result finds its way back.
 #[derive(Clone, Debug, Hash)]
