@@ -11,6 +11,17 @@
 say() { echo "services: $*" >&2; }
 die() { echo "services: error: $*" >&2; exit 1; }
 
+# The export lines of the certificates make_cas and sign_cert wrote in
+# DIR, each named PREFIX_<what>: the CA, the client's certificate and key,
+# and a CA that signed nothing the server trusts.
+cert_exports() {
+    local prefix=$1 dir=$2
+    echo "export ${prefix}_CA=$dir/ca.pem"
+    echo "export ${prefix}_CERT=$dir/client.pem"
+    echo "export ${prefix}_KEY=$dir/client-key.pem"
+    echo "export ${prefix}_OTHER_CA=$dir/other-ca.pem"
+}
+
 # A CA in `dir` (ca.pem), and a second, unrelated one (other-ca.pem) for
 # presenting an untrusted chain; each valid two days.
 make_cas() {

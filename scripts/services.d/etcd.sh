@@ -35,7 +35,16 @@ etcd_start() {
     [ -n "${KEEP_DATA:-}" ] || rm -rf "$data"
     mkdir -p "$data"
     chmod 700 "$data"
-    launch etcd etcd \
+    etcd_launch_single etcd "$data" "$client" "$peer"
+}
+
+# Launches a single-node etcd as service NAME on DATA, serving clients at
+# CLIENT and its peer at PEER; the arguments after those go to etcd as
+# they are (TLS settings).
+etcd_launch_single() {
+    local name=$1 data=$2 client=$3 peer=$4
+    shift 4
+    launch "$name" etcd \
         --name default \
         --logger zap \
         --data-dir "$data" \
@@ -44,5 +53,6 @@ etcd_start() {
         --listen-peer-urls "$peer" \
         --initial-advertise-peer-urls "$peer" \
         --initial-cluster "default=$peer" \
-        --initial-cluster-state new
+        --initial-cluster-state new \
+        "$@"
 }

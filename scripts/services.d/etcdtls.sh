@@ -29,13 +29,8 @@ etcdtls_after_install() { :; }
 etcdtls_describe() { echo "https://$HOST:$ETCD_TLS_PORT"; }
 
 etcdtls_exports() {
-    local dir
-    dir=$(etcdtls_dir)
     echo "export TENURE_ETCD_TLS=https://$HOST:$ETCD_TLS_PORT"
-    echo "export TENURE_ETCD_TLS_CA=$dir/ca.pem"
-    echo "export TENURE_ETCD_TLS_CERT=$dir/client.pem"
-    echo "export TENURE_ETCD_TLS_KEY=$dir/client-key.pem"
-    echo "export TENURE_ETCD_TLS_OTHER_CA=$dir/other-ca.pem"
+    cert_exports TENURE_ETCD_TLS "$(etcdtls_dir)"
     echo "export TENURE_ETCD_TLS_USER=$ETCD_TLS_USER"
     echo "export TENURE_ETCD_TLS_PASSWORD=$ETCD_TLS_PASSWORD"
 }
@@ -67,16 +62,7 @@ etcdtls_start() {
         sign_cert "$dir" server "$HOST" serverAuth,clientAuth || die "openssl could not sign"
         sign_cert "$dir" client "$ETCD_TLS_USER" clientAuth || die "openssl could not sign"
     fi
-    launch etcdtls etcd \
-        --name default \
-        --logger zap \
-        --data-dir "$data" \
-        --listen-client-urls "$client" \
-        --advertise-client-urls "$client" \
-        --listen-peer-urls "$peer" \
-        --initial-advertise-peer-urls "$peer" \
-        --initial-cluster "default=$peer" \
-        --initial-cluster-state new \
+    etcd_launch_single etcdtls "$data" "$client" "$peer" \
         --cert-file "$dir/server.pem" \
         --key-file "$dir/server-key.pem" \
         --trusted-ca-file "$dir/ca.pem" \

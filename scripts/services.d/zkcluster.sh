@@ -90,11 +90,7 @@ syncLimit=4
 dataDir=$data
 clientPort=$(zkcluster_port "$n")
 clientPortAddress=$HOST
-maxSessionTimeout=60000
-maxClientCnxns=0
-4lw.commands.whitelist=*
-admin.enableServer=false
-autopurge.purgeInterval=0
+$(zookeeper_shared_settings)
 CFG
         for i in $(seq "$CLUSTER_SIZE"); do
             echo "server.$i=$HOST:$((ZK_CLUSTER_PORT + 10 + i - 1)):$((ZK_CLUSTER_PORT + 20 + i - 1))"

@@ -45,6 +45,19 @@ zookeeper_answers() {
 
 # The server's log4j settings: everything to the console, which launch
 # sends to the service's log file.
+# What every ZooKeeper server here is configured with: sessions up to a
+# minute, no limit on connections from one address, the four-letter words
+# the scripts use, no admin server, no purging of snapshots.
+zookeeper_shared_settings() {
+    cat <<'EOF'
+maxSessionTimeout=60000
+maxClientCnxns=0
+4lw.commands.whitelist=*
+admin.enableServer=false
+autopurge.purgeInterval=0
+EOF
+}
+
 zookeeper_log4j() {
     local conf=$1
     cat >"$conf/log4j.properties" <<'EOF'
@@ -90,11 +103,7 @@ tickTime=500
 dataDir=$data
 clientPort=$ZK_PORT
 clientPortAddress=$HOST
-maxSessionTimeout=60000
-maxClientCnxns=0
-4lw.commands.whitelist=*
-admin.enableServer=false
-autopurge.purgeInterval=0
+$(zookeeper_shared_settings)
 EOF
     zookeeper_log4j "$conf"
     launch zookeeper java -Xmx256m \

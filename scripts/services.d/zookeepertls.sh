@@ -25,13 +25,8 @@ zookeepertls_after_install() { :; }
 zookeepertls_describe() { echo "$HOST:$ZK_TLS_PORT (TLS)"; }
 
 zookeepertls_exports() {
-    local dir
-    dir=$(zookeepertls_dir)
     echo "export TENURE_ZOOKEEPER_TLS=$HOST:$ZK_TLS_PORT"
-    echo "export TENURE_ZOOKEEPER_TLS_CA=$dir/ca.pem"
-    echo "export TENURE_ZOOKEEPER_TLS_CERT=$dir/client.pem"
-    echo "export TENURE_ZOOKEEPER_TLS_KEY=$dir/client-key.pem"
-    echo "export TENURE_ZOOKEEPER_TLS_OTHER_CA=$dir/other-ca.pem"
+    cert_exports TENURE_ZOOKEEPER_TLS "$(zookeepertls_dir)"
 }
 
 zookeepertls_answers() {
@@ -67,11 +62,7 @@ ssl.keyStore.type=PEM
 ssl.trustStore.location=$dir/ca.pem
 ssl.trustStore.type=PEM
 ssl.clientAuth=need
-maxSessionTimeout=60000
-maxClientCnxns=0
-4lw.commands.whitelist=*
-admin.enableServer=false
-autopurge.purgeInterval=0
+$(zookeeper_shared_settings)
 EOF
     zookeeper_log4j "$conf"
     # Netty's codec and resolver are not in zookeeper.jar's Class-Path

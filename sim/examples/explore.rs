@@ -26,88 +26,119 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::Parser;
 use tenure_sim::{explore, replay, ExploreConfig};
 
-struct Args {
-    config: ExploreConfig,
+/// Explores every state a small group can reach, checking the guarantees
+/// in each.
+#[derive(Parser)]
+#[command(name = "explore")]
+struct Flags {
+    /// Members in the group.
+    #[arg(long, default_value_t = 2)]
+    members: usize,
+    /// Partitions of the one topic.
+    #[arg(long, default_value_t = 2)]
+    partitions: u32,
+    /// Messages per partition.
+    #[arg(long)]
+    messages: Option<i64>,
+    /// Lost messages at most.
+    #[arg(long)]
+    losses: Option<u32>,
+    /// Reorders at most, or `any`.
+    #[arg(long)]
+    reorders: Option<String>,
+    /// Time advances a message may cross.
+    #[arg(long)]
+    max_delay: Option<u32>,
+    /// An application that processes and drains only when the search says.
+    #[arg(long)]
+    lazy_app: bool,
+    /// Disconnections or expiries at most.
+    #[arg(long)]
+    disconnects: Option<u32>,
+    /// Member restarts at most.
+    #[arg(long)]
+    restarts: Option<u32>,
+    /// Faults of every kind at most, together.
+    #[arg(long)]
+    faults: Option<u32>,
+    /// How deep the search goes.
+    #[arg(long)]
+    max_depth: Option<u32>,
+    /// How many states it visits at most.
+    #[arg(long)]
+    max_states: Option<u64>,
+    /// The assignment strategy: sticky, range or round-robin.
+    #[arg(long)]
+    strategy: Option<String>,
+    /// Skip the convergence check from every state.
+    #[arg(long)]
+    no_convergence: bool,
+    /// Print progress every N states.
+    #[arg(long)]
+    progress: Option<u64>,
+    /// Replays a path of moves (`I,J,...`) instead of searching.
+    #[arg(long, value_delimiter = ',')]
     replay: Option<Vec<usize>>,
 }
 
-const USAGE: &str = "usage: explore [--members M] [--partitions P] [--messages N] [--losses L] \
-[--disconnects D] [--restarts R] [--max-depth D] [--max-states N] [--strategy sticky|range|round-robin] \
-[--no-convergence] [--progress N] [--replay I,J,...]";
-
-fn parse() -> Result<Args, String> {
-    let mut config = ExploreConfig::new(2, 2);
-    let mut replay = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let number = |text: String, name: &str| -> Result<u64, String> {
-            text.parse()
-                .map_err(|_| format!("{name}: {text:?} is not a number"))
-        };
-        match flag.as_str() {
-            "--members" => config.members = number(value("--members")?, "--members")? as usize,
-            "--partitions" => {
-                config.partitions = u32::try_from(number(value("--partitions")?, "--partitions")?)
-                    .map_err(|_| "--partitions: too many")?
-            }
-            "--messages" => {
-                config.messages = i64::try_from(number(value("--messages")?, "--messages")?)
-                    .map_err(|_| "--messages: too many")?
-            }
-            "--losses" => config.losses = number(value("--losses")?, "--losses")? as u32,
-            "--reorders" => {
-                config.reorders = match value("--reorders")?.as_str() {
-                    "any" => None,
-                    n => Some(number(n.to_owned(), "--reorders")? as u32),
-                }
-            }
-            "--max-delay" => {
-                config.max_delay = number(value("--max-delay")?, "--max-delay")? as u32
-            }
-            "--lazy-app" => config.eager_app = false,
-            "--disconnects" => {
-                config.disconnects = number(value("--disconnects")?, "--disconnects")? as u32
-            }
-            "--restarts" => config.restarts = number(value("--restarts")?, "--restarts")? as u32,
-            "--faults" => config.faults = Some(number(value("--faults")?, "--faults")? as u32),
-            "--max-depth" => {
-                config.max_depth = Some(number(value("--max-depth")?, "--max-depth")? as u32)
-            }
-            "--max-states" => {
-                config.max_states = Some(number(value("--max-states")?, "--max-states")?)
-            }
-            "--strategy" => config.strategy = value("--strategy")?,
-            "--no-convergence" => config.convergence = false,
-            "--progress" => config.progress_every = number(value("--progress")?, "--progress")?,
-            "--replay" => {
-                let text = value("--replay")?;
-                let moves = text
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(|s| number(s.to_owned(), "--replay").map(|n| n as usize))
-                    .collect::<Result<Vec<_>, _>>()?;
-                replay = Some(moves);
-            }
-            "--help" | "-h" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown flag {other:?} (try --help)")),
+impl Flags {
+    fn config(&self) -> Result<ExploreConfig, String> {
+        let mut config = ExploreConfig::new(self.members, self.partitions);
+        if let Some(messages) = self.messages {
+            config.messages = messages;
         }
+        if let Some(losses) = self.losses {
+            config.losses = losses;
+        }
+        if let Some(reorders) = &self.reorders {
+            config.reorders = match reorders.as_str() {
+                "any" => None,
+                n => Some(
+                    n.parse()
+                        .map_err(|_| format!("--reorders: {n:?} is neither a number nor any"))?,
+                ),
+            };
+        }
+        if let Some(max_delay) = self.max_delay {
+            config.max_delay = max_delay;
+        }
+        config.eager_app = !self.lazy_app;
+        if let Some(disconnects) = self.disconnects {
+            config.disconnects = disconnects;
+        }
+        if let Some(restarts) = self.restarts {
+            config.restarts = restarts;
+        }
+        config.faults = self.faults.or(config.faults);
+        config.max_depth = self.max_depth.or(config.max_depth);
+        config.max_states = self.max_states.or(config.max_states);
+        if let Some(strategy) = &self.strategy {
+            config.strategy = strategy.clone();
+        }
+        if self.no_convergence {
+            config.convergence = false;
+        }
+        if let Some(every) = self.progress {
+            config.progress_every = every;
+        }
+        Ok(config)
     }
-    Ok(Args { config, replay })
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
-        Ok(args) => args,
+    let flags = Flags::parse();
+    let config = match flags.config() {
+        Ok(config) => config,
         Err(message) => {
             eprintln!("{message}");
             return ExitCode::from(2);
         }
     };
-    let config = &args.config;
-    if let Some(moves) = &args.replay {
+    let config = &config;
+    if let Some(moves) = &flags.replay {
         return match replay(config, moves) {
             Ok(replayed) => {
                 for (i, step) in replayed.steps.iter().enumerate() {

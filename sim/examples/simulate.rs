@@ -22,69 +22,60 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use tenure_sim::{run, SimConfig, SimReport};
 
+/// Runs the deterministic simulator over many seeds and reports every
+/// violated property with the seed that replays it.
+#[derive(Parser)]
+#[command(name = "simulate")]
 struct Args {
-    /// The first seed of a range, and how many.
-    first: u64,
+    /// How many seeds to run.
+    #[arg(long = "seeds", default_value_t = 100)]
     count: u64,
-    /// One seed to replay, instead of a range.
+    /// The first of them: runs seeds S..S+N; pick a new S per run to cover
+    /// new seeds.
+    #[arg(long, default_value_t = 0)]
+    first: u64,
+    /// Runs this seed alone, verbosely: how a failure is replayed.
+    #[arg(long)]
     seed: Option<u64>,
+    /// Members at the start.
+    #[arg(long)]
     members: Option<usize>,
+    /// Partitions, split over two topics.
+    #[arg(long)]
     partitions: Option<u32>,
+    /// The assignment strategy: sticky, range or round-robin.
+    #[arg(long)]
     strategy: Option<String>,
+    /// Seconds of faults and churn.
+    #[arg(long = "chaos-secs", value_parser = parse_secs)]
     chaos: Option<Duration>,
-    threads: usize,
+    /// Threads running seeds (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Churn only, no faults.
+    #[arg(long = "quiet-faults", action = clap::ArgAction::SetFalse)]
     faults: bool,
+    /// Prints every seed's report.
+    #[arg(long)]
     verbose: bool,
+    /// Prints every event, command and fault mentioning TEXT (e.g. `a/1`).
+    #[arg(long)]
     trace: Option<String>,
 }
 
+fn parse_secs(text: &str) -> Result<Duration, String> {
+    text.parse()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("{text:?} is not a number of seconds"))
+}
+
 fn parse() -> Result<Args, String> {
-    let mut args = Args {
-        first: 0,
-        count: 100,
-        seed: None,
-        members: None,
-        partitions: None,
-        strategy: None,
-        chaos: None,
-        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        faults: true,
-        verbose: false,
-        trace: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let number = |text: String, name: &str| -> Result<u64, String> {
-            text.parse()
-                .map_err(|_| format!("{name}: {text:?} is not a number"))
-        };
-        match flag.as_str() {
-            "--seeds" => args.count = number(value("--seeds")?, "--seeds")?,
-            "--first" => args.first = number(value("--first")?, "--first")?,
-            "--seed" => {
-                args.seed = Some(number(value("--seed")?, "--seed")?);
-                args.verbose = true;
-            }
-            "--members" => args.members = Some(number(value("--members")?, "--members")? as usize),
-            "--partitions" => args.partitions = Some(number(value("--partitions")?, "--partitions")? as u32),
-            "--strategy" => args.strategy = Some(value("--strategy")?),
-            "--chaos-secs" => args.chaos = Some(Duration::from_secs(number(value("--chaos-secs")?, "--chaos-secs")?)),
-            "--threads" => args.threads = number(value("--threads")?, "--threads")?.max(1) as usize,
-            "--quiet-faults" => args.faults = false,
-            "--verbose" => args.verbose = true,
-            "--trace" => args.trace = Some(value("--trace")?),
-            "--help" | "-h" => {
-                return Err("usage: simulate [--seeds N] [--first S] [--seed S] [--members M] [--partitions P] [--strategy sticky|range|round-robin] [--chaos-secs S] [--threads T] [--quiet-faults] [--verbose] [--trace TEXT]\n  \
-                    --seeds N   how many seeds to run (default 100)\n  \
-                    --first S   the first of them: runs seeds S..S+N (default 0); pick a new S per run to cover new seeds\n  \
-                    --seed S    runs seed S alone, verbosely: how a failure is replayed".to_owned())
-            }
-            other => return Err(format!("unknown flag {other:?} (try --help)")),
-        }
-    }
+    let mut args = Args::parse();
+    // A replayed seed is shown whole.
+    args.verbose |= args.seed.is_some();
     if args.seed.is_none() && args.first.checked_add(args.count).is_none() {
         return Err(format!(
             "--first {} with --seeds {} runs past the last seed",
@@ -95,6 +86,13 @@ fn parse() -> Result<Args, String> {
 }
 
 impl Args {
+    /// Threads to run seeds on.
+    fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .max(1)
+    }
+
     /// The first seed to run and how many, in order from it.
     fn seeds(&self) -> (u64, u64) {
         match self.seed {
@@ -163,7 +161,7 @@ fn main() -> ExitCode {
     let results: Mutex<Vec<SimReport>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         let threads = usize::try_from(total).unwrap_or(usize::MAX);
-        for _ in 0..args.threads.min(threads.max(1)) {
+        for _ in 0..args.threads().min(threads.max(1)) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {

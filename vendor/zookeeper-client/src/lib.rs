@@ -28,7 +28,6 @@
 // tests cannot build: a test build of the library is empty. Cargo builds
 // one despite `test = false` when `cargo test` is given a name filter.
 #![cfg(not(test))]
-
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acl;
