@@ -5,8 +5,39 @@
 //! or eagerly) is each driver's own.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
-use tenure_core::{FencingToken, FetchCommand, FetchFrom, Offset, TopicPartition};
+use tenure_core::{FencingToken, FetchCommand, FetchFrom, Member, Offset, TopicPartition};
+
+/// What an application tells its member.
+#[derive(Clone, Debug)]
+pub(crate) enum Told {
+    /// Everything of `partition` up to `offset` is processed.
+    Processed {
+        partition: TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    },
+    /// A stopped partition has nothing outstanding any more.
+    Drained {
+        partition: TopicPartition,
+        token: FencingToken,
+    },
+}
+
+impl Told {
+    /// Tells `member`, at `now`.
+    pub(crate) fn tell(self, member: &mut Member, now: Instant) {
+        match self {
+            Told::Processed {
+                partition,
+                token,
+                offset,
+            } => member.processed(now, &partition, token, offset),
+            Told::Drained { partition, token } => member.drained(now, &partition, token),
+        }
+    }
+}
 
 /// A partition's claim and the next offset to process.
 pub(crate) type Position = (FencingToken, Offset);

@@ -91,7 +91,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
-use crate::app::{Applied, Holdings};
+use crate::app::{Applied, Holdings, Told};
 use crate::check::{self, Seen, Story};
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::canon::{Canon, Clock};
@@ -581,15 +581,7 @@ enum Input {
     Event(Event),
     Timeout,
     Counts,
-    Processed {
-        partition: TopicPartition,
-        token: FencingToken,
-        offset: Offset,
-    },
-    Drained {
-        partition: TopicPartition,
-        token: FencingToken,
-    },
+    App(Told),
 }
 
 /// The whole group.
@@ -939,11 +931,11 @@ impl State {
                     let (token, offset) = (*token, *next);
                     *next += 1;
                     self.mark_processed(&partition, offset);
-                    let input = Input::Processed {
+                    let input = Input::App(Told::Processed {
                         partition,
                         token,
                         offset,
-                    };
+                    });
                     self.drive(model, node, input, &mut problems);
                 }
             }
@@ -952,7 +944,7 @@ impl State {
                 if let Some(entry) = app.stopping.iter().nth(index).cloned() {
                     app.stopping.remove(&entry);
                     let (partition, token) = entry;
-                    let input = Input::Drained { partition, token };
+                    let input = Input::App(Told::Drained { partition, token });
                     self.drive(model, node, input, &mut problems);
                 }
             }
@@ -1345,9 +1337,9 @@ impl State {
                     let messages = model.config.messages;
                     let follow = app_fetch(&mut n.app, fetch, messages, model.config.eager_app);
                     for input in follow {
-                        if let Input::Processed {
+                        if let Input::App(Told::Processed {
                             partition, offset, ..
-                        } = &input
+                        }) = &input
                         {
                             self.mark_processed(partition, *offset);
                         }
@@ -1403,12 +1395,7 @@ impl State {
             Input::Event(event) => member.handle_event(now, event),
             Input::Timeout => member.handle_timeout(now),
             Input::Counts => member.set_partition_counts(now, model.counts.clone()),
-            Input::Processed {
-                partition,
-                token,
-                offset,
-            } => member.processed(now, &partition, token, offset),
-            Input::Drained { partition, token } => member.drained(now, &partition, token),
+            Input::App(told) => told.tell(member, now),
         }
     }
 
@@ -1579,16 +1566,16 @@ fn app_fetch(
     match app.apply(command, |_| messages) {
         Applied::Stopping(partition, token) if eager => {
             app.stopping.remove(&(partition.clone(), token));
-            follow.push(Input::Drained { partition, token });
+            follow.push(Input::App(Told::Drained { partition, token }));
         }
         Applied::Fetching(partition) if eager => {
             if let Some((token, next)) = app.fetching.get_mut(&partition) {
                 for offset in *next..messages {
-                    follow.push(Input::Processed {
+                    follow.push(Input::App(Told::Processed {
                         partition: partition.clone(),
                         token: *token,
                         offset,
-                    });
+                    }));
                 }
                 *next = (*next).max(messages);
             }

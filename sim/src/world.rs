@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::app::{Applied, Holdings};
+use crate::app::{Applied, Holdings, Told};
 use crate::check::{self, Seen, Story};
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::config::Config;
@@ -352,15 +352,7 @@ enum Action {
 #[derive(Clone, Debug)]
 enum Input {
     Store(Event),
-    Processed {
-        partition: TopicPartition,
-        token: FencingToken,
-        offset: Offset,
-    },
-    Drained {
-        partition: TopicPartition,
-        token: FencingToken,
-    },
+    App(Told),
     Counts(PartitionCounts),
     Shutdown,
 }
@@ -1081,12 +1073,7 @@ impl World {
         if let Some(member) = self.nodes[index].member.as_mut() {
             match input {
                 Input::Store(event) => member.handle_event(now, event),
-                Input::Processed {
-                    partition,
-                    token,
-                    offset,
-                } => member.processed(now, &partition, token, offset),
-                Input::Drained { partition, token } => member.drained(now, &partition, token),
+                Input::App(told) => told.tell(member, now),
                 Input::Counts(counts) => member.set_partition_counts(now, counts),
                 Input::Shutdown => member.shutdown(now),
             }
@@ -1400,11 +1387,11 @@ impl World {
                 }
                 counts[slot] += 1;
             }
-            let processed = Input::Processed {
+            let processed = Input::App(Told::Processed {
                 partition: batch.partition,
                 token: batch.token,
                 offset: batch.end - 1,
-            };
+            });
             self.local(now, index, processed);
         }
         let node = &mut self.nodes[index];
@@ -1456,7 +1443,7 @@ impl World {
             node.app.holdings.stopping.remove(key);
         }
         for (partition, token) in drained {
-            self.local(now, index, Input::Drained { partition, token });
+            self.local(now, index, Input::App(Told::Drained { partition, token }));
         }
     }
 
