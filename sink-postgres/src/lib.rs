@@ -34,6 +34,7 @@
 //! for longer than that.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
