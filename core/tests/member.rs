@@ -113,6 +113,8 @@ struct Harness {
     fetches: Vec<FetchCommand>,
     /// Every fetch start and stop so far.
     fetch_log: Vec<FetchCommand>,
+    /// Every output of the latest `event` or `advance`, in its order.
+    outputs: Vec<Output>,
 }
 
 impl Harness {
@@ -131,6 +133,7 @@ impl Harness {
             app_events: Vec::new(),
             fetches: Vec::new(),
             fetch_log: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -143,7 +146,11 @@ impl Harness {
     fn drain(&mut self) -> Vec<StoreRequest> {
         let mut requests = Vec::new();
         loop {
-            match self.member.poll_output() {
+            let output = self.member.poll_output();
+            if !matches!(output, Output::Timeout(_)) {
+                self.outputs.push(output.clone());
+            }
+            match output {
                 Output::Fetch(fetch) => {
                     self.fetch_log.push(fetch.clone());
                     self.fetches.push(fetch);
@@ -204,6 +211,7 @@ impl Harness {
     fn input(&mut self, give: impl FnOnce(&mut Member, Instant)) -> Vec<StoreRequest> {
         self.app_events.clear();
         self.fetches.clear();
+        self.outputs.clear();
         give(&mut self.member, self.now);
         self.drain()
     }
@@ -255,6 +263,7 @@ impl Harness {
     fn advance(&mut self, by: Duration) -> Vec<StoreRequest> {
         self.app_events.clear();
         self.fetches.clear();
+        self.outputs.clear();
         let target = self.now + by;
         let mut out = Vec::new();
         for _ in 0..100_000 {
@@ -1217,9 +1226,19 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
     );
     let again = claims(&commands);
     assert_eq!(again.len(), 1, "still assigned: {commands:?}");
-    // The stop is on the fetch queue, which a runtime takes before the
-    // store requests (the new claim) of the same step.
-    assert_eq!(h.stops(), vec![(tp(0), FencingToken(100))]);
+    // In the one ordered output, the stop comes before the new claim of
+    // the same step: no driver can claim again while still fetching.
+    let stop = h.outputs.iter().position(
+        |o| matches!(o, Output::Fetch(FetchCommand::Stop { partition, .. }) if *partition == tp(0)),
+    );
+    let claim = h.outputs.iter().position(|o| {
+        matches!(o, Output::Store(StoreRequest { op: StoreOp::Claim { partition }, .. }) if *partition == tp(0))
+    });
+    assert!(
+        matches!((stop, claim), (Some(s), Some(c)) if s < c),
+        "the stop must come first: {:?}",
+        h.outputs
+    );
     let stats = h.member.stats();
     assert_eq!(
         (
