@@ -16,7 +16,7 @@
 //! | [`core`] | `tenure-core` | the sans-IO state machine of one member, the assignment strategies, the records a group keeps in its store, the in-memory store model |
 //! | [`tokio`] | `tenure-tokio` | the tokio runtime: `GroupMember`, its builder and streams, the `Backend` trait, static membership, the embedded `MemoryStore`, telemetry, exactly-once output |
 //! | [`kafka`] | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, Kafka security (its types also in `tenure::tokio`) |
-//! | `tenure::admin` | `tenure-admin` | a group seen from outside: describe it, plan and apply offset resets |
+//! | [`admin`] | `tenure-admin` | a group seen from outside: describe it, plan and apply offset resets, delete offsets or groups |
 //! | `tenure::zookeeper` | `tenure-zookeeper` | the ZooKeeper backend (feature `zookeeper`) |
 //! | `tenure::etcd` | `tenure-etcd` | the etcd backend (feature `etcd`) |
 //! | `tenure::postgres` | `tenure-postgres` | exactly-once output into PostgreSQL (feature `postgres`) |
@@ -39,9 +39,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod guide;
+pub use tenure_admin as admin;
 pub use tenure_core as core;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd as etcd;

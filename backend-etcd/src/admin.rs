@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
 };
+use tenure_admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use tenure_core::{FencingToken, Offset, TopicPartition};
-use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 
 /// etcd's default bound on the operations of one transaction
 /// (`--max-txn-ops`).

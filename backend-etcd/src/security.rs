@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use etcd_client::{Certificate, ConnectOptions, Identity, TlsOptions};
+use tenure_admin::AdminError;
 use tenure_core::credentials::{error_chain, Password};
-use tenure_tokio::admin::AdminError;
 use tenure_tokio::BackendError;
 
 /// Credentials and TLS settings for an etcd cluster that requires them.

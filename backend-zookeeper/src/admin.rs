@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use tenure_admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use tenure_core::records::Layout;
 use tenure_core::{FencingToken, Offset, TopicPartition};
-use tenure_tokio::admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
 use zookeeper_client as zk;
 
 use crate::session::TLS_PROBE_TIMEOUT;

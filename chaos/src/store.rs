@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tenure::etcd::EtcdAdmin;
-use tenure::tokio::admin::{self, GroupAdmin};
+use tenure::admin::{self, GroupAdmin};
 use tenure::zookeeper::ZooKeeperAdmin;
 
 /// `scripts/services`.

@@ -15,7 +15,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
-pub mod admin;
 mod backend;
 mod driver;
 pub mod exactly_once;

@@ -530,8 +530,8 @@ async fn unreachable_stores_are_named() {
 /// The guard of an offset write, an offset delete and a group delete is
 /// checked by the store at the write (etcd: in the same transaction), not
 /// only by the tool's look beforehand.
-async fn guarded_writes(admin: &dyn tenure::tokio::admin::GroupAdmin, backend: Box<dyn Backend>) {
-    use tenure::tokio::admin::{AdminError, WriteGuard};
+async fn guarded_writes(admin: &dyn tenure::admin::GroupAdmin, backend: Box<dyn Backend>) {
+    use tenure::admin::{AdminError, WriteGuard};
     let group = common::group("cli-guard");
     let partition = TopicPartition::new("t", 0);
     let mut config = Config::new(&group, "a", ["t"]).expect("valid config");

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::kafka;
+use tenure::admin;
 use tenure::etcd::{EtcdAdmin, EtcdBackend, EtcdSecurity};
-use tenure::tokio::admin;
 use tenure::tokio::{BackendError, GroupMember, JoinError, KafkaConfig};
 
 const MESSAGES: usize = 40;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::kafka;
 use common::zookeeper::ZooKeeper;
-use tenure::tokio::admin::{self, AdminError};
+use tenure::admin::{self, AdminError};
 use tenure::tokio::{BackendError, GroupMember, JoinError, KafkaConfig};
 use tenure::zookeeper::{Digest, ZooKeeperAdmin, ZooKeeperBackend, ZooKeeperSecurity};
 use zookeeper_client as zk;

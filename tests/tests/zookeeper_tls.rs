@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::kafka;
-use tenure::tokio::admin::{self, AdminError};
+use tenure::admin::{self, AdminError};
 use tenure::tokio::{BackendError, GroupMember, JoinError, KafkaConfig};
 use tenure::zookeeper::{Digest, ZooKeeperAdmin, ZooKeeperBackend, ZooKeeperSecurity};
 

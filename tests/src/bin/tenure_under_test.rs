@@ -1,6 +1,6 @@
-//! The `tenure` command, as the facade's binary builds it, for the CLI tests
-//! to spawn.
+//! The `tenure` command, as tenure-cli's binary builds it, for the CLI
+//! tests to spawn.
 
 fn main() -> std::process::ExitCode {
-    tenure::cli::main()
+    tenure_cli::main()
 }

@@ -1,9 +1,9 @@
-//! The `tenure` command (feature `cli`): who is in a group, who owns which
-//! partition, how far behind each partition is, moving its committed offsets
-//! (planned by default, written with `--execute`), and deleting them or the
-//! group — for groups in ZooKeeper or etcd, with Kafka for the log offsets.
-//! The binary is [`main`]; the library behind it is
-//! [`tenure::tokio::admin`](crate::tokio::admin).
+//! tenure-cli: the `tenure` command — who is in a group, who owns which
+//! partition, how far behind each partition is, moving its committed
+//! offsets (planned by default, written with `--execute`), and deleting
+//! them or the group — for groups in ZooKeeper or etcd, with Kafka for the
+//! log offsets. The binary is [`main`]; the library behind it is
+//! `tenure-admin` (`tenure::admin`).
 //!
 //! ```text
 //! tenure --zookeeper 127.0.0.1:2181 groups
@@ -15,21 +15,27 @@
 //! tenure --zookeeper 127.0.0.1:2181 delete-offsets orders --topic retired
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(missing_docs)]
+
 #[cfg(not(any(feature = "zookeeper", feature = "etcd")))]
 compile_error!("the tenure command needs a store: enable the `zookeeper` or the `etcd` feature");
 
+mod csv;
+mod parse;
 mod render;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::tokio::admin::{
-    self, AdminError, GroupAdmin, PartitionSelection, ResetPlan, ResetTarget, TopicPartitions,
-};
-use crate::tokio::kafka::{self, KafkaConfig};
 use clap::parser::ValueSource;
 use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use tenure_admin::{
+    self as admin, AdminError, GroupAdmin, PartitionSelection, ResetPlan, ResetTarget,
+    TopicPartitions,
+};
+use tenure_tokio::kafka::{self, KafkaConfig};
 
 /// The key prefix of tenure's groups in etcd unless `--etcd-prefix` says
 /// otherwise (the members' default).
@@ -243,7 +249,7 @@ enum Command {
         group: String,
         /// A topic whose offsets go: every partition that has one, or those
         /// listed (TOPIC:0,2); repeat for several topics
-        #[arg(long = "topic", value_name = "TOPIC[:P,...]", value_parser = parse_topic, required = true)]
+        #[arg(long = "topic", value_name = "TOPIC[:P,...]", value_parser = parse::topic_partitions, required = true)]
         topics: Vec<TopicPartitions>,
         /// Print what would be deleted and delete nothing
         #[arg(long)]
@@ -291,7 +297,7 @@ struct ResetArgs {
     #[arg(
         long = "topic",
         value_name = "TOPIC[:P,...]",
-        value_parser = parse_topic,
+        value_parser = parse::topic_partitions,
         required_unless_present_any = ["all_topics", "from_file"],
         conflicts_with_all = ["all_topics", "from_file"]
     )]
@@ -302,7 +308,7 @@ struct ResetArgs {
     all_topics: bool,
     /// Where to: earliest, latest, an offset, or a time (RFC 3339 such as
     /// 2026-11-30T12:00:00Z, or @MILLISECONDS since the epoch)
-    #[arg(long, value_name = "earliest|latest|OFFSET|TIME", value_parser = parse_target)]
+    #[arg(long, value_name = "earliest|latest|OFFSET|TIME", value_parser = parse::reset_target)]
     to: Option<ResetTarget>,
     /// Move each committed offset by N messages (negative: back), clamped to
     /// the log
@@ -310,7 +316,7 @@ struct ResetArgs {
     shift_by: Option<i64>,
     /// To the first message at or after this long ago: ISO 8601 (PT1H30M,
     /// P1DT12H) or 1h30m
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse::parse_duration)]
     by_duration: Option<Duration>,
     /// To the committed offsets as they are (the log end where there is
     /// none): a plan to --export
@@ -336,22 +342,6 @@ struct ResetArgs {
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
-}
-
-fn parse_target(given: &str) -> Result<ResetTarget, String> {
-    given
-        .parse()
-        .map_err(|e: admin::ResetTargetError| e.to_string())
-}
-
-fn parse_topic(given: &str) -> Result<TopicPartitions, String> {
-    given
-        .parse()
-        .map_err(|e: admin::TopicPartitionsError| e.to_string())
-}
-
-fn parse_duration(given: &str) -> Result<Duration, String> {
-    admin::parse_duration(given).map_err(|e| e.to_string())
 }
 
 /// Which store the flags and environment name.
@@ -391,7 +381,7 @@ async fn connect_store(
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let admin = crate::zookeeper::ZooKeeperAdmin::connect_with(
+            let admin = tenure_zookeeper::ZooKeeperAdmin::connect_with(
                 &address,
                 zookeeper_security(connection)?,
                 connection.wait(),
@@ -407,7 +397,7 @@ async fn connect_store(
         )),
         #[cfg(feature = "etcd")]
         Store::Etcd(endpoints) => {
-            let admin = crate::etcd::EtcdAdmin::connect_with(
+            let admin = tenure_etcd::EtcdAdmin::connect_with(
                 &endpoints,
                 &connection.etcd_prefix,
                 etcd_security(connection)?,
@@ -420,7 +410,7 @@ async fn connect_store(
         #[cfg(not(feature = "etcd"))]
         Store::Etcd(endpoints) => Err(format!(
             "cannot use etcd at {endpoints}: this tenure was built without the Cargo feature \
-             `etcd` (cargo install --path . --features cli,etcd)"
+             `etcd` (cargo install --path cli --features etcd)"
         )),
     }
 }
@@ -430,13 +420,13 @@ async fn connect_store(
 #[cfg(feature = "zookeeper")]
 fn zookeeper_security(
     connection: &Connection,
-) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
-    let mut security = crate::zookeeper::ZooKeeperSecurity::new();
+) -> Result<tenure_zookeeper::ZooKeeperSecurity, String> {
+    let mut security = tenure_zookeeper::ZooKeeperSecurity::new();
     if let Some(credentials) = &connection.zookeeper_digest {
         let (user, password) = credentials
             .split_once(':')
             .ok_or("--zookeeper-digest takes USER:PASSWORD (TENURE_ZOOKEEPER_DIGEST too)")?;
-        let digest = crate::zookeeper::Digest::new(user, password).map_err(|e| e.to_string())?;
+        let digest = tenure_zookeeper::Digest::new(user, password).map_err(|e| e.to_string())?;
         security = security.digest(digest);
     }
     match &connection.zookeeper_ca {
@@ -447,10 +437,10 @@ fn zookeeper_security(
 
 #[cfg(feature = "zookeeper-tls")]
 fn zookeeper_tls(
-    security: crate::zookeeper::ZooKeeperSecurity,
+    security: tenure_zookeeper::ZooKeeperSecurity,
     ca: &std::path::Path,
     connection: &Connection,
-) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
+) -> Result<tenure_zookeeper::ZooKeeperSecurity, String> {
     let mut security = security.ca_file(ca).map_err(|e| e.to_string())?;
     // Each of the two requires the other (clap says so on bad usage).
     if let (Some(cert), Some(key)) = (&connection.zookeeper_cert, &connection.zookeeper_key) {
@@ -463,10 +453,10 @@ fn zookeeper_tls(
 
 #[cfg(all(feature = "zookeeper", not(feature = "zookeeper-tls")))]
 fn zookeeper_tls(
-    _security: crate::zookeeper::ZooKeeperSecurity,
+    _security: tenure_zookeeper::ZooKeeperSecurity,
     ca: &std::path::Path,
     _connection: &Connection,
-) -> Result<crate::zookeeper::ZooKeeperSecurity, String> {
+) -> Result<tenure_zookeeper::ZooKeeperSecurity, String> {
     Err(format!(
         "--zookeeper-ca {}: this tenure was built without TLS to ZooKeeper (the Cargo feature \
          `zookeeper-tls`)",
@@ -476,8 +466,8 @@ fn zookeeper_tls(
 
 /// The etcd credentials and TLS settings the flags (or variables) give.
 #[cfg(feature = "etcd")]
-fn etcd_security(connection: &Connection) -> Result<crate::etcd::EtcdSecurity, String> {
-    let mut security = crate::etcd::EtcdSecurity::new();
+fn etcd_security(connection: &Connection) -> Result<tenure_etcd::EtcdSecurity, String> {
+    let mut security = tenure_etcd::EtcdSecurity::new();
     // Each of the two requires the other (clap says so on bad usage).
     if let (Some(user), Some(password)) = (&connection.etcd_user, &connection.etcd_password) {
         security = security.user(user, password);
@@ -665,8 +655,8 @@ async fn reset_offsets(
     let group = args.group.as_str();
     let plan = if let Some(path) = &args.from_file {
         let text = read_file(path)?;
-        let offsets = admin::parse_offsets_csv(&text, group)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let offsets =
+            csv::parse_offsets_csv(&text, group).map_err(|e| format!("{}: {e}", path.display()))?;
         match admin::plan_listed(admin, &client, group, &offsets, args.force).await {
             // A partition Kafka does not have is named with its line.
             Err(
@@ -716,7 +706,7 @@ async fn reset_offsets(
     }
     let output = |applied| {
         if args.export {
-            admin::offsets_csv(&plan)
+            csv::offsets_csv(&plan)
         } else {
             render::plan(&plan, args.json, applied)
         }
@@ -769,7 +759,7 @@ fn read_file(path: &std::path::Path) -> Result<String, String> {
 /// `partition`, if given).
 fn line_of(text: &str, group: &str, topic: &str, partition: Option<u32>) -> Option<usize> {
     text.lines().enumerate().find_map(|(index, line)| {
-        let offsets = admin::parse_offsets_csv(line, group).ok()?;
+        let offsets = csv::parse_offsets_csv(line, group).ok()?;
         offsets
             .keys()
             .any(|p| &*p.topic == topic && partition.is_none_or(|n| p.partition == n))

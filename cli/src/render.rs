@@ -4,11 +4,13 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use crate::tokio::admin::{
-    format_rfc3339, DeleteOffsetsPlan, GroupDeletion, GroupDescription, GroupRecords, MemberRecord,
+use serde_json::{json, Value};
+use tenure_admin::{
+    DeleteOffsetsPlan, GroupDeletion, GroupDescription, GroupRecords, MemberRecord,
     PartitionDescription, ResetPlan,
 };
-use serde_json::{json, Value};
+
+use crate::parse::format_rfc3339;
 
 /// Left-aligned columns two spaces apart, headers first.
 fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
