@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
+use chrono::{DateTime, SecondsFormat};
 use tenure_admin::{ResetTarget, TopicPartitions};
 use tenure_core::NameError;
 
@@ -203,114 +204,23 @@ pub fn topic_partitions(given: &str) -> Result<TopicPartitions, TopicPartitionsE
 /// Parses an RFC 3339 time (`2026-11-30T12:00:00Z`,
 /// `2026-11-30 12:00:00.5+01:00`) into milliseconds since the Unix epoch.
 pub fn parse_rfc3339_millis(text: &str) -> Option<i64> {
-    let bytes = text.as_bytes();
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = text.get(range)?;
-        if part.bytes().all(|b| b.is_ascii_digit()) {
-            part.parse().ok()
-        } else {
-            None
-        }
-    };
-    if bytes.len() < 20 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
-        return None;
-    }
-    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
-        return None;
-    }
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut rest = &text[19..];
-    let mut millis = 0;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let padded = format!("{:0<3}", &fraction[..digits.min(3)]);
-        millis = padded.parse::<i64>().ok()?;
-        rest = &fraction[digits..];
-    }
-    let offset_minutes = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
-                return None;
-            }
-            let hours: i64 = rest[1..3].parse().ok()?;
-            let minutes: i64 = rest[4..6].parse().ok()?;
-            sign * (hours * 60 + minutes)
-        }
-    };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
-    Some(seconds * 1_000 + millis)
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|time| time.timestamp_millis())
 }
 
-/// Formats a time as RFC 3339 in UTC, to the second.
+/// Formats a time as RFC 3339 in UTC, to the second
+/// (`2026-11-30T12:00:00Z`); one beyond the calendar's range (some
+/// 260,000 years either way) as seconds since the epoch.
 pub fn format_rfc3339(time: SystemTime) -> String {
     let seconds = match time.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(since) => since.as_secs() as i64,
-        Err(before) => -(before.duration().as_secs() as i64),
+        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
     };
-    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
+    match DateTime::from_timestamp(seconds, 0) {
+        Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
+        None => format!("{seconds} s since the epoch"),
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (the usual era
-/// arithmetic: 400-year cycles of 146,097 days).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -415,5 +325,11 @@ mod tests {
             format_rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)),
             "2000-02-29T00:00:00Z"
         );
+        assert_eq!(
+            format_rfc3339(SystemTime::UNIX_EPOCH - Duration::from_secs(1)),
+            "1969-12-31T23:59:59Z"
+        );
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 60);
+        assert_eq!(format_rfc3339(far), "1152921504606846976 s since the epoch");
     }
 }
