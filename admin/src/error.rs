@@ -1,7 +1,7 @@
 //! Why an operation on a group fails.
 
 use tenure_core::{NameError, TopicPartition};
-use tenure_tokio::KafkaError;
+use tenure_kafka::KafkaError;
 
 use crate::records::CorruptRecord;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 /// The Kafka client [`describe`](crate::describe) and
-/// [`plan_reset`](crate::plan_reset) take (the Kafka data plane's `connect`
-/// makes one from a `KafkaConfig`).
+/// [`plan_reset`](crate::plan_reset) take ([`tenure_kafka::connect`] makes
+/// one).
 pub use rskafka::client::Client as KafkaClient;
 use tenure_core::{Offset, TopicPartition};
 

@@ -4,8 +4,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tenure::etcd::EtcdAdmin;
 use tenure::admin::{self, GroupAdmin};
+use tenure::etcd::EtcdAdmin;
 use tenure::zookeeper::ZooKeeperAdmin;
 
 /// `scripts/services`.

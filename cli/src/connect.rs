@@ -6,8 +6,7 @@ use std::sync::Arc;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use tenure_admin::{GroupAdmin, KafkaClient};
-use tenure_tokio::kafka::{self, KafkaConfig};
-use tenure_tokio::{KafkaSecurity, SaslMechanism};
+use tenure_kafka::{KafkaConfig, KafkaSecurity, SaslMechanism};
 
 use crate::args::Connection;
 use crate::error::Failure;
@@ -191,5 +190,5 @@ pub async fn connect_kafka(connection: &Connection) -> Result<Option<Arc<KafkaCl
     config.connect_timeout = connection.wait();
     config.client_id = connection.kafka_client_id.clone();
     config.security = kafka_security(connection)?;
-    Ok(Some(kafka::connect(&config).await?))
+    Ok(Some(tenure_kafka::connect(&config).await?))
 }

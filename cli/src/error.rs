@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use tenure_admin::AdminError;
-use tenure_tokio::{BackendError, KafkaError};
+use tenure_kafka::KafkaError;
+use tenure_tokio::BackendError;
 
 use crate::csv::CsvError;
 
