@@ -6,7 +6,11 @@ use std::sync::Arc;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use tenure_admin::{GroupAdmin, KafkaClient};
+#[cfg(feature = "etcd")]
+use tenure_etcd::EtcdAdmin;
 use tenure_kafka::{KafkaConfig, KafkaSecurity, SaslMechanism};
+#[cfg(feature = "zookeeper")]
+use tenure_zookeeper::ZooKeeperAdmin;
 
 use crate::args::Connection;
 use crate::error::Failure;
@@ -45,36 +49,35 @@ pub async fn connect_store(
     match store {
         #[cfg(feature = "zookeeper")]
         Store::ZooKeeper(address) => {
-            let admin = tenure_zookeeper::ZooKeeperAdmin::connect_with(
-                &address,
-                zookeeper_security(connection)?,
-                connection.wait(),
-            )
-            .await?;
-            Ok(Box::new(admin))
+            let security = zookeeper_security(connection)?;
+            let admin = ZooKeeperAdmin::connect_with(&address, security, connection.wait());
+            Ok(Box::new(admin.await?))
         }
-        #[cfg(not(feature = "zookeeper"))]
-        Store::ZooKeeper(address) => Err(Failure::NotBuilt {
-            asked: format!("cannot use ZooKeeper at {address}"),
-            missing: "the Cargo feature `zookeeper`",
-        }),
         #[cfg(feature = "etcd")]
         Store::Etcd(endpoints) => {
-            let admin = tenure_etcd::EtcdAdmin::connect_with(
-                &endpoints,
-                &connection.etcd_prefix,
-                etcd_security(connection)?,
-                connection.wait(),
-            )
-            .await?;
-            Ok(Box::new(admin))
+            let (prefix, security) = (&connection.etcd_prefix, etcd_security(connection)?);
+            let admin = EtcdAdmin::connect_with(&endpoints, prefix, security, connection.wait());
+            Ok(Box::new(admin.await?))
         }
-        #[cfg(not(feature = "etcd"))]
-        Store::Etcd(endpoints) => Err(Failure::NotBuilt {
-            asked: format!("cannot use etcd at {endpoints}"),
-            missing: "the Cargo feature `etcd` (cargo install --path cli --features etcd)",
-        }),
+        #[cfg(not(all(feature = "zookeeper", feature = "etcd")))]
+        unbuilt => Err(not_built(unbuilt)),
     }
+}
+
+/// The failure of a store this build has no backend for.
+#[cfg(not(all(feature = "zookeeper", feature = "etcd")))]
+fn not_built(store: Store) -> Failure {
+    let (asked, missing) = match store {
+        Store::ZooKeeper(address) => (
+            format!("cannot use ZooKeeper at {address}"),
+            "the Cargo feature `zookeeper`",
+        ),
+        Store::Etcd(endpoints) => (
+            format!("cannot use etcd at {endpoints}"),
+            "the Cargo feature `etcd` (cargo install --path cli --features etcd)",
+        ),
+    };
+    Failure::NotBuilt { asked, missing }
 }
 
 /// The ZooKeeper credentials and TLS settings the flags (or variables)
