@@ -28,7 +28,7 @@ pub enum AssignmentEvent {
         token: FencingToken,
     },
     /// Stop consuming `partition`, which is leaving this member: finish the
-    /// messages in hand, then call [`GroupMember::drained`]. Its final
+    /// messages in hand, then call [`crate::GroupMember::drained`]. Its final
     /// offset is committed after that (or after the processing timeout),
     /// and [`AssignmentEvent::Revoked`] follows.
     Revoking {
@@ -127,7 +127,7 @@ pub enum JoinError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// Kafka could not be reached (a topic that does not exist yet is no
-    /// reason: it is reported on [`GroupMember::errors`] and waited for).
+    /// reason: it is reported on [`crate::GroupMember::errors`] and waited for).
     #[error(transparent)]
     Kafka(#[from] KafkaError),
     /// Static membership: the state file cannot be used, or another
@@ -135,7 +135,7 @@ pub enum JoinError {
     #[error(transparent)]
     StateFile(#[from] StateFileError),
     /// Exactly-once output ([`crate::exactly_once`]) needs messages to
-    /// write: the member builder has no Kafka ([`GroupMemberBuilder::kafka`]).
+    /// write: the member builder has no Kafka ([`crate::GroupMemberBuilder::kafka`]).
     #[error("exactly-once output needs Kafka: the member builder has no KafkaConfig")]
     NoKafka,
 }
@@ -213,7 +213,7 @@ pub enum CommitOutcome {
     },
 }
 
-/// The commits a [`GroupMember::commit`] or [`GroupMember::close`] waited
+/// The commits a [`crate::GroupMember::commit`] or [`crate::GroupMember::close`] waited
 /// for, by partition (the last one of each).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
@@ -232,7 +232,7 @@ impl CommitReport {
     }
 }
 
-/// Why [`GroupMember::seek`] did not move a partition.
+/// Why [`crate::GroupMember::seek`] did not move a partition.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SeekError {
@@ -263,7 +263,7 @@ pub enum CloseError {
     /// the store's event stream ended).
     #[error("the member's task ended before it could close")]
     TaskGone,
-    /// [`GroupMember::close_within`]: the close did not finish in time;
+    /// [`crate::GroupMember::close_within`]: the close did not finish in time;
     /// the member was stopped like a crash (its claims stay until its
     /// session expires).
     #[error("the close did not finish within {limit:?}; the member was stopped")]
