@@ -137,8 +137,15 @@ kafka_libs() {
 
 # A Kafka cluster id: 16 random bytes, base64url without padding (what
 # `kafka-storage.sh random-uuid` prints, without starting a JVM for it).
+# Like Kafka's own, never one that starts with `-`: the storage tool would
+# read it as an option and fail (one start in 64).
 kafka_cluster_id() {
-    head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'
+    local id
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    while [ "${id:0:1}" = "-" ]; do
+        id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    done
+    echo "$id"
 }
 
 kafka_start() {
