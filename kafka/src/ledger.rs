@@ -79,25 +79,25 @@ pub(crate) struct Passed {
 
 /// Which messages of a partition the application holds.
 #[derive(Debug)]
-pub(crate) struct Ledger {
+struct Ledger {
     /// Handed out, in the order handed out (offsets grow), each with
     /// whether it is acknowledged; acknowledged ones leave from the front.
-    pub(crate) outstanding: VecDeque<(Offset, bool)>,
+    outstanding: VecDeque<(Offset, bool)>,
     /// The last offset handed out.
-    pub(crate) last_delivered: Option<Offset>,
+    last_delivered: Option<Offset>,
     /// The highest offset below which everything handed out is acknowledged.
-    pub(crate) watermark: Option<Offset>,
+    watermark: Option<Offset>,
     /// The watermark last reported to the member.
-    pub(crate) reported: Option<Offset>,
+    reported: Option<Offset>,
     /// Told to stop: nothing more is handed out.
-    pub(crate) stopping: bool,
+    stopping: bool,
     /// Drained and not yet reported.
-    pub(crate) drained: bool,
+    drained: bool,
     /// The current fetch of the claim; messages of an earlier one are not
     /// handed out.
-    pub(crate) generation: u64,
+    generation: u64,
     /// Paused by the application: nothing is handed out until resumed.
-    pub(crate) paused: bool,
+    paused: bool,
 }
 
 /// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
@@ -116,10 +116,10 @@ impl std::ops::Deref for BatchLedger {
 #[derive(Debug)]
 pub(crate) struct LedgerCell {
     pub(crate) token: FencingToken,
-    pub(crate) ledger: Mutex<Ledger>,
+    ledger: Mutex<Ledger>,
     /// Wake the member's task: `moved` when the watermark moved first since
     /// the task last read it, `drained` when a drain ended.
-    pub(crate) wake: Wake,
+    wake: Wake,
 }
 
 /// How the ledgers wake the member's task. Watermarks are read at most
@@ -138,11 +138,65 @@ pub(crate) struct Wake {
 pub(crate) const WATERMARK_READ_INTERVAL: Duration = Duration::from_millis(5);
 
 impl LedgerCell {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Ledger> {
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
         match self.ledger.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// The claim's current fetch: messages of an earlier one are not handed
+    /// out.
+    pub(crate) fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// Holds a claim paused from its start: a claim paused under this
+    /// token before a suspension stays paused.
+    pub(crate) fn hold_paused(&self) {
+        self.lock().paused = true;
+    }
+
+    /// Stops handing out for now, and starts a new generation, so that
+    /// what the paused fetch still brings is not handed out; `false` if
+    /// the claim is stopping or paused already.
+    pub(crate) fn pause(&self) -> bool {
+        let mut ledger = self.lock();
+        if ledger.stopping || ledger.paused {
+            return false;
+        }
+        ledger.paused = true;
+        ledger.generation += 1;
+        true
+    }
+
+    /// Ends a pause: `Some` with the last offset handed out (`None` in it:
+    /// nothing yet) if the claim was paused and is not stopping, so its
+    /// fetch starts again after it; `None` otherwise.
+    pub(crate) fn resume(&self) -> Option<Option<Offset>> {
+        let mut ledger = self.lock();
+        let resumed = ledger.paused && !ledger.stopping;
+        ledger.paused = false;
+        resumed.then_some(ledger.last_delivered)
+    }
+
+    /// Hands out from `offset` on in a new generation: what was handed out
+    /// and not acknowledged is let go; moving forward counts the skipped
+    /// offsets as processed, moving back never lowers the watermark.
+    /// `Some(paused)` if it moved, `None` if the claim is stopping.
+    pub(crate) fn seek(&self, offset: Offset) -> Option<bool> {
+        let mut ledger = self.lock();
+        if ledger.stopping {
+            return None;
+        }
+        ledger.generation += 1;
+        ledger.outstanding.clear();
+        ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
+        if ledger.last_delivered > ledger.watermark {
+            ledger.watermark = ledger.last_delivered;
+            self.wake.moved.notify_one();
+        }
+        Some(ledger.paused)
     }
 
     /// Records a message handed to the application; `false` if it may not
@@ -196,7 +250,7 @@ impl LedgerCell {
 
     /// Moves the watermark up to what is acknowledged, and wakes the
     /// member's task if it moved or a drain ended.
-    pub(crate) fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
+    fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
         let watermark = match ledger.outstanding.front() {
             Some((first, _)) => first.checked_sub(1),
             None => ledger.last_delivered,
@@ -225,12 +279,12 @@ impl LedgerCell {
 /// The ledgers of the current claims, for the member's task.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ledgers {
-    pub(crate) cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
+    cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
     pub(crate) wake: Wake,
 }
 
 impl Ledgers {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Arc<LedgerCell>>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Arc<LedgerCell>>> {
         match self.cells.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
@@ -295,7 +349,7 @@ mod tests {
     use super::*;
 
     /// The ledger's watermark, as the member's task would read it.
-    pub(crate) fn processed(ledgers: &Ledgers) -> Vec<Offset> {
+    fn processed(ledgers: &Ledgers) -> Vec<Offset> {
         let mut out = VecDeque::new();
         ledgers.changes(&mut out);
         out.into_iter()
@@ -307,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    pub(crate) fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
+    fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
         let ledgers = Ledgers::default();
         let partition = TopicPartition {
             topic: "t".into(),

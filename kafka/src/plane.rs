@@ -154,7 +154,7 @@ impl DataPlane {
             fetcher: None,
         };
         if self.paused.get(&partition) == Some(&token) {
-            claim.ledger.lock().paused = true;
+            claim.ledger.hold_paused();
         } else {
             self.paused.remove(&partition);
             self.fetch(&partition, &mut claim, from, self.start_offsets.clone());
@@ -183,7 +183,7 @@ impl DataPlane {
             partition: partition.clone(),
             token: claim.token,
             ledger: claim.ledger.clone(),
-            generation: claim.ledger.lock().generation,
+            generation: claim.ledger.generation(),
             events: self.events_tx.clone(),
         };
         let sender = claim.sender.clone();
@@ -221,14 +221,10 @@ impl DataPlane {
     /// [`DataPlane::resume`]. A partition not owned is left alone.
     fn pause(&mut self, partition: &TopicPartition) {
         if let Some(claim) = self.claims.get_mut(partition) {
-            let mut ledger = claim.ledger.lock();
-            if ledger.stopping || ledger.paused {
+            if !claim.ledger.pause() {
                 return;
             }
             self.paused.insert(partition.clone(), claim.token);
-            ledger.paused = true;
-            ledger.generation += 1;
-            drop(ledger);
             if let Some(fetcher) = claim.fetcher.take() {
                 fetcher.abort();
             }
@@ -242,16 +238,9 @@ impl DataPlane {
         let Some(mut claim) = self.claims.remove(partition) else {
             return;
         };
-        let from = {
-            let mut ledger = claim.ledger.lock();
-            let resumed = ledger.paused && !ledger.stopping;
-            ledger.paused = false;
-            resumed.then(|| {
-                ledger
-                    .last_delivered
-                    .map_or(claim.from, |offset| FetchFrom::Offset(offset + 1))
-            })
-        };
+        let from = claim.ledger.resume().map(|last_delivered| {
+            last_delivered.map_or(claim.from, |offset| FetchFrom::Offset(offset + 1))
+        });
         if let Some(from) = from {
             self.fetch(partition, &mut claim, from, None);
         }
@@ -274,21 +263,14 @@ impl DataPlane {
         let Some(mut claim) = self.claims.remove(partition) else {
             return false;
         };
-        let paused = {
-            let mut ledger = claim.ledger.lock();
-            if claim.token != token || ledger.stopping {
-                drop(ledger);
-                self.claims.insert(partition.clone(), claim);
-                return false;
-            }
-            ledger.generation += 1;
-            ledger.outstanding.clear();
-            ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
-            if ledger.last_delivered > ledger.watermark {
-                ledger.watermark = ledger.last_delivered;
-                claim.ledger.wake.moved.notify_one();
-            }
-            ledger.paused
+        let moved = if claim.token == token {
+            claim.ledger.seek(offset)
+        } else {
+            None
+        };
+        let Some(paused) = moved else {
+            self.claims.insert(partition.clone(), claim);
+            return false;
         };
         if let Some(fetcher) = claim.fetcher.take() {
             fetcher.abort();
