@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::model::store::Store;
-use tenure_core::protocol::{AppEvent, Member};
+use tenure_core::protocol::{AppEvent, Member, StoreOp};
 use tenure_core::records::Layout;
 use tenure_core::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
 
@@ -25,6 +25,27 @@ pub(crate) struct Seen<'a> {
 
 /// Whether `session` is alive and its claim `token` is the owner record of
 /// `partition`: what a member must have to consume the partition.
+/// The commit `op` asks for, if it is one, with whether its claim holds
+/// in the store as the request arrives (before the store carries it out).
+pub(crate) fn arriving_commit(
+    store: &Store,
+    layout: &Layout,
+    session: SessionId,
+    op: &StoreOp,
+) -> Option<(TopicPartition, Offset, FencingToken, bool)> {
+    match op {
+        StoreOp::CommitOffset {
+            partition,
+            offset,
+            token,
+        } => {
+            let legit = owns(store, layout, session, partition, *token);
+            Some((partition.clone(), *offset, *token, legit))
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn owns(
     store: &Store,
     layout: &Layout,

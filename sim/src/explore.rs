@@ -1057,17 +1057,7 @@ impl State {
         {
             self.nodes[node].last_contact = self.now;
         }
-        let commit = match &command.op {
-            StoreOp::CommitOffset {
-                partition,
-                offset,
-                token,
-            } => Some((partition.clone(), *offset, *token)),
-            _ => None,
-        };
-        let legit = commit.as_ref().map(|(partition, _, token)| {
-            check::owns(&self.store, &model.layout, session, partition, *token)
-        });
+        let commit = check::arriving_commit(&self.store, &model.layout, session, &command.op);
         let info = self.nodes[node].member.info().clone();
         let mut fired = Vec::new();
         let execution = adapter::execute(
@@ -1082,7 +1072,7 @@ impl State {
         self.fire(&model.layout, fired);
         match execution {
             Execution::Done(event) => {
-                if let (Some((partition, offset, token)), Some(legit)) = (commit, legit) {
+                if let Some((partition, offset, token, legit)) = commit {
                     if matches!(event, Event::CommitResult { result: Ok(()), .. }) {
                         let processed = self
                             .processed

@@ -1144,17 +1144,7 @@ impl World {
     fn serve(&mut self, index: usize, session: SessionId, command: StoreRequest) {
         let now = self.now;
         self.server_touch(session);
-        let commit = match &command.op {
-            StoreOp::CommitOffset {
-                partition,
-                offset,
-                token,
-            } => Some((partition.clone(), *offset, *token)),
-            _ => None,
-        };
-        let legit = commit
-            .as_ref()
-            .map(|(p, _, token)| self.owns(session, p, *token));
+        let commit = check::arriving_commit(&self.store, &self.layout, session, &command.op);
         let info = match &self.nodes[index].member {
             Some(member) => member.info().clone(),
             None => return,
@@ -1173,7 +1163,7 @@ impl World {
         self.deliver_watches(fired);
         match execution {
             Execution::Done(event) => {
-                if let (Some((partition, offset, token)), Some(legit)) = (commit, legit) {
+                if let Some((partition, offset, token, legit)) = commit {
                     if matches!(event, Event::CommitResult { result: Ok(()), .. }) {
                         self.check_commit(index, &partition, offset, token, legit);
                     }
@@ -1219,10 +1209,6 @@ impl World {
                 );
             }
         }
-    }
-
-    fn owns(&self, session: SessionId, partition: &TopicPartition, token: FencingToken) -> bool {
-        check::owns(&self.store, &self.layout, session, partition, token)
     }
 
     fn check_commit(
