@@ -140,8 +140,7 @@ kafka_libs() {
 # Like Kafka's own, never one that starts with `-`: the storage tool would
 # read it as an option and fail (one start in 64).
 kafka_cluster_id() {
-    local id
-    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    local id=-
     while [ "${id:0:1}" = "-" ]; do
         id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
     done
