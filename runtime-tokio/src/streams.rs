@@ -41,19 +41,14 @@ pub const ERRORS_CAPACITY: usize = 64;
 /// (the offset stays at it, and the partition is committed up to it when it
 /// moves).
 pub struct Messages {
-    inner: Option<Pin<Box<dyn Stream<Item = Message> + Send>>>,
+    /// The partitions' queues, polled in place (`None`: without Kafka).
+    inner: Option<Interleaved>,
 }
 
 impl Messages {
     /// Every partition's messages, in turns (`None`: without Kafka).
     pub(crate) fn group(interleaved: Option<Interleaved>) -> Messages {
-        Messages {
-            inner: interleaved.map(|mut interleaved| {
-                Box::pin(futures_util::stream::poll_fn(move |cx| {
-                    interleaved.poll_next(cx)
-                })) as _
-            }),
-        }
+        Messages { inner: interleaved }
     }
 
     /// The next message (`None` once the member has closed, or without
@@ -68,7 +63,7 @@ impl Stream for Messages {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         match self.inner.as_mut() {
-            Some(inner) => inner.as_mut().poll_next(cx),
+            Some(inner) => inner.poll_next(cx),
             None => Poll::Ready(None),
         }
     }
