@@ -104,8 +104,9 @@ impl Harness {
     /// of the 1,000 partitions.
     fn settled(strategy: Arc<dyn AssignmentStrategy>) -> Harness {
         let name = strategy.name().to_owned();
-        let mut config = Config::new("bench", OURS, ["t"]).expect("valid bench config");
-        config.strategy = strategy;
+        let config = Config::new("bench", OURS, ["t"])
+            .expect("valid bench config")
+            .with_strategy(strategy);
         let t0 = Instant::now();
         let member = Member::new(config, 42, t0).expect("valid bench config");
         let mut h = Harness {

@@ -48,7 +48,7 @@
 //! let start = Instant::now();
 //! let (mut store, layout) = (Store::new(), Layout::new("", "orders"));
 //! let config = Config::new("orders", "worker-1", ["payments"])?;
-//! let session = store.open_session(start, config.session_timeout);
+//! let session = store.open_session(start, config.session_timeout());
 //! let mut member = Member::new(config, 7, start)?;
 //! member.set_partition_counts(start, [("payments".to_owned(), 4)].into());
 //!

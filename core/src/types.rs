@@ -110,6 +110,34 @@ impl MemberId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// An id made of where a process runs and something unique to it:
+    /// `<host>-<pid>-<nonce as 8 hex digits>`, the host name cut to what a
+    /// store path element allows (`/` and control characters become `_`,
+    /// at most 200 bytes; an empty one is `host`). Two processes on one
+    /// host differ by their pid, two runs of one pid by their nonce. The
+    /// runtime's `generate_member_id` fills in the host, the pid and a
+    /// random nonce; this function only composes them, so that it stays
+    /// free of I/O.
+    pub fn from_parts(host: &str, pid: u32, nonce: u32) -> MemberId {
+        let mut host: String = host
+            .chars()
+            .map(|c| if c == '/' || c.is_control() { '_' } else { c })
+            .collect();
+        while host.len() > 200 {
+            host.pop();
+        }
+        if host.is_empty() || host == "." || host == ".." {
+            host = "host".to_owned();
+        }
+        MemberId(Arc::from(format!("{host}-{pid}-{nonce:08x}")))
+    }
+}
+
+impl AsRef<str> for MemberId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
 }
 
 impl fmt::Debug for MemberId {
@@ -155,9 +183,26 @@ impl fmt::Display for TopicPartition {
     }
 }
 
+/// As its text, `topic/partition`, so that it can key a JSON object.
+#[cfg(feature = "serde")]
+impl serde::Serialize for TopicPartition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// As its text.
+#[cfg(feature = "serde")]
+impl serde::Serialize for MemberId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
 /// The store's id of a member's session: a ZooKeeper session id or an etcd
 /// lease id. Records created under a session vanish when it ends.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
 pub struct SessionId(pub u64);
 
 /// The id the core gives each store request; its result carries the same id,
@@ -170,4 +215,5 @@ pub struct RequestId(pub u64);
 /// application can use it to fence its own side effects, and the store uses
 /// it to fence offset commits.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
 pub struct FencingToken(pub u64);

@@ -79,11 +79,11 @@ fn counts(n: u32) -> PartitionCounts {
 }
 
 fn config_with(prefer: &[(u32, &str)]) -> Config {
-    let mut config = Config::new("g", OURS, ["t"]).unwrap();
-    config.strategy = Arc::new(Fixed {
-        prefer: prefer.iter().map(|(p, m)| (tp(*p), vec![mid(m)])).collect(),
-    });
-    config
+    Config::new("g", OURS, ["t"])
+        .unwrap()
+        .with_strategy(Arc::new(Fixed {
+            prefer: prefer.iter().map(|(p, m)| (tp(*p), vec![mid(m)])).collect(),
+        }))
 }
 
 fn base_config() -> Config {
@@ -580,7 +580,7 @@ fn no_committed_offset_starts_at_the_configured_initial_offset() {
     assert_eq!(h.own(claim, &tp(0), 5, None), FetchFrom::Oldest);
 
     let mut newest = base_config();
-    newest.initial_offset = tenure_core::InitialOffset::Newest;
+    newest = newest.with_initial_offset(tenure_core::InitialOffset::Newest);
     let mut h = Harness::new(newest);
     h.join(&[info(OURS)]);
     let commands = h.set_counts(counts(1));
@@ -668,7 +668,7 @@ fn commit_now_commits_what_was_processed_without_waiting_for_the_interval() {
 #[test]
 fn offsets_kept_by_the_application_are_never_read_nor_written() {
     let mut config = base_config();
-    config.store_offsets = false;
+    config = config.with_store_offsets(false);
     let mut h = Harness::new(config);
     h.auto_heartbeat = Some(Ok(()));
     h.join(&[info(OURS)]);
@@ -789,7 +789,7 @@ fn a_watched_owner_is_looked_at_again_if_the_notification_is_lost() {
 #[test]
 fn no_node_on_the_follow_up_read_retries_after_a_bounded_backoff_forever() {
     let config = base_config();
-    let (min, max) = (config.backoff_min, config.backoff_max);
+    let (min, max) = (config.backoff_min(), config.backoff_max());
     let mut h = Harness::new(config);
     h.join(&[info(OURS)]);
     let commands = h.set_counts(counts(1));
@@ -1104,7 +1104,7 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
 #[test]
 fn a_release_that_never_drains_times_out_then_commits_and_releases() {
     let mut config = config_with(&[(0, "m0")]);
-    config.processing_timeout = secs(30);
+    config = config.with_processing_timeout(secs(30));
     let mut h = Harness::new(config);
     h.auto_heartbeat = Some(Ok(()));
     h.owning(1);
@@ -1261,7 +1261,7 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
 #[test]
 fn a_stalled_claim_is_reported_once_and_goes_on() {
     let config = base_config();
-    let threshold = config.claim_stall_threshold;
+    let threshold = config.claim_stall_threshold();
     let mut h = Harness::new(config);
     h.join(&[info(OURS)]);
     let commands = h.set_counts(counts(1));
@@ -1322,7 +1322,7 @@ fn a_stalled_claim_is_reported_once_and_goes_on() {
 #[test]
 fn a_suspended_session_holds_fetching_before_it_could_expire_and_resumes_where_it_stood() {
     let config = base_config();
-    let (timeout, margin) = (config.session_timeout, config.suspension_margin);
+    let (timeout, margin) = (config.session_timeout(), config.suspension_margin());
     let mut h = Harness::new(config);
     h.owning(1);
     h.advance(secs(1));
@@ -1576,7 +1576,7 @@ fn a_strategy_mismatch_is_reported_once_and_freezes_the_assignment() {
 fn a_pattern_subscription_mismatch_is_reported_once_and_freezes_the_assignment() {
     let mut config = config_with(&[(0, "m0")]);
     let ours = tenure_core::Subscription::matching("t|u").unwrap();
-    config.subscription = ours.clone();
+    config = config.with_subscription(ours.clone());
     let mut h = Harness::new(config);
     h.owning(2);
     let before = h.member.assigned().clone();
@@ -1813,22 +1813,23 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
         "claim_stall_threshold",
         "suspension_margin",
     ] {
-        let mut config = base_config();
-        match name {
-            "session_timeout" => config.session_timeout = Duration::ZERO,
-            "processing_timeout" => config.processing_timeout = Duration::ZERO,
-            "commit_interval" => config.commit_interval = Duration::ZERO,
-            "backoff_min" => config.backoff_min = Duration::ZERO,
-            "backoff_max" => config.backoff_max = Duration::ZERO,
-            "suspension_margin" => config.suspension_margin = Duration::ZERO,
-            _ => config.claim_stall_threshold = Duration::ZERO,
-        }
+        let config = base_config();
+        let zero = Duration::ZERO;
+        let config = match name {
+            "session_timeout" => config
+                .with_session_timeout(zero)
+                .with_suspension_margin(secs(1)),
+            "processing_timeout" => config.with_processing_timeout(zero),
+            "commit_interval" => config.with_commit_interval(zero),
+            "backoff_min" => config.with_backoff(zero, secs(2)),
+            "backoff_max" => config.with_backoff(secs(1), zero),
+            "suspension_margin" => config.with_suspension_margin(zero),
+            _ => config.with_claim_stall_threshold(zero),
+        };
         assert_eq!(refused(config), Some(ConfigError::Zero { name }), "{name}");
     }
 
-    let mut config = base_config();
-    config.backoff_min = secs(3);
-    config.backoff_max = secs(2);
+    let config = base_config().with_backoff(secs(3), secs(2));
     assert_eq!(
         refused(config),
         Some(ConfigError::NotBelow {
@@ -1838,14 +1839,14 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
             bound: secs(2),
         })
     );
-    let mut config = Config::new("g", OURS, ["t"]).unwrap();
-    config.backoff_min = secs(2);
-    config.backoff_max = secs(2);
+    let config = Config::new("g", OURS, ["t"])
+        .unwrap()
+        .with_backoff(secs(2), secs(2));
     assert!(Member::new(config, 1, t0).is_ok(), "equal bounds are fine");
 
     for margin in [secs(10), secs(11)] {
         let mut config = config_with(&[]);
-        config.suspension_margin = margin;
+        config = config.with_suspension_margin(margin);
         assert_eq!(
             refused(config),
             Some(ConfigError::NotBelow {
@@ -1862,19 +1863,15 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
             Err(ConfigError::Name(e)) => assert_eq!((e.kind, e.name.as_str()), ("group", group)),
             other => panic!("group {group:?}: {other:?}"),
         }
-        let mut config = base_config();
-        config.group = group.to_owned();
-        assert!(
-            matches!(refused(config), Some(ConfigError::Name(_))),
-            "{group:?}"
-        );
     }
     match Config::new("g", OURS, ["bad topic!"]) {
         Err(ConfigError::Name(e)) => assert_eq!((e.kind, e.name.as_str()), ("topic", "bad topic!")),
         other => panic!("{other:?}"),
     }
     let mut config = base_config();
-    config.subscription = tenure_core::Subscription::Topics(["bad topic!".to_owned()].into());
+    config = config.with_subscription(tenure_core::Subscription::Topics(
+        ["bad topic!".to_owned()].into(),
+    ));
     assert!(matches!(refused(config), Some(ConfigError::Name(_))));
     assert!(matches!(
         Config::new("g", "a/b", ["t"]),
@@ -1885,7 +1882,7 @@ fn invalid_configurations_are_refused_with_the_setting_named() {
         Some(ConfigError::NoTopics)
     );
     let mut config = base_config();
-    config.subscription = tenure_core::Subscription::Topics(Default::default());
+    config = config.with_subscription(tenure_core::Subscription::Topics(Default::default()));
     assert_eq!(refused(config), Some(ConfigError::NoTopics));
 }
 
@@ -1894,11 +1891,11 @@ fn with_session_timeout_keeps_the_derived_settings_consistent() {
     let config = Config::new("g", OURS, ["t"])
         .unwrap()
         .with_session_timeout(secs(30));
-    assert_eq!(config.session_timeout, secs(30));
-    assert_eq!(config.suspension_margin, secs(6));
+    assert_eq!(config.session_timeout(), secs(30));
+    assert_eq!(config.suspension_margin(), secs(6));
     assert_eq!(
-        config.claim_stall_threshold,
-        config.processing_timeout + secs(30)
+        config.claim_stall_threshold(),
+        config.processing_timeout() + secs(30)
     );
     assert!(config.validate().is_ok());
     // A short session timeout leaves a margin below it.

@@ -150,9 +150,9 @@ impl Sim {
     fn new(seed: u64, strict: Strict) -> Sim {
         let t0 = Instant::now();
         let mut config = Config::new("g", OURS, TOPICS).unwrap();
-        config.strategy = Arc::new(Deal);
-        config.processing_timeout = Duration::from_secs(20);
-        config.claim_stall_threshold = Duration::from_secs(30);
+        config = config.with_strategy(Arc::new(Deal));
+        config = config.with_processing_timeout(Duration::from_secs(20));
+        config = config.with_claim_stall_threshold(Duration::from_secs(30));
         Sim {
             member: Member::new(config, seed, t0).unwrap(),
             t0,

@@ -91,7 +91,7 @@ fn config(name: &str) -> Config {
         .with_session_timeout(Duration::from_secs(10))
         .with_processing_timeout(Duration::from_secs(60));
     // The legacy range strategy, as the original system used.
-    config.strategy = Arc::new(Range);
+    config = config.with_strategy(Arc::new(Range));
     config
 }
 

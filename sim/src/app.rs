@@ -80,8 +80,11 @@ impl Holdings {
             } => {
                 let start = match from {
                     FetchFrom::Offset(o) => o,
-                    FetchFrom::Oldest => 0,
                     FetchFrom::Newest => newest(&partition),
+                    // The simulated members start at the oldest offset
+                    // (`FetchFrom::Unset` needs an application that seeks,
+                    // which the simulation has not).
+                    _ => 0,
                 };
                 self.fetching.insert(partition.clone(), (token, start));
                 Applied::Fetching(partition)

@@ -258,15 +258,15 @@ impl ExploreConfig {
     }
 
     fn member_config(&self, index: usize) -> Result<Config, String> {
-        let mut config = Config::new("explore", &format!("m{index}"), ["t"])
+        let strategy = assignment::by_name(&self.strategy)
+            .ok_or_else(|| format!("unknown strategy {:?}", self.strategy))?;
+        let config = Config::new("explore", format!("m{index}"), ["t"])
             .map_err(|e| e.to_string())?
             .with_session_timeout(self.session_timeout)
-            .with_processing_timeout(self.processing_timeout);
-        config.commit_interval = self.commit_interval;
-        config.backoff_min = self.backoff_min;
-        config.backoff_max = self.backoff_max;
-        config.strategy = assignment::by_name(&self.strategy)
-            .ok_or_else(|| format!("unknown strategy {:?}", self.strategy))?;
+            .with_processing_timeout(self.processing_timeout)
+            .with_commit_interval(self.commit_interval)
+            .with_backoff(self.backoff_min, self.backoff_max)
+            .with_strategy(strategy);
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -413,12 +413,15 @@ impl Model {
         let first = &members[0];
         let q = config.quantum.as_nanos();
         for (name, d) in [
-            ("session timeout", first.session_timeout),
-            ("suspension margin", first.suspension_margin),
-            ("a third of the session timeout", first.session_timeout / 3),
-            ("processing timeout", first.processing_timeout),
-            ("commit interval", first.commit_interval),
-            ("claim-stall threshold", first.claim_stall_threshold),
+            ("session timeout", first.session_timeout()),
+            ("suspension margin", first.suspension_margin()),
+            (
+                "a third of the session timeout",
+                first.session_timeout() / 3,
+            ),
+            ("processing timeout", first.processing_timeout()),
+            ("commit interval", first.commit_interval()),
+            ("claim-stall threshold", first.claim_stall_threshold()),
         ] {
             if !d.as_nanos().is_multiple_of(q) {
                 return Err(format!(
@@ -427,16 +430,16 @@ impl Model {
                 ));
             }
         }
-        if first.suspension_margin <= config.quantum {
+        if first.suspension_margin() <= config.quantum {
             return Err("the suspension margin must exceed the grid step".to_owned());
         }
         // No deadline lies further from the moment it was set than the
         // longest of these; moments older than that are all alike.
-        let horizon = first.claim_stall_threshold
-            + first.session_timeout
-            + first.processing_timeout
-            + first.commit_interval
-            + first.backoff_max;
+        let horizon = first.claim_stall_threshold()
+            + first.session_timeout()
+            + first.processing_timeout()
+            + first.commit_interval()
+            + first.backoff_max();
         Ok(Model {
             config: config.clone(),
             epoch: Instant::now(),

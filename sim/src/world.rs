@@ -104,16 +104,21 @@ impl SimConfig {
 
     fn member_config(&self, id: &str) -> Result<Config, String> {
         let topics: Vec<&str> = self.topics.iter().map(|(t, _)| t.as_str()).collect();
-        let mut config = Config::new("sim", id, topics)
-            .map_err(|e| e.to_string())?
-            .with_session_timeout(self.session_timeout)
-            .with_processing_timeout(self.processing_timeout);
-        config.commit_interval = self.commit_interval;
-        config.backoff_max = self.backoff_max;
-        config.backoff_min = Duration::from_millis(10).min(self.backoff_max);
-        config.strategy = assignment::by_name(&self.strategy)
+        let strategy = assignment::by_name(&self.strategy)
             .ok_or_else(|| format!("unknown strategy {:?}", self.strategy))?;
-        Ok(config)
+        Config::new("sim", id, topics)
+            .map(|config| {
+                config
+                    .with_session_timeout(self.session_timeout)
+                    .with_processing_timeout(self.processing_timeout)
+                    .with_commit_interval(self.commit_interval)
+                    .with_backoff(
+                        Duration::from_millis(10).min(self.backoff_max),
+                        self.backoff_max,
+                    )
+                    .with_strategy(strategy)
+            })
+            .map_err(|e| e.to_string())
     }
 }
 

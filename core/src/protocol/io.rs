@@ -205,6 +205,12 @@ pub enum ClaimOutcome {
 
 /// Where a fetch starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
 pub enum FetchFrom {
     /// At this offset (a committed offset, or where consumption paused).
     Offset(Offset),
@@ -212,6 +218,10 @@ pub enum FetchFrom {
     Oldest,
     /// At the newest offset (nothing committed yet).
     Newest,
+    /// Nowhere yet: nothing is committed and the initial-offset policy is
+    /// [`crate::InitialOffset::None`]. The application says where (a seek,
+    /// or its own start offset); until then nothing is fetched.
+    Unset,
 }
 
 /// A request for the store, taken from

@@ -187,11 +187,11 @@ impl Member {
     pub fn new(config: Config, seed: u64, now: Instant) -> Result<Member, ConfigError> {
         config.validate()?;
         let info = MemberInfo {
-            id: config.member.clone(),
-            subscription: config.subscription.clone(),
-            strategy: config.strategy.name().to_owned(),
+            id: config.member().clone(),
+            subscription: config.subscription().clone(),
+            strategy: config.strategy().name().to_owned(),
         };
-        let next_commit = now + config.commit_interval;
+        let next_commit = now + config.commit_interval();
         Ok(Member {
             config,
             info,
@@ -548,7 +548,7 @@ impl Member {
 
     fn lease_end(&self) -> Option<Instant> {
         let heard = self.last_heard?;
-        Some(heard + self.config.session_timeout - self.config.suspension_margin)
+        Some(heard + self.config.session_timeout() - self.config.suspension_margin())
     }
 
     fn may_consume(&self) -> bool {
@@ -787,7 +787,7 @@ impl Member {
         if self.partitions.values().any(|s| s.fetch == Fetch::Fetching) {
             entry(self.lease_end(), Timer::LeaseEnd);
         }
-        let threshold = self.config.claim_stall_threshold;
+        let threshold = self.config.claim_stall_threshold();
         for (partition, state) in &self.partitions {
             state.timers(threshold, |at, timer| {
                 entry(Some(at), Timer::Partition(partition, timer));
@@ -818,7 +818,7 @@ impl Member {
         }
         Some(
             self.last_heard
-                .map_or(self.now, |t| t + self.config.session_timeout / 3),
+                .map_or(self.now, |t| t + self.config.session_timeout() / 3),
         )
     }
 
@@ -897,7 +897,7 @@ impl Member {
             return None;
         }
         self.reported_mismatch = None;
-        Some(self.config.strategy.assign_to(
+        Some(self.config.strategy().assign_to(
             members,
             &self.counts,
             &mut self.assignment_memo,
@@ -916,7 +916,7 @@ impl Member {
     fn start_claiming(&mut self, partition: &TopicPartition) {
         self.partitions.insert(
             partition.clone(),
-            PartitionState::claiming(self.now, self.config.store_offsets),
+            PartitionState::claiming(self.now, self.config.store_offsets()),
         );
         self.outbox.app(AppEvent::Claiming {
             partition: partition.clone(),
@@ -1006,7 +1006,7 @@ impl Member {
             AfterClaim::Ignored => {}
             AfterClaim::Owned(token) => {
                 self.announce_claim(&partition, token);
-                if self.config.store_offsets {
+                if self.config.store_offsets() {
                     self.send(&partition, PartitionRequest::ReadOffset);
                 } else {
                     let initial = self.initial_fetch();
@@ -1050,7 +1050,7 @@ impl Member {
         };
         // A lost notification must not strand the claim: look again once
         // a session timeout has passed.
-        let recheck = self.now + self.config.session_timeout;
+        let recheck = self.now + self.config.session_timeout();
         let next = self.transition(&partition, |state, cx| {
             state.watch_result(result, recheck, cx.backoff())
         });
@@ -1118,9 +1118,10 @@ impl Member {
 
     /// Where a partition with no committed offset starts.
     fn initial_fetch(&self) -> FetchFrom {
-        match self.config.initial_offset {
+        match self.config.initial_offset() {
             InitialOffset::Oldest => FetchFrom::Oldest,
             InitialOffset::Newest => FetchFrom::Newest,
+            InitialOffset::None => FetchFrom::Unset,
         }
     }
 
@@ -1189,7 +1190,7 @@ impl Member {
     /// Stops claiming or owning a partition the assignment no longer gives
     /// us.
     fn let_go(&mut self, partition: &TopicPartition) {
-        let drain_deadline = self.now + self.config.processing_timeout;
+        let drain_deadline = self.now + self.config.processing_timeout();
         let Some(state) = self.partitions.get_mut(partition) else {
             return;
         };
@@ -1235,7 +1236,7 @@ impl Member {
         if end.timed_out {
             self.report(Error::DrainTimeout {
                 partition: partition.clone(),
-                timeout: self.config.processing_timeout,
+                timeout: self.config.processing_timeout(),
             });
         }
         if let Some(request) = end.send {
@@ -1324,7 +1325,7 @@ impl Member {
             Timer::LeaseEnd => {}
             Timer::Partition(partition, timer) => self.fire_partition(partition, timer),
             Timer::CommitInterval => {
-                self.next_commit = self.now + self.config.commit_interval;
+                self.next_commit = self.now + self.config.commit_interval();
                 self.interval_commits();
             }
             Timer::Deregister => {
@@ -1424,7 +1425,7 @@ fn mismatch(ours: &MemberInfo, members: &[MemberInfo]) -> Option<Error> {
 }
 
 fn backoff_end(rng: &mut SplitMix64, config: &Config, now: Instant, attempt: u32) -> Instant {
-    now + backoff::delay(rng, config.backoff_min, config.backoff_max, attempt)
+    now + backoff::delay(rng, config.backoff_min(), config.backoff_max(), attempt)
 }
 
 /// What a deadline of the member's timer table is for. `P` names a
@@ -1476,7 +1477,9 @@ impl Member {
         // Beyond this many failures the backoff no longer grows: further
         // failures are alike (see `backoff::delay`).
         let saturation = (0..20u32)
-            .find(|&k| self.config.backoff_min.saturating_mul(1 << k) >= self.config.backoff_max)
+            .find(|&k| {
+                self.config.backoff_min().saturating_mul(1 << k) >= self.config.backoff_max()
+            })
             .unwrap_or(20);
         let attempts = |n: u32| n.min(saturation);
         let step = |canon: &mut crate::canon::Canon, step: Step| match step {
