@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use common::Store;
 use tenure::core::{Config, MemberId, TopicPartition};
-use tenure::tokio::{Backend, GroupMember, StaticMembership, View};
+use tenure::tokio::{Backend, GroupMember, MemberHandle, StaticMembership, View};
 use tokio::sync::mpsc;
 
 /// How coordination scales: members (tasks of this process) over
@@ -337,7 +337,7 @@ struct Bench {
 }
 
 impl Bench {
-    async fn join(&mut self, member: &str, static_member: bool) -> Result<GroupMember, String> {
+    async fn join(&mut self, member: &str, static_member: bool) -> Result<MemberHandle, String> {
         let (backend, requests) = backend(&self.options, &self.prefix)?;
         self.requests.push(requests);
         let config = Config::new(&self.group, member, ["t"])
@@ -370,7 +370,7 @@ impl Bench {
     /// requests).
     async fn rolling_restart(
         &mut self,
-        members: &mut BTreeMap<String, GroupMember>,
+        members: &mut BTreeMap<String, MemberHandle>,
         static_members: bool,
     ) -> Result<(u64, Duration, u64), String> {
         self.watcher.reset();
@@ -380,7 +380,7 @@ impl Bench {
             let started = Instant::now();
             let requests_at_start = self.requests();
             let member = members.remove(name).ok_or("a member vanished")?;
-            member.close().await.map_err(|e| format!("{name}: {e}"))?;
+            let _ = member.close().await.map_err(|e| format!("{name}: {e}"))?;
             let closed = started.elapsed();
             // Settled again only once the new instance says so.
             while let Ok((member, view)) = self.watcher.updates.try_recv() {
@@ -436,7 +436,7 @@ async fn run(args: Args) -> Result<(), String> {
     let names: Vec<String> = (0..m).map(|i| format!("m{i:03}")).collect();
     let started = Instant::now();
     let joins = join_all(&mut bench, &names).await?;
-    let mut members: BTreeMap<String, GroupMember> = names.iter().cloned().zip(joins).collect();
+    let mut members: BTreeMap<String, MemberHandle> = names.iter().cloned().zip(joins).collect();
     bench.watcher.settled(&names, p).await?;
     let cold_start = started.elapsed();
     println!(
@@ -462,7 +462,7 @@ async fn run(args: Args) -> Result<(), String> {
     let started = Instant::now();
     let before = bench.requests();
     if let Some(member) = members.remove(&extra) {
-        member.close().await.map_err(|e| e.to_string())?;
+        let _ = member.close().await.map_err(|e| e.to_string())?;
     }
     bench.watcher.forget(&extra);
     bench.watcher.settled(&names, p).await?;
@@ -509,7 +509,7 @@ async fn run(args: Args) -> Result<(), String> {
 }
 
 /// Joins every member of `names` at once.
-async fn join_all(bench: &mut Bench, names: &[String]) -> Result<Vec<GroupMember>, String> {
+async fn join_all(bench: &mut Bench, names: &[String]) -> Result<Vec<MemberHandle>, String> {
     let mut joining = Vec::new();
     for name in names {
         let (backend, requests) = backend(&bench.options, &bench.prefix)?;
@@ -539,8 +539,9 @@ async fn join_all(bench: &mut Bench, names: &[String]) -> Result<Vec<GroupMember
 
 /// Prints what `member` reports on its error stream (a stalled claim, a
 /// session that could not be resumed...), so that a slow step says why.
-fn report_problems(name: &str, mut member: GroupMember) -> GroupMember {
-    let mut errors = member.errors();
+fn report_problems(name: &str, member: GroupMember) -> MemberHandle {
+    let (member, streams) = member.split();
+    let mut errors = streams.errors;
     let name = name.to_owned();
     tokio::spawn(async move {
         while let Some(problem) = errors.next().await {

@@ -178,7 +178,7 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
     if args.produce > 0 {
         produce(&kafka, &args.topic, args.partitions, args.produce).await?;
     }
-    let mut member = GroupMember::builder(config)
+    let member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka))
         .join(store)
         .await
@@ -192,7 +192,11 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
     };
     tokio::pin!(stop);
     // The member's streams live apart from it: one select! waits on all.
-    let (mut messages, mut errors) = (member.messages(), member.errors());
+    let (member, streams) = member.split();
+    let (mut messages, mut errors) = (
+        streams.messages.expect("a member with Kafka"),
+        streams.errors,
+    );
     let mut consumed = 0u64;
     loop {
         tokio::select! {
@@ -213,7 +217,7 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
             Some(problem) = errors.next() => eprintln!("problem: {problem}"),
         }
     }
-    member.close().await.map_err(|e| e.to_string())?;
+    let _ = member.close().await.map_err(|e| e.to_string())?;
     println!("consumed {consumed} messages; left the group cleanly");
     Ok(())
 }

@@ -28,11 +28,11 @@ struct Node {
 
 fn join(store: &mut Store, name: &str, now: Instant) -> Result<Node, String> {
     let mut config = Config::new("plain", name, ["orders"]).map_err(|e| e.to_string())?;
-    config.commit_interval = Duration::from_millis(500);
+    config = config.with_commit_interval(Duration::from_millis(500));
     let mut member = Member::new(config.clone(), 42, now).map_err(|e| e.to_string())?;
     // Where a Kafka consumer would read the topic's metadata.
     member.set_partition_counts(now, [("orders".to_owned(), 6)].into());
-    let session = store.open_session(now, config.session_timeout);
+    let session = store.open_session(now, config.session_timeout());
     let mut inbox = VecDeque::new();
     inbox.push_back(Event::SessionEstablished { session });
     Ok(Node {

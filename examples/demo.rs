@@ -333,7 +333,7 @@ async fn work(
                         FetchFrom::Offset(offset) => offset,
                         // The synthetic log starts empty with the demo, so
                         // its oldest and newest offsets are both 0.
-                        FetchFrom::Oldest | FetchFrom::Newest => 0,
+                        _ => 0,
                     };
                     let run = locked(&ledger).begin(partition.partition, &id, token, start);
                     let lane = Lane { token, run, started: Instant::now(), start, next: start };
@@ -414,7 +414,7 @@ impl Worker {
         config = config
             .with_session_timeout(SESSION)
             .with_processing_timeout(Duration::from_secs(2));
-        config.commit_interval = COMMIT_INTERVAL;
+        config = config.with_commit_interval(COMMIT_INTERVAL);
         let member = GroupMember::builder(config)
             .partitions([(TOPIC.to_owned(), setup.partitions)].into())
             .view_log(setup.log)

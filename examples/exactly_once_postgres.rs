@@ -27,7 +27,7 @@
 //! It prints one line per thing that happened, for people and for the
 //! chaos tool (`chaos --sink postgres`, of the `tenure-chaos` crate, runs it
 //! as its member; `examples/common/lines.rs` writes the lines both share):
-//! `ready`; `e <wall ms> <assigned|suspended|resumed|revoking|revoked>
+//! `ready`; `e <wall ms> <assigned|suspended|resumed|revoking|revoked|lost>
 //! <partition> <token>`; `f <wall ms> <partition> <token> <stored token>
 //! <dropped>` for a write the database refused because a newer claim had
 //! fenced the partition; `x <wall ms> <partition> <fence|write> <attempt>
@@ -229,16 +229,16 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .with_session_timeout(session);
     let member = GroupMember::builder(config).kafka(KafkaConfig::new(&kafka));
-    let mut consumer = ExactlyOnce::builder(member, Working { sink, work })
+    let (consumer, streams) = ExactlyOnce::builder(member, Working { sink, work })
         .join(backend(args.store, address)?)
         .await
         .map_err(|e| format!("member {member_id}: {e}"))?;
     say("ready");
 
-    let mut events = consumer.events();
+    let mut events = streams.events;
     // The writers' reports, printed as they come until the writers are
     // gone with the close.
-    let mut reports = consumer.reports();
+    let mut reports = streams.reports;
     let printing_reports = tokio::spawn(async move {
         while let Some(report) = reports.next().await {
             print_report(&report);
@@ -264,7 +264,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     let stats = consumer.stats();
-    close_printing_events(consumer.close(), &mut events)
+    let _ = close_printing_events(consumer.close(), &mut events)
         .await
         .map_err(|e| format!("close: {e}"))?;
     // The last reports, if the writers had any left (they stop with the

@@ -176,7 +176,7 @@ fn max_unowned_ms(log: &Log, run: &Run, partitions: u32, from: u64, until: u64) 
             "assigned" | "resumed" => {
                 open.entry((member, *p)).or_insert(*at);
             }
-            "suspended" | "revoked" => {
+            "suspended" | "revoked" | "lost" => {
                 if let Some(since) = open.remove(&(member.as_str(), *p)) {
                     held.entry(*p).or_default().push((since, *at));
                 }
@@ -244,7 +244,7 @@ fn held_at(log: &Log, id: &str, at: u64) -> BTreeSet<u32> {
                 "assigned" | "resumed" => {
                     state.insert(*p, true);
                 }
-                "suspended" | "revoked" => {
+                "suspended" | "revoked" | "lost" => {
                     state.insert(*p, false);
                 }
                 _ => {}

@@ -54,18 +54,22 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
     let config = Config::new(&group, &id, [&topic])
         .map_err(|e| e.to_string())?
         .with_session_timeout(session);
-    let mut member = GroupMember::builder(config)
+    let (member, streams) = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka))
         .join(backend)
         .await
-        .map_err(|e| format!("member {id}: {e}"))?;
+        .map_err(|e| format!("member {id}: {e}"))?
+        .split();
     say("ready");
-    let mut events = member.events();
+    let mut events = streams.events;
+    let mut messages = streams
+        .messages
+        .ok_or_else(|| format!("member {id}: no message stream"))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("member {id}: SIGTERM: {e}"))?;
     loop {
         tokio::select! {
-            message = member.next_message() => {
+            message = messages.next() => {
                 let Some(message) = message else { break };
                 say(format_args!(
                     "m {} {} {} {}",
@@ -80,7 +84,7 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
             _ = terminate.recv() => break,
         }
     }
-    close_printing_events(member.close(), &mut events)
+    let _ = close_printing_events(member.close(), &mut events)
         .await
         .map_err(|e| format!("member {id}: close: {e}"))?;
     say("closed");

@@ -1,6 +1,6 @@
 //! The lines a member process prints for the chaos tool, which reads them
 //! as they come (`chaos/src/transcript.rs`): `ready` once it joined,
-//! `e <wall ms> <assigned|suspended|resumed|revoking|revoked> <partition>
+//! `e <wall ms> <assigned|suspended|resumed|revoking|revoked|lost> <partition>
 //! <token>` for each assignment change, `closed` after a clean close, and
 //! lines of each kind of member's own (`chaos member`'s `m` for a message
 //! handed out, `exactly_once_postgres`'s `f` and `x` for a write refused or
@@ -42,6 +42,7 @@ pub fn print_event(event: &AssignmentEvent) {
         } => ("suspended", partition, token),
         AssignmentEvent::Revoking { partition, token } => ("revoking", partition, token),
         AssignmentEvent::Revoked { partition, token } => ("revoked", partition, token),
+        AssignmentEvent::Lost { partition, token } => ("lost", partition, token),
         _ => return,
     };
     say(format_args!(

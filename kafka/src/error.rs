@@ -71,6 +71,35 @@ pub enum KafkaError {
         /// Where fetching went on.
         reset: Offset,
     },
+    /// Looking up an offset of a partition (its log's bounds, the offset
+    /// of a time) failed or took too long.
+    #[error("looking up offsets of {partition} failed: {detail}")]
+    Lookup {
+        /// The partition.
+        partition: TopicPartition,
+        /// What the client said.
+        detail: String,
+    },
+    /// With the initial-offset policy `InitialOffset::None`: the partition
+    /// has no committed offset (and the application gave none), so it is
+    /// not fetched until the application says where to start (a seek).
+    /// The claim stays.
+    #[error("{partition} has no committed offset and the initial-offset policy is none; seek it to start")]
+    NoOffset {
+        /// The partition.
+        partition: TopicPartition,
+    },
+    /// With the initial-offset policy `InitialOffset::None`: the position
+    /// is no longer (or not yet) in the log, and nothing says where to go
+    /// instead; fetching stops until the application seeks. The claim
+    /// stays.
+    #[error("offset {offset} of {partition} is out of range and the initial-offset policy is none; seek it to go on")]
+    OutOfRange {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset that was out of range.
+        offset: Offset,
+    },
 }
 
 impl KafkaError {

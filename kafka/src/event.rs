@@ -7,6 +7,7 @@ use crate::error::KafkaError;
 
 /// What the data plane tells the member's task.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum DataEvent {
     /// Everything up to `offset` is processed.
     Processed(TopicPartition, FencingToken, Offset),
@@ -19,4 +20,15 @@ pub enum DataEvent {
     /// A fetch under the claim `token` saw this log-end offset (high
     /// watermark); sent only when it moved.
     HighWatermark(TopicPartition, FencingToken, Offset),
+    /// The application's start offset for the claim `token` could not be
+    /// read (`StartOffsets` failed); it is asked again after a pause, and
+    /// nothing is fetched until it answers.
+    StartOffsetFailed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
+        token: FencingToken,
+        /// What the application's function said.
+        error: crate::StartOffsetError,
+    },
 }

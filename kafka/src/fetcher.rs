@@ -70,13 +70,19 @@ impl Fetcher {
         }
     }
 
-    /// Where the initial-offset policy says to start.
-    async fn policy_offset(&self, client: &PartitionClient) -> Offset {
+    /// Where the initial-offset policy says to start (`None`: it says
+    /// nowhere).
+    async fn policy_offset(&self, client: &PartitionClient) -> Option<Offset> {
         let at = match self.initial {
             InitialOffset::Oldest => OffsetAt::Earliest,
             InitialOffset::Newest => OffsetAt::Latest,
+            _ => return None,
         };
-        self.offset_at(client, at).await
+        Some(self.offset_at(client, at).await)
+    }
+
+    fn report(&self, problem: KafkaError) {
+        let _ = self.events.send(DataEvent::Problem(problem));
     }
 
     pub(crate) async fn run(self, from: FetchFrom, sender: Outlet) {
@@ -85,7 +91,15 @@ impl Fetcher {
             FetchFrom::Offset(offset) => offset,
             FetchFrom::Oldest => self.offset_at(&client, OffsetAt::Earliest).await,
             FetchFrom::Newest => self.offset_at(&client, OffsetAt::Latest).await,
+            // Nowhere to start: a seek starts a new fetch.
+            _ => {
+                self.report(KafkaError::NoOffset {
+                    partition: self.partition.clone(),
+                });
+                return;
+            }
         };
+        self.ledger.started_at(next, self.generation);
         let max_wait = self.config.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32;
         let mut pause = Duration::from_millis(50);
         let mut reported_end = None;
@@ -157,14 +171,19 @@ impl Fetcher {
                     protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
                     ..
                 }) => {
-                    let reset = self.policy_offset(&client).await;
-                    let _ = self
-                        .events
-                        .send(DataEvent::Problem(KafkaError::OffsetReset {
+                    let Some(reset) = self.policy_offset(&client).await else {
+                        // No policy to guess with: a seek starts a new fetch.
+                        self.report(KafkaError::OutOfRange {
                             partition: self.partition.clone(),
                             offset: next,
-                            reset,
-                        }));
+                        });
+                        return;
+                    };
+                    self.report(KafkaError::OffsetReset {
+                        partition: self.partition.clone(),
+                        offset: next,
+                        reset,
+                    });
                     next = reset;
                 }
                 Err(e) => {

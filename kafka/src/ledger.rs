@@ -98,6 +98,9 @@ struct Ledger {
     generation: u64,
     /// Paused by the application: nothing is handed out until resumed.
     paused: bool,
+    /// Where the current fetch started (an offset its policy resolved, or
+    /// a seek's), for the position before anything is handed out.
+    started_at: Option<Offset>,
 }
 
 /// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
@@ -191,12 +194,32 @@ impl LedgerCell {
         }
         ledger.generation += 1;
         ledger.outstanding.clear();
+        ledger.started_at = Some(offset);
         ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
         if ledger.last_delivered > ledger.watermark {
             ledger.watermark = ledger.last_delivered;
             self.wake.moved.notify_one();
         }
         Some(ledger.paused)
+    }
+
+    /// The fetch of `generation` starts at `offset` (its policy resolved
+    /// it): the position until a message is handed out.
+    pub(crate) fn started_at(&self, offset: Offset, generation: u64) {
+        let mut ledger = self.lock();
+        if ledger.generation == generation && ledger.last_delivered.is_none() {
+            ledger.started_at = Some(offset);
+        }
+    }
+
+    /// The offset of the next message to be handed out: after the last one
+    /// handed out, else where the fetch starts (`None`: not known yet).
+    pub(crate) fn position(&self) -> Option<Offset> {
+        let ledger = self.lock();
+        ledger
+            .last_delivered
+            .map(|last| last.saturating_add(1))
+            .or(ledger.started_at)
     }
 
     /// Records a message handed to the application; `false` if it may not
@@ -303,6 +326,7 @@ impl Ledgers {
                 drained: false,
                 generation: 0,
                 paused: false,
+                started_at: None,
             }),
             wake: self.wake.clone(),
         });

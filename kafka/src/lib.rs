@@ -15,6 +15,7 @@
 //! - ledgers: which messages the application holds, turned into the
 //!   offset below which everything is processed (what the member commits)
 //!   and into drains ([`DataEvent`]);
+//! - [`lookup`]: the bounds of a partition's log and the offset of a time;
 //! - [`security`]: SASL and TLS for secured brokers.
 //!
 //! Fetching uses `rskafka`: Kafka 4.x accepts only the protocol versions it
@@ -32,6 +33,7 @@ mod error;
 mod event;
 mod fetcher;
 mod ledger;
+pub mod lookup;
 mod metadata;
 mod plane;
 pub mod security;
@@ -41,6 +43,9 @@ pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
 pub use error::KafkaError;
 pub use event::DataEvent;
 pub use ledger::Message;
+pub use lookup::LogOffsets;
 pub use metadata::{connect, subscribed_topics, Subscribed};
-pub use plane::{DataPlane, Delivery, StartOffsets};
+pub use plane::{DataPlane, Delivery, StartOffsetError, StartOffsets};
+/// The Kafka client the data plane fetches with ([`connect`] makes one).
+pub use rskafka::client::Client as KafkaClient;
 pub use security::{KafkaSecurity, SaslMechanism};

@@ -26,19 +26,58 @@ pub enum Delivery {
     PerPartition(mpsc::UnboundedSender<PartitionStream>),
 }
 
+/// Why the application's start offset could not be read: what its
+/// function returned, shared (the member reports it and asks again).
+pub type StartOffsetError = Arc<dyn std::error::Error + Send + Sync>;
+
 /// Where the application wants a newly claimed partition to start, from a
 /// store of its own (see `tenure_tokio::GroupMemberBuilder::start_offsets`):
 /// given the partition and its claim's token, the offset to start at, or
-/// `None` to start where the member would (the committed offset, or the
-/// initial-offset policy).
+/// `Ok(None)` to start where the member would (the committed offset, or the
+/// initial-offset policy). An error is reported and the question asked
+/// again after a pause, for as long as the claim holds: nothing is fetched
+/// until it answers, so a database that is down never turns into a start
+/// at the wrong offset.
 pub type StartOffsets = Arc<
     dyn Fn(
             TopicPartition,
             FencingToken,
-        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Offset>> + Send>>
-        + Send
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Option<Offset>, StartOffsetError>> + Send>,
+        > + Send
         + Sync,
 >;
+
+/// The first pause before asking the application's start offset again.
+const START_OFFSET_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest pause between two asks.
+const START_OFFSET_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Asks `ask` where the claim starts until it answers, reporting each
+/// failure; `from` where it says nothing.
+async fn ask_start(
+    ask: &StartOffsets,
+    partition: &TopicPartition,
+    token: FencingToken,
+    from: FetchFrom,
+    events: &mpsc::UnboundedSender<DataEvent>,
+) -> FetchFrom {
+    let mut pause = START_OFFSET_RETRY_MIN;
+    loop {
+        match ask(partition.clone(), token).await {
+            Ok(answer) => return answer.map_or(from, FetchFrom::Offset),
+            Err(error) => {
+                let _ = events.send(DataEvent::StartOffsetFailed {
+                    partition: partition.clone(),
+                    token,
+                    error,
+                });
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(START_OFFSET_RETRY_MAX);
+            }
+        }
+    }
+}
 
 /// A claim the data plane fetches for.
 struct Claim {
@@ -188,9 +227,10 @@ impl DataPlane {
         };
         let sender = claim.sender.clone();
         let (partition, token) = (partition.clone(), claim.token);
+        let events = self.events_tx.clone();
         claim.fetcher = Some(tokio::spawn(async move {
             let from = match ask {
-                Some(ask) => ask(partition, token).await.map_or(from, FetchFrom::Offset),
+                Some(ask) => ask_start(&ask, &partition, token, from, &events).await,
                 None => from,
             };
             fetcher.run(from, sender).await
@@ -281,6 +321,19 @@ impl DataPlane {
         }
         self.claims.insert(partition.clone(), claim);
         true
+    }
+
+    /// The claim `partition` is consumed under, with the offset of its
+    /// next message to be handed out (`None` in it while its fetch has not
+    /// found where it starts); `None` if it is not consumed here.
+    pub fn position(&self, partition: &TopicPartition) -> Option<(FencingToken, Option<Offset>)> {
+        let claim = self.claims.get(partition)?;
+        Some((claim.token, claim.ledger.position()))
+    }
+
+    /// The partitions the application paused, each with its claim.
+    pub fn paused(&self) -> &BTreeMap<TopicPartition, FencingToken> {
+        &self.paused
     }
 
     /// Every change the ledgers hold now, in order: processed watermarks

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use tenure_core::assignment::PartitionCounts;
 use tenure_core::{
-    AppEvent, Event, FencingToken, FetchCommand, Member, MemberId, Offset, Output, TopicPartition,
+    AppEvent, Error, Event, FencingToken, FetchCommand, Member, MemberId, Offset, Output,
+    SessionId, TopicPartition,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -27,6 +28,15 @@ pub(crate) enum Input {
     Commit(oneshot::Sender<CommitReport>),
     SetPaused(TopicPartition, bool, oneshot::Sender<()>),
     Seek(TopicPartition, FencingToken, Offset, oneshot::Sender<bool>),
+    Paused(oneshot::Sender<BTreeMap<TopicPartition, FencingToken>>),
+    Position(
+        TopicPartition,
+        oneshot::Sender<Option<(FencingToken, Option<Offset>)>>,
+    ),
+    Committed(
+        TopicPartition,
+        oneshot::Sender<Option<(FencingToken, Option<Offset>)>>,
+    ),
     Close(oneshot::Sender<CommitReport>),
     #[cfg(feature = "testing")]
     Freeze(std::time::Duration),
@@ -82,6 +92,9 @@ pub(crate) struct Driver {
     /// A static member's close that leaves its session: the final commits'
     /// report, once the store answered them.
     pub(crate) detaching: Option<oneshot::Receiver<CommitReport>>,
+    /// The session another registration of this member id is held by, as
+    /// the core last reported it (for the join's bounded wait).
+    pub(crate) registration_taken: watch::Sender<Option<SessionId>>,
 }
 
 impl Driver {
@@ -131,7 +144,8 @@ impl Driver {
         self.member.set_partition_counts(now(), counts);
     }
 
-    pub(crate) async fn run(mut self) {
+    /// Runs the member until it ends, and says why.
+    pub(crate) async fn run(mut self) -> MemberEnd {
         loop {
             let deadline = self.carry_out();
             if self.member.is_closed() {
@@ -143,14 +157,14 @@ impl Driver {
                 for done in self.closing.drain(..) {
                     let _ = done.send(report.clone());
                 }
-                return;
+                return MemberEnd::Closed;
             }
             tokio::select! {
                 event = self.store.recv() => match event {
                     Some(event) => self.handle(event),
                     None => {
                         tracing::error!(member = %self.member.id(), "the backend's event stream ended");
-                        return;
+                        return MemberEnd::StoreGone;
                     }
                 },
                 input = self.inputs.recv() => match input {
@@ -161,6 +175,18 @@ impl Driver {
                     Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
+                    Some(Input::Paused(reply)) => {
+                        let paused = self.data.as_ref().map(|data| data.paused().clone());
+                        let _ = reply.send(paused.unwrap_or_default());
+                    }
+                    Some(Input::Position(partition, reply)) => {
+                        let position = self.data.as_ref().and_then(|data| data.position(&partition));
+                        let _ = reply.send(position);
+                    }
+                    Some(Input::Committed(partition, reply)) => {
+                        let token = self.member.owned().find(|(p, _)| **p == partition).map(|(_, t)| t);
+                        let _ = reply.send(token.map(|token| (token, self.member.committed(&partition))));
+                    }
                     Some(Input::SetPaused(partition, paused, done)) => {
                         if let Some(data) = self.data.as_mut() {
                             data.set_paused(&partition, paused);
@@ -227,7 +253,7 @@ impl Driver {
                         }
                     }
                     // The handle is gone without closing: stop like a crash.
-                    None => return,
+                    None => return MemberEnd::Killed,
                 },
                 _ = sleep_until(deadline), if deadline.is_some() => {
                     self.member.handle_timeout(now());
@@ -238,7 +264,7 @@ impl Driver {
                     for done in self.closing.drain(..) {
                         let _ = done.send(report.clone());
                     }
-                    return;
+                    return MemberEnd::Closed;
                 }
                 event = next_data(&mut self.data), if self.data.is_some() => match event {
                     Some(event) => self.on_data(event),
@@ -266,6 +292,21 @@ impl Driver {
             DataEvent::Problem(problem) => {
                 tracing::warn!(member = %self.member.id(), %problem, "kafka");
                 self.report(Problem::Kafka(problem));
+            }
+            DataEvent::StartOffsetFailed {
+                partition,
+                token,
+                error,
+            } => {
+                tracing::warn!(member = %self.member.id(), %partition, %error, "start offset");
+                self.report(Problem::StartOffset {
+                    partition,
+                    token,
+                    source: error,
+                });
+            }
+            other => {
+                tracing::debug!(member = %self.member.id(), ?other, "a data event this runtime does not know");
             }
         }
     }
@@ -298,11 +339,18 @@ impl Driver {
         self.telemetry.on_app_event(&event, now());
         self.track_commit(&event);
         match event {
-            AppEvent::Released { partition, token } | AppEvent::Lost { partition, token } => {
+            AppEvent::Released { partition, token } => {
                 self.claims.ended(&partition, token);
                 self.tell(AssignmentEvent::Revoked { partition, token });
             }
+            AppEvent::Lost { partition, token } => {
+                self.claims.ended(&partition, token);
+                self.tell(AssignmentEvent::Lost { partition, token });
+            }
             AppEvent::Problem(error) => {
+                if let Error::RegistrationTaken { session } = &error {
+                    self.registration_taken.send_replace(Some(*session));
+                }
                 tracing::warn!(member = %self.member.id(), %error, "reported");
                 self.report(Problem::Coordination(error));
             }

@@ -44,8 +44,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::backend::Backend;
-use crate::member::{GroupMember, GroupMemberBuilder};
+use crate::member::{GroupMemberBuilder, MemberHandle};
 use crate::streams::CountingSender;
+use crate::streams::PartitionStreams;
 use crate::telemetry::SinkMetrics;
 use crate::values::{CloseError, CommitReport, JoinError, View};
 use tenure_kafka::{Message, PartitionStream};
@@ -535,7 +536,14 @@ impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
     /// Kafka ([`GroupMemberBuilder::kafka`]); its start offsets and
     /// per-partition streams are the writers' own (settings of those on it
     /// are replaced).
-    pub async fn join(self, backend: impl Backend) -> Result<ExactlyOnce<S>, JoinError> {
+    ///
+    /// Returns the consumer's handle and its streams (assignment changes,
+    /// the member's problems, the writers' reports), each to be polled on
+    /// its own.
+    pub async fn join(
+        self,
+        backend: impl Backend,
+    ) -> Result<(ExactlyOnce<S>, ExactlyOnceStreams<S::Error>), JoinError> {
         if !self.member.has_kafka() {
             return Err(JoinError::NoKafka);
         }
@@ -555,23 +563,36 @@ impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
             refused: Mutex::new(BTreeSet::new()),
         });
         let starting = shared.clone();
-        let mut member = self
-            .member
-            .per_partition_streams(true)
-            .start_offsets(move |partition, token| {
-                let shared = starting.clone();
-                async move { shared.start(partition, token).await }
-            })
-            .join(backend)
-            .await?;
-        let streams = member.partition_streams();
-        let dispatcher = tokio::spawn(dispatch(shared.clone(), streams, member.watch_view()));
-        Ok(ExactlyOnce {
-            member,
-            shared,
-            reports: Some(Reports { receiver }),
-            writers: Writers(dispatcher),
-        })
+        let (member, streams) =
+            self.member
+                .per_partition_streams(true)
+                .start_offsets(move |partition, token| {
+                    let shared = starting.clone();
+                    // The writers retry the sink themselves, reporting each
+                    // failure: their answer is final.
+                    async move {
+                        Ok::<_, std::convert::Infallible>(shared.start(partition, token).await)
+                    }
+                })
+                .join(backend)
+                .await?
+                .split();
+        let partitions = streams
+            .partition_streams
+            .unwrap_or_else(|| PartitionStreams::new(None));
+        let dispatcher = tokio::spawn(dispatch(shared.clone(), partitions, member.watch_view()));
+        Ok((
+            ExactlyOnce {
+                member,
+                shared,
+                writers: Writers(dispatcher),
+            },
+            ExactlyOnceStreams {
+                events: streams.events,
+                errors: streams.errors,
+                reports: Reports { receiver },
+            },
+        ))
     }
 }
 
@@ -581,11 +602,26 @@ impl<S: TransactionalSink> ExactlyOnceBuilder<S> {
 /// Dropping it without [`ExactlyOnce::close`] stops it like a crash: its
 /// claims stay until its session expires, and a write in flight commits or
 /// not; either way the next owner starts from the sink's offset.
+#[must_use = "the consumer works in the background; close it to leave the group cleanly"]
 pub struct ExactlyOnce<S: TransactionalSink> {
-    member: GroupMember,
+    member: MemberHandle,
     shared: Arc<Shared<S>>,
-    reports: Option<Reports<S::Error>>,
     writers: Writers,
+}
+
+/// What an [`ExactlyOnce`] consumer tells its application, as streams that
+/// each live apart from it, for one `tokio::select!`. Its messages are the
+/// writers' alone: nothing seeks or pauses a partition under them.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ExactlyOnceStreams<E> {
+    /// The member's assignment changes.
+    pub events: crate::Events,
+    /// The member's problems (the last one says why, if it ended on its
+    /// own).
+    pub errors: crate::Errors,
+    /// The writers' reports: fenced claims and failures.
+    pub reports: Reports<E>,
 }
 
 /// The writers' task, stopped when dropped (with every writer: they are
@@ -615,20 +651,7 @@ impl<S: TransactionalSink> ExactlyOnce<S> {
         self.member.id()
     }
 
-    /// The member's assignment changes ([`GroupMember::events`]). Its
-    /// messages are the writers' alone: the member is not handed out, so
-    /// that nothing seeks or pauses a partition under them.
-    pub fn events(&mut self) -> crate::Events {
-        self.member.events()
-    }
-
-    /// The member's problems ([`GroupMember::errors`]); the writers' are
-    /// in [`ExactlyOnce::reports`].
-    pub fn errors(&mut self) -> crate::Errors {
-        self.member.errors()
-    }
-
-    /// The member's current view of itself ([`GroupMember::view`]).
+    /// The member's current view of itself ([`MemberHandle::view`]).
     pub fn view(&self) -> View {
         self.member.view()
     }
@@ -643,12 +666,10 @@ impl<S: TransactionalSink> ExactlyOnce<S> {
         &self.shared.sink
     }
 
-    /// The writers' reports: fenced claims and failures. Taken once; later
-    /// calls get a stream that ends at once.
-    pub fn reports(&mut self) -> Reports<S::Error> {
-        self.reports.take().unwrap_or_else(|| Reports {
-            receiver: mpsc::channel(1).1,
-        })
+    /// Waits until the member's task has ended, and says why
+    /// ([`MemberHandle::ended`]).
+    pub async fn ended(&self) -> crate::MemberEnd {
+        self.member.ended().await
     }
 
     /// What the writers did so far.
@@ -656,7 +677,7 @@ impl<S: TransactionalSink> ExactlyOnce<S> {
         *self.shared.counters.stats()
     }
 
-    /// Leaves the group ([`GroupMember::close`]): every writer finishes the
+    /// Leaves the group ([`MemberHandle::close`]): every writer finishes the
     /// batch it holds, then the member commits and releases its claims.
     /// The writers are stopped once the member has closed.
     pub async fn close(self) -> Result<CommitReport, CloseError> {

@@ -29,17 +29,19 @@ mod values;
 pub use backend::{
     hostname, registration_record, Backend, BackendError, EventSender, Joining, SessionTicket,
 };
-pub use member::{GroupMember, GroupMemberBuilder};
+pub use member::{
+    generate_member_id, GroupMember, GroupMemberBuilder, MemberHandle, MemberStreams,
+};
 pub use membership::{StateFileError, StaticMembership};
 pub use memory::{MemoryBackend, MemoryStore};
 pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, EVENTS_CAPACITY};
-pub use tenure_core as core;
 /// The Kafka data plane the member drives (the `tenure-kafka` crate).
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
-    KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream, SaslMechanism, StartOffsets,
+    KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, Message, PartitionStream, SaslMechanism,
+    StartOffsetError, StartOffsets,
 };
 pub use values::{
-    AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, Problem, SeekError,
-    TaskGone, View,
+    AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, MemberEnd, PartitionError,
+    Problem, SeekError, SeekTo, TaskGone, View,
 };

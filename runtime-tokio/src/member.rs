@@ -16,9 +16,10 @@ use crate::membership::{StateFile, StaticMembership};
 use crate::streams::{self, Errors, Events, HeldClaims, Messages, PartitionStreams};
 use crate::telemetry::{self, Telemetry};
 use crate::values::*;
+use tenure_core::SessionId;
 use tenure_kafka::{
-    self as kafka, DataPlane, Delivery, GroupQueues, KafkaConfig, Message, PartitionStream,
-    StartOffsets,
+    self as kafka, DataPlane, Delivery, GroupQueues, KafkaConfig, LogOffsets, Message,
+    PartitionStream, StartOffsets,
 };
 
 /// Builds a [`GroupMember`].
@@ -32,6 +33,7 @@ pub struct GroupMemberBuilder {
     view_log: Option<mpsc::UnboundedSender<(MemberId, View)>>,
     start_offsets: Option<StartOffsets>,
     static_membership: Option<StaticMembership>,
+    registration_wait: Option<std::time::Duration>,
 }
 
 impl GroupMemberBuilder {
@@ -89,7 +91,7 @@ impl GroupMemberBuilder {
 
     /// The group and the member's id, for the metrics' labels.
     pub(crate) fn names(&self) -> (&str, &MemberId) {
-        (self.config.group.as_str(), &self.config.member)
+        (self.config.group(), self.config.member())
     }
 
     /// With Kafka: hand each owned partition's messages out as a stream of
@@ -102,18 +104,42 @@ impl GroupMemberBuilder {
 
     /// With Kafka: where each newly claimed partition starts, asked of the
     /// application (an offset it keeps beside its output, say) before the
-    /// first fetch of the claim; `None` from it starts where the member
+    /// first fetch of the claim; `Ok(None)` from it starts where the member
     /// would (the committed offset, or the initial-offset policy). The
     /// claim's fencing token comes with it, to fence what the application
     /// writes with the offset.
-    pub fn start_offsets<F, Fut>(mut self, start_offset: F) -> Self
+    ///
+    /// An error (its database is down, say) is reported as
+    /// [`Problem::StartOffset`] and the question asked again after a pause
+    /// (100 ms, doubling up to 5 s) for as long as the claim holds; nothing
+    /// of the partition is fetched until it answers. It is never replaced
+    /// by the store's offset: for an application that keeps its offsets
+    /// with its output, that would be the wrong place to start.
+    pub fn start_offsets<F, Fut, E>(mut self, start_offset: F) -> Self
     where
         F: Fn(TopicPartition, FencingToken) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Option<Offset>> + Send + 'static,
+        Fut: std::future::Future<Output = Result<Option<Offset>, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         self.start_offsets = Some(Arc::new(move |partition, token| {
-            Box::pin(start_offset(partition, token))
+            let answer = start_offset(partition, token);
+            Box::pin(async move {
+                answer
+                    .await
+                    .map_err(|error| -> tenure_kafka::StartOffsetError { Arc::from(error.into()) })
+            })
         }));
+        self
+    }
+
+    /// How long [`GroupMemberBuilder::join`] waits for a registration of
+    /// this member id held by another session to go before it fails with
+    /// [`JoinError::MemberIdInUse`]. A previous process of this id that
+    /// died leaves its registration until its session expires, so the
+    /// wait must outlast a session. Default: twice the session timeout.
+    /// Static members resume their own session and do not wait.
+    pub fn registration_wait(mut self, wait: std::time::Duration) -> Self {
+        self.registration_wait = Some(wait);
         self
     }
 
@@ -131,7 +157,7 @@ impl GroupMemberBuilder {
     pub async fn join(self, mut backend: impl Backend) -> Result<GroupMember, JoinError> {
         let seed = self
             .seed
-            .unwrap_or_else(|| default_seed(self.config.member.as_str()));
+            .unwrap_or_else(|| default_seed(self.config.member().as_str()));
         self.config.validate()?;
         // Kafka first: an unknown topic or a dead broker is reported before
         // the member takes any partition.
@@ -139,11 +165,14 @@ impl GroupMemberBuilder {
         let mut messages = None;
         let mut streams = None;
         let mut data = None;
+        let mut kafka_client = None;
         let (lease_tx, lease_rx) = watch::channel(None);
         if let Some(kafka_config) = self.kafka {
             let client = kafka::connect(&kafka_config).await?;
+            kafka_client = Some(client.clone());
             let subscribed =
-                kafka::subscribed_topics(&client, &kafka_config, &self.config.subscription).await?;
+                kafka::subscribed_topics(&client, &kafka_config, self.config.subscription())
+                    .await?;
             counts = subscribed.counts.clone();
             let delivery = if self.per_partition {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -161,8 +190,8 @@ impl GroupMemberBuilder {
             let mut plane = DataPlane::new(
                 client,
                 kafka_config,
-                self.config.initial_offset,
-                self.config.subscription.clone(),
+                self.config.initial_offset(),
+                self.config.subscription().clone(),
                 subscribed,
                 delivery,
                 lease_rx.clone(),
@@ -172,14 +201,17 @@ impl GroupMemberBuilder {
             }
             data = Some(plane);
         }
+        let registration_wait = self
+            .registration_wait
+            .unwrap_or(self.config.session_timeout() * 2);
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
-        let group = member.config().group.clone();
+        let group = member.config().group().to_owned();
         let (store_tx, store_rx) = mpsc::unbounded_channel();
         let mut joining = Joining::new(
             group.as_str(),
             member.info().clone(),
-            member.config().session_timeout,
+            member.config().session_timeout(),
             store_tx,
         );
         let mut state = None;
@@ -192,19 +224,22 @@ impl GroupMemberBuilder {
                 membership,
                 group.as_str(),
                 id.as_str(),
-                member.config().session_timeout,
+                member.config().session_timeout(),
             )
             .await?;
             joining = joining.static_membership(file.ticket());
             leave_on_close = membership.leaves_on_close();
             state = Some(file);
         }
+        let is_static = state.is_some();
         backend.start(joining).await?;
         let (input_tx, input_rx) = mpsc::unbounded_channel();
         let claims = HeldClaims::default();
+        let (end_tx, end_rx) = watch::channel(None);
         let ((events_tx, events_rx), (errors_tx, errors_rx)) =
-            streams::channels(lease_rx.clone(), claims.clone());
+            streams::channels(lease_rx.clone(), claims.clone(), end_rx.clone());
         let (view_tx, view_rx) = watch::channel(View::default());
+        let (taken_tx, taken_rx) = watch::channel(None);
         if !counts.is_empty() {
             let _ = input_tx.send(Input::Counts(counts));
         }
@@ -231,19 +266,73 @@ impl GroupMemberBuilder {
             state,
             leave_on_close,
             detaching: None,
+            registration_taken: taken_tx,
         };
-        let task = tokio::spawn(driver.run().instrument(telemetry::member_span(&group, &id)));
-        Ok(GroupMember {
+        let task = tokio::spawn(
+            async move {
+                let mut end = EndGuard {
+                    sender: end_tx,
+                    end: None,
+                };
+                end.end = Some(driver.run().await);
+            }
+            .instrument(telemetry::member_span(&group, &id)),
+        );
+        let mut handle = MemberHandle {
             id,
             inputs: input_tx,
-            events: Some(events_rx),
-            errors: Some(errors_rx),
             view: view_rx,
             task: Some(task),
-            messages: Some(Messages::group(messages)),
-            streams: Some(PartitionStreams::new(streams)),
+            kafka: kafka_client,
+            end: end_rx,
+        };
+        if !is_static {
+            if let Err(error) = handle.registered(taken_rx, registration_wait).await {
+                handle.stop();
+                return Err(error);
+            }
+        }
+        Ok(GroupMember {
+            handle,
+            streams: MemberStreams {
+                messages: messages.map(|interleaved| Messages::group(Some(interleaved))),
+                partition_streams: streams.map(|rx| PartitionStreams::new(Some(rx))),
+                events: events_rx,
+                errors: errors_rx,
+            },
         })
     }
+}
+
+/// Sets why the member's task ended when it ends, however it ends: as the
+/// task returned, or — dropped unfinished — killed, or panicking.
+struct EndGuard {
+    sender: watch::Sender<Option<MemberEnd>>,
+    end: Option<MemberEnd>,
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        let end = self.end.take().unwrap_or(if std::thread::panicking() {
+            MemberEnd::Panicked
+        } else {
+            MemberEnd::Killed
+        });
+        self.sender.send_replace(Some(end));
+    }
+}
+
+/// A member id for this process: the host's name, the process id and a
+/// random part ([`MemberId::from_parts`]), so that two processes — on one
+/// host or on several, or one restarted — never share one by accident.
+/// A member whose identity must survive restarts (a static member) names
+/// itself instead.
+pub fn generate_member_id() -> MemberId {
+    let host = crate::backend::hostname().unwrap_or_default();
+    let nonce = default_seed(&host) ^ u64::from(std::process::id()).rotate_left(32);
+    // Mixed so that seeds a nanosecond apart share no digit.
+    let mut rng = tenure_core::rng::SplitMix64::new(nonce);
+    MemberId::from_parts(&host, std::process::id(), rng.next_u64() as u32)
 }
 
 fn default_seed(member: &str) -> u64 {
@@ -255,24 +344,62 @@ fn default_seed(member: &str) -> u64 {
     })
 }
 
-/// A member of a group, running on tokio. Dropping it without
-/// [`GroupMember::close`] stops it like a crash: its claims stay until its
-/// session expires.
+/// A member of a group, running on tokio: the handle that controls it
+/// ([`MemberHandle`], whose methods it has) together with the streams of
+/// what it hands the application ([`MemberStreams`]).
 ///
-/// What it hands the application comes as streams that can be taken apart
-/// from it ([`GroupMember::messages`], [`GroupMember::events`],
-/// [`GroupMember::errors`], [`GroupMember::partition_streams`]) and waited
-/// on together in one `tokio::select!`, while the member itself stays at
-/// hand for acknowledging, reporting and closing.
+/// For one loop that waits on several streams at once (`tokio::select!`),
+/// take it apart with [`GroupMember::split`]; for a test or a script, its
+/// `next_*` methods read the streams in place.
+///
+/// Dropping it without [`MemberHandle::close`] stops it like a crash (its
+/// claims stay until its session expires), and says so in a warning.
+#[must_use = "a member does its work in the background; close it to leave the group cleanly"]
+#[derive(Debug)]
 pub struct GroupMember {
+    handle: MemberHandle,
+    streams: MemberStreams,
+}
+
+/// What a member hands its application, as streams that each live apart
+/// from the member and from each other, for one `tokio::select!`.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct MemberStreams {
+    /// The messages of every owned partition: `Some` for a member built
+    /// with Kafka ([`GroupMemberBuilder::kafka`]) and without
+    /// per-partition streams.
+    pub messages: Option<Messages>,
+    /// The stream of each partition as the member starts consuming it:
+    /// `Some` for a member built with
+    /// [`GroupMemberBuilder::per_partition_streams`].
+    pub partition_streams: Option<PartitionStreams>,
+    /// The changes in what the member consumes.
+    pub events: Events,
+    /// The problems it reports; if the member ends on its own, the last
+    /// one says why ([`Problem::Ended`]).
+    pub errors: Errors,
+}
+
+/// Controls a running member: acknowledges, seeks, pauses, looks up
+/// positions and offsets, commits, closes. Every method takes `&self`
+/// (except those that end the member), so it can sit beside the
+/// [`MemberStreams`] in one loop.
+///
+/// Dropping it without [`MemberHandle::close`] stops the member like a
+/// crash (its claims stay until its session expires), and logs a warning
+/// that says so; [`MemberHandle::kill`] does the same on purpose, without
+/// the warning.
+#[must_use = "a member does its work in the background; close it to leave the group cleanly"]
+#[derive(Debug)]
+pub struct MemberHandle {
     id: MemberId,
     inputs: mpsc::UnboundedSender<Input>,
-    events: Option<Events>,
-    errors: Option<Errors>,
     view: watch::Receiver<View>,
     task: Option<JoinHandle<()>>,
-    messages: Option<Messages>,
-    streams: Option<PartitionStreams>,
+    /// The member's own Kafka connection, for lookups.
+    kafka: Option<Arc<kafka::KafkaClient>>,
+    end: watch::Receiver<Option<MemberEnd>>,
 }
 
 impl GroupMember {
@@ -288,79 +415,132 @@ impl GroupMember {
             per_partition: false,
             start_offsets: None,
             static_membership: None,
+            registration_wait: None,
         }
     }
 
-    /// This member's id.
-    pub fn id(&self) -> &MemberId {
-        &self.id
-    }
-
-    /// The messages of every owned partition (with Kafka): a stream that
-    /// lives apart from the member. Taken once; later calls (and
-    /// [`GroupMember::next_message`] after it) get a stream that ends at
-    /// once.
-    pub fn messages(&mut self) -> Messages {
-        self.messages
-            .take()
-            .unwrap_or_else(|| Messages::group(None))
-    }
-
-    /// The changes in what this member consumes: a stream that lives apart
-    /// from the member. Taken once, like [`GroupMember::messages`].
-    pub fn events(&mut self) -> Events {
-        self.events.take().unwrap_or_else(Events::ended)
-    }
-
-    /// The problems this member reports: a stream that lives apart from
-    /// the member. Taken once, like [`GroupMember::messages`].
-    pub fn errors(&mut self) -> Errors {
-        self.errors.take().unwrap_or_else(Errors::ended)
-    }
-
-    /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
-    /// stream of each partition as this member starts consuming it. Taken
-    /// once, like [`GroupMember::messages`].
-    pub fn partition_streams(&mut self) -> PartitionStreams {
-        self.streams
-            .take()
-            .unwrap_or_else(|| PartitionStreams::new(None))
+    /// Takes the member apart: the handle that controls it, and its
+    /// streams, each of which can be moved and polled on its own.
+    ///
+    /// ```no_run
+    /// # async fn run(member: tenure_tokio::GroupMember) -> Result<(), Box<dyn std::error::Error>> {
+    /// let (member, streams) = member.split();
+    /// let mut messages = streams.messages.expect("built with .kafka(...)");
+    /// let mut errors = streams.errors;
+    /// loop {
+    ///     tokio::select! {
+    ///         Some(message) = messages.next() => message.ack(),
+    ///         Some(problem) = errors.next() => eprintln!("{problem}"),
+    ///         else => break, // the member ended; the last problem said why
+    ///     }
+    /// }
+    /// let report = member.close().await?;
+    /// # let _ = report;
+    /// # Ok(()) }
+    /// ```
+    pub fn split(self) -> (MemberHandle, MemberStreams) {
+        (self.handle, self.streams)
     }
 
     /// The next change in what this member consumes (`None` once the
-    /// member has closed, or once [`GroupMember::events`] took them).
+    /// member has ended).
     pub async fn next_event(&mut self) -> Option<AssignmentEvent> {
-        self.events.as_mut()?.next().await
+        self.streams.events.next().await
     }
 
     /// The next assignment change already waiting, without waiting.
     pub fn try_next_event(&mut self) -> Option<AssignmentEvent> {
-        self.events.as_mut()?.try_next()
+        self.streams.events.try_next()
     }
 
     /// The next problem the member reported (it keeps working after each);
-    /// `None` once [`GroupMember::errors`] took them.
+    /// `None` once the member has ended.
     pub async fn next_error(&mut self) -> Option<Problem> {
-        self.errors.as_mut()?.next().await
+        self.streams.errors.next().await
     }
 
     /// The next reported problem already waiting, without waiting.
     pub fn try_next_error(&mut self) -> Option<Problem> {
-        self.errors.as_mut()?.try_next()
+        self.streams.errors.try_next()
     }
 
     /// With Kafka ([`GroupMemberBuilder::kafka`]): the next message of any
     /// owned partition. Acknowledge each with [`Message::ack`]. `None` once
-    /// the member has closed, without Kafka, or once
-    /// [`GroupMember::messages`] took them.
+    /// the member has ended; without Kafka, or with per-partition streams,
+    /// at once (and a warning says why).
     pub async fn next_message(&mut self) -> Option<Message> {
-        self.messages.as_mut()?.next().await
+        match self.streams.messages.as_mut() {
+            Some(messages) => messages.next().await,
+            None => {
+                warn_no_stream(
+                    &self.handle.id,
+                    "messages",
+                    "kafka(...), without per_partition_streams",
+                );
+                None
+            }
+        }
     }
 
     /// With Kafka and [`GroupMemberBuilder::per_partition_streams`]: the
-    /// stream of the next partition this member starts consuming.
+    /// stream of the next partition this member starts consuming (`None`
+    /// once the member has ended; otherwise at once, and a warning says
+    /// why).
     pub async fn next_partition_stream(&mut self) -> Option<PartitionStream> {
-        self.streams.as_mut()?.next().await
+        match self.streams.partition_streams.as_mut() {
+            Some(streams) => streams.next().await,
+            None => {
+                warn_no_stream(
+                    &self.handle.id,
+                    "partition streams",
+                    "kafka(...) and per_partition_streams(true)",
+                );
+                None
+            }
+        }
+    }
+
+    /// [`MemberHandle::close`].
+    pub async fn close(self) -> Result<CommitReport, CloseError> {
+        self.handle.close().await
+    }
+
+    /// [`MemberHandle::close_within`].
+    pub async fn close_within(
+        self,
+        limit: std::time::Duration,
+    ) -> Result<CommitReport, CloseError> {
+        self.handle.close_within(limit).await
+    }
+
+    /// [`MemberHandle::kill`].
+    pub fn kill(self) {
+        self.handle.kill();
+    }
+}
+
+impl std::ops::Deref for GroupMember {
+    type Target = MemberHandle;
+
+    fn deref(&self) -> &MemberHandle {
+        &self.handle
+    }
+}
+
+fn warn_no_stream(member: &MemberId, what: &str, needs: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            %member,
+            "this member hands out no {what}: build it with GroupMemberBuilder::{needs}"
+        );
+    });
+}
+
+impl MemberHandle {
+    /// This member's id.
+    pub fn id(&self) -> &MemberId {
+        &self.id
     }
 
     /// The member's current view of itself.
@@ -371,6 +551,23 @@ impl GroupMember {
     /// A receiver that sees every change of the view.
     pub fn watch_view(&self) -> watch::Receiver<View> {
         self.view.clone()
+    }
+
+    /// Waits until the member's task has ended, and says why. Fits in a
+    /// `tokio::select!` beside the streams.
+    pub async fn ended(&self) -> MemberEnd {
+        let mut end = self.end.clone();
+        let seen = match end.wait_for(Option::is_some).await {
+            Ok(end) => end.clone(),
+            // The sender goes with the task, after it set the reason.
+            Err(_) => self.end.borrow().clone(),
+        };
+        seen.unwrap_or(MemberEnd::Killed)
+    }
+
+    /// Why the member's task ended, if it has.
+    pub fn end_reason(&self) -> Option<MemberEnd> {
+        self.end.borrow().clone()
     }
 
     /// Reports that every message of `partition` up to and including
@@ -387,7 +584,7 @@ impl GroupMember {
     }
 
     /// With Kafka: stops handing out (and fetching) `partition` until
-    /// [`GroupMember::resume`], keeping its claim; what was acknowledged is
+    /// [`MemberHandle::resume`], keeping its claim; what was acknowledged is
     /// committed as usual. Once it returns, no message of `partition` is
     /// handed out. A partition this member does not own is left alone, and
     /// a claim that ends while paused takes the pause with it (a partition
@@ -395,6 +592,19 @@ impl GroupMember {
     pub async fn pause(&self, partition: TopicPartition) -> Result<(), TaskGone> {
         self.ask(|done| Input::SetPaused(partition, true, done))
             .await
+    }
+
+    /// With Kafka: hands out a paused `partition` again, from the message
+    /// after the last one handed out (nothing skipped, nothing twice).
+    pub async fn resume(&self, partition: TopicPartition) -> Result<(), TaskGone> {
+        self.ask(|done| Input::SetPaused(partition, false, done))
+            .await
+    }
+
+    /// The partitions the application paused and has not resumed, each
+    /// with the claim it was paused under.
+    pub async fn paused(&self) -> Result<BTreeMap<TopicPartition, FencingToken>, TaskGone> {
+        self.ask(Input::Paused).await
     }
 
     /// With Kafka: hands out `partition`, owned under `token`, from
@@ -408,22 +618,131 @@ impl GroupMember {
         partition: TopicPartition,
         token: FencingToken,
         offset: Offset,
-    ) -> Result<(), SeekError> {
+    ) -> Result<(), PartitionError> {
+        if self.kafka.is_none() {
+            return Err(PartitionError::NoKafka);
+        }
         let target = partition.clone();
         match self
             .ask(|done| Input::Seek(target, token, offset, done))
             .await?
         {
             true => Ok(()),
-            false => Err(SeekError::NotOwned { partition, token }),
+            false => Err(PartitionError::NotOwned {
+                partition,
+                token: Some(token),
+            }),
         }
     }
 
-    /// With Kafka: hands out a paused `partition` again, from the message
-    /// after the last one handed out (nothing skipped, nothing twice).
-    pub async fn resume(&self, partition: TopicPartition) -> Result<(), TaskGone> {
-        self.ask(|done| Input::SetPaused(partition, false, done))
-            .await
+    /// With Kafka: [`MemberHandle::seek`] to the beginning of `partition`'s
+    /// log, its end, the first message at or after a time (the end if
+    /// every message is older), or an offset; the offset looked up on the
+    /// member's own Kafka connection. Returns the offset it moved to.
+    pub async fn seek_to(
+        &self,
+        partition: TopicPartition,
+        token: FencingToken,
+        to: SeekTo,
+    ) -> Result<Offset, PartitionError> {
+        let client = self.kafka.as_ref().ok_or(PartitionError::NoKafka)?;
+        let offset = match to {
+            SeekTo::Offset(offset) => offset,
+            SeekTo::Beginning => kafka::lookup::log_offsets(client, &partition).await?.start,
+            SeekTo::End => kafka::lookup::log_offsets(client, &partition).await?.end,
+            SeekTo::Time(time) => {
+                match kafka::lookup::offset_for_time(client, &partition, time).await? {
+                    Some(offset) => offset,
+                    None => kafka::lookup::log_offsets(client, &partition).await?.end,
+                }
+            }
+        };
+        self.seek(partition, token, offset).await?;
+        Ok(offset)
+    }
+
+    /// With Kafka: the offset of the next message of `partition` this
+    /// member will hand out (Kafka's `position`), and the claim it is
+    /// consumed under; `None` in it while the partition's fetch has not
+    /// found where it starts (its committed offset or the initial-offset
+    /// policy is being read). [`PartitionError::NotOwned`] if this member
+    /// does not consume it.
+    pub async fn position(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<(FencingToken, Option<Offset>), PartitionError> {
+        if self.kafka.is_none() {
+            return Err(PartitionError::NoKafka);
+        }
+        let target = partition.clone();
+        self.ask(|done| Input::Position(target, done))
+            .await?
+            .ok_or_else(|| PartitionError::NotOwned {
+                partition: partition.clone(),
+                token: None,
+            })
+    }
+
+    /// The offset the store holds as committed for `partition` (the next
+    /// offset to consume), as this member knows it under its claim: read
+    /// when the claim took effect and moved by every commit since, all
+    /// fenced by the claim, so no other member's write is in it. `None` in
+    /// it if nothing is committed (or the member keeps no offsets in the
+    /// store). [`PartitionError::NotOwned`] if this member does not own
+    /// the partition: the offsets of partitions owned elsewhere are the
+    /// operator's tooling's to read (`tenure describe`).
+    pub async fn committed(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<(FencingToken, Option<Offset>), PartitionError> {
+        let target = partition.clone();
+        self.ask(|done| Input::Committed(target, done))
+            .await?
+            .ok_or_else(|| PartitionError::NotOwned {
+                partition: partition.clone(),
+                token: None,
+            })
+    }
+
+    /// With Kafka: the bounds of `partition`'s log (its low and high
+    /// watermarks), looked up on the member's own connection; any
+    /// partition, owned or not.
+    pub async fn watermarks(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<LogOffsets, PartitionError> {
+        let client = self.kafka.as_ref().ok_or(PartitionError::NoKafka)?;
+        Ok(kafka::lookup::log_offsets(client, partition).await?)
+    }
+
+    /// With Kafka: how many messages of an owned `partition` are still to
+    /// be handed out — its high watermark less this member's
+    /// [`position`](MemberHandle::position) (`None` while the position is
+    /// not known yet).
+    pub async fn lag(&self, partition: &TopicPartition) -> Result<Option<i64>, PartitionError> {
+        let (_, position) = self.position(partition).await?;
+        let Some(position) = position else {
+            return Ok(None);
+        };
+        let end = self.watermarks(partition).await?.end;
+        Ok(Some((end - position).max(0)))
+    }
+
+    /// With Kafka: for each partition, the offset of its first message
+    /// whose timestamp is at or after the time given (Kafka's
+    /// `offsetsForTimes`), or `None` if every message is older; looked up
+    /// on the member's own connection, for any partition, owned or not.
+    pub async fn offsets_for_times(
+        &self,
+        times: impl IntoIterator<Item = (TopicPartition, std::time::SystemTime)>,
+    ) -> Result<BTreeMap<TopicPartition, Option<Offset>>, PartitionError> {
+        let client = self.kafka.as_ref().ok_or(PartitionError::NoKafka)?;
+        let mut offsets = BTreeMap::new();
+        for (partition, time) in times {
+            let offset = kafka::lookup::offset_for_time(client, &partition, time).await?;
+            offsets.insert(partition, offset);
+        }
+        Ok(offsets)
     }
 
     /// New partition counts (counts only ever grow).
@@ -449,42 +768,90 @@ impl GroupMember {
         answer.await.map_err(|_| TaskGone)
     }
 
+    /// Waits until the member is registered, or fails if its id stays
+    /// registered under another session for `wait`. Registration that is
+    /// slow for any other reason (a store that does not answer) does not
+    /// fail the join: the member goes on trying in the background.
+    async fn registered(
+        &mut self,
+        mut taken: watch::Receiver<Option<SessionId>>,
+        wait: std::time::Duration,
+    ) -> Result<(), JoinError> {
+        let started = tokio::time::Instant::now();
+        let mut view = self.view.clone();
+        let mut end = self.end.clone();
+        tokio::select! {
+            seen = view.wait_for(|view| view.registered || view.closed) => {
+                if seen.is_ok() {
+                    return Ok(());
+                }
+                // The view's sender went with the task.
+                let reason = self.end.borrow().clone().unwrap_or(MemberEnd::Killed);
+                Err(JoinError::Ended(reason))
+            }
+            ended = end.wait_for(Option::is_some) => {
+                let reason = ended.ok().and_then(|end| end.clone()).unwrap_or(MemberEnd::Killed);
+                Err(JoinError::Ended(reason))
+            }
+            () = tokio::time::sleep(wait) => match *taken.borrow_and_update() {
+                Some(session) => Err(JoinError::MemberIdInUse {
+                    member: self.id.clone(),
+                    session,
+                    waited: started.elapsed(),
+                }),
+                None => Ok(()),
+            },
+        }
+    }
+
     /// Leaves the group: stops every partition, waits for the drains (with
     /// Kafka, until the application acknowledged what it holds; without,
     /// a closing application holds nothing, so drains not reported yet are
     /// taken as done), commits, releases every claim, deregisters and ends
-    /// the session. Returns the final commits and what became of them.
+    /// the session. Returns the final commits and what became of them:
+    /// check it ([`CommitReport::all_written`]), a fenced final commit is
+    /// only seen there.
     ///
     /// A message handed out but never acknowledged holds its partition's
     /// drain up to the processing timeout, and its offset is not committed.
     pub async fn close(mut self) -> Result<CommitReport, CloseError> {
         let (done_tx, done_rx) = oneshot::channel();
-        self.inputs
-            .send(Input::Close(done_tx))
-            .map_err(|_| CloseError::TaskGone)?;
-        match done_rx.await {
+        if self.inputs.send(Input::Close(done_tx)).is_err() {
+            self.task = None;
+            return Err(CloseError::TaskGone);
+        }
+        let answer = done_rx.await;
+        // The task ends by itself once it answered (or it is gone).
+        let task = self.task.take();
+        match answer {
             Ok(report) => Ok(report),
-            Err(_) => match self.task.take() {
-                Some(task) => {
-                    task.await.map_err(|_| CloseError::TaskGone)?;
-                    Err(CloseError::TaskGone)
+            Err(_) => {
+                if let Some(task) = task {
+                    let _ = task.await;
                 }
-                None => Err(CloseError::TaskGone),
-            },
+                Err(CloseError::TaskGone)
+            }
         }
     }
 
-    /// [`GroupMember::close`], given at most `limit`: past it the member is
+    /// [`MemberHandle::close`], given at most `limit`: past it the member is
     /// stopped like a crash and the close fails with
     /// [`CloseError::TimedOut`].
     pub async fn close_within(
         self,
         limit: std::time::Duration,
     ) -> Result<CommitReport, CloseError> {
-        // A close cut short drops the member with it, which stops its task.
-        tokio::time::timeout(limit, self.close())
-            .await
-            .unwrap_or(Err(CloseError::TimedOut { limit }))
+        let abort = self.task.as_ref().map(JoinHandle::abort_handle);
+        match tokio::time::timeout(limit, self.close()).await {
+            Ok(closed) => closed,
+            Err(_) => {
+                // The close was cut short on purpose: no drop warning.
+                if let Some(abort) = abort {
+                    abort.abort();
+                }
+                Err(CloseError::TimedOut { limit })
+            }
+        }
     }
 
     /// Test hook (feature `testing`): the member's task stops for
@@ -500,16 +867,31 @@ impl GroupMember {
     /// Stops the member at once without releasing anything, like a process
     /// that died: its claims stay until its session expires.
     pub fn kill(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
         }
     }
 }
 
-impl Drop for GroupMember {
+impl Drop for MemberHandle {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        if !task.is_finished() {
+            let held = self.view.borrow().owned.len();
+            tracing::warn!(
+                member = %self.id,
+                claims = held,
+                "a member was dropped without close(): it stops like a crash, and its {held} \
+                 claimed partition(s) stay claimed — unconsumed — until its session expires; \
+                 call close() (or kill() to mean it)"
+            );
         }
+        task.abort();
     }
 }

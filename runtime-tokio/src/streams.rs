@@ -14,9 +14,9 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use tenure_core::{FencingToken, TopicPartition};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
-use crate::values::{AssignmentEvent, Problem};
+use crate::values::{AssignmentEvent, MemberEnd, Problem};
 use tenure_kafka::{Interleaved, Lease, Message, PartitionStream};
 
 /// How many assignment changes wait for the application before the member
@@ -107,13 +107,6 @@ impl Events {
         }
     }
 
-    /// A stream that ends at once (the member's was taken already).
-    pub(crate) fn ended() -> Events {
-        Events {
-            inner: Box::pin(futures_util::stream::empty()),
-        }
-    }
-
     /// The next change (`None` once the member has closed).
     pub async fn next(&mut self) -> Option<AssignmentEvent> {
         futures_util::StreamExt::next(self).await
@@ -195,7 +188,7 @@ impl EventGate {
             let (partition, token) = claim_of(&event);
             let claim = (partition.clone(), token);
             if self.unseen.contains(&claim) {
-                if matches!(event, AssignmentEvent::Revoked { .. }) {
+                if event.ends_claim() {
                     self.unseen.remove(&claim);
                 }
                 continue;
@@ -228,47 +221,51 @@ impl EventGate {
 }
 
 fn claim_of(event: &AssignmentEvent) -> (&TopicPartition, FencingToken) {
-    match event {
-        AssignmentEvent::Assigned {
-            partition, token, ..
-        }
-        | AssignmentEvent::Suspended {
-            partition, token, ..
-        }
-        | AssignmentEvent::Resumed { partition, token }
-        | AssignmentEvent::Revoking { partition, token }
-        | AssignmentEvent::Revoked { partition, token } => (partition, *token),
-    }
+    (event.partition(), event.token())
 }
 
 /// The problems the member reports; it keeps working after each.
+///
+/// If the member's task ends on its own (anything but
+/// [`crate::MemberHandle::close`]), the last item is [`Problem::Ended`]
+/// with the reason; then the stream ends.
 ///
 /// Overflow rule: when [`ERRORS_CAPACITY`] problems wait unread, further
 /// ones are dropped and counted, and the next one the application can
 /// receive is [`Problem::Dropped`] with the count. A broker outage that
 /// fails every partition's fetch every few seconds then costs nothing for
 /// an application that does not read its problems.
-#[derive(Debug)]
+#[must_use = "streams do nothing unless polled"]
 pub struct Errors {
-    receiver: mpsc::Receiver<Problem>,
+    inner: Pin<Box<dyn Stream<Item = Problem> + Send>>,
 }
 
 impl Errors {
-    /// The next problem (`None` once the member has closed).
+    pub(crate) fn new(receiver: mpsc::Receiver<Problem>, end: EndWatch) -> Errors {
+        let problems =
+            futures_util::stream::unfold((receiver, Some(end)), |(mut receiver, end)| async move {
+                if let Some(problem) = receiver.recv().await {
+                    return Some((problem, (receiver, end)));
+                }
+                // The member's task is gone: say why, once, unless it
+                // closed as asked.
+                let mut end = end?;
+                let reason = end.wait_for(Option::is_some).await.ok()?.clone()?;
+                (reason != MemberEnd::Closed).then_some((Problem::Ended(reason), (receiver, None)))
+            });
+        Errors {
+            inner: Box::pin(problems),
+        }
+    }
+
+    /// The next problem (`None` once the member has ended).
     pub async fn next(&mut self) -> Option<Problem> {
-        self.receiver.recv().await
+        futures_util::StreamExt::next(self).await
     }
 
     /// The next problem already waiting, without waiting.
     pub fn try_next(&mut self) -> Option<Problem> {
-        self.receiver.try_recv().ok()
-    }
-
-    /// A stream that ends at once (the member's was taken already).
-    pub(crate) fn ended() -> Errors {
-        Errors {
-            receiver: mpsc::channel(1).1,
-        }
+        futures_util::FutureExt::now_or_never(self.next()).flatten()
     }
 }
 
@@ -276,9 +273,19 @@ impl Stream for Errors {
     type Item = Problem;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Problem>> {
-        self.receiver.poll_recv(cx)
+        self.inner.as_mut().poll_next(cx)
     }
 }
+
+impl std::fmt::Debug for Errors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Errors").finish_non_exhaustive()
+    }
+}
+
+/// Why the member's task ended, once it has: set when the task ends, by
+/// whatever way.
+pub(crate) type EndWatch = watch::Receiver<Option<MemberEnd>>;
 
 /// With per-partition streams, the stream of each partition as the member
 /// starts consuming it. One waits per owned partition at most.
@@ -342,6 +349,7 @@ pub(crate) type ProblemSender = CountingSender<Problem>;
 pub(crate) fn channels(
     lease: Lease,
     claims: HeldClaims,
+    end: EndWatch,
 ) -> ((EventSender, Events), (ProblemSender, Errors)) {
     let (events_tx, events_rx) = mpsc::channel(EVENTS_CAPACITY);
     let (errors_tx, errors_rx) = mpsc::channel(ERRORS_CAPACITY);
@@ -361,9 +369,7 @@ pub(crate) fn channels(
         ),
         (
             CountingSender::new(errors_tx, |count| Problem::Dropped { count }),
-            Errors {
-                receiver: errors_rx,
-            },
+            Errors::new(errors_rx, end),
         ),
     )
 }
@@ -518,7 +524,7 @@ mod tests {
             std::time::Instant::now() + std::time::Duration::from_secs(3600),
         ));
         let claims = HeldClaims::default();
-        let ((sender, events), _) = channels(lease_rx, claims.clone());
+        let ((sender, events), _) = channels(lease_rx, claims.clone(), watch::channel(None).1);
         (Member { lease, claims }, sender, events)
     }
 
@@ -608,7 +614,8 @@ mod tests {
     #[test]
     fn unread_problems_are_dropped_and_counted() {
         let (_, lease) = tokio::sync::watch::channel(None);
-        let (_, (mut sender, mut errors)) = channels(lease, HeldClaims::default());
+        let (_, (mut sender, mut errors)) =
+            channels(lease, HeldClaims::default(), watch::channel(None).1);
         let problem =
             || Problem::Coordination(tenure_core::Error::SessionExpired { partitions: 1 });
         for _ in 0..ERRORS_CAPACITY + 10 {

@@ -61,9 +61,25 @@ pub enum AssignmentEvent {
         /// The claim.
         token: FencingToken,
     },
-    /// This member's claim on `partition` is gone: released to another
-    /// member, or lost with the session.
+    /// This member released `partition` (a rebalance moved it, or the
+    /// member is closing): its claim ended after the application drained
+    /// it and its final offset was committed under the claim. Like the
+    /// Java consumer's `onPartitionsRevoked`: side effects fenced by
+    /// `token` that the application finished before draining stand.
     Revoked {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim that ended.
+        token: FencingToken,
+    },
+    /// This member lost `partition` without releasing it: its session
+    /// expired (or its claim was found gone or fenced), so another member
+    /// may own it already. Like the Java consumer's `onPartitionsLost`:
+    /// the application must not commit, flush or otherwise finish side
+    /// effects for it — anything still in hand is to be dropped, and a
+    /// write fenced by `token` is refused wherever the fence is checked.
+    /// Messages handed out under `token` are not committed.
+    Lost {
         /// The partition.
         partition: TopicPartition,
         /// The claim that ended.
@@ -71,8 +87,43 @@ pub enum AssignmentEvent {
     },
 }
 
+impl AssignmentEvent {
+    /// The partition the change is about.
+    pub fn partition(&self) -> &TopicPartition {
+        match self {
+            AssignmentEvent::Assigned { partition, .. }
+            | AssignmentEvent::Revoking { partition, .. }
+            | AssignmentEvent::Suspended { partition, .. }
+            | AssignmentEvent::Resumed { partition, .. }
+            | AssignmentEvent::Revoked { partition, .. }
+            | AssignmentEvent::Lost { partition, .. } => partition,
+        }
+    }
+
+    /// The claim the change is about.
+    pub fn token(&self) -> FencingToken {
+        match self {
+            AssignmentEvent::Assigned { token, .. }
+            | AssignmentEvent::Revoking { token, .. }
+            | AssignmentEvent::Suspended { token, .. }
+            | AssignmentEvent::Resumed { token, .. }
+            | AssignmentEvent::Revoked { token, .. }
+            | AssignmentEvent::Lost { token, .. } => *token,
+        }
+    }
+
+    /// Whether the claim ended with it (released or lost).
+    pub fn ends_claim(&self) -> bool {
+        matches!(
+            self,
+            AssignmentEvent::Revoked { .. } | AssignmentEvent::Lost { .. }
+        )
+    }
+}
+
 /// A snapshot of the member's own view, for tools and tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct View {
     /// The current store session.
     pub session: Option<SessionId>,
@@ -89,7 +140,9 @@ pub struct View {
     /// The member has left the group.
     pub closed: bool,
     /// When the member published this view (for ordering the views of
-    /// several members).
+    /// several members; not serialized: an `Instant` means nothing outside
+    /// the process).
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub at: Option<Instant>,
 }
 
@@ -138,6 +191,48 @@ pub enum JoinError {
     /// write: the member builder has no Kafka ([`crate::GroupMemberBuilder::kafka`]).
     #[error("exactly-once output needs Kafka: the member builder has no KafkaConfig")]
     NoKafka,
+    /// Another live process uses this member id: its registration stayed
+    /// under another session for longer than a previous session of this
+    /// id could have lasted (see
+    /// [`crate::GroupMemberBuilder::registration_wait`]). Give each process
+    /// its own id ([`crate::generate_member_id`]), or make the member a
+    /// static member.
+    #[error("member id {member} is registered by another live session {session:?} (waited {waited:?}); give each process its own member id")]
+    MemberIdInUse {
+        /// The id.
+        member: tenure_core::MemberId,
+        /// The session holding it.
+        session: SessionId,
+        /// How long the join waited for it to go.
+        waited: std::time::Duration,
+    },
+    /// The member's task ended before it registered.
+    #[error("the member ended before it registered: {0}")]
+    Ended(MemberEnd),
+}
+
+/// Why a member's task ended, as its streams and
+/// [`crate::MemberHandle::ended`] tell.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemberEnd {
+    /// [`crate::MemberHandle::close`] finished: the member left the group
+    /// (or, as a static member, left its session to the next process).
+    #[error("the member closed")]
+    Closed,
+    /// The member was stopped like a crash: [`crate::MemberHandle::kill`],
+    /// a handle dropped without closing, or a close that ran out of time.
+    /// Its claims stay until its session expires.
+    #[error("the member was stopped without closing; its claims stay until its session expires")]
+    Killed,
+    /// The store's event stream ended: the backend can no longer tell the
+    /// member anything, so it stopped (its claims stay until its session
+    /// expires).
+    #[error("the store backend's event stream ended; the member stopped")]
+    StoreGone,
+    /// The member's task panicked (a bug: please report it with the log).
+    #[error("the member's task panicked")]
+    Panicked,
 }
 
 /// A problem a member reports while it runs; it keeps working after each.
@@ -156,6 +251,24 @@ pub enum Problem {
     /// (its partitions move) instead of resuming this one.
     #[error(transparent)]
     StateFile(Arc<StateFileError>),
+    /// The application's start offset of a claim could not be read
+    /// ([`crate::GroupMemberBuilder::start_offsets`] returned an error). It
+    /// is asked again after a pause, for as long as the claim holds;
+    /// nothing of the partition is fetched until it answers.
+    #[error("the start offset of {partition} (claim {token:?}) could not be read: {source}")]
+    StartOffset {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
+        token: FencingToken,
+        /// What the application's function returned.
+        source: tenure_kafka::StartOffsetError,
+    },
+    /// The member's task ended on its own (not by
+    /// [`crate::MemberHandle::close`]): the last item of the error stream
+    /// before it ends. Nothing more is handed out.
+    #[error("{0}")]
+    Ended(MemberEnd),
     /// Problems the application did not read in time were dropped (see
     /// [`crate::Errors`]).
     #[error("{count} problem(s) dropped: the application did not read them in time")]
@@ -176,13 +289,20 @@ impl Problem {
             Problem::Kafka(error) => error.is_transient(),
             // A disk that refuses a write needs someone to look at it.
             Problem::StateFile(_) => false,
-            Problem::Dropped { .. } => false,
+            // The application's store may come back; the member asks again.
+            Problem::StartOffset { .. } => true,
+            Problem::Ended(_) | Problem::Dropped { .. } => false,
         }
     }
 }
 
 /// What became of one commit of a partition's offset.
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum CommitOutcome {
     /// The store holds `offset` (the next offset to consume) as committed.
@@ -203,6 +323,7 @@ pub enum CommitOutcome {
         /// The offset not known to be written.
         offset: Offset,
         /// What the store said.
+        #[cfg_attr(feature = "serde", serde(serialize_with = "as_text"))]
         error: StoreError,
     },
     /// The claim ended (the session expired) before the store answered:
@@ -215,7 +336,11 @@ pub enum CommitOutcome {
 
 /// The commits a [`crate::GroupMember::commit`] or [`crate::GroupMember::close`] waited
 /// for, by partition (the last one of each).
+///
+/// A fenced or failed final commit is only seen here: do not drop it.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[must_use = "a commit that was fenced or failed is only reported here"]
 #[non_exhaustive]
 pub struct CommitReport {
     /// Each partition's commit and what became of it. A partition with
@@ -232,28 +357,64 @@ impl CommitReport {
     }
 }
 
-/// Why [`crate::GroupMember::seek`] did not move a partition.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a call about one partition's consumption (a seek, its position,
+/// its committed offset, its log's bounds, the offset of a time) could not
+/// be answered.
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
-pub enum SeekError {
-    /// The partition is not owned under that claim (any more), or is on
-    /// its way out, or there is no Kafka to fetch from.
+pub enum PartitionError {
+    /// The partition is not consumed by this member under that claim (any
+    /// more), or is on its way out.
     #[error("{partition} is not consumed under the claim {token:?}")]
     NotOwned {
         /// The partition.
         partition: TopicPartition,
-        /// The claim named.
-        token: FencingToken,
+        /// The claim named, if one was.
+        token: Option<FencingToken>,
     },
+    /// The member was built without Kafka
+    /// ([`crate::GroupMemberBuilder::kafka`]): it fetches nothing, so it
+    /// has no position to move or to look up.
+    #[error("the member was built without Kafka (GroupMemberBuilder::kafka): it has no messages to seek or look up")]
+    NoKafka,
+    /// Kafka did not answer the lookup.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
     /// The member's task has ended.
     #[error(transparent)]
     TaskGone(#[from] TaskGone),
+}
+
+/// The former name of [`PartitionError`].
+pub type SeekError = PartitionError;
+
+/// Where [`crate::MemberHandle::seek_to`] moves a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SeekTo {
+    /// The first offset still in the log.
+    Beginning,
+    /// The end of the log: only messages produced from now on.
+    End,
+    /// The first message whose timestamp is at or after the time (Kafka's
+    /// `offsetsForTimes`); the end of the log if every message is older.
+    Time(std::time::SystemTime),
+    /// This offset (as [`crate::MemberHandle::seek`]).
+    Offset(Offset),
 }
 
 /// The member's task has ended (it was closed, or it stopped on its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the member's task has ended")]
 pub struct TaskGone;
+
+#[cfg(feature = "serde")]
+fn as_text<S: serde::Serializer>(
+    value: &impl std::fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
 
 /// Why leaving the group did not finish cleanly.
 #[derive(Debug, thiserror::Error)]

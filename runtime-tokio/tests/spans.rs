@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tenure_tokio::core::{Config, TopicPartition};
+use tenure_core::{Config, TopicPartition};
 use tenure_tokio::{GroupMember, MemoryStore, View};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -126,7 +126,7 @@ async fn a_member_spans_its_claims_commits_drains_and_releases() {
     let keeper = Keeper::default();
     let _guard = tracing::subscriber::set_default(keeper.clone());
     let mut config = Config::new("spans", "m1", ["t"]).expect("valid config");
-    config.commit_interval = Duration::from_millis(50);
+    config = config.with_commit_interval(Duration::from_millis(50));
     let store = MemoryStore::new();
     let member = GroupMember::builder(config)
         .partitions([("t".to_owned(), 2)].into())
@@ -143,7 +143,7 @@ async fn a_member_spans_its_claims_commits_drains_and_releases() {
         assert!(tokio::time::Instant::now() < deadline, "no commit");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    member.close().await.expect("closes");
+    let _ = member.close().await.expect("closes");
 
     let log = keeper.log();
     let spans =

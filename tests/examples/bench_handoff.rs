@@ -105,7 +105,7 @@ fn config(group: &str, member: &str) -> Result<Config, String> {
         .map_err(|e| e.to_string())?
         .with_session_timeout(SESSION)
         .with_processing_timeout(Duration::from_secs(5));
-    config.commit_interval = Duration::from_secs(1);
+    config = config.with_commit_interval(Duration::from_secs(1));
     Ok(config)
 }
 
@@ -299,7 +299,7 @@ async fn tenure_handoffs(place: &dyn Place, n: u32) -> Result<Vec<Duration>, Str
         )
         .await;
     }
-    member.close().await.map_err(|e| e.to_string())?;
+    let _ = member.close().await.map_err(|e| e.to_string())?;
     let mut latencies = Vec::new();
     for (p, deleted) in deleted_at {
         let claimed = claimed_at.get(&p).ok_or_else(|| {
@@ -484,7 +484,7 @@ async fn join_settle(place: &dyn Place) -> Result<(Duration, (u64, u64)), String
         sent() - before.1,
     );
     for member in members {
-        member.close().await.map_err(|e| e.to_string())?;
+        let _ = member.close().await.map_err(|e| e.to_string())?;
     }
     Ok((took, used))
 }

@@ -77,13 +77,12 @@ pub fn config(group: &str, member: &str) -> Config {
 /// A member of `group` consuming `topic`, with the short timeouts the
 /// tests use.
 pub fn config_for(group: &str, member: &str, topic: &str) -> Config {
-    let mut config = Config::new(group, member, [topic])
+    Config::new(group, member, [topic])
         .expect("valid config")
         .with_session_timeout(SESSION)
-        .with_processing_timeout(Duration::from_secs(2));
-    config.commit_interval = Duration::from_millis(200);
-    config.backoff_max = Duration::from_millis(500);
-    config
+        .with_processing_timeout(Duration::from_secs(2))
+        .with_commit_interval(Duration::from_millis(200))
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(500))
 }
 
 /// Every member's view as published, with a check at every change that no
@@ -360,7 +359,7 @@ pub async fn three_members_share_twelve_partitions(stores: &dyn Stores) {
     }
     store_agrees(stores, &group, &monitor).await;
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 
@@ -405,7 +404,7 @@ pub async fn a_fourth_member_moves_only_what_it_takes(stores: &dyn Stores) {
     monitor.assert_no_overlap();
     store_agrees(stores, &group, &monitor).await;
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 
@@ -427,7 +426,7 @@ pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Sto
     for member in &mut members {
         while member.try_next_event().is_some() {}
     }
-    leaving.close().await.expect("close");
+    let _ = leaving.close().await.expect("close");
     for partition in theirs.keys() {
         assert_eq!(
             stores.committed(&group, partition).await,
@@ -463,7 +462,7 @@ pub async fn a_closing_member_hands_over_with_its_final_offsets(stores: &dyn Sto
     }
     store_agrees(stores, &group, &monitor).await;
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 
@@ -513,7 +512,7 @@ pub async fn a_dead_member_is_replaced_within_the_session_timeout(stores: &dyn S
     );
     store_agrees(stores, &group, &monitor).await;
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 
@@ -539,5 +538,5 @@ pub async fn the_store_grants_the_configs_session_timeout(stores: &dyn Stores) {
         .await
         .expect("the server tells the session's timeout");
     assert_eq!(granted, timeout, "the store's session is not the member's");
-    member.close().await.expect("closes");
+    let _ = member.close().await.expect("closes");
 }

@@ -347,7 +347,7 @@ async fn describe_and_reset(
     assert_eq!(column(&unchanged, "committed"), numbers(&FIRST));
 
     // The member leaves: no members, no owners, offsets and lag stay.
-    member.close().await.expect("clean close");
+    let _ = member.close().await.expect("clean close");
     let idle = describe(&store, &group);
     assert_eq!(idle["members"], serde_json::json!([]));
     assert_eq!(column(&idle, "owner"), vec![Value::Null; 3]);
@@ -365,7 +365,7 @@ async fn describe_and_reset(
     let total: i64 = lags.iter().sum();
     let first = consume(&mut next, total as usize).await;
     assert_eq!(first, [(0, 3), (1, 3), (2, 3)].into(), "where b started");
-    next.close().await.expect("clean close");
+    let _ = next.close().await.expect("clean close");
 
     // To a time: the first message produced after it.
     reset_ok(&store, &group, &topic, &format!("@{}", between + 1));
@@ -578,7 +578,7 @@ async fn guarded_writes(admin: &dyn tenure::admin::GroupAdmin, backend: Box<dyn 
         1
     );
 
-    member.close().await.expect("clean close");
+    let _ = member.close().await.expect("clean close");
     // Two offsets, so that one is left when the other is deleted (etcd
     // knows no group without keys).
     let offsets = [(partition.clone(), 7), (TopicPartition::new("t", 1), 8)].into();
@@ -971,7 +971,7 @@ async fn deletes_are_guarded(store: Vec<String>, backend: Box<dyn Backend>, name
     assert_eq!(kept["members"][0]["id"], "a", "{kept:#}");
     assert_eq!(column(&kept, "owner"), vec![Value::from("a"); 3]);
     assert_eq!(column(&kept, "committed"), vec![Value::Null; 3]);
-    member.close().await.expect("clean close");
+    let _ = member.close().await.expect("clean close");
 
     // Dead: offsets of one partition, then the whole group.
     reset_json(
@@ -1121,7 +1121,7 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         "{}",
         stderr(&output)
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 
     // etcd over TLS with a user, and Kafka over SASL_SSL, at once.
     let (etcd, etcd_ca, etcd_cert, etcd_key, etcd_user, etcd_password) = (
@@ -1188,5 +1188,5 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         &group,
         "m1",
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }

@@ -88,8 +88,8 @@ async fn a_group_consumes_through_a_secured_etcd() {
         .expect("described");
     let members: Vec<&str> = described.members.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(members, ["a", "b"]);
-    a.close().await.expect("close a");
-    b.close().await.expect("close b");
+    let _ = a.close().await.expect("close a");
+    let _ = b.close().await.expect("close b");
 }
 
 /// Joins with `security` and expects a refusal whose detail says `says`,

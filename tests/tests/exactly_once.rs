@@ -23,6 +23,7 @@ use tenure::tokio::exactly_once::{ExactlyOnce, Report, Reports, Stage};
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 
 type Consumer = ExactlyOnce<PostgresSink<MessageTable>>;
+type ConsumerStreams = tenure::tokio::exactly_once::ExactlyOnceStreams<PostgresSinkError>;
 
 /// A sink writing `messages` rows for `group`, at `url`.
 async fn sink(url: &str, group: &str, messages: &str) -> PostgresSink<MessageTable> {
@@ -44,6 +45,7 @@ async fn join(
     name: &str,
     topic: &str,
 ) -> Consumer {
+    // Its streams are not read: the audit reads the table.
     join_with(
         backend,
         sink(url, group, messages).await,
@@ -52,6 +54,7 @@ async fn join(
         topic,
     )
     .await
+    .0
 }
 
 /// A member of `group` writing through `sink`.
@@ -61,7 +64,7 @@ async fn join_with(
     group: &str,
     name: &str,
     topic: &str,
-) -> Consumer {
+) -> (Consumer, ConsumerStreams) {
     let member = GroupMember::builder(common::config_for(group, name, topic))
         .kafka(KafkaConfig::new(&kafka::bootstrap()));
     ExactlyOnce::builder(member, sink)
@@ -177,7 +180,7 @@ async fn a_hundred_thousand_messages_once_each(stores: &dyn Stores) {
     rows_reach(&db, &messages, &topic, 50_000, Duration::from_secs(60)).await;
     let m4 = join(stores.backend(), &url, &group, &messages, "m4", &topic).await;
     rows_reach(&db, &messages, &topic, 65_000, Duration::from_secs(60)).await;
-    m2.close().await.expect("m2 closes");
+    let _ = m2.close().await.expect("m2 closes");
 
     let audit = audit_at_end(
         &db,
@@ -189,8 +192,8 @@ async fn a_hundred_thousand_messages_once_each(stores: &dyn Stores) {
     )
     .await;
     let stats = [m3.stats(), m4.stats()];
-    m3.close().await.expect("m3 closes");
-    m4.close().await.expect("m4 closes");
+    let _ = m3.close().await.expect("m3 closes");
+    let _ = m4.close().await.expect("m4 closes");
     assert!(
         audit.offsets_at(&ends),
         "stored offsets {:?}, log ends {ends:?}",
@@ -281,8 +284,8 @@ async fn exactly_once_database_cut_off_before_and_while_writing_loses_nothing() 
     // Cut before the member claims anything: fencing fails, is reported,
     // and no partition is fetched until it works.
     proxy.down();
-    let mut consumer = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
-    let mut reports = consumer.reports();
+    let (consumer, streams) = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut reports = streams.reports;
     let first = tokio::time::timeout(Duration::from_secs(20), reports.next())
         .await
         .expect("a report within 20 s")
@@ -332,7 +335,7 @@ async fn exactly_once_database_cut_off_before_and_while_writing_loses_nothing() 
     .await;
     let stats = consumer.stats();
     let _ = waiting(&mut reports);
-    consumer.close().await.expect("closes");
+    let _ = consumer.close().await.expect("closes");
     assert!(stats.failures >= 2, "{stats:?}");
     assert!(
         audit.offsets_at(&ends),
@@ -371,8 +374,8 @@ async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
         .await
         .expect("seed the offsets table");
     }
-    let mut consumer = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
-    let mut reports = consumer.reports();
+    let (consumer, streams) = join_with(zookeeper.backend(), sink, &group, "m1", &topic).await;
+    let mut reports = streams.reports;
     let (mut fenced, mut corrupt) = (None, false);
     let deadline = Instant::now() + Duration::from_secs(30);
     while (fenced.is_none() || !corrupt) && Instant::now() < deadline {
@@ -407,7 +410,7 @@ async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let audit = Audit::read(&db, &messages, &group, &topic, &ends).await;
     let stats = consumer.stats();
-    consumer.close().await.expect("closes");
+    let _ = consumer.close().await.expect("closes");
     assert_eq!((audit.rows, audit.duplicates), (500, 0), "{audit:?}");
     assert_eq!(audit.next_offsets.get(&1), Some(&Some(ends[1])));
     let row = db

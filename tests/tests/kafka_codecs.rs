@@ -41,19 +41,22 @@ async fn topics_in_every_codec_are_consumed_fully() {
     let stores = ZooKeeper::new("codec").await;
     let group = common::group("codec");
     let mut config = common::config_for(&group, "m1", "unused");
-    config.subscription = Subscription::matching(&format!("{prefix}-.*")).expect("a pattern");
-    let mut member = GroupMember::builder(config)
+    config = config
+        .with_subscription(Subscription::matching(&format!("{prefix}-.*")).expect("a pattern"));
+    let (member, streams) = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .join(stores.backend())
         .await
-        .expect("join");
-    let mut errors = member.errors();
+        .expect("join")
+        .split();
+    let mut errors = streams.errors;
+    let mut messages = streams.messages.expect("a member with Kafka");
     let mut next: BTreeMap<String, i64> = BTreeMap::new();
     let mut problems = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while next.values().sum::<i64>() < (RECORDS * CODECS.len()) as i64 {
         let message = tokio::select! {
-            message = member.next_message() => message.expect("the member is open"),
+            message = messages.next() => message.expect("the member is open"),
             Some(problem) = errors.next() => {
                 // A codec this build cannot read is said at once, and is a
                 // failure here: every codec must be built in.
@@ -81,5 +84,5 @@ async fn topics_in_every_codec_are_consumed_fully() {
             "{codec}"
         );
     }
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }

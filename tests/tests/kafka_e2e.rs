@@ -66,7 +66,7 @@ fn consume(
                 },
                 order = control.recv() => match order {
                     Some(Control::Close) => {
-                        member.close().await.expect("close");
+                        let _ = member.close().await.expect("close");
                         return;
                     }
                     Some(Control::Kill(crash)) => {
@@ -554,7 +554,7 @@ async fn paused_member(stores: &dyn Revisions) {
         );
     }
     assert!(expired, "the member reports its expired session");
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }
 
 /// A committed offset beyond the end of the log is reset by the initial
@@ -602,7 +602,7 @@ async fn an_offset_out_of_range_is_reset_and_reported() {
         ),
         "{problem}"
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }
 
 /// Partitions added to a topic are found in the metadata and assigned.
@@ -639,7 +639,7 @@ async fn partitions_added_to_a_topic_get_consumed() {
         4,
         "all four partitions assigned"
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }
 
 /// Per-partition streams: one per owned partition, carrying only its
@@ -697,7 +697,7 @@ async fn per_partition_streams_end_when_their_partition_is_revoked() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
     for reader in readers {
         let (partition, offsets) = tokio::time::timeout(Duration::from_secs(10), reader)
             .await
@@ -730,9 +730,13 @@ async fn messages_events_and_errors_compose_in_one_select() {
     let zookeeper = ZooKeeper::new("select").await;
     let group = common::group("select");
     let monitor = Monitor::new();
-    let mut member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
-    let (mut messages, mut events, mut errors) =
-        (member.messages(), member.events(), member.errors());
+    let member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
+    let (member, streams) = member.split();
+    let (mut messages, mut events, mut errors) = (
+        streams.messages.expect("a member with Kafka"),
+        streams.events,
+        streams.errors,
+    );
     let (shutdown, mut shutdown_signal) = tokio::sync::oneshot::channel::<()>();
     let mut shutdown = Some(shutdown);
     let mut consumed = BTreeSet::new();
@@ -766,7 +770,7 @@ async fn messages_events_and_errors_compose_in_one_select() {
         .await
         .expect("every message within 60 s");
     assert_eq!(assigned, (0..PARTITIONS).collect::<BTreeSet<_>>());
-    member.close().await.expect("closes");
+    let _ = member.close().await.expect("closes");
     for p in 0..PARTITIONS {
         let committed = zookeeper
             .committed(&group, &TopicPartition::new(&topic, p))
@@ -789,14 +793,15 @@ async fn commit_now_and_close_report_what_the_store_wrote() {
     let zookeeper = ZooKeeper::new("commit-now").await;
     let group = common::group("commit-now");
     let mut config = common::config_for(&group, "m1", &topic);
-    config.commit_interval = Duration::from_secs(3600);
-    let mut member = GroupMember::builder(config)
+    config = config.with_commit_interval(Duration::from_secs(3600));
+    let member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .join(zookeeper.backend())
         .await
         .expect("joins");
     let tp = TopicPartition::new(&topic, 0);
-    let mut messages = member.messages();
+    let (member, streams) = member.split();
+    let mut messages = streams.messages.expect("a member with Kafka");
     take(&mut messages, 100).await;
     let report = member.commit().await.expect("the member runs");
     assert_eq!(
@@ -842,8 +847,9 @@ async fn a_paused_partition_waits_and_resumes_where_it_stood() {
     let zookeeper = ZooKeeper::new("pause").await;
     let group = common::group("pause");
     let monitor = Monitor::new();
-    let mut member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
-    let mut messages = member.messages();
+    let member = join(zookeeper.backend(), &monitor, &group, "m1", &topic).await;
+    let (member, streams) = member.split();
+    let mut messages = streams.messages.expect("a member with Kafka");
     let mut seen: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
     while seen.get(&0).is_none_or(Vec::is_empty) {
         let message = next_message(&mut messages).await;
@@ -918,22 +924,23 @@ async fn the_application_picks_start_offsets_and_seeks() {
     let zookeeper = ZooKeeper::new("seek").await;
     let group = common::group("seek");
     let mut config = common::config_for(&group, "m1", &topic);
-    config.commit_interval = Duration::from_secs(3600);
+    config = config.with_commit_interval(Duration::from_secs(3600));
     let asked = Arc::new(Mutex::new(Vec::new()));
     let asked_by_member = asked.clone();
-    let mut member = GroupMember::builder(config)
+    let member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .start_offsets(move |partition, token| {
             if let Ok(mut asked) = asked_by_member.lock() {
                 asked.push((partition, token));
             }
-            async { Some(40) }
+            async { Ok::<_, std::io::Error>(Some(40)) }
         })
         .join(zookeeper.backend())
         .await
         .expect("joins");
     let tp = TopicPartition::new(&topic, 0);
-    let mut messages = member.messages();
+    let (member, streams) = member.split();
+    let mut messages = streams.messages.expect("a member with Kafka");
     let first = next_message(&mut messages).await;
     assert_eq!(first.offset, 40, "starts where the application said");
     let token = first.token;
@@ -978,14 +985,13 @@ async fn the_application_picks_start_offsets_and_seeks() {
     assert_eq!(zookeeper.committed(&group, &tp).await, Some(90));
 
     let stale = tenure::core::FencingToken(token.0 - 1);
-    assert_eq!(
-        member.seek(tp.clone(), stale, 10).await,
-        Err(SeekError::NotOwned {
-            partition: tp.clone(),
-            token: stale
-        })
-    );
-    member.close().await.expect("closes");
+    match member.seek(tp.clone(), stale, 10).await {
+        Err(SeekError::NotOwned { partition, token }) => {
+            assert_eq!((partition, token), (tp.clone(), Some(stale)));
+        }
+        other => panic!("a seek under a stale claim is refused: {other:?}"),
+    }
+    let _ = member.close().await.expect("closes");
 }
 
 /// With the offsets kept by the application, the store never holds one:
@@ -1000,14 +1006,15 @@ async fn offsets_kept_by_the_application_never_reach_the_store() {
     let zookeeper = ZooKeeper::new("own-offsets").await;
     let group = common::group("own-offsets");
     let mut config = common::config_for(&group, "m1", &topic);
-    config.store_offsets = false;
-    let mut member = GroupMember::builder(config)
+    config = config.with_store_offsets(false);
+    let member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
-        .start_offsets(|_, _| async { Some(30) })
+        .start_offsets(|_, _| async { Ok::<_, std::io::Error>(Some(30)) })
         .join(zookeeper.backend())
         .await
         .expect("joins");
-    let mut messages = member.messages();
+    let (member, streams) = member.split();
+    let mut messages = streams.messages.expect("a member with Kafka");
     for expected in 30..50 {
         let message = next_message(&mut messages).await;
         assert_eq!(message.offset, expected);
@@ -1040,12 +1047,16 @@ async fn a_suspension_that_ends_alive_is_not_a_revocation() {
     let config =
         common::config_for(&group, "m1", &topic).with_session_timeout(Duration::from_secs(6));
     let (backend, proxy) = zookeeper.through_proxy().await;
-    let mut member = GroupMember::builder(config)
+    let member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
         .join(backend)
         .await
         .expect("joins");
-    let (mut messages, mut events) = (member.messages(), member.events());
+    let (member, streams) = member.split();
+    let (mut messages, mut events) = (
+        streams.messages.expect("a member with Kafka"),
+        streams.events,
+    );
     let mut seen = BTreeSet::new();
     let mut token = None;
     for _ in 0..50 {

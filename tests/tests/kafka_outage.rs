@@ -12,18 +12,20 @@ use std::time::Duration;
 use common::kafka;
 use common::zookeeper::ZooKeeper;
 use common::Stores;
-use tenure::tokio::{AssignmentEvent, GroupMember, KafkaConfig, Problem, ERRORS_CAPACITY};
+use tenure::tokio::{
+    AssignmentEvent, GroupMember, KafkaConfig, Messages, Problem, ERRORS_CAPACITY,
+};
 
 const PARTITIONS: u32 = 4;
 const WITHIN: Duration = Duration::from_secs(30);
 
 /// Takes messages, acknowledging each, until every partition has handed
 /// out one at `offset` or later.
-async fn consume_every_partition_from(member: &mut GroupMember, offset: i64) {
+async fn consume_every_partition_from(messages: &mut Messages, offset: i64) {
     let mut seen = BTreeSet::new();
     let deadline = tokio::time::Instant::now() + WITHIN;
     while seen.len() < PARTITIONS as usize {
-        let message = tokio::time::timeout_at(deadline, member.next_message())
+        let message = tokio::time::timeout_at(deadline, messages.next())
             .await
             .unwrap_or_else(|_| {
                 panic!("partitions {seen:?} of {PARTITIONS} consumed within {WITHIN:?}")
@@ -58,14 +60,15 @@ async fn a_broker_outage_costs_an_application_that_reads_nothing_bounded_memory(
     // times out is one.
     kafka_config.metadata_refresh = Duration::from_millis(50);
     kafka_config.connect_timeout = Duration::from_millis(100);
-    let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
+    let member = GroupMember::builder(common::config_for(&group, "m1", &topic))
         .kafka(kafka_config)
         .join(stores.backend())
         .await
         .expect("join through the proxy");
-    let mut events = member.events();
-    let mut errors = member.errors();
-    consume_every_partition_from(&mut member, 0).await;
+    let (member, streams) = member.split();
+    let (mut events, mut errors) = (streams.events, streams.errors);
+    let mut messages = streams.messages.expect("a member with Kafka");
+    consume_every_partition_from(&mut messages, 0).await;
 
     proxy.down();
     // Until the member has reported more than the error stream holds (it
@@ -95,7 +98,7 @@ async fn a_broker_outage_costs_an_application_that_reads_nothing_bounded_memory(
     for partition in 0..PARTITIONS {
         kafka::produce(&client, &topic, partition, 1).await;
     }
-    consume_every_partition_from(&mut member, 10).await;
+    consume_every_partition_from(&mut messages, 10).await;
 
     // What waited for the application: at most what the stream holds, and
     // then the count of what it could not hold.
@@ -138,5 +141,5 @@ async fn a_broker_outage_costs_an_application_that_reads_nothing_bounded_memory(
             .all(|e| matches!(e, AssignmentEvent::Assigned { .. })),
         "{told:?}"
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }

@@ -13,7 +13,7 @@ use common::kafka;
 use common::zookeeper::ZooKeeper;
 use common::Stores;
 use tenure::core::{Error, Subscription};
-use tenure::tokio::{AssignmentEvent, GroupMember, KafkaConfig, KafkaError, Problem};
+use tenure::tokio::{AssignmentEvent, GroupMember, KafkaConfig, KafkaError, Messages, Problem};
 
 /// How long anything here may take: a few metadata refreshes and a claim.
 const WITHIN: Duration = Duration::from_secs(30);
@@ -31,7 +31,7 @@ async fn join(
     subscription: Subscription,
 ) -> GroupMember {
     let mut config = common::config_for(group, member, "unused");
-    config.subscription = subscription;
+    config = config.with_subscription(subscription);
     GroupMember::builder(config)
         .kafka(kafka_config())
         .join(stores.backend())
@@ -40,10 +40,10 @@ async fn join(
 }
 
 /// Takes messages, acknowledging each, until one of `topic` arrives.
-async fn consume_until(member: &mut GroupMember, topic: &str) {
+async fn consume_until(messages: &mut Messages, topic: &str) {
     let deadline = tokio::time::Instant::now() + WITHIN;
     loop {
-        let message = tokio::time::timeout_at(deadline, member.next_message())
+        let message = tokio::time::timeout_at(deadline, messages.next())
             .await
             .unwrap_or_else(|_| panic!("no message of {topic} within {WITHIN:?}"))
             .expect("the member is open");
@@ -68,11 +68,11 @@ async fn a_pattern_takes_topics_as_they_are_created_and_lets_deleted_ones_go() {
     let stores = ZooKeeper::new("pattern").await;
     let group = common::group("pattern");
     let pattern = Subscription::matching(&format!("{prefix}-.*")).expect("a pattern");
-    let mut member = join(&stores, &group, "m1", pattern).await;
-    let mut events = member.events();
-    let mut errors = member.errors();
+    let (member, streams) = join(&stores, &group, "m1", pattern).await.split();
+    let (mut events, mut errors) = (streams.events, streams.errors);
+    let mut messages = streams.messages.expect("a member with Kafka");
 
-    consume_until(&mut member, &first).await;
+    consume_until(&mut messages, &first).await;
     // It has registered (it consumes), and its registration says so, in Kafka 0.8's form.
     let path = format!("/consumers/{group}/ids/m1");
     let (data, _) = stores
@@ -90,7 +90,7 @@ async fn a_pattern_takes_topics_as_they_are_created_and_lets_deleted_ones_go() {
     // A topic created after the join is taken at a metadata refresh.
     kafka::create_topic(&client, &second, 1).await;
     kafka::produce(&client, &second, 0, 5).await;
-    consume_until(&mut member, &second).await;
+    consume_until(&mut messages, &second).await;
     let assigned: BTreeSet<String> = member
         .view()
         .assigned
@@ -125,7 +125,7 @@ async fn a_pattern_takes_topics_as_they_are_created_and_lets_deleted_ones_go() {
     let deadline = tokio::time::Instant::now() + WITHIN;
     let mut taken = 0;
     while taken < 5 {
-        let message = tokio::time::timeout_at(deadline, member.next_message())
+        let message = tokio::time::timeout_at(deadline, messages.next())
             .await
             .expect("the other topic's messages after the delete")
             .expect("the member is open");
@@ -155,8 +155,8 @@ async fn a_pattern_takes_topics_as_they_are_created_and_lets_deleted_ones_go() {
             break;
         }
     }
-    other.close().await.expect("close m2");
-    member.close().await.expect("close m1");
+    let _ = other.close().await.expect("close m2");
+    let _ = member.close().await.expect("close m1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,14 +165,16 @@ async fn a_named_topic_that_does_not_exist_yet_is_waited_for() {
     let topic = kafka::topic("later");
     let stores = ZooKeeper::new("later").await;
     let group = common::group("later");
-    let mut member = join(
+    let member = join(
         &stores,
         &group,
         "m1",
         Subscription::topics([&topic]).expect("a topic"),
     )
     .await;
-    let mut errors = member.errors();
+    let (member, streams) = member.split();
+    let mut errors = streams.errors;
+    let mut messages = streams.messages.expect("a member with Kafka");
     let problem = tokio::time::timeout(WITHIN, errors.next())
         .await
         .expect("the missing topic reported")
@@ -184,6 +186,6 @@ async fn a_named_topic_that_does_not_exist_yet_is_waited_for() {
     assert!(problem.is_transient(), "it is waited for");
     kafka::create_topic(&client, &topic, 1).await;
     kafka::produce(&client, &topic, 0, 5).await;
-    consume_until(&mut member, &topic).await;
-    member.close().await.expect("close");
+    consume_until(&mut messages, &topic).await;
+    let _ = member.close().await.expect("close");
 }

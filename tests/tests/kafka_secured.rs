@@ -70,7 +70,7 @@ async fn a_member_consumes_through_sasl_ssl_with_scram_and_plain() {
             seen.insert(message.offset);
             message.ack();
         }
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 

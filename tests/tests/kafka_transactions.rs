@@ -109,7 +109,7 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
         }
     }
     assert_eq!(seen.len(), RECORDS, "every committed record, once");
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
     // The lag stays 0 once the group is closed.
     for (partition, end) in partitions.iter().zip(&ends) {
         assert_eq!(stores.committed(&group, partition).await, Some(*end));

@@ -46,13 +46,14 @@ async fn unread_assignment_changes_stay_bounded_and_none_is_lost() {
     // own.
     let config =
         common::config(&group, "m1").with_session_timeout(std::time::Duration::from_secs(10));
-    let mut member = GroupMember::builder(config)
+    let member = GroupMember::builder(config)
         .partitions([(common::TOPIC.to_owned(), partitions)].into())
         .auto_drain(true)
         .join(common::Stores::backend(&stores))
         .await
         .expect("joins");
-    let mut events = member.events();
+    let (member, streams) = member.split();
+    let mut events = streams.events;
     // Nothing read until every partition is owned and fetched.
     let mut view = member.watch_view();
     tokio::time::timeout(
@@ -80,5 +81,5 @@ async fn unread_assignment_changes_stay_bounded_and_none_is_lost() {
         }
     }
     assert_eq!(events.try_next(), None, "more changes than partitions");
-    member.close().await.expect("closes");
+    let _ = member.close().await.expect("closes");
 }

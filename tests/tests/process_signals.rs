@@ -32,7 +32,7 @@ struct HandedOut {
 struct Told {
     /// Wall clock, in milliseconds, the moment it was handed out.
     at_ms: u128,
-    /// `assigned`, `suspended`, `resumed`, `revoking` or `revoked`.
+    /// `assigned`, `suspended`, `resumed`, `revoking`, `revoked` or `lost`.
     kind: String,
     partition: u32,
     token: u64,

@@ -153,7 +153,7 @@ async fn a_rolling_restart_moves_nothing(stores: &dyn Stores, test: &str) {
     // joins with the same id and state file.
     for member in MEMBERS {
         let closing = members.remove(member).expect("running");
-        closing.close().await.expect("close");
+        let _ = closing.close().await.expect("close");
         // Settled again only once the new instance says so.
         views.catch_up();
         views.latest.remove(member);
@@ -234,7 +234,7 @@ async fn a_close_that_leaves_releases_everything(stores: &dyn Stores, test: &str
             _ => panic!("m1 does not own both partitions within 30 s"),
         }
     }
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
     for p in 0..2 {
         assert_eq!(
             stores.owner(&group, &common::tp(p)).await,

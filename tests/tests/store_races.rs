@@ -29,8 +29,8 @@ fn config(member: &str, processing: Duration) -> Config {
         .with_session_timeout(SESSION)
         .with_processing_timeout(processing);
     // The legacy strategy: 2 partitions over [a, b] move partition 1 to b.
-    config.strategy = Arc::new(Range);
-    config.commit_interval = Duration::from_millis(200);
+    config = config.with_strategy(Arc::new(Range));
+    config = config.with_commit_interval(Duration::from_millis(200));
     config
 }
 
@@ -111,8 +111,8 @@ async fn owner_vanishing(backends: Pair) {
         })
         .await;
     monitor.assert_no_overlap();
-    a.close().await.expect("close a");
-    b.close().await.expect("close b");
+    let _ = a.close().await.expect("close a");
+    let _ = b.close().await.expect("close b");
 }
 
 /// The old owner's application never drains: the release waits out the
@@ -148,7 +148,7 @@ async fn release_after_the_processing_timeout(backends: Pair) {
     }
     assert!(timed_out, "a reports the drain that timed out");
     monitor.assert_no_overlap();
-    b.close().await.expect("close b");
+    let _ = b.close().await.expect("close b");
     a.kill();
 }
 

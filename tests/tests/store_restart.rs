@@ -67,7 +67,7 @@ async fn converge_after_restart(stores: &dyn Stores, service: &str, must_pause: 
     monitor.assert_no_overlap();
     common::store_agrees(stores, &group, &monitor).await;
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 

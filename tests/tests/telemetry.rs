@@ -149,7 +149,7 @@ async fn three_members_report_what_they_own_and_how_they_got_it() {
         );
     }
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }
 
@@ -203,7 +203,7 @@ async fn a_commit_shows_as_the_committed_offset() {
         recorder.counter_sum(COMMIT_FAILURES, &[("group", group.as_str())]),
         0
     );
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,7 +229,7 @@ async fn a_closing_member_counts_its_handoffs_and_the_others_rebalance() {
         .collect();
 
     let leaving = members.pop().expect("three members");
-    leaving.close().await.expect("close");
+    let _ = leaving.close().await.expect("close");
 
     // The member's task published its last state before it finished
     // closing.
@@ -283,6 +283,6 @@ async fn a_closing_member_counts_its_handoffs_and_the_others_rebalance() {
         "{claims} claims, {handoffs} handoffs"
     );
     for member in members {
-        member.close().await.expect("close");
+        let _ = member.close().await.expect("close");
     }
 }

@@ -74,7 +74,7 @@ async fn lag_is_the_log_end_minus_the_committed_offset() {
     kafka::produce(&client, &topic, 1, 40).await;
     let group = common::group("telemetry-lag");
     let mut config = Config::new(&group, "m1", [&topic]).expect("valid config");
-    config.commit_interval = Duration::from_millis(100);
+    config = config.with_commit_interval(Duration::from_millis(100));
     let store = MemoryStore::new();
     let mut member = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&kafka::bootstrap()))
@@ -113,6 +113,6 @@ async fn lag_is_the_log_end_minus_the_committed_offset() {
     lag.agrees([29.0, 0.0]).await;
 
     // The rest is dropped unprocessed on close; the final commit stands.
-    member.close().await.expect("close");
+    let _ = member.close().await.expect("close");
     assert_eq!(lag.of(0), Some(0.0), "not owned any more");
 }

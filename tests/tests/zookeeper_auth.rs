@@ -68,8 +68,8 @@ async fn a_group_with_digest_credentials_keeps_other_identities_out() {
         message.ack();
     }
     // Both partitions' offsets are written (under the group's ACL too).
-    a.commit().await.expect("a commits");
-    b.commit().await.expect("b commits");
+    let _ = a.commit().await.expect("a commits");
+    let _ = b.commit().await.expect("b commits");
 
     // A client without the credentials can neither change nor read them.
     let raw = zookeeper.raw();
@@ -136,8 +136,8 @@ async fn a_group_with_digest_credentials_keeps_other_identities_out() {
     let members: Vec<&str> = described.members.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(members, ["a", "b"]);
 
-    a.close().await.expect("close a");
-    b.close().await.expect("close b");
+    let _ = a.close().await.expect("close a");
+    let _ = b.close().await.expect("close b");
 }
 
 #[test]

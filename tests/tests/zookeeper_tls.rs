@@ -86,8 +86,8 @@ async fn a_group_consumes_through_a_zookeeper_over_tls() {
         .expect("described");
     let members: Vec<&str> = described.members.iter().map(|m| m.id.as_str()).collect();
     assert_eq!(members, ["a", "b"]);
-    a.close().await.expect("close a");
-    b.close().await.expect("close b");
+    let _ = a.close().await.expect("close a");
+    let _ = b.close().await.expect("close b");
 }
 
 /// Joins with `security` and expects a refusal whose detail says `says`,

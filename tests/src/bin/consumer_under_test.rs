@@ -14,7 +14,7 @@
 //! input (so that a test can leave them waiting unread), and prints each:
 //!
 //! ```text
-//! <wall clock ms> event <assigned|suspended|resumed|revoking|revoked> <partition> <fencing token>
+//! <wall clock ms> event <assigned|suspended|resumed|revoking|revoked|lost> <partition> <fencing token>
 //! ```
 
 use std::io::Write;
@@ -90,13 +90,17 @@ async fn run() -> Result<(), String> {
     let config = Config::new(&args.group, &args.member, [&args.topic])
         .map_err(|e| e.to_string())?
         .with_session_timeout(Duration::from_millis(args.session_ms));
-    let mut member = GroupMember::builder(config)
+    let (member, streams) = GroupMember::builder(config)
         .kafka(KafkaConfig::new(&args.kafka))
         .join(backend)
         .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(print_events(member.events()));
-    while let Some(message) = member.next_message().await {
+        .map_err(|e| e.to_string())?
+        .split();
+    tokio::spawn(print_events(streams.events));
+    let mut messages = streams
+        .messages
+        .ok_or("a member with Kafka hands out messages")?;
+    while let Some(message) = messages.next().await {
         let at = wall_ms();
         print(format_args!(
             "{at} {} {} {}",
@@ -105,6 +109,8 @@ async fn run() -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
         message.ack();
     }
+    // The messages end with the member: nothing left to close.
+    member.kill();
     Ok(())
 }
 
@@ -136,6 +142,7 @@ async fn print_events(mut events: Events) -> Result<(), String> {
             AssignmentEvent::Resumed { partition, token } => ("resumed", partition, token),
             AssignmentEvent::Revoking { partition, token } => ("revoking", partition, token),
             AssignmentEvent::Revoked { partition, token } => ("revoked", partition, token),
+            AssignmentEvent::Lost { partition, token } => ("lost", partition, token),
             other => return Err(format!("an assignment change it does not know: {other:?}")),
         };
         print(format_args!(
