@@ -46,10 +46,10 @@ kafka_exports() {
     # user, behind a certificate of a CA made on the spot (and another CA,
     # which did not sign it).
     echo "export TENURE_KAFKA_SECURED=$HOST:$KAFKA_SECURED_PORT"
-    echo "export TENURE_KAFKA_CA=$STATE/kafka-certs/ca.pem"
-    echo "export TENURE_KAFKA_OTHER_CA=$STATE/kafka-certs/other-ca.pem"
-    echo "export TENURE_KAFKA_SASL_USER=$KAFKA_SASL_USER"
-    echo "export TENURE_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD"
+    echo "export TENURE_KAFKA_SECURED_CA=$STATE/kafka-certs/ca.pem"
+    echo "export TENURE_KAFKA_SECURED_OTHER_CA=$STATE/kafka-certs/other-ca.pem"
+    echo "export TENURE_KAFKA_SECURED_USER=$KAFKA_SASL_USER"
+    echo "export TENURE_KAFKA_SECURED_PASSWORD=$KAFKA_SASL_PASSWORD"
 }
 
 # The broker's certificate (for the SASL_SSL listener) and its CA, in a

@@ -1154,9 +1154,9 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
     registered(&member).await;
     let (kafka_secured, kafka_ca, kafka_user, kafka_password) = (
         secured_var("TENURE_KAFKA_SECURED"),
-        secured_var("TENURE_KAFKA_CA"),
-        secured_var("TENURE_KAFKA_SASL_USER"),
-        secured_var("TENURE_KAFKA_SASL_PASSWORD"),
+        secured_var("TENURE_KAFKA_SECURED_CA"),
+        secured_var("TENURE_KAFKA_SECURED_USER"),
+        secured_var("TENURE_KAFKA_SECURED_PASSWORD"),
     );
     described_by(
         &[
@@ -1189,4 +1189,57 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         "m1",
     );
     member.close().await.expect("close");
+}
+
+/// Every `TENURE_*` variable `command` (and its subcommands) reads.
+fn variables_read(command: &clap::Command, names: &mut std::collections::BTreeSet<String>) {
+    for arg in command.get_arguments() {
+        if let Some(name) = arg.get_env().and_then(|name| name.to_str()) {
+            names.insert(name.to_owned());
+        }
+    }
+    for sub in command.get_subcommands() {
+        variables_read(sub, names);
+    }
+}
+
+/// A shell that evaluated scripts/services' exports (as scripts/test does,
+/// and a developer does to run the tests by hand) also runs the `tenure`
+/// command: the test servers' CA files and credentials must not become the
+/// command's settings. Only the plain addresses are shared on purpose.
+#[test]
+fn the_services_exports_are_not_the_commands_settings() {
+    let mut read = std::collections::BTreeSet::new();
+    variables_read(&tenure_cli::command(), &mut read);
+    assert!(
+        read.contains("TENURE_KAFKA_CA") && read.contains("TENURE_ZOOKEEPER"),
+        "the command's variables: {read:?}"
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("env")
+        .output()
+        .expect("run scripts/services env");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let exported: std::collections::BTreeSet<String> = stdout(&output)
+        .lines()
+        .filter_map(|line| line.strip_prefix("export "))
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    assert!(
+        exported.contains("TENURE_KAFKA_SECURED_CA"),
+        "scripts/services env: {exported:?}"
+    );
+    let shared = ["TENURE_ZOOKEEPER", "TENURE_ETCD", "TENURE_KAFKA"];
+    let clashes: Vec<&String> = exported
+        .intersection(&read)
+        .filter(|name| !shared.contains(&name.as_str()))
+        .collect();
+    assert!(
+        clashes.is_empty(),
+        "scripts/services exports variables the tenure command reads as its settings: \
+         {clashes:?}"
+    );
 }

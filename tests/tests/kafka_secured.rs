@@ -31,7 +31,7 @@ fn secured(mechanism: SaslMechanism, password: &str, ca: &str) -> KafkaConfig {
     config.connect_timeout = Duration::from_secs(5);
     config.client_id = "tenure-secured-test".to_owned();
     config.security = KafkaSecurity::new()
-        .sasl(mechanism, &var("TENURE_KAFKA_SASL_USER"), password)
+        .sasl(mechanism, &var("TENURE_KAFKA_SECURED_USER"), password)
         .tls(ca, None)
         .expect("the CA file");
     config
@@ -53,8 +53,8 @@ async fn a_member_consumes_through_sasl_ssl_with_scram_and_plain() {
         let mut member = GroupMember::builder(common::config_for(&group, "m1", &topic))
             .kafka(secured(
                 mechanism,
-                &var("TENURE_KAFKA_SASL_PASSWORD"),
-                &var("TENURE_KAFKA_CA"),
+                &var("TENURE_KAFKA_SECURED_PASSWORD"),
+                &var("TENURE_KAFKA_SECURED_CA"),
             ))
             .join(stores.backend())
             .await
@@ -104,7 +104,7 @@ async fn a_wrong_password_and_an_untrusted_certificate_are_refused_saying_what_t
         secured(
             SaslMechanism::ScramSha512,
             "not-the-password",
-            &var("TENURE_KAFKA_CA"),
+            &var("TENURE_KAFKA_SECURED_CA"),
         ),
         "password",
     )
@@ -113,8 +113,8 @@ async fn a_wrong_password_and_an_untrusted_certificate_are_refused_saying_what_t
         &stores,
         secured(
             SaslMechanism::ScramSha512,
-            &var("TENURE_KAFKA_SASL_PASSWORD"),
-            &var("TENURE_KAFKA_OTHER_CA"),
+            &var("TENURE_KAFKA_SECURED_PASSWORD"),
+            &var("TENURE_KAFKA_SECURED_OTHER_CA"),
         ),
         "certificate",
     )
