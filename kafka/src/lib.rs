@@ -43,4 +43,4 @@ pub use event::DataEvent;
 pub use ledger::Message;
 pub use metadata::{connect, subscribed_topics, Subscribed};
 pub use plane::{DataPlane, Delivery, StartOffsets};
-pub use security::{KafkaSecurity, SaslMechanism};
+pub use security::{KafkaSecurity, SaslMechanism, TokenError};
