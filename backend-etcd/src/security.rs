@@ -61,8 +61,8 @@ impl EtcdSecurity {
 
     /// Speaks TLS (the endpoints must be `https://`), trusting the server
     /// certificates any CA the system trusts signed (its trust store: on
-    /// Linux the distribution's bundle, or the file `SSL_CERT_FILE` names,
-    /// or the directory `SSL_CERT_DIR` names).
+    /// Linux the distribution's bundle; if `SSL_CERT_FILE` or
+    /// `SSL_CERT_DIR` is set, only the file and the directories they name).
     pub fn system_roots(mut self) -> Result<EtcdSecurity, BackendError> {
         let found = rustls_native_certs::load_native_certs();
         if found.certs.is_empty() {

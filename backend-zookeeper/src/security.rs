@@ -366,9 +366,9 @@ mod tls {
 
         /// Speaks TLS as [`ZooKeeperSecurity::ca_file`] does, trusting the
         /// server certificates any CA the system trusts signed (its trust
-        /// store: on Linux the distribution's bundle, or the file
-        /// `SSL_CERT_FILE` names, or the directory `SSL_CERT_DIR` names;
-        /// feature `tls`).
+        /// store: on Linux the distribution's bundle; if `SSL_CERT_FILE` or
+        /// `SSL_CERT_DIR` is set, only the file and the directories they
+        /// name; feature `tls`).
         pub fn system_roots(self) -> Result<ZooKeeperSecurity, BackendError> {
             let found = rustls_native_certs::load_native_certs();
             if found.certs.is_empty() {

@@ -205,9 +205,9 @@ impl KafkaSecurity {
     }
 
     /// Speaks TLS, trusting the broker certificates any CA the system
-    /// trusts signed (its trust store: on Linux the distribution's bundle,
-    /// or the file `SSL_CERT_FILE` names, or the directory
-    /// `SSL_CERT_DIR` names). `client` as for
+    /// trusts signed (its trust store: on Linux the distribution's bundle;
+    /// if `SSL_CERT_FILE` or `SSL_CERT_DIR` is set, only the file and the
+    /// directories they name). `client` as for
     /// [`KafkaSecurity::tls_ca_pem`].
     #[cfg(feature = "tls")]
     pub fn tls_system_roots(

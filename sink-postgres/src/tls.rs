@@ -72,8 +72,9 @@ impl PostgresTls {
     }
 
     /// Trusts the server certificates any CA the system trusts signed (its
-    /// trust store: on Linux the distribution's bundle, or the file
-    /// `SSL_CERT_FILE` names, or the directory `SSL_CERT_DIR` names).
+    /// trust store: on Linux the distribution's bundle; if `SSL_CERT_FILE`
+    /// or `SSL_CERT_DIR` is set, only the file and the directories they
+    /// name).
     pub fn system_roots() -> Result<PostgresTls, PostgresSinkError> {
         let found = rustls_native_certs::load_native_certs();
         let mut roots = rustls::RootCertStore::empty();
