@@ -28,10 +28,23 @@ const SECOND: i64 = 5;
 /// Runs the `tenure` binary with exactly `args`: the environment's
 /// TENURE_* variables are removed so only the flags count.
 fn run_tenure(args: &[&str]) -> Output {
+    run_tenure_with(args, &[])
+}
+
+/// Runs the `tenure` binary as [`run_tenure`] does, with the variables
+/// `env` set (and those it gives an empty value removed).
+fn run_tenure_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
     for (name, _) in std::env::vars() {
         if name.starts_with("TENURE_") {
             command.env_remove(name);
+        }
+    }
+    for (name, value) in env {
+        if value.is_empty() {
+            command.env_remove(name);
+        } else {
+            command.env(name, value);
         }
     }
     command.args(args).output().expect("run the tenure binary")
@@ -1053,9 +1066,14 @@ async fn registered(member: &GroupMember) {
 /// `tenure describe <group> --json` with exactly `args` before it; asserts
 /// that it succeeds and that `member` is the group's one member.
 fn described_by(args: &[&str], group: &str, member: &str) {
+    described_by_with(args, &[], group, member);
+}
+
+/// [`described_by`], with the variables `env` (see [`run_tenure_with`]).
+fn described_by_with(args: &[&str], env: &[(&str, &str)], group: &str, member: &str) {
     let mut all = args.to_vec();
     all.extend(["--timeout", "10", "describe", group, "--json"]);
-    let output = run_tenure(&all);
+    let output = run_tenure_with(&all, env);
     assert!(output.status.success(), "{}", stderr(&output));
     let description: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
     assert_eq!(description["members"][0]["id"], member, "{description:#}");
@@ -1188,6 +1206,45 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         &group,
         "m1",
     );
+    // `system` for the CAs: the system's trust store, here pointed at the
+    // test CAs (and only them) by SSL_CERT_FILE.
+    let bundle = std::env::temp_dir().join(format!("tenure-cli-roots-{}.pem", std::process::id()));
+    let mut pem = std::fs::read(&etcd_ca).expect("the etcd CA");
+    pem.extend(std::fs::read(&kafka_ca).expect("the Kafka CA"));
+    std::fs::write(&bundle, pem).expect("write the bundle");
+    let bundle_path = bundle.display().to_string();
+    described_by_with(
+        &[
+            "--etcd",
+            &etcd,
+            "--etcd-prefix",
+            &prefix,
+            "--etcd-user",
+            &etcd_user,
+            "--etcd-password",
+            &etcd_password,
+            "--etcd-ca",
+            "system",
+            "--etcd-cert",
+            &etcd_cert,
+            "--etcd-key",
+            &etcd_key,
+            "--bootstrap",
+            &kafka_secured,
+            "--kafka-sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--kafka-user",
+            &kafka_user,
+            "--kafka-password",
+            &kafka_password,
+            "--kafka-ca",
+            "system",
+        ],
+        &[("SSL_CERT_FILE", &bundle_path), ("SSL_CERT_DIR", "")],
+        &group,
+        "m1",
+    );
+    let _ = std::fs::remove_file(&bundle);
     member.close().await.expect("close");
 }
 
