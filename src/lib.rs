@@ -32,6 +32,7 @@
 //! | `kafka-tls` | | TLS to Kafka brokers (SASL needs no feature) |
 //! | `etcd` | | the etcd backend (building it needs `protoc`) |
 //! | `postgres` | | the PostgreSQL sink of exactly-once output (pure Rust) |
+//! | `postgres-tls` | | TLS to PostgreSQL for that sink (rustls with ring) |
 //!
 //! The [`guide`] tells the rest, one chapter per module, starting with
 //! [`guide::consumers`]; its examples, and the README's, are compiled and run

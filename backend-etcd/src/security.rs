@@ -1,7 +1,8 @@
 //! What a secured etcd cluster asks of a client: a user and password (etcd's
 //! `auth enable`), and TLS — the server's certificate checked against a CA,
 //! and a client certificate where the server asks for one
-//! (`--client-cert-auth`).
+//! (`--client-cert-auth`). The CA comes from a PEM file, from PEM in
+//! memory, or from the system's trust store.
 
 use std::path::Path;
 
@@ -45,26 +46,82 @@ impl EtcdSecurity {
 
     /// Speaks TLS (the endpoints must be `https://`), trusting the server
     /// certificates the CA in the PEM file at `path` signed.
-    pub fn ca_file(mut self, path: impl AsRef<Path>) -> Result<EtcdSecurity, BackendError> {
+    pub fn ca_file(self, path: impl AsRef<Path>) -> Result<EtcdSecurity, BackendError> {
         let pem = read(path.as_ref(), "CA certificate")?;
+        let what = format!("the CA file {}", path.as_ref().display());
+        self.with_ca_pem(pem, what)
+    }
+
+    /// Speaks TLS (the endpoints must be `https://`), trusting the server
+    /// certificates the CAs in `pem` signed: PEM in memory, one
+    /// certificate or several (a bundle).
+    pub fn ca_pem(self, pem: &[u8]) -> Result<EtcdSecurity, BackendError> {
+        self.with_ca_pem(pem.to_vec(), "the CA PEM given".to_owned())
+    }
+
+    /// Speaks TLS (the endpoints must be `https://`), trusting the server
+    /// certificates any CA the system trusts signed (its trust store: on
+    /// Linux the distribution's bundle; if `SSL_CERT_FILE` or
+    /// `SSL_CERT_DIR` is set, only the file and the directories they name).
+    pub fn system_roots(mut self) -> Result<EtcdSecurity, BackendError> {
+        let found = rustls_native_certs::load_native_certs();
+        if found.certs.is_empty() {
+            let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+            return Err(BackendError::Config(format!(
+                "the system's trust store holds no CA certificate (SSL_CERT_FILE or SSL_CERT_DIR \
+                 can name one){}",
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", errors.join("; "))
+                }
+            )));
+        }
+        let tls = self.tls.take().unwrap_or_default();
+        self.tls = Some(tls.with_native_roots());
+        self.ca = Some("the system's trust store".to_owned());
+        Ok(self)
+    }
+
+    fn with_ca_pem(mut self, pem: Vec<u8>, what: String) -> Result<EtcdSecurity, BackendError> {
+        certificates(&pem, &what)?;
         let tls = self.tls.take().unwrap_or_default();
         self.tls = Some(tls.ca_certificate(Certificate::from_pem(pem)));
-        self.ca = Some(path.as_ref().display().to_string());
+        self.ca = Some(what);
         Ok(self)
     }
 
     /// Presents the client certificate and key in the PEM files at `cert`
     /// and `key`, for a server that asks for one.
     pub fn client_identity_files(
-        mut self,
+        self,
         cert: impl AsRef<Path>,
         key: impl AsRef<Path>,
     ) -> Result<EtcdSecurity, BackendError> {
-        let cert = read(cert.as_ref(), "client certificate")?;
-        let key = read(key.as_ref(), "client key")?;
+        let cert_pem = read(cert.as_ref(), "client certificate")?;
+        let key_pem = read(key.as_ref(), "client key")?;
+        certificates(
+            &cert_pem,
+            &format!("the client certificate file {}", cert.as_ref().display()),
+        )?;
+        Ok(self.with_identity(cert_pem, key_pem))
+    }
+
+    /// Presents the client certificate (chain) and key in the PEM `cert`
+    /// and `key`, in memory, for a server that asks for one.
+    pub fn client_identity_pem(
+        self,
+        cert: &[u8],
+        key: &[u8],
+    ) -> Result<EtcdSecurity, BackendError> {
+        certificates(cert, "the client certificate PEM given")?;
+        Ok(self.with_identity(cert.to_vec(), key.to_vec()))
+    }
+
+    fn with_identity(mut self, cert: Vec<u8>, key: Vec<u8>) -> EtcdSecurity {
         let tls = self.tls.take().unwrap_or_default();
         self.tls = Some(tls.identity(Identity::from_pem(cert, key)));
-        Ok(self)
+        self
     }
 
     /// Whether TLS is on.
@@ -95,13 +152,14 @@ impl EtcdSecurity {
             let https = endpoint.starts_with("https://");
             if self.uses_tls() && !https {
                 return Err(format!(
-                    "endpoint {endpoint:?} is not https:// but TLS is configured (EtcdSecurity::ca_file)"
+                    "endpoint {endpoint:?} is not https:// but TLS is configured (EtcdSecurity::ca_file, \
+                     ca_pem or system_roots)"
                 ));
             }
             if !self.uses_tls() && https {
                 return Err(format!(
                     "endpoint {endpoint:?} is https:// but no CA is configured to check the server \
-                     (EtcdSecurity::ca_file)"
+                     (EtcdSecurity::ca_file, ca_pem or system_roots)"
                 ));
             }
         }
@@ -132,8 +190,8 @@ impl EtcdSecurity {
         if self.uses_tls() && (chain.contains("certificate") || chain.contains("Certificate")) {
             let ca = self.ca.as_deref().unwrap_or("(none)");
             return Some(Refusal::Certificate(format!(
-                "the server's TLS certificate is not trusted: check that the CA file {ca} signed \
-                 it, and that the endpoint's host is named in it ({chain})"
+                "the server's TLS certificate is not trusted: check that a CA of {ca} signed it, \
+                 and that the endpoint's host is named in it ({chain})"
             )));
         }
         None
@@ -165,6 +223,26 @@ impl Refusal {
             Refusal::Certificate(detail) => AdminError::Unreachable { store, detail },
         }
     }
+}
+
+/// Checks that `pem` (`what` names it in errors) is PEM holding at least
+/// one certificate, so that a wrong one is said at once rather than as a
+/// failed handshake.
+fn certificates(pem: &[u8], what: &str) -> Result<(), BackendError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut count = 0;
+    for certificate in CertificateDer::pem_slice_iter(pem) {
+        certificate
+            .map_err(|e| BackendError::Config(format!("{what} is not readable PEM: {e}")))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(BackendError::Config(format!(
+            "{what} holds no certificate (no `-----BEGIN CERTIFICATE-----` block)"
+        )));
+    }
+    Ok(())
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {

@@ -1,7 +1,8 @@
 //! What a secured ZooKeeper ensemble asks of a client: credentials of the
 //! `digest` scheme, and TLS to its `secureClientPort` (ZooKeeper 3.5 and
-//! later), with a client certificate where the server asks for one
-//! (`ssl.clientAuth`).
+//! later) — the servers' certificates checked against a CA from a PEM file,
+//! from PEM in memory, or the system's trust store — with a client
+//! certificate where the server asks for one (`ssl.clientAuth`).
 
 use tenure_core::credentials::Password;
 use tenure_tokio::BackendError;
@@ -105,7 +106,8 @@ impl ZooKeeperSecurity {
         if self.tls.as_ref().is_some_and(|tls| tls.ca.is_none()) {
             return Err(BackendError::Config(
                 "a ZooKeeper client certificate needs the CA that signed the servers' \
-                 certificates too (ZooKeeperSecurity::ca_file): the client trusts no other"
+                 certificates too (ZooKeeperSecurity::ca_file, ca_pem or system_roots): the \
+                 client trusts no other"
                     .to_owned(),
             ));
         }
@@ -168,7 +170,7 @@ impl ZooKeeperSecurity {
 
 #[cfg(feature = "tls")]
 mod tls {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -185,7 +187,7 @@ mod tls {
     pub(super) struct Tls {
         pub(super) ca: Option<String>,
         /// Where the CA came from, for errors.
-        ca_path: Option<PathBuf>,
+        ca_source: Option<String>,
         identity: Option<(String, String)>,
     }
 
@@ -283,9 +285,9 @@ mod tls {
         /// What a failed handshake or read says, and what to fix.
         fn explain(&self, host: &str, error: &std::io::Error) -> String {
             let ca = self
-                .ca_path
+                .ca_source
                 .as_ref()
-                .map_or_else(String::new, |p| format!(" ({})", p.display()));
+                .map_or_else(String::new, |source| format!(" ({source})"));
             let tls = error
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>());
@@ -298,9 +300,9 @@ mod tls {
                      certificate holds"
                 ),
                 Some(rustls::Error::InvalidCertificate(reason)) => format!(
-                    "the server's certificate is not trusted ({reason:?}): the CA file{ca} must \
-                     hold the CA that signed the ZooKeeper servers' certificates \
-                     (ZooKeeperSecurity::ca_file)"
+                    "the server's certificate is not trusted ({reason:?}): the CAs trusted{ca} \
+                     must hold the one that signed the ZooKeeper servers' certificates \
+                     (ZooKeeperSecurity::ca_file, ca_pem or system_roots)"
                 ),
                 Some(rustls::Error::AlertReceived(alert)) => format!(
                     "the server refused this client's certificate ({alert:?}): it requires one \
@@ -343,44 +345,171 @@ mod tls {
         /// `secureClientPort`s, unless one is written `tcp://host:port`),
         /// trusting the server certificates the CA in the PEM file at `path`
         /// signed, and no others (feature `tls`).
-        pub fn ca_file(
-            mut self,
-            path: impl AsRef<Path>,
-        ) -> Result<ZooKeeperSecurity, BackendError> {
+        pub fn ca_file(self, path: impl AsRef<Path>) -> Result<ZooKeeperSecurity, BackendError> {
             let pem = read(path.as_ref(), "CA certificate")?;
-            // Checked now, so that a wrong file is said at once.
+            let what = format!(
+                "the ZooKeeper CA certificate file {}",
+                path.as_ref().display()
+            );
+            self.with_ca(pem, what)
+        }
+
+        /// Speaks TLS as [`ZooKeeperSecurity::ca_file`] does, trusting the
+        /// server certificates the CAs in `pem` signed: PEM in memory, one
+        /// certificate or several (a bundle; feature `tls`).
+        pub fn ca_pem(self, pem: &[u8]) -> Result<ZooKeeperSecurity, BackendError> {
+            let what = "the ZooKeeper CA PEM given";
+            let pem = std::str::from_utf8(pem)
+                .map_err(|e| BackendError::Config(format!("{what} is not PEM (not text: {e})")))?;
+            self.with_ca(pem.to_owned(), what.to_owned())
+        }
+
+        /// Speaks TLS as [`ZooKeeperSecurity::ca_file`] does, trusting the
+        /// server certificates any CA the system trusts signed (its trust
+        /// store: on Linux the distribution's bundle; if `SSL_CERT_FILE` or
+        /// `SSL_CERT_DIR` is set, only the file and the directories they
+        /// name; feature `tls`).
+        pub fn system_roots(self) -> Result<ZooKeeperSecurity, BackendError> {
+            let found = rustls_native_certs::load_native_certs();
+            if found.certs.is_empty() {
+                let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+                return Err(BackendError::Config(format!(
+                    "the system's trust store holds no CA certificate (SSL_CERT_FILE or \
+                     SSL_CERT_DIR can name one){}",
+                    if errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", errors.join("; "))
+                    }
+                )));
+            }
+            // The client takes its CAs as PEM only.
+            let pem: String = found.certs.iter().map(|der| pem_certificate(der)).collect();
+            self.with_ca(pem, "the system's trust store".to_owned())
+        }
+
+        fn with_ca(mut self, pem: String, what: String) -> Result<ZooKeeperSecurity, BackendError> {
+            // Checked now, so that a wrong CA is said at once.
+            let mut count = 0;
+            for certificate in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                certificate.map_err(|e| {
+                    BackendError::Config(format!("{what} is not readable PEM: {e}"))
+                })?;
+                count += 1;
+            }
+            if count == 0 {
+                return Err(BackendError::Config(format!(
+                    "{what} holds no certificate (no `-----BEGIN CERTIFICATE-----` block)"
+                )));
+            }
             zk::TlsOptions::new()
                 .with_pem_ca(&pem)
-                .map_err(|e| invalid(path.as_ref(), "CA certificate", e))?;
+                .map_err(|e| BackendError::Config(format!("{what} cannot be used: {e}")))?;
             let tls = self.tls.get_or_insert_with(Tls::default);
             tls.ca = Some(pem);
-            tls.ca_path = Some(path.as_ref().to_owned());
+            tls.ca_source = Some(what);
             Ok(self)
         }
 
         /// Presents the client certificate and key in the PEM files at
         /// `cert` and `key`, for a server that asks for one
-        /// (`ssl.clientAuth=need`; feature `tls`). Needs
-        /// [`ZooKeeperSecurity::ca_file`].
+        /// (`ssl.clientAuth=need`; feature `tls`). Needs a CA
+        /// ([`ZooKeeperSecurity::ca_file`], [`ZooKeeperSecurity::ca_pem`] or
+        /// [`ZooKeeperSecurity::system_roots`]).
         pub fn client_identity_files(
-            mut self,
+            self,
             cert: impl AsRef<Path>,
             key: impl AsRef<Path>,
         ) -> Result<ZooKeeperSecurity, BackendError> {
             let cert_pem = read(cert.as_ref(), "client certificate")?;
             let key_pem = read(key.as_ref(), "client key")?;
+            let what = format!(
+                "the ZooKeeper client certificate and key at {}",
+                cert.as_ref().display()
+            );
+            self.with_identity(cert_pem, key_pem, &what)
+        }
+
+        /// Presents the client certificate (chain) and key in the PEM
+        /// `cert` and `key`, in memory, as
+        /// [`ZooKeeperSecurity::client_identity_files`] does (feature `tls`).
+        pub fn client_identity_pem(
+            self,
+            cert: &[u8],
+            key: &[u8],
+        ) -> Result<ZooKeeperSecurity, BackendError> {
+            let what = "the ZooKeeper client certificate and key given";
+            let text = |pem: &[u8]| {
+                std::str::from_utf8(pem).map(str::to_owned).map_err(|e| {
+                    BackendError::Config(format!("{what} are not PEM (not text: {e})"))
+                })
+            };
+            self.with_identity(text(cert)?, text(key)?, what)
+        }
+
+        fn with_identity(
+            mut self,
+            cert: String,
+            key: String,
+            what: &str,
+        ) -> Result<ZooKeeperSecurity, BackendError> {
+            if CertificateDer::pem_slice_iter(cert.as_bytes())
+                .next()
+                .is_none()
+            {
+                return Err(BackendError::Config(format!(
+                    "{what}: no certificate in it"
+                )));
+            }
             zk::TlsOptions::new()
-                .with_pem_identity(&cert_pem, &key_pem)
-                .map_err(|e| invalid(cert.as_ref(), "client certificate and key", e))?;
-            self.tls.get_or_insert_with(Tls::default).identity = Some((cert_pem, key_pem));
+                .with_pem_identity(&cert, &key)
+                .map_err(|e| BackendError::Config(format!("{what} cannot be used: {e}")))?;
+            self.tls.get_or_insert_with(Tls::default).identity = Some((cert, key));
             Ok(self)
         }
     }
 
-    fn invalid(path: &Path, what: &str, error: zk::Error) -> BackendError {
-        BackendError::Config(format!(
-            "the ZooKeeper {what} at {} cannot be used: {error}",
-            path.display()
-        ))
+    /// `der` as a PEM certificate block.
+    fn pem_certificate(der: &CertificateDer<'_>) -> String {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut base64 = String::with_capacity(der.len() * 4 / 3 + 4);
+        for chunk in der.chunks(3) {
+            let bytes = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
+            let n = (u32::from(bytes[0]) << 16) | (u32::from(bytes[1]) << 8) | u32::from(bytes[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    base64.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+                } else {
+                    base64.push('=');
+                }
+            }
+        }
+        let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
+        for line in base64.as_bytes().chunks(64) {
+            pem.push_str(&String::from_utf8_lossy(line));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+        pem
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_certificate_survives_the_trip_through_pem() {
+            for len in [1usize, 2, 3, 4, 5, 47, 48, 49, 100] {
+                let der: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
+                let pem = pem_certificate(&CertificateDer::from(der.clone()));
+                let back = CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM");
+                assert_eq!(back.as_ref(), der.as_slice(), "{len} bytes");
+            }
+        }
     }
 }

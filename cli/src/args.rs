@@ -55,7 +55,8 @@ pub struct Connection {
     )]
     pub zookeeper_digest: Option<String>,
     /// The CA certificate (PEM) that signed the ZooKeeper servers'
-    /// certificates: speaks TLS (the address names their secureClientPort)
+    /// certificates, or `system` for the system's trust store: speaks TLS
+    /// (the address names their secureClientPort)
     #[arg(long, global = true, env = "TENURE_ZOOKEEPER_CA", value_name = "FILE")]
     pub zookeeper_ca: Option<std::path::PathBuf>,
     /// The client certificate (PEM) to present to ZooKeeper, with --zookeeper-key
@@ -103,8 +104,9 @@ pub struct Connection {
         requires = "etcd_user"
     )]
     pub etcd_password: Option<String>,
-    /// The CA certificate (PEM) that signed the etcd servers' certificates:
-    /// speaks TLS to https:// endpoints
+    /// The CA certificate (PEM) that signed the etcd servers' certificates,
+    /// or `system` for the system's trust store: speaks TLS to https://
+    /// endpoints
     #[arg(long, global = true, env = "TENURE_ETCD_CA", value_name = "FILE")]
     pub etcd_ca: Option<std::path::PathBuf>,
     /// The client certificate (PEM) to present to etcd, with --etcd-key
@@ -172,7 +174,8 @@ pub struct Connection {
         requires = "kafka_user"
     )]
     pub kafka_password: Option<String>,
-    /// The CA certificate (PEM) that signed the brokers' certificates: speaks TLS
+    /// The CA certificate (PEM) that signed the brokers' certificates, or
+    /// `system` for the system's trust store: speaks TLS
     #[arg(long, global = true, env = "TENURE_KAFKA_CA", value_name = "FILE")]
     pub kafka_ca: Option<std::path::PathBuf>,
     /// The client certificate (PEM) to present to the brokers, with --kafka-key

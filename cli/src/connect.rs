@@ -15,6 +15,18 @@ use tenure_zookeeper::ZooKeeperAdmin;
 use crate::args::Connection;
 use crate::error::Failure;
 
+/// The value of `--zookeeper-ca`, `--etcd-ca` and `--kafka-ca` that means
+/// the system's trust store rather than a file (as libpq's
+/// `sslrootcert=system`); a file of that name is `./system`.
+#[cfg(any(feature = "etcd", feature = "zookeeper-tls", feature = "kafka-tls"))]
+const SYSTEM_ROOTS: &str = "system";
+
+/// Whether a CA flag's value names the system's trust store.
+#[cfg(any(feature = "etcd", feature = "zookeeper-tls", feature = "kafka-tls"))]
+fn is_system(ca: &std::path::Path) -> bool {
+    ca.as_os_str() == SYSTEM_ROOTS
+}
+
 /// Which store the flags and environment name.
 pub enum Store {
     /// A ZooKeeper connect string.
@@ -104,7 +116,11 @@ fn zookeeper_tls(
     ca: &std::path::Path,
     connection: &Connection,
 ) -> Result<tenure_zookeeper::ZooKeeperSecurity, Failure> {
-    let mut security = security.ca_file(ca)?;
+    let mut security = if is_system(ca) {
+        security.system_roots()?
+    } else {
+        security.ca_file(ca)?
+    };
     // Each of the two requires the other (clap says so on bad usage).
     if let (Some(cert), Some(key)) = (&connection.zookeeper_cert, &connection.zookeeper_key) {
         security = security.client_identity_files(cert, key)?;
@@ -133,7 +149,11 @@ fn etcd_security(connection: &Connection) -> Result<tenure_etcd::EtcdSecurity, F
         security = security.user(user, password);
     }
     if let Some(ca) = &connection.etcd_ca {
-        security = security.ca_file(ca)?;
+        security = if is_system(ca) {
+            security.system_roots()?
+        } else {
+            security.ca_file(ca)?
+        };
     }
     if let (Some(cert), Some(key)) = (&connection.etcd_cert, &connection.etcd_key) {
         security = security.client_identity_files(cert, key)?;
@@ -169,7 +189,23 @@ fn kafka_tls(
         (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
         _ => None,
     };
-    Ok(security.tls(ca, client)?)
+    if !is_system(ca) {
+        return Ok(security.tls(ca, client)?);
+    }
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| Failure::Read {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let client = match client {
+        Some((cert, key)) => Some((read(cert)?, read(key)?)),
+        None => None,
+    };
+    let client = client
+        .as_ref()
+        .map(|(cert, key)| (cert.as_slice(), key.as_slice()));
+    Ok(security.tls_system_roots(client)?)
 }
 
 #[cfg(not(feature = "kafka-tls"))]

@@ -36,6 +36,13 @@ use clap::{CommandFactory, FromArgMatches};
 use crate::args::Cli;
 use crate::error::Failure;
 
+/// The command line the command parses, as clap describes it: its
+/// subcommands, flags and the `TENURE_*` variable each flag is also read
+/// from (for shell completions, manual pages, or checking an environment).
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
 /// Runs the command on this process's arguments and environment (the
 /// `TENURE_*` variables), printing to stdout and stderr, and returns its
 /// exit status: 0 done, 1 failed or refused, 2 bad usage (clap exits by

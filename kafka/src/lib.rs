@@ -48,4 +48,4 @@ pub use metadata::{connect, subscribed_topics, Subscribed};
 pub use plane::{DataPlane, Delivery, StartOffsetError, StartOffsets};
 /// The Kafka client the data plane fetches with ([`connect`] makes one).
 pub use rskafka::client::Client as KafkaClient;
-pub use security::{KafkaSecurity, SaslMechanism};
+pub use security::{KafkaSecurity, SaslMechanism, TokenError};

@@ -10,6 +10,11 @@
 //! processes can never act for one session. A process that finds it locked
 //! waits up to the session timeout for the previous one to exit, then fails
 //! with [`StateFileError::Held`].
+//!
+//! The file holds the session's secret (ZooKeeper's session password):
+//! whoever reads it can act as the member. It is created readable and
+//! writable by its owner only (mode 0600), and a file that its group or
+//! others can read or write is refused with [`StateFileError::Exposed`].
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -86,6 +91,18 @@ pub enum StateFileError {
         /// How long the join waited for it.
         waited: Duration,
     },
+    /// Its group or others may read or write it, and it holds the session's
+    /// secret: whoever reads it can act as the member.
+    #[error(
+        "static membership state file {path} has mode {mode:04o}: it holds the session's secret \
+         and must be readable by its owner only (chmod 600 {path})"
+    )]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
 }
 
 /// The first line of a state file.
@@ -114,13 +131,19 @@ impl StateFile {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(io)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = file.metadata().map_err(io)?.permissions().mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                return Err(StateFileError::Exposed { path, mode });
+            }
+        }
         let file = match file.try_lock() {
             Ok(()) => file,
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
@@ -293,6 +316,31 @@ mod tests {
             .await
             .expect("open");
         assert_eq!(corrupt.ticket(), None, "a corrupt file keeps nothing");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn the_file_is_the_owners_only_and_an_exposed_one_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = temp_path("mode");
+        let membership = StaticMembership::new(&path);
+        let file = StateFile::open(&membership, "g", "m1", Duration::from_secs(1))
+            .await
+            .expect("open");
+        drop(file);
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a new state file is its owner's only");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        match StateFile::open(&membership, "g", "m1", Duration::from_secs(1)).await {
+            Err(error @ StateFileError::Exposed { mode: 0o644, .. }) => {
+                let text = error.to_string();
+                assert!(text.contains("chmod 600"), "{text}");
+                assert!(text.contains(&path.display().to_string()), "{text}");
+                assert!(text.contains("0644"), "{text}");
+            }
+            other => panic!("a 0644 state file must be refused, got {other:?}"),
+        }
         let _ = std::fs::remove_file(&path);
     }
 

@@ -14,6 +14,7 @@ KAFKA_CONTROLLER_PORT="${TENURE_KAFKA_CONTROLLER_PORT:-19093}"
 KAFKA_CUTTABLE_PORT="${TENURE_KAFKA_CUTTABLE_PORT:-19094}"
 KAFKA_PROXY_PORT="${TENURE_KAFKA_PROXY_PORT:-19095}"
 KAFKA_SECURED_PORT="${TENURE_KAFKA_SECURED_PORT:-19096}"
+KAFKA_OAUTH_PORT="${TENURE_KAFKA_OAUTH_PORT:-19097}"
 KAFKA_SASL_USER=tenure
 KAFKA_SASL_PASSWORD=tenure-secret
 KAFKA_VERSION="${TENURE_KAFKA_VERSION:-4.1.1}"
@@ -46,10 +47,15 @@ kafka_exports() {
     # user, behind a certificate of a CA made on the spot (and another CA,
     # which did not sign it).
     echo "export TENURE_KAFKA_SECURED=$HOST:$KAFKA_SECURED_PORT"
-    echo "export TENURE_KAFKA_CA=$STATE/kafka-certs/ca.pem"
-    echo "export TENURE_KAFKA_OTHER_CA=$STATE/kafka-certs/other-ca.pem"
-    echo "export TENURE_KAFKA_SASL_USER=$KAFKA_SASL_USER"
-    echo "export TENURE_KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD"
+    echo "export TENURE_KAFKA_SECURED_CA=$STATE/kafka-certs/ca.pem"
+    echo "export TENURE_KAFKA_SECURED_OTHER_CA=$STATE/kafka-certs/other-ca.pem"
+    echo "export TENURE_KAFKA_SECURED_USER=$KAFKA_SASL_USER"
+    echo "export TENURE_KAFKA_SECURED_PASSWORD=$KAFKA_SASL_PASSWORD"
+    # A SASL_PLAINTEXT listener for OAUTHBEARER only, whose validator is
+    # Kafka's own for unsecured JWTs (`"alg":"none"`, no signature): it
+    # checks the token's form, `sub` and its times (`iat`, `exp`), enough
+    # for a client's side of the mechanism.
+    echo "export TENURE_KAFKA_OAUTH=$HOST:$KAFKA_OAUTH_PORT"
 }
 
 # The broker's certificate (for the SASL_SSL listener) and its CA, in a
@@ -164,11 +170,11 @@ kafka_start() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT,CUTTABLE://$HOST:$KAFKA_CUTTABLE_PORT,SASL_SSL://$HOST:$KAFKA_SECURED_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT,CUTTABLE://$HOST:$KAFKA_CUTTABLE_PORT,SASL_SSL://$HOST:$KAFKA_SECURED_PORT,OAUTH://$HOST:$KAFKA_OAUTH_PORT
 # CUTTABLE names the proxy a test puts in front of it (see kafka_exports).
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CUTTABLE://$HOST:$KAFKA_PROXY_PORT,SASL_SSL://$HOST:$KAFKA_SECURED_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CUTTABLE://$HOST:$KAFKA_PROXY_PORT,SASL_SSL://$HOST:$KAFKA_SECURED_PORT,OAUTH://$HOST:$KAFKA_OAUTH_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,CUTTABLE:PLAINTEXT,SASL_SSL:SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,CUTTABLE:PLAINTEXT,SASL_SSL:SASL_SSL,OAUTH:SASL_PLAINTEXT
 # The secured listener: TLS, and SASL with PLAIN (users below) and SCRAM
 # (users written into the metadata log when the storage is formatted).
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
@@ -179,6 +185,12 @@ listener.name.sasl_ssl.ssl.keystore.type=PKCS12
 listener.name.sasl_ssl.ssl.keystore.location=$certs/broker.p12
 listener.name.sasl_ssl.ssl.keystore.password=changeit
 listener.name.sasl_ssl.ssl.key.password=changeit
+# The OAuth listener: OAUTHBEARER only, tokens checked by Kafka's validator
+# of unsecured JWTs (the login module's options name the broker's own
+# token, which it never uses here: no broker speaks OAUTHBEARER to it).
+listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER
+listener.name.oauth.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="admin";
+listener.name.oauth.oauthbearer.sasl.server.callback.handler.class=org.apache.kafka.common.security.oauthbearer.internals.unsecured.OAuthBearerUnsecuredValidatorCallbackHandler
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$data
 num.partitions=1

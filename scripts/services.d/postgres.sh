@@ -4,7 +4,10 @@
 # A PostgreSQL server from Debian's packages, on its own data dir (made with
 # initdb on a fresh start), listening on 127.0.0.1 only, its unix socket in
 # the state dir. Role `tenure` (password below, scram-sha-256 over TCP) owns
-# database `tenure`; the socket, trusted, serves only to set them up.
+# database `tenure`; the socket, trusted, serves only to set them up. TCP
+# clients may speak TLS (or not): the server's certificate is signed by a
+# CA made on the spot, and a second, unrelated CA lets tests present an
+# untrusted chain.
 
 # STATE, HOST, CLUSTER_SIZE and the other shared settings are set by
 # scripts/services before it sources this file: used here, assigned there.
@@ -23,6 +26,8 @@ POSTGRES_SUPERUSER=postgres
 POSTGRES_OS_USER=postgres
 
 postgres_socket_dir() { echo "$STATE/postgres-socket"; }
+
+postgres_certs_dir() { echo "$STATE/postgres-certs"; }
 
 # The newest installed server's bin dir (Debian installs each major version
 # side by side), or else what pg_config names.
@@ -53,7 +58,7 @@ postgres_as() {
 }
 
 postgres_packages() {
-    echo postgresql
+    echo postgresql openssl
 }
 
 # Debian's package creates and starts a system cluster on 5432.
@@ -69,6 +74,9 @@ postgres_url() {
 
 postgres_exports() {
     echo "export TENURE_POSTGRES=$(postgres_url)"
+    # The CA that signed the server's certificate, and one that did not.
+    echo "export TENURE_POSTGRES_TLS_CA=$(postgres_certs_dir)/ca.pem"
+    echo "export TENURE_POSTGRES_TLS_OTHER_CA=$(postgres_certs_dir)/other-ca.pem"
 }
 
 # pg_isready succeeds only once the server accepts connections (not while
@@ -88,26 +96,34 @@ postgres_answers() {
 postgres_stop_signal() { echo INT; }
 
 postgres_start() {
-    local conf="$STATE/postgres-conf" log sock data bin path as=()
+    local conf="$STATE/postgres-conf" log sock data bin path certs as=()
     data=$(datadir postgres)
     sock=$(postgres_socket_dir)
+    certs=$(postgres_certs_dir)
     log=$(logfile postgres)
     bin=$(postgres_bindir)
     mapfile -t as < <(postgres_as)
     [ "$(id -u)" -ne 0 ] || [ "${#as[@]}" -gt 0 ] || die "cannot run PostgreSQL as root"
     # A restart keeps the data: the server recovers its roles and tables.
-    [ -n "${KEEP_DATA:-}" ] || rm -rf "$data"
-    mkdir -p "$conf" "$data" "$sock"
+    [ -n "${KEEP_DATA:-}" ] || rm -rf "$data" "$certs"
+    mkdir -p "$conf" "$data" "$sock" "$certs"
+    chmod 700 "$certs"
+    if [ ! -f "$certs/server.pem" ]; then
+        make_cas "$certs"
+        sign_cert "$certs" server "$HOST" serverAuth || die "openssl could not sign PostgreSQL's certificate"
+    fi
+    # The server refuses a key that others may read.
+    chmod 600 "$certs/server-key.pem"
     # initdb and the server insist that only their user may read the data
     # dir; and the socket, trusted, must be reachable by that user alone.
     chmod 700 "$data" "$sock"
     : >>"$log"
     if [ "${#as[@]}" -gt 0 ]; then
-        chown "$POSTGRES_OS_USER:" "$data" "$sock" "$log"
+        chown "$POSTGRES_OS_USER:" "$data" "$sock" "$log" "$certs" "$certs/server.pem" "$certs/server-key.pem"
         # Search permission on the state dir, which we made, for that user.
         chmod a+x "$STATE"
     fi
-    for path in "$data" "$sock" "$log"; do
+    for path in "$data" "$sock" "$log" "$certs/server-key.pem"; do
         "${as[@]}" test -w "$path" \
             || die "the server's user cannot write $path (every dir above it must be searchable by that user); set TENURE_SERVICES_STATE to a dir under /tmp"
     done
@@ -138,6 +154,10 @@ log_timezone = 'UTC'
 datestyle = 'iso, mdy'
 lc_messages = 'C'
 log_line_prefix = '%m [%p] %q%u@%d '
+# TLS for the TCP clients that ask for it (the others stay plaintext).
+ssl = on
+ssl_cert_file = '$certs/server.pem'
+ssl_key_file = '$certs/server-key.pem'
 CONF
     cat >"$conf/pg_hba.conf" <<'HBA'
 # Written by scripts/services; rewritten on every start.

@@ -26,9 +26,11 @@
 //! over (its data wiped) hands out small tokens again, which this table
 //! refuses for ever: reset the group's rows' `token` to 0 with it.
 //!
-//! Connections are plain TCP or a Unix socket (no TLS connector: PostgreSQL
-//! on another host wants one, which this crate does not bring yet). Each
-//! connection sets `idle_in_transaction_session_timeout`, so that a
+//! Connections are plain TCP, a Unix socket, or (feature `tls`,
+//! [`PostgresSinkBuilder::tls`]) TLS over TCP with rustls, the server's
+//! certificate checked against a CA file, PEM in memory or the system's
+//! trust store, and against the host named (as libpq's
+//! `sslmode=verify-full`). Each connection sets `idle_in_transaction_session_timeout`, so that a
 //! process stopped inside a transaction (SIGSTOP, a long pause) does not
 //! hold its partition's row lock, and with it the partition's next owner,
 //! for longer than that.
@@ -47,6 +49,11 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement, Transaction};
 
 pub use tokio_postgres;
+
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(feature = "tls")]
+pub use tls::PostgresTls;
 
 /// Writes the application's output of a batch, inside the sink's
 /// transaction: the rows it writes commit with the partition's offset, or
@@ -193,6 +200,28 @@ pub enum PostgresSinkError {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// The TLS settings cannot be used: a CA file that cannot be read, PEM
+    /// with no certificate in it, an empty system trust store, or a
+    /// connection string that asks for TLS (`sslmode=require`) with no TLS
+    /// settings given.
+    #[error("PostgreSQL TLS settings: {detail}")]
+    TlsSettings {
+        /// What is wrong, and what to do.
+        detail: String,
+    },
+    /// The TLS handshake failed: the server's certificate is not signed by
+    /// a trusted CA or does not name the host, the server refused this
+    /// client's, or the server does not speak TLS while it is required.
+    #[error("TLS to PostgreSQL at {address} failed: {detail}")]
+    Tls {
+        /// Where it was looked for.
+        address: String,
+        /// What failed, and what to check.
+        detail: String,
+        /// What the client said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
     /// A statement of the sink's own failed (or the connection broke).
     #[error("PostgreSQL failed to {what}: {source}")]
     Query {
@@ -235,9 +264,19 @@ pub struct PostgresSinkBuilder {
     connections: usize,
     connect_timeout: Duration,
     idle_in_transaction_timeout: Duration,
+    #[cfg(feature = "tls")]
+    tls: Option<PostgresTls>,
 }
 
 impl PostgresSinkBuilder {
+    /// Speaks TLS to the server with `tls` (feature `tls`): required by
+    /// default, whatever `sslmode` the connection string says.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: PostgresTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The offsets table (default `tenure_offsets`), `table` or
     /// `schema.table`.
     pub fn offsets_table(mut self, name: &str) -> Self {
@@ -283,8 +322,35 @@ impl PostgresSinkBuilder {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(self.connect_timeout);
         }
+        #[cfg(feature = "tls")]
+        let tls = match &self.tls {
+            Some(tls) => {
+                config.ssl_mode(if tls.is_required() {
+                    tokio_postgres::config::SslMode::Require
+                } else {
+                    tokio_postgres::config::SslMode::Prefer
+                });
+                Some((tls.clone(), tls.connector()?))
+            }
+            None => None,
+        };
+        #[cfg(feature = "tls")]
+        let asks_tls_without_settings = tls.is_none();
+        #[cfg(not(feature = "tls"))]
+        let asks_tls_without_settings = true;
+        if asks_tls_without_settings
+            && config.get_ssl_mode() == tokio_postgres::config::SslMode::Require
+        {
+            return Err(PostgresSinkError::TlsSettings {
+                detail: "the connection string asks for TLS (sslmode=require) but no TLS \
+                         settings are given (PostgresSinkBuilder::tls, feature `tls`)"
+                    .to_owned(),
+            });
+        }
         let target = Target {
             address: describe(&config),
+            #[cfg(feature = "tls")]
+            tls,
             config,
             idle_in_transaction_timeout: self.idle_in_transaction_timeout,
             table: quoted_table(&self.offsets_table)?,
@@ -313,6 +379,9 @@ impl PostgresSinkBuilder {
 /// Where the sink connects, and how.
 struct Target {
     config: tokio_postgres::Config,
+    /// The TLS settings and the connector made of them, if TLS is on.
+    #[cfg(feature = "tls")]
+    tls: Option<(PostgresTls, tls::RustlsConnect)>,
     address: String,
     idle_in_transaction_timeout: Duration,
     /// The offsets table, quoted.
@@ -339,21 +408,34 @@ fn query_failed(what: &'static str) -> impl Fn(tokio_postgres::Error) -> Postgre
 }
 
 impl Target {
+    /// A new client, its connection driven by a task of its own.
+    async fn client(&self) -> Result<Client, PostgresSinkError> {
+        let failed = |source| PostgresSinkError::Connect {
+            address: self.address.clone(),
+            source,
+        };
+        #[cfg(feature = "tls")]
+        if let Some((settings, connector)) = &self.tls {
+            let (client, connection) = self.config.connect(connector.clone()).await.map_err(
+                |source| match tls::explain(&source, settings) {
+                    Some(detail) => PostgresSinkError::Tls {
+                        address: self.address.clone(),
+                        detail,
+                        source,
+                    },
+                    None => failed(source),
+                },
+            )?;
+            drive(connection, self.address.clone());
+            return Ok(client);
+        }
+        let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+        drive(connection, self.address.clone());
+        Ok(client)
+    }
+
     async fn connect(&self, create_table: bool) -> Result<Connection, PostgresSinkError> {
-        let (client, connection) =
-            self.config
-                .connect(NoTls)
-                .await
-                .map_err(|source| PostgresSinkError::Connect {
-                    address: self.address.clone(),
-                    source,
-                })?;
-        let address = self.address.clone();
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::warn!(%address, %error, "a PostgreSQL connection ended");
-            }
-        });
+        let client = self.client().await?;
         client
             .batch_execute(&format!(
                 "SET idle_in_transaction_session_timeout = {}",
@@ -429,8 +511,22 @@ impl PostgresSink<()> {
             connections: 4,
             connect_timeout: Duration::from_secs(5),
             idle_in_transaction_timeout: Duration::from_secs(10),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
+}
+
+/// Drives `connection` (of a client to `address`) until it ends.
+fn drive<T>(connection: tokio_postgres::Connection<tokio_postgres::Socket, T>, address: String)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%address, %error, "a PostgreSQL connection ended");
+        }
+    });
 }
 
 /// A partition's offsets row, as locked in a transaction.

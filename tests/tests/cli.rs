@@ -28,10 +28,23 @@ const SECOND: i64 = 5;
 /// Runs the `tenure` binary with exactly `args`: the environment's
 /// TENURE_* variables are removed so only the flags count.
 fn run_tenure(args: &[&str]) -> Output {
+    run_tenure_with(args, &[])
+}
+
+/// Runs the `tenure` binary as [`run_tenure`] does, with the variables
+/// `env` set (and those it gives an empty value removed).
+fn run_tenure_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
     for (name, _) in std::env::vars() {
         if name.starts_with("TENURE_") {
             command.env_remove(name);
+        }
+    }
+    for (name, value) in env {
+        if value.is_empty() {
+            command.env_remove(name);
+        } else {
+            command.env(name, value);
         }
     }
     command.args(args).output().expect("run the tenure binary")
@@ -1053,9 +1066,14 @@ async fn registered(member: &GroupMember) {
 /// `tenure describe <group> --json` with exactly `args` before it; asserts
 /// that it succeeds and that `member` is the group's one member.
 fn described_by(args: &[&str], group: &str, member: &str) {
+    described_by_with(args, &[], group, member);
+}
+
+/// [`described_by`], with the variables `env` (see [`run_tenure_with`]).
+fn described_by_with(args: &[&str], env: &[(&str, &str)], group: &str, member: &str) {
     let mut all = args.to_vec();
     all.extend(["--timeout", "10", "describe", group, "--json"]);
-    let output = run_tenure(&all);
+    let output = run_tenure_with(&all, env);
     assert!(output.status.success(), "{}", stderr(&output));
     let description: Value = serde_json::from_str(&stdout(&output)).expect("JSON");
     assert_eq!(description["members"][0]["id"], member, "{description:#}");
@@ -1154,9 +1172,9 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
     registered(&member).await;
     let (kafka_secured, kafka_ca, kafka_user, kafka_password) = (
         secured_var("TENURE_KAFKA_SECURED"),
-        secured_var("TENURE_KAFKA_CA"),
-        secured_var("TENURE_KAFKA_SASL_USER"),
-        secured_var("TENURE_KAFKA_SASL_PASSWORD"),
+        secured_var("TENURE_KAFKA_SECURED_CA"),
+        secured_var("TENURE_KAFKA_SECURED_USER"),
+        secured_var("TENURE_KAFKA_SECURED_PASSWORD"),
     );
     described_by(
         &[
@@ -1188,5 +1206,97 @@ async fn secured_stores_and_brokers_are_reached_with_the_commands_flags() {
         &group,
         "m1",
     );
+    // `system` for the CAs: the system's trust store, here pointed at the
+    // test CAs (and only them) by SSL_CERT_FILE.
+    let bundle = std::env::temp_dir().join(format!("tenure-cli-roots-{}.pem", std::process::id()));
+    let mut pem = std::fs::read(&etcd_ca).expect("the etcd CA");
+    pem.extend(std::fs::read(&kafka_ca).expect("the Kafka CA"));
+    std::fs::write(&bundle, pem).expect("write the bundle");
+    let bundle_path = bundle.display().to_string();
+    described_by_with(
+        &[
+            "--etcd",
+            &etcd,
+            "--etcd-prefix",
+            &prefix,
+            "--etcd-user",
+            &etcd_user,
+            "--etcd-password",
+            &etcd_password,
+            "--etcd-ca",
+            "system",
+            "--etcd-cert",
+            &etcd_cert,
+            "--etcd-key",
+            &etcd_key,
+            "--bootstrap",
+            &kafka_secured,
+            "--kafka-sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--kafka-user",
+            &kafka_user,
+            "--kafka-password",
+            &kafka_password,
+            "--kafka-ca",
+            "system",
+        ],
+        &[("SSL_CERT_FILE", &bundle_path), ("SSL_CERT_DIR", "")],
+        &group,
+        "m1",
+    );
+    let _ = std::fs::remove_file(&bundle);
     let _ = member.close().await.expect("close");
+}
+
+/// Every `TENURE_*` variable `command` (and its subcommands) reads.
+fn variables_read(command: &clap::Command, names: &mut std::collections::BTreeSet<String>) {
+    for arg in command.get_arguments() {
+        if let Some(name) = arg.get_env().and_then(|name| name.to_str()) {
+            names.insert(name.to_owned());
+        }
+    }
+    for sub in command.get_subcommands() {
+        variables_read(sub, names);
+    }
+}
+
+/// A shell that evaluated scripts/services' exports (as scripts/test does,
+/// and a developer does to run the tests by hand) also runs the `tenure`
+/// command: the test servers' CA files and credentials must not become the
+/// command's settings. Only the plain addresses are shared on purpose.
+#[test]
+fn the_services_exports_are_not_the_commands_settings() {
+    let mut read = std::collections::BTreeSet::new();
+    variables_read(&tenure_cli::command(), &mut read);
+    assert!(
+        read.contains("TENURE_KAFKA_CA") && read.contains("TENURE_ZOOKEEPER"),
+        "the command's variables: {read:?}"
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services");
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("env")
+        .output()
+        .expect("run scripts/services env");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let exported: std::collections::BTreeSet<String> = stdout(&output)
+        .lines()
+        .filter_map(|line| line.strip_prefix("export "))
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    assert!(
+        exported.contains("TENURE_KAFKA_SECURED_CA"),
+        "scripts/services env: {exported:?}"
+    );
+    let shared = ["TENURE_ZOOKEEPER", "TENURE_ETCD", "TENURE_KAFKA"];
+    let clashes: Vec<&String> = exported
+        .intersection(&read)
+        .filter(|name| !shared.contains(&name.as_str()))
+        .collect();
+    assert!(
+        clashes.is_empty(),
+        "scripts/services exports variables the tenure command reads as its settings: \
+         {clashes:?}"
+    );
 }

@@ -18,7 +18,7 @@ use common::proxy::Proxy;
 use common::zookeeper::ZooKeeper;
 use common::Stores;
 use tenure::core::{FencingToken, TopicPartition};
-use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError};
+use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError, PostgresTls};
 use tenure::tokio::exactly_once::{ExactlyOnce, Report, Reports, Stage};
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 
@@ -261,6 +261,102 @@ async fn exactly_once_database_unreachable_or_refusing_at_start_is_a_typed_error
         MessageTable::new("1abc"),
         Err(PostgresSinkError::TableName { .. })
     ));
+}
+
+fn tls_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: this test needs scripts/services' PostgreSQL with TLS; start it \
+             with `eval \"$(scripts/services start)\"`, or run scripts/test"
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_sink_speaks_tls_to_a_trusted_server_only() {
+    let group = common::group("exactly-once-tls");
+    let messages = MessageTable::new(&postgres::table("eo_tls")).expect("valid name");
+    let url = postgres::url();
+    let ca = tls_var("TENURE_POSTGRES_TLS_CA");
+    let pem = std::fs::read(&ca).unwrap_or_else(|e| panic!("read {ca}: {e}"));
+    let db = postgres::client().await;
+    // Every connection of a sink with TLS settings is a TLS connection, by
+    // the server's account: trusting the CA from memory or from its file.
+    for (how, tls) in [
+        ("pem", PostgresTls::ca_pem(&pem).expect("the CA PEM")),
+        ("file", PostgresTls::ca_file(&ca).expect("the CA file")),
+    ] {
+        let application = format!("tenure-tls-{how}-{}", std::process::id());
+        let sink = PostgresSink::builder(&format!("{url}?application_name={application}"), &group)
+            .connections(2)
+            .tls(tls)
+            .connect(messages.clone())
+            .await
+            .unwrap_or_else(|e| panic!("connect over TLS ({how}): {e}"));
+        let rows = db
+            .query(
+                "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.application_name = $1",
+                &[&application],
+            )
+            .await
+            .expect("the server's view of its connections");
+        let ssl: Vec<bool> = rows.iter().map(|row| row.get(0)).collect();
+        assert_eq!(ssl, [true, true], "the sink's connections ({how})");
+        drop(sink);
+    }
+    // And the test's own connection, without TLS, says the view tells the
+    // difference.
+    let plain: bool = db
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("the test's connection")
+        .get(0);
+    assert!(!plain, "the test's own connection is plaintext");
+
+    // A CA that did not sign the server's certificate: refused, saying so.
+    let other = PostgresTls::ca_file(tls_var("TENURE_POSTGRES_TLS_OTHER_CA")).expect("a CA");
+    match PostgresSink::builder(&url, &group)
+        .tls(other)
+        .connect(messages.clone())
+        .await
+    {
+        Err(PostgresSinkError::Tls { detail, .. }) => {
+            assert!(detail.contains("not trusted"), "{detail}");
+        }
+        Err(other) => panic!("an untrusted server gave {other}"),
+        Ok(_) => panic!("connected to a server whose CA is not trusted"),
+    }
+    // TLS asked for in the URL, without settings to check the server with.
+    match PostgresSink::builder(&format!("{url}?sslmode=require"), &group)
+        .connect(messages.clone())
+        .await
+    {
+        Err(PostgresSinkError::TlsSettings { detail }) => {
+            assert!(detail.contains("PostgresSinkBuilder::tls"), "{detail}");
+        }
+        Err(other) => panic!("sslmode=require without TLS settings gave {other}"),
+        Ok(_) => panic!("connected with sslmode=require and no way to check the server"),
+    }
+    // PEM that holds no certificate, and a file that is not there.
+    for bad in [
+        PostgresTls::ca_pem(b"not a certificate"),
+        PostgresTls::ca_pem(b""),
+        PostgresTls::ca_file("/nonexistent/ca.pem"),
+    ] {
+        match bad {
+            Err(PostgresSinkError::TlsSettings { detail }) => {
+                assert!(
+                    detail.contains("no certificate") || detail.contains("/nonexistent/ca.pem"),
+                    "{detail}"
+                );
+            }
+            other => panic!("expected TlsSettings, got {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -145,6 +145,17 @@ async fn a_rolling_restart_moves_nothing(stores: &dyn Stores, test: &str) {
         );
     }
     views.settled("at the start").await;
+    // The state files hold the sessions' secrets: their owner's only.
+    #[cfg(unix)]
+    for member in MEMBERS {
+        use std::os::unix::fs::PermissionsExt;
+        let path = state.join(format!("{member}.state"));
+        let mode = std::fs::metadata(&path)
+            .expect("a state file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{} after a join", path.display());
+    }
     let before = views.owned();
     assert_eq!(before.len(), PARTITIONS as usize);
     views.forget();
@@ -200,6 +211,27 @@ async fn a_rolling_restart_moves_nothing(stores: &dyn Stores, test: &str) {
         Ok(_) => panic!("a second instance of m1 joined"),
     }
     drop(members);
+
+    // A state file others can read is refused, naming the file and its
+    // mode.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let path = state.join("m4.state");
+        std::fs::write(&path, "").expect("a state file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        match join(stores, &views, &group, "m4", &state).await {
+            Err(JoinError::StateFile(error @ StateFileError::Exposed { .. })) => {
+                let text = error.to_string();
+                assert!(
+                    text.contains("0644") && text.contains("chmod 600"),
+                    "{text}"
+                );
+            }
+            Err(other) => panic!("expected an exposed state file, got {other}"),
+            Ok(_) => panic!("m4 joined with a state file others can read"),
+        }
+    }
     let _ = std::fs::remove_dir_all(&state);
 }
 
