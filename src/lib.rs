@@ -9,13 +9,15 @@
 //! fenced by that claim. Each property is checked in a deterministic
 //! simulation and against real ZooKeeper, etcd and Kafka servers.
 //!
-//! This facade re-exports the crates an application uses:
+//! What an application names first is at the root — `use tenure::{Config,
+//! GroupMember, KafkaConfig, ZooKeeperBackend};` — and the crates it is made
+//! of are modules:
 //!
 //! | path | crate | what it is |
 //! |---|---|---|
 //! | [`core`] | `tenure-core` | the sans-IO state machine of one member, the assignment strategies, the records a group keeps in its store, the in-memory store model |
-//! | [`tokio`] | `tenure-tokio` | the tokio runtime: `GroupMember`, its builder and streams, the `Backend` trait, static membership, the embedded `MemoryStore`, telemetry, exactly-once output |
-//! | [`kafka`] | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, Kafka security (its types also in `tenure::tokio`) |
+//! | [`runtime`] | `tenure-tokio` | the tokio runtime: `GroupMember`, its handle, builder and streams, the `Backend` trait, static membership, the embedded `MemoryStore`, telemetry, exactly-once output (also reachable as `tenure::tokio`) |
+//! | [`kafka`] | `tenure-kafka` | the Kafka data plane: metadata, fetching, delivery, offset lookups, Kafka security (its types also in `tenure::runtime`) |
 //! | [`admin`] | `tenure-admin` | a group seen from outside: describe it, plan and apply offset resets, delete offsets or groups |
 //! | `tenure::zookeeper` | `tenure-zookeeper` | the ZooKeeper backend (feature `zookeeper`) |
 //! | `tenure::etcd` | `tenure-etcd` | the etcd backend (feature `etcd`) |
@@ -47,8 +49,28 @@ pub use tenure_core as core;
 pub use tenure_etcd as etcd;
 #[cfg(feature = "postgres")]
 pub use tenure_postgres as postgres;
+pub use tenure_tokio as runtime;
+/// The former name of [`runtime`], kept so that existing paths resolve; it
+/// reads like the `tokio` crate beside `tokio::select!`.
+#[doc(hidden)]
 pub use tenure_tokio as tokio;
 /// The Kafka data plane (the `tenure-kafka` crate).
 pub use tenure_tokio::kafka;
 #[cfg(feature = "zookeeper")]
 pub use tenure_zookeeper as zookeeper;
+
+// What an application names first, at the root: `use tenure::{Config,
+// GroupMember, KafkaConfig};`.
+pub use tenure_core::{
+    Config, FencingToken, InitialOffset, MemberId, Offset, Subscription, TopicPartition,
+};
+#[cfg(feature = "etcd")]
+pub use tenure_etcd::{EtcdBackend, EtcdSecurity};
+pub use tenure_tokio::{
+    generate_member_id, AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember,
+    GroupMemberBuilder, JoinError, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets,
+    MemberEnd, MemberHandle, MemberStreams, MemoryStore, Message, PartitionError, Problem,
+    SaslMechanism, SeekTo, StaticMembership, View,
+};
+#[cfg(feature = "zookeeper")]
+pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperSecurity};

@@ -26,6 +26,8 @@ mod kafka;
 mod records;
 mod reset;
 mod selection;
+#[cfg(feature = "serde")]
+pub mod serialize;
 mod store;
 
 pub use delete::{apply_delete_offsets, delete_group, plan_delete_offsets, DeleteOffsetsPlan};

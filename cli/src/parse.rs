@@ -2,9 +2,9 @@
 //! times), durations, topic and partition lists — and times written back.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat};
+use chrono::DateTime;
 use tenure_admin::{ResetTarget, TopicPartitions};
 use tenure_core::NameError;
 
@@ -212,16 +212,7 @@ pub fn parse_rfc3339_millis(text: &str) -> Option<i64> {
 /// Formats a time as RFC 3339 in UTC, to the second
 /// (`2026-11-30T12:00:00Z`); one beyond the calendar's range (some
 /// 260,000 years either way) as seconds since the epoch.
-pub fn format_rfc3339(time: SystemTime) -> String {
-    let seconds = match time.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
-    };
-    match DateTime::from_timestamp(seconds, 0) {
-        Some(time) => time.to_rfc3339_opts(SecondsFormat::Secs, true),
-        None => format!("{seconds} s since the epoch"),
-    }
-}
+pub use tenure_admin::serialize::rfc3339 as format_rfc3339;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,6 @@
 //! scripts.
 
 use std::fmt::Write as _;
-use std::time::SystemTime;
 
 use serde_json::{json, Value};
 use tenure_admin::{
@@ -37,9 +36,13 @@ fn or_dash<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-fn millis(time: SystemTime) -> Option<u64> {
-    let since = time.duration_since(SystemTime::UNIX_EPOCH).ok()?;
-    u64::try_from(since.as_millis()).ok()
+/// `value` as one line of JSON (its `Serialize` cannot fail: no map with
+/// keys that are not strings, no float that is not finite).
+fn document(value: &impl serde::Serialize) -> String {
+    match serde_json::to_string(value) {
+        Ok(document) => format!("{document}\n"),
+        Err(error) => format!("{{\"error\":{:?}}}\n", error.to_string()),
+    }
 }
 
 /// `tenure groups`.
@@ -48,20 +51,6 @@ pub fn groups(groups: &[String], json: bool) -> String {
         return format!("{}\n", json!(groups));
     }
     groups.iter().map(|g| format!("{g}\n")).collect()
-}
-
-/// A member in `tenure describe --json`.
-fn member_json(m: &MemberRecord) -> Value {
-    json!({
-        "id": m.id,
-        "host": m.host,
-        "strategy": m.strategy,
-        "topics": m.subscription.named_topics(),
-        "pattern": m.subscription.record_form(),
-        "regex": (m.subscription.is_pattern()).then(|| m.subscription.record_keys().concat()),
-        "since": m.since.map(format_rfc3339),
-        "since_ms": m.since.and_then(millis),
-    })
 }
 
 /// A member's row in `tenure describe`.
@@ -73,20 +62,6 @@ fn member_row(m: &MemberRecord) -> Vec<String> {
         m.subscription.to_string(),
         or_dash(m.since.map(format_rfc3339)),
     ]
-}
-
-/// A partition in `tenure describe --json`.
-fn partition_json(p: &PartitionDescription) -> Value {
-    json!({
-        "topic": &*p.partition.topic,
-        "partition": p.partition.partition,
-        "owner": p.owner.as_ref().map(|o| &o.member),
-        "token": p.owner.as_ref().map(|o| o.token.0),
-        "committed": p.committed,
-        "log_start": p.log_start,
-        "log_end": p.log_end,
-        "lag": p.lag,
-    })
 }
 
 /// A partition's row in `tenure describe`.
@@ -105,21 +80,7 @@ fn partition_row(p: &PartitionDescription) -> Vec<String> {
 /// `tenure describe`.
 pub fn description(description: &GroupDescription, json: bool, with_kafka: bool) -> String {
     if json {
-        let members: Vec<Value> = description.members.iter().map(member_json).collect();
-        let partitions: Vec<Value> = description.partitions.iter().map(partition_json).collect();
-        let corrupt: Vec<Value> = description
-            .corrupt
-            .iter()
-            .map(|c| json!({ "path": c.path, "detail": c.detail }))
-            .collect();
-        let document = json!({
-            "group": description.group,
-            "store": description.store,
-            "members": members,
-            "partitions": partitions,
-            "corrupt": corrupt,
-        });
-        return format!("{document}\n");
+        return document(description);
     }
     let mut out = format!(
         "group {} in {}: {} live member(s)\n\n",
@@ -165,28 +126,10 @@ fn plan_target(plan: &ResetPlan) -> String {
 /// `tenure reset-offsets`: the plan, and whether it was written.
 pub fn plan(plan: &ResetPlan, json: bool, applied: bool) -> String {
     if json {
-        let changes: Vec<Value> = plan
-            .changes
-            .iter()
-            .map(|c| {
-                json!({
-                    "topic": &*c.partition.topic,
-                    "partition": c.partition.partition,
-                    "current": c.current,
-                    "new": c.new,
-                    "clamped_from": c.clamped_from,
-                })
-            })
-            .collect();
-        let document = json!({
-            "group": plan.group,
-            "topics": plan.topics(),
-            "target": plan_target(plan),
-            "applied": applied,
-            "live_members": plan.live_members,
-            "missing_topics": plan.missing_topics,
-            "changes": changes,
-        });
+        let mut document = serde_json::to_value(plan).unwrap_or(Value::Null);
+        if let Value::Object(fields) = &mut document {
+            fields.insert("applied".to_owned(), Value::Bool(applied));
+        }
         return format!("{document}\n");
     }
     let rows: Vec<Vec<String>> = plan
