@@ -217,6 +217,7 @@ pub use tenure_admin::serialize::rfc3339 as format_rfc3339;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::SystemTime;
 
     #[test]
     fn reset_targets_parse() {

@@ -260,6 +260,19 @@ impl DataPlane {
     /// claim; what was fetched and not handed out is fetched again on
     /// [`DataPlane::resume`]. A partition not owned is left alone.
     fn pause(&mut self, partition: &TopicPartition) {
+        self.pause_claim(partition, None);
+    }
+
+    /// Pauses `partition`; `owned` is the member's claim on it, which a
+    /// pause asked for before the claim's fetch started is kept under (its
+    /// start then holds it paused).
+    pub fn pause_claim(&mut self, partition: &TopicPartition, owned: Option<FencingToken>) {
+        if !self.claims.contains_key(partition) {
+            if let Some(token) = owned {
+                self.paused.insert(partition.clone(), token);
+            }
+            return;
+        }
         if let Some(claim) = self.claims.get_mut(partition) {
             if !claim.ledger.pause() {
                 return;

@@ -188,8 +188,14 @@ impl Driver {
                         let _ = reply.send(token.map(|token| (token, self.member.committed(&partition))));
                     }
                     Some(Input::SetPaused(partition, paused, done)) => {
+                        // Owned and not fetched yet: the pause waits for
+                        // the claim's fetch under its token.
+                        let owned = self.member.owned().find(|(p, _)| **p == partition).map(|(_, t)| t);
                         if let Some(data) = self.data.as_mut() {
-                            data.set_paused(&partition, paused);
+                            match paused {
+                                true => data.pause_claim(&partition, owned),
+                                false => data.set_paused(&partition, false),
+                            }
                         }
                         let _ = done.send(());
                     }

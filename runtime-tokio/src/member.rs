@@ -586,9 +586,10 @@ impl MemberHandle {
     /// With Kafka: stops handing out (and fetching) `partition` until
     /// [`MemberHandle::resume`], keeping its claim; what was acknowledged is
     /// committed as usual. Once it returns, no message of `partition` is
-    /// handed out. A partition this member does not own is left alone, and
-    /// a claim that ends while paused takes the pause with it (a partition
-    /// assigned again starts unpaused).
+    /// handed out. A partition owned and not fetched yet (claimed, its
+    /// `Assigned` not told) starts paused; one this member does not own is
+    /// left alone; a claim that ends while paused takes the pause with it
+    /// (a partition assigned again starts unpaused).
     pub async fn pause(&self, partition: TopicPartition) -> Result<(), TaskGone> {
         self.ask(|done| Input::SetPaused(partition, true, done))
             .await
