@@ -7,6 +7,7 @@ use crate::records::CorruptRecord;
 
 /// Why an operation on a group failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdminError {
     /// The store does not answer.
     #[error("cannot reach {store}: {detail}")]

@@ -11,6 +11,7 @@ use crate::csv::CsvError;
 
 /// Why the command failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Failure {
     /// The store or Kafka failed or refused an operation.
     #[error(transparent)]

@@ -10,6 +10,7 @@ use crate::types::{MemberId, Offset, SessionId, TopicPartition};
 
 /// A configuration that cannot work, found before anything starts.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A duration that must be positive is zero.
     #[error("{name} must be greater than zero")]
@@ -47,6 +48,7 @@ pub enum ConfigError {
 
 /// The failure of one store request, as a backend reports it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The connection was lost with the request in flight: it may or may not
     /// have been applied.

@@ -55,6 +55,7 @@ pub struct Stat {
 
 /// Why a store operation was refused. A refused operation changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpError {
     /// A node already exists at the path.
     #[error("a node already exists at the path")]
