@@ -69,7 +69,7 @@ impl Config {
     /// A configuration with the defaults for member `member` of `group`,
     /// consuming `topics`. Names are checked here; durations in
     /// [`Config::validate`]. `member` may be a name or a
-    /// [`MemberId`] (see [`MemberId::generate`]).
+    /// [`MemberId`] (see [`MemberId::from_parts`]).
     pub fn new<T: AsRef<str>>(
         group: &str,
         member: impl AsRef<str>,

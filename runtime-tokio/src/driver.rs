@@ -46,7 +46,7 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// A [`crate::GroupMember::commit`] call waiting for the store's answers.
+/// A [`crate::MemberHandle::commit`] call waiting for the store's answers.
 pub(crate) struct CommitWaiter {
     reply: oneshot::Sender<CommitReport>,
     waiting: BTreeSet<TopicPartition>,
@@ -69,10 +69,10 @@ pub(crate) struct Driver {
     pub(crate) closing: Vec<oneshot::Sender<CommitReport>>,
     /// Commits sent and not answered yet: the offset of each partition's.
     pub(crate) commits_in_flight: BTreeMap<TopicPartition, Offset>,
-    /// [`crate::GroupMember::commit`] calls not answered yet, each with the
+    /// [`crate::MemberHandle::commit`] calls not answered yet, each with the
     /// commits it waits for and what became of those answered.
     pub(crate) commit_waiters: Vec<CommitWaiter>,
-    /// [`crate::GroupMember::commit`] calls whose commits go out in this step.
+    /// [`crate::MemberHandle::commit`] calls whose commits go out in this step.
     pub(crate) commit_requests: Vec<oneshot::Sender<CommitReport>>,
     /// Every commit outcome since the close began, for its report.
     pub(crate) close_report: Option<CommitReport>,

@@ -52,7 +52,7 @@ impl GroupMemberBuilder {
     }
 
     /// Also sends every view the member publishes, in order and none
-    /// skipped, to `log` (for monitors and tests; [`GroupMember::watch_view`]
+    /// skipped, to `log` (for monitors and tests; [`MemberHandle::watch_view`]
     /// only ever shows the latest).
     pub fn view_log(mut self, log: mpsc::UnboundedSender<(MemberId, View)>) -> Self {
         self.view_log = Some(log);
@@ -78,7 +78,7 @@ impl GroupMemberBuilder {
     /// then come from Kafka's metadata, refreshed so that added partitions
     /// get assigned, a pattern subscription's new topics too, and a deleted
     /// topic's partitions are released. A named topic that does not exist
-    /// yet is reported on [`GroupMember::errors`] and waited for.
+    /// yet is reported on [`MemberStreams::errors`] and waited for.
     pub fn kafka(mut self, kafka: KafkaConfig) -> Self {
         self.kafka = Some(kafka);
         self
@@ -145,7 +145,7 @@ impl GroupMemberBuilder {
 
     /// Whether the runtime reports a stopped partition drained at once,
     /// for applications that finish each message before taking the next
-    /// event (default: no, the application calls [`GroupMember::drained`]).
+    /// event (default: no, the application calls [`MemberHandle::drained`]).
     pub fn auto_drain(mut self, auto_drain: bool) -> Self {
         self.auto_drain = auto_drain;
         self

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::backend::SessionTicket;
 
 /// How a member is a static member: where it keeps its session, and what
-/// [`crate::GroupMember::close`] does with it.
+/// [`crate::MemberHandle::close`] does with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StaticMembership {
     path: PathBuf,
@@ -43,7 +43,7 @@ impl StaticMembership {
         }
     }
 
-    /// Whether [`crate::GroupMember::close`] leaves the group at once
+    /// Whether [`crate::MemberHandle::close`] leaves the group at once
     /// (releases every claim, deregisters and ends the session, as a
     /// dynamic member does: its partitions move now) rather than commit,
     /// stop, and leave the session to run out for the next process to

@@ -28,7 +28,7 @@ pub enum AssignmentEvent {
         token: FencingToken,
     },
     /// Stop consuming `partition`, which is leaving this member: finish the
-    /// messages in hand, then call [`crate::GroupMember::drained`]. Its final
+    /// messages in hand, then call [`crate::MemberHandle::drained`]. Its final
     /// offset is committed after that (or after the processing timeout),
     /// and [`AssignmentEvent::Revoked`] follows.
     Revoking {
@@ -180,7 +180,7 @@ pub enum JoinError {
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// Kafka could not be reached (a topic that does not exist yet is no
-    /// reason: it is reported on [`crate::GroupMember::errors`] and waited for).
+    /// reason: it is reported on [`crate::MemberStreams::errors`] and waited for).
     #[error(transparent)]
     Kafka(#[from] KafkaError),
     /// Static membership: the state file cannot be used, or another
@@ -334,7 +334,7 @@ pub enum CommitOutcome {
     },
 }
 
-/// The commits a [`crate::GroupMember::commit`] or [`crate::GroupMember::close`] waited
+/// The commits a [`crate::MemberHandle::commit`] or [`crate::MemberHandle::close`] waited
 /// for, by partition (the last one of each).
 ///
 /// A fenced or failed final commit is only seen here: do not drop it.
@@ -424,7 +424,7 @@ pub enum CloseError {
     /// the store's event stream ended).
     #[error("the member's task ended before it could close")]
     TaskGone,
-    /// [`crate::GroupMember::close_within`]: the close did not finish in time;
+    /// [`crate::MemberHandle::close_within`]: the close did not finish in time;
     /// the member was stopped like a crash (its claims stay until its
     /// session expires).
     #[error("the close did not finish within {limit:?}; the member was stopped")]
