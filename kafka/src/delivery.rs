@@ -24,7 +24,8 @@ use std::time::Instant;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
-use crate::ledger::{Fetched, Message, Passed};
+use crate::ledger::{Fetched, Passed};
+use crate::message::Message;
 
 /// Until when the member may hand out messages
 /// ([`tenure_core::Member::consume_deadline`]), as its task last worked it
@@ -492,7 +493,7 @@ mod tests {
             key: None,
             value: None,
             headers: Default::default(),
-            timestamp_ms: 0,
+            timestamp: crate::Timestamp::CreateTime(0),
             token: ledger.token,
             ledger: Arc::new(BatchLedger(ledger.clone())),
             generation: 0,

@@ -12,7 +12,8 @@ use crate::config::KafkaConfig;
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
 use crate::event::DataEvent;
-use crate::ledger::{BatchLedger, Fetched, LedgerCell, Message, Passed};
+use crate::ledger::{BatchLedger, Fetched, LedgerCell, Passed};
+use crate::message::{Header, Message, Timestamp};
 use tenure_core::credentials::error_chain;
 
 /// The codec named by a fetch error that says the client cannot decompress
@@ -122,14 +123,28 @@ impl Fetcher {
                             continue;
                         }
                         next = record.offset + 1;
+                        let millis = record.record.timestamp.timestamp_millis();
+                        let timestamp = match record.timestamp_type {
+                            rskafka::record::TimestampType::LogAppendTime => {
+                                Timestamp::LogAppendTime(millis)
+                            }
+                            _ => Timestamp::CreateTime(millis),
+                        };
                         messages.push(Message {
                             topic: topic.clone(),
                             partition: self.partition.partition,
                             offset: record.offset,
                             key: record.record.key,
                             value: record.record.value,
-                            headers: record.record.headers,
-                            timestamp_ms: record.record.timestamp.timestamp_millis(),
+                            // The same layout: collected in place, no
+                            // allocation.
+                            headers: record
+                                .record
+                                .headers
+                                .into_iter()
+                                .map(|(key, value)| Header { key, value })
+                                .collect(),
+                            timestamp,
                             token: self.token,
                             ledger: ledger.clone(),
                             generation: self.generation,

@@ -18,7 +18,9 @@
 //! - [`security`]: SASL and TLS for secured brokers.
 //!
 //! Fetching uses `rskafka`: Kafka 4.x accepts only the protocol versions it
-//! speaks. Reads are read-committed. Offsets are committed by the member
+//! speaks. Reads are read-committed. A message's key, value and header values are slices of
+//! the buffer its batch was fetched into ([`bytes::Bytes`]), handed over
+//! without a copy. Offsets are committed by the member
 //! to its coordination store, not to Kafka. Nothing here imports the
 //! member: it is told what to do through [`DataPlane`]'s methods and
 //! answers with [`DataEvent`]s.
@@ -32,15 +34,17 @@ mod error;
 mod event;
 mod fetcher;
 mod ledger;
+mod message;
 mod metadata;
 mod plane;
 pub mod security;
 
+pub use bytes::Bytes;
 pub use config::KafkaConfig;
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
 pub use error::KafkaError;
 pub use event::DataEvent;
-pub use ledger::Message;
+pub use message::{Header, Headers, Message, Timestamp};
 pub use metadata::{connect, subscribed_topics, Subscribed};
 pub use plane::{DataPlane, Delivery, StartOffsets};
 pub use security::{KafkaSecurity, SaslMechanism};

@@ -91,7 +91,7 @@ async fn produce_to(
         let batch = (0..n)
             .map(|_| Record {
                 key: None,
-                value: Some(vec![b'x'; 100]),
+                value: Some(vec![b'x'; 100].into()),
                 headers: Default::default(),
                 timestamp,
             })
@@ -491,7 +491,7 @@ async fn backlogged(
                 let writes = targets.iter().map(|target| {
                     let record = Record {
                         key: None,
-                        value: Some(vec![b'y'; 100]),
+                        value: Some(vec![b'y'; 100].into()),
                         headers: Default::default(),
                         timestamp,
                     };
@@ -540,7 +540,7 @@ async fn backlogged(
         if message.partition == 0 {
             backlog_left -= 1;
         } else {
-            latencies.push((wall_ms() - message.timestamp_ms) as f64);
+            latencies.push((wall_ms() - message.timestamp.millis()) as f64);
         }
         message.ack();
     }

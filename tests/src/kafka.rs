@@ -87,9 +87,12 @@ pub async fn produce(client: &Client, topic: &str, partition: u32, count: usize)
     while sent < count {
         let batch: Vec<Record> = (sent..(sent + 500).min(count))
             .map(|i| Record {
-                key: Some(format!("k{i}").into_bytes()),
-                value: Some(format!("{topic}/{partition}#{i}").into_bytes()),
-                headers: [("source".to_owned(), b"test".to_vec())].into(),
+                key: Some(format!("k{i}").into_bytes().into()),
+                value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
+                headers: vec![(
+                    "source".to_owned(),
+                    rskafka::bytes::Bytes::from_static(b"test"),
+                )],
                 timestamp,
             })
             .collect();

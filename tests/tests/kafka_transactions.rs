@@ -83,8 +83,11 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
         tokio::select! {
             message = member.next_message() => {
                 let message = message.expect("the member is open");
-                let value = String::from_utf8(message.value.clone().unwrap_or_default())
-                    .expect("a UTF-8 value");
+                let value = message
+                    .payload_str()
+                    .unwrap_or(Ok(""))
+                    .expect("a UTF-8 value")
+                    .to_owned();
                 assert!(expected.contains(&value), "not a record of the input: {value:?}");
                 assert!(
                     seen.insert(value.clone()),

@@ -20,7 +20,7 @@ use crate::{
         primitives::*,
         record::{Record as ProtocolRecord, *},
     },
-    record::{Record, RecordAndOffset},
+    record::{Record, RecordAndOffset, TimestampType},
     throttle::maybe_throttle,
     validation::ExactlyOne,
 };
@@ -919,6 +919,12 @@ fn extract_records(
                 if batch.is_transactional && aborted_producers.contains(&batch.producer_id) => {}
             ControlBatchOrRecords::Records(protocol_records) => {
                 records.reserve(protocol_records.len());
+                // Under log-append time the broker stamps the batch, not its records: every record's timestamp is
+                // the batch's max timestamp (as the Java client reads it).
+                let timestamp_type = match batch.timestamp_type {
+                    RecordBatchTimestampType::CreateTime => TimestampType::CreateTime,
+                    RecordBatchTimestampType::LogAppendTime => TimestampType::LogAppendTime,
+                };
 
                 for record in protocol_records {
                     let offset = batch.base_offset + record.offset_delta as i64;
@@ -928,16 +934,19 @@ fn extract_records(
                         continue;
                     }
 
-                    let timestamp_millis =
-                        match batch.first_timestamp.checked_add(record.timestamp_delta) {
-                            Some(ts) => ts,
-                            None => {
-                                return Err(Error::InvalidResponse(format!(
-                                    "Timestamp overflow (first_timestamp={}, delta={}",
-                                    batch.first_timestamp, record.timestamp_delta
-                                )));
-                            }
-                        };
+                    let timestamp_millis = match timestamp_type {
+                        TimestampType::LogAppendTime => Some(batch.max_timestamp),
+                        _ => batch.first_timestamp.checked_add(record.timestamp_delta),
+                    };
+                    let timestamp_millis = match timestamp_millis {
+                        Some(ts) => ts,
+                        None => {
+                            return Err(Error::InvalidResponse(format!(
+                                "Timestamp overflow (first_timestamp={}, delta={}",
+                                batch.first_timestamp, record.timestamp_delta
+                            )));
+                        }
+                    };
                     let timestamp = match Utc.timestamp_millis_opt(timestamp_millis) {
                         LocalResult::None => {
                             return Err(Error::InvalidResponse(format!(
@@ -964,6 +973,7 @@ fn extract_records(
                             timestamp,
                         },
                         offset,
+                        timestamp_type,
                     })
                 }
             }
