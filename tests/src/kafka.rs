@@ -51,10 +51,23 @@ pub fn topic(name: &str) -> String {
 /// Creates `topic` with `partitions` partitions and waits until every
 /// partition has a leader.
 pub async fn create_topic(client: &Client, topic: &str, partitions: u32) {
+    create_topic_with_configs(client, topic, partitions, []).await;
+}
+
+/// Creates `topic` with `partitions` partitions and topic-level `configs`
+/// (`("message.timestamp.type", "LogAppendTime")`, say), and waits until
+/// every partition has a leader.
+pub async fn create_topic_with_configs<const N: usize>(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+    configs: [(&str, &str); N],
+) {
+    let configs = configs.map(|(name, value)| (name.to_owned(), value.to_owned()));
     client
         .controller_client()
         .expect("controller client")
-        .create_topic(topic, partitions as i32, 1, 10_000)
+        .create_topic_with_configs(topic, partitions as i32, 1, configs, 10_000)
         .await
         .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     for p in 0..partitions {
