@@ -8,7 +8,7 @@ use rskafka::client::Client;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::config::KafkaConfig;
+use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
 use crate::event::DataEvent;
@@ -61,7 +61,14 @@ impl Fetcher {
                 )
                 .await
             {
-                Ok(client) => return client,
+                Ok(client) => {
+                    return client.with_isolation_level(match self.config.isolation_level {
+                        IsolationLevel::ReadUncommitted => {
+                            rskafka::client::partition::IsolationLevel::ReadUncommitted
+                        }
+                        _ => rskafka::client::partition::IsolationLevel::ReadCommitted,
+                    })
+                }
                 Err(e) => {
                     self.problem(e);
                     tokio::time::sleep(pause).await;

@@ -18,7 +18,8 @@
 //! - [`security`]: SASL and TLS for secured brokers.
 //!
 //! Fetching uses `rskafka`: Kafka 4.x accepts only the protocol versions it
-//! speaks. Reads are read-committed. A message's key, value and header values are slices of
+//! speaks. Reads are read-committed unless [`KafkaConfig::isolation_level`]
+//! says otherwise. A message's key, value and header values are slices of
 //! the buffer its batch was fetched into ([`bytes::Bytes`]), handed over
 //! without a copy. Offsets are committed by the member
 //! to its coordination store, not to Kafka. Nothing here imports the
@@ -40,7 +41,7 @@ mod plane;
 pub mod security;
 
 pub use bytes::Bytes;
-pub use config::KafkaConfig;
+pub use config::{IsolationLevel, KafkaConfig};
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
 pub use error::KafkaError;
 pub use event::DataEvent;

@@ -37,8 +37,8 @@ pub use tenure_core as core;
 /// The Kafka data plane the member drives (the `tenure-kafka` crate).
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
-    Header, Headers, KafkaConfig, KafkaError, KafkaSecurity, Message, PartitionStream,
-    SaslMechanism, StartOffsets, Timestamp,
+    Header, Headers, IsolationLevel, KafkaConfig, KafkaError, KafkaSecurity, Message,
+    PartitionStream, SaslMechanism, StartOffsets, Timestamp,
 };
 pub use values::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, Problem, SeekError,
