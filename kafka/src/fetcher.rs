@@ -1,7 +1,7 @@
 //! One partition's fetch loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::Client;
@@ -14,6 +14,7 @@ use crate::error::KafkaError;
 use crate::event::DataEvent;
 use crate::ledger::{BatchLedger, Fetched, LedgerCell, Passed};
 use crate::message::{Header, Message, Timestamp};
+use crate::telemetry::PartitionMetrics;
 use tenure_core::credentials::error_chain;
 
 /// The codec named by a fetch error that says the client cannot decompress
@@ -39,6 +40,7 @@ pub(crate) struct Fetcher {
     pub(crate) ledger: Arc<LedgerCell>,
     pub(crate) generation: u64,
     pub(crate) events: mpsc::UnboundedSender<DataEvent>,
+    pub(crate) metrics: Arc<PartitionMetrics>,
 }
 
 impl Fetcher {
@@ -97,11 +99,16 @@ impl Fetcher {
         let max_wait = self.config.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32;
         let mut pause = Duration::from_millis(50);
         let mut reported_end = None;
+        // Where the application's position is, until it has been handed a
+        // message of this claim.
+        let mut start = next;
         loop {
-            match client
+            let sent = Instant::now();
+            let result = client
                 .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
-                .await
-            {
+                .await;
+            self.metrics.fetched(sent.elapsed());
+            match result {
                 Ok(fetched) => {
                     pause = Duration::from_millis(50);
                     // Lag needs the log end; an idle partition answers every
@@ -115,7 +122,10 @@ impl Fetcher {
                             high_watermark,
                         ));
                     }
+                    self.metrics
+                        .lag(high_watermark, self.ledger.position().unwrap_or(start));
                     let mut messages = Vec::with_capacity(fetched.records.len());
+                    let mut bytes = 0usize;
                     // The batch's own references for its messages to count:
                     // counted by this task while it builds the batch and by
                     // the application's while it takes it, never by both at
@@ -130,6 +140,7 @@ impl Fetcher {
                             continue;
                         }
                         next = record.offset + 1;
+                        bytes += record.record.approximate_size();
                         let millis = record.record.timestamp.timestamp_millis();
                         let timestamp = match record.timestamp_type {
                             rskafka::record::TimestampType::LogAppendTime => {
@@ -169,10 +180,16 @@ impl Fetcher {
                             last: next - 1,
                         }
                     });
-                    if (!messages.is_empty() || passed.is_some())
-                        && !sender.send(Fetched { messages, passed }).await
-                    {
-                        return;
+                    if !messages.is_empty() || passed.is_some() {
+                        let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
+                        let fetched = Fetched {
+                            messages,
+                            passed,
+                            tally,
+                        };
+                        if !sender.send(fetched).await {
+                            return;
+                        }
                     }
                 }
                 Err(rskafka::client::error::Error::ServerError {
@@ -188,6 +205,7 @@ impl Fetcher {
                             reset,
                         }));
                     next = reset;
+                    start = reset;
                 }
                 Err(e) => {
                     if let Some(codec) = unreadable_codec(&e) {

@@ -11,6 +11,7 @@ use tenure_core::{FencingToken, Offset, TopicPartition};
 
 use crate::event::DataEvent;
 use crate::message::Message;
+use crate::telemetry::Tally;
 
 /// What one fetch of a partition brought: its messages, and how far the
 /// fetch went past the last of them.
@@ -22,6 +23,8 @@ pub(crate) struct Fetched {
     /// messages before them are handed out, they count as handed out, so
     /// that the committed offset can reach the log's end.
     pub(crate) passed: Option<Passed>,
+    /// The batch's metrics, recorded as it is handed out.
+    pub(crate) tally: Option<Tally>,
 }
 
 /// Offsets a fetch went past without a message, up to `last`.
@@ -105,6 +108,12 @@ impl LedgerCell {
     /// out.
     pub(crate) fn generation(&self) -> u64 {
         self.lock().generation
+    }
+
+    /// The next offset to hand out after the last one handed out, if any
+    /// was.
+    pub(crate) fn position(&self) -> Option<Offset> {
+        self.lock().last_delivered.map(|last| last + 1)
     }
 
     /// Holds a claim paused from its start: a claim paused under this

@@ -21,7 +21,9 @@
 //! speaks. Reads are read-committed unless [`KafkaConfig::isolation_level`]
 //! says otherwise. A message's key, value and header values are slices of
 //! the buffer its batch was fetched into ([`bytes::Bytes`]), handed over
-//! without a copy. Offsets are committed by the member
+//! without a copy. What is fetched, buffered and handed out is counted
+//! through the `metrics` facade ([`DataPlane::set_metric_labels`]).
+//! Offsets are committed by the member
 //! to its coordination store, not to Kafka. Nothing here imports the
 //! member: it is told what to do through [`DataPlane`]'s methods and
 //! answers with [`DataEvent`]s.
@@ -39,6 +41,7 @@ mod message;
 mod metadata;
 mod plane;
 pub mod security;
+mod telemetry;
 
 pub use bytes::Bytes;
 pub use config::{IsolationLevel, KafkaConfig};

@@ -101,6 +101,18 @@ impl Message {
     pub fn header(&self, key: &str) -> Option<&[u8]> {
         self.headers.last(key).map(|value| &value[..])
     }
+
+    /// Bytes of the key, the value and the headers (names and values), as
+    /// the data-plane metrics count them.
+    pub(crate) fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| h.key.len() + h.value.len())
+                .sum::<usize>()
+    }
 }
 
 /// One record header.
