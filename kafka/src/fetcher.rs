@@ -44,10 +44,10 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
-    fn problem(&self, detail: impl ToString) {
+    fn problem(&self, error: rskafka::client::error::Error) {
         let _ = self.events.send(DataEvent::Problem(KafkaError::Fetch {
             partition: self.partition.clone(),
-            detail: detail.to_string(),
+            source: Arc::new(error),
         }));
     }
 

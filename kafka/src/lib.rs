@@ -46,7 +46,7 @@ mod telemetry;
 pub use bytes::Bytes;
 pub use config::{IsolationLevel, KafkaConfig};
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
-pub use error::KafkaError;
+pub use error::{ClientError, KafkaError};
 pub use event::DataEvent;
 pub use message::{Header, Headers, Message, Timestamp};
 pub use metadata::{connect, subscribed_topics, Subscribed};
