@@ -126,7 +126,11 @@ async fn produce(
         let records: Vec<Record> = (0..share)
             .map(|n| Record {
                 key: None,
-                value: Some(format!("message {n} of partition {partition}").into_bytes()),
+                value: Some(
+                    format!("message {n} of partition {partition}")
+                        .into_bytes()
+                        .into(),
+                ),
                 headers: Default::default(),
                 timestamp: now,
             })

@@ -37,7 +37,6 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -185,8 +184,8 @@ async fn produce(kafka: &str, topic: &str, partitions: u32, count: u64) -> Resul
                     next += 1;
                     Record {
                         key: None,
-                        value: Some(next.to_string().into_bytes()),
-                        headers: BTreeMap::new(),
+                        value: Some(next.to_string().into_bytes().into()),
+                        headers: Vec::new(),
                         timestamp: rskafka::chrono::DateTime::from_timestamp_millis(
                             wall_ms() as i64
                         )

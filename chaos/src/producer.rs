@@ -1,6 +1,5 @@
 //! The run's topic, and a producer that writes to it throughout.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,8 +93,8 @@ async fn produce(targets: Vec<PartitionClient>, per_batch: u64, producing: Arc<A
             let batch = values
                 .map(|value| Record {
                     key: None,
-                    value: Some(value.to_string().into_bytes()),
-                    headers: BTreeMap::new(),
+                    value: Some(value.to_string().into_bytes().into()),
+                    headers: Vec::new(),
                     timestamp,
                 })
                 .collect();

@@ -6,9 +6,7 @@ use crate::security::KafkaSecurity;
 
 /// How to reach Kafka and how to fetch.
 ///
-/// Fetches read committed (as the Java consumer's
-/// `isolation.level=read_committed`): records of aborted transactions are
-/// not handed out, nothing past a partition's last stable offset is, and
+/// Fetches read committed by default (see [`IsolationLevel`]); either way
 /// the committed offset moves past transaction markers.
 #[derive(Clone, Debug)]
 pub struct KafkaConfig {
@@ -44,6 +42,27 @@ pub struct KafkaConfig {
     pub client_id: String,
     /// SASL and TLS, for brokers that require them. Default: none.
     pub security: KafkaSecurity,
+    /// Which records are handed out: those of committed transactions only,
+    /// or those of open and aborted transactions too. Default:
+    /// [`IsolationLevel::ReadCommitted`].
+    pub isolation_level: IsolationLevel,
+}
+
+/// Which records of transactional producers a member hands out (the Java
+/// consumer's `isolation.level`). Records written outside transactions are
+/// handed out either way; transaction markers never are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IsolationLevel {
+    /// `read_committed`: records of committed transactions, none of aborted
+    /// ones, and nothing at or past a partition's last stable offset (the
+    /// first offset of a transaction still open), so that a partition
+    /// waits for its open transactions to end. The default.
+    #[default]
+    ReadCommitted,
+    /// `read_uncommitted`: every record up to the high watermark, those of
+    /// open and aborted transactions included.
+    ReadUncommitted,
 }
 
 impl KafkaConfig {
@@ -63,6 +82,7 @@ impl KafkaConfig {
             connect_timeout: Duration::from_secs(10),
             client_id: "tenure".to_owned(),
             security: KafkaSecurity::new(),
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }

@@ -24,7 +24,9 @@ use std::time::Instant;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
-use crate::ledger::{Fetched, Message, Passed};
+use crate::ledger::{Fetched, Passed};
+use crate::message::Message;
+use crate::telemetry::Tally;
 
 /// Until when the member may hand out messages
 /// ([`tenure_core::Member::consume_deadline`]), as its task last worked it
@@ -142,6 +144,8 @@ struct Queue {
     current: std::iter::Peekable<std::vec::IntoIter<Message>>,
     /// What the current batch passed after its messages.
     passed: Option<Passed>,
+    /// The current batch's metrics, recorded when it is done with.
+    tally: Option<Tally>,
 }
 
 impl Queue {
@@ -150,6 +154,7 @@ impl Queue {
             receiver,
             current: Vec::new().into_iter().peekable(),
             passed: None,
+            tally: None,
         }
     }
 
@@ -157,6 +162,7 @@ impl Queue {
         self.pass();
         self.current = fetched.messages.into_iter().peekable();
         self.passed = fetched.passed;
+        self.tally = fetched.tally;
     }
 
     /// The next message that may still be handed out, without waiting.
@@ -195,6 +201,9 @@ impl Queue {
                 .ledger
                 .deliver(message.offset, message.token, message.generation)
             {
+                if let Some(tally) = &mut self.tally {
+                    tally.handed(&message);
+                }
                 // What the fetch passed after its last message counts at
                 // once: an application that stops asking after the last
                 // message still commits past a trailing transaction marker.
@@ -207,13 +216,17 @@ impl Queue {
     }
 
     /// Counts what the current batch passed after its messages as handed
-    /// out.
+    /// out, and records the batch's metrics: it is done with.
     fn pass(&mut self) {
         if let Some(passed) = self.passed.take() {
             passed
                 .ledger
                 .pass(passed.last, passed.token, passed.generation);
+            if let Some(tally) = &mut self.tally {
+                tally.passed(passed.last);
+            }
         }
+        self.tally = None;
     }
 }
 
@@ -492,7 +505,7 @@ mod tests {
             key: None,
             value: None,
             headers: Default::default(),
-            timestamp_ms: 0,
+            timestamp: crate::Timestamp::CreateTime(0),
             token: ledger.token,
             ledger: Arc::new(BatchLedger(ledger.clone())),
             generation: 0,
@@ -503,6 +516,7 @@ mod tests {
         Fetched {
             messages: offsets.map(|o| message(partition, o, ledger)).collect(),
             passed: None,
+            tally: None,
         }
     }
 

@@ -1,6 +1,15 @@
 //! What can go wrong with Kafka.
 
+use std::sync::Arc;
+
 use tenure_core::{Offset, TopicPartition};
+
+/// The Kafka client's error, shared: a [`KafkaError`] is cloned onto every
+/// stream that reports it. It is the [`source`](std::error::Error::source)
+/// of the variants that carry one, and downcasts as itself:
+/// `error.source()?.downcast_ref::<ClientError>()` gives the client's
+/// error (an `rskafka::client::error::Error`, behind the `Arc`).
+pub type ClientError = Arc<rskafka::client::error::Error>;
 
 /// What went wrong talking to Kafka.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -27,8 +36,13 @@ pub enum KafkaError {
     Unreachable {
         /// The bootstrap brokers.
         bootstrap: String,
-        /// What the client said.
+        /// What the client said (with its causes), or how long it stayed
+        /// silent.
         detail: String,
+        /// The client's error; `None` when it gave none (it did not answer
+        /// in time).
+        #[source]
+        source: Option<ClientError>,
     },
     /// A subscribed topic does not exist (yet): it is waited for, and
     /// assigned once it appears. Reported when the member first finds it
@@ -41,12 +55,13 @@ pub enum KafkaError {
         bootstrap: String,
     },
     /// A fetch or offset lookup failed; the fetcher retries.
-    #[error("fetching {partition} failed: {detail}")]
+    #[error("fetching {partition} failed: {source}")]
     Fetch {
         /// The partition.
         partition: TopicPartition,
         /// What the client said.
-        detail: String,
+        #[source]
+        source: ClientError,
     },
     /// The partition holds record batches compressed with a codec this
     /// build cannot read. Fetching it stops (the claim stays, its offset
@@ -114,5 +129,41 @@ impl KafkaError {
                 | KafkaError::Fetch { .. }
                 | KafkaError::UnknownTopic { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_failed_fetch_keeps_the_clients_error_as_its_source() {
+        let client = rskafka::client::error::Error::InvalidResponse("no partition".to_owned());
+        let error = KafkaError::Fetch {
+            partition: TopicPartition::new("t", 3),
+            source: Arc::new(client),
+        };
+        assert!(error.is_transient());
+        assert_eq!(
+            error.to_string(),
+            "fetching t/3 failed: Invalid response: no partition"
+        );
+        let source = error.source().expect("a source");
+        let client = source
+            .downcast_ref::<ClientError>()
+            .expect("the client's error");
+        assert!(matches!(
+            **client,
+            rskafka::client::error::Error::InvalidResponse(_)
+        ));
+
+        let silent = KafkaError::Unreachable {
+            bootstrap: "b:9092".to_owned(),
+            detail: "no answer within 13s".to_owned(),
+            source: None,
+        };
+        assert!(silent.is_transient());
+        assert!(silent.source().is_none());
     }
 }

@@ -1,18 +1,20 @@
 //! One partition's fetch loop.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
 use rskafka::client::Client;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
 use tokio::sync::mpsc;
 
-use crate::config::KafkaConfig;
+use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
 use crate::event::DataEvent;
-use crate::ledger::{BatchLedger, Fetched, LedgerCell, Message, Passed};
+use crate::ledger::{BatchLedger, Fetched, LedgerCell, Passed};
+use crate::message::{Header, Message, Timestamp};
+use crate::telemetry::PartitionMetrics;
 use tenure_core::credentials::error_chain;
 
 /// The codec named by a fetch error that says the client cannot decompress
@@ -38,13 +40,14 @@ pub(crate) struct Fetcher {
     pub(crate) ledger: Arc<LedgerCell>,
     pub(crate) generation: u64,
     pub(crate) events: mpsc::UnboundedSender<DataEvent>,
+    pub(crate) metrics: Arc<PartitionMetrics>,
 }
 
 impl Fetcher {
-    fn problem(&self, detail: impl ToString) {
+    fn problem(&self, error: rskafka::client::error::Error) {
         let _ = self.events.send(DataEvent::Problem(KafkaError::Fetch {
             partition: self.partition.clone(),
-            detail: detail.to_string(),
+            source: Arc::new(error),
         }));
     }
 
@@ -60,7 +63,14 @@ impl Fetcher {
                 )
                 .await
             {
-                Ok(client) => return client,
+                Ok(client) => {
+                    return client.with_isolation_level(match self.config.isolation_level {
+                        IsolationLevel::ReadUncommitted => {
+                            rskafka::client::partition::IsolationLevel::ReadUncommitted
+                        }
+                        _ => rskafka::client::partition::IsolationLevel::ReadCommitted,
+                    })
+                }
                 Err(e) => {
                     self.problem(e);
                     tokio::time::sleep(pause).await;
@@ -103,11 +113,16 @@ impl Fetcher {
         let max_wait = self.config.fetch_max_wait.as_millis().min(i32::MAX as u128) as i32;
         let mut pause = Duration::from_millis(50);
         let mut reported_end = None;
+        // Where the application's position is, until it has been handed a
+        // message of this claim.
+        let mut start = next;
         loop {
-            match client
+            let sent = Instant::now();
+            let result = client
                 .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
-                .await
-            {
+                .await;
+            self.metrics.fetched(sent.elapsed());
+            match result {
                 Ok(fetched) => {
                     pause = Duration::from_millis(50);
                     // Lag needs the log end; an idle partition answers every
@@ -121,7 +136,10 @@ impl Fetcher {
                             high_watermark,
                         ));
                     }
+                    self.metrics
+                        .lag(high_watermark, self.ledger.position().unwrap_or(start));
                     let mut messages = Vec::with_capacity(fetched.records.len());
+                    let mut bytes = 0usize;
                     // The batch's own references for its messages to count:
                     // counted by this task while it builds the batch and by
                     // the application's while it takes it, never by both at
@@ -136,14 +154,29 @@ impl Fetcher {
                             continue;
                         }
                         next = record.offset + 1;
+                        bytes += record.record.approximate_size();
+                        let millis = record.record.timestamp.timestamp_millis();
+                        let timestamp = match record.timestamp_type {
+                            rskafka::record::TimestampType::LogAppendTime => {
+                                Timestamp::LogAppendTime(millis)
+                            }
+                            _ => Timestamp::CreateTime(millis),
+                        };
                         messages.push(Message {
                             topic: topic.clone(),
                             partition: self.partition.partition,
                             offset: record.offset,
                             key: record.record.key,
                             value: record.record.value,
-                            headers: record.record.headers,
-                            timestamp_ms: record.record.timestamp.timestamp_millis(),
+                            // The same layout: collected in place, no
+                            // allocation.
+                            headers: record
+                                .record
+                                .headers
+                                .into_iter()
+                                .map(|(key, value)| Header { key, value })
+                                .collect(),
+                            timestamp,
                             token: self.token,
                             ledger: ledger.clone(),
                             generation: self.generation,
@@ -161,10 +194,16 @@ impl Fetcher {
                             last: next - 1,
                         }
                     });
-                    if (!messages.is_empty() || passed.is_some())
-                        && !sender.send(Fetched { messages, passed }).await
-                    {
-                        return;
+                    if !messages.is_empty() || passed.is_some() {
+                        let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
+                        let fetched = Fetched {
+                            messages,
+                            passed,
+                            tally,
+                        };
+                        if !sender.send(fetched).await {
+                            return;
+                        }
                     }
                 }
                 Err(rskafka::client::error::Error::ServerError {
@@ -185,6 +224,7 @@ impl Fetcher {
                         reset,
                     });
                     next = reset;
+                    start = reset;
                 }
                 Err(e) => {
                     if let Some(codec) = unreadable_codec(&e) {

@@ -10,51 +10,8 @@ use std::time::Duration;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
 use crate::event::DataEvent;
-
-/// One message, handed to the application. Acknowledge it with
-/// [`Message::ack`] once processed; its offset is committed when every
-/// message before it in its partition is acknowledged too.
-#[derive(Debug)]
-pub struct Message {
-    /// The topic.
-    pub topic: Arc<str>,
-    /// The partition.
-    pub partition: u32,
-    /// The message's offset.
-    pub offset: Offset,
-    /// The key, if any.
-    pub key: Option<Vec<u8>>,
-    /// The value, if any.
-    pub value: Option<Vec<u8>>,
-    /// The headers.
-    pub headers: BTreeMap<String, Vec<u8>>,
-    /// The record's timestamp, in milliseconds since the Unix epoch.
-    pub timestamp_ms: i64,
-    /// The fencing token of the claim this message was fetched under: every
-    /// side effect of processing it may be fenced with it.
-    pub token: FencingToken,
-    pub(crate) ledger: Arc<BatchLedger>,
-    /// The fetch of its claim it came from: a pause ends a fetch, and what
-    /// that fetch left buffered is fetched again on resume.
-    pub(crate) generation: u64,
-}
-
-impl Message {
-    /// The message's partition, as the core names it.
-    pub fn topic_partition(&self) -> TopicPartition {
-        TopicPartition {
-            topic: self.topic.clone(),
-            partition: self.partition,
-        }
-    }
-
-    /// Reports the message processed. Acknowledging after the partition
-    /// moved to another member does nothing: nothing is committed for a
-    /// partition this member no longer owns.
-    pub fn ack(&self) {
-        self.ledger.ack(self.offset);
-    }
-}
+use crate::message::Message;
+use crate::telemetry::Tally;
 
 /// What one fetch of a partition brought: its messages, and how far the
 /// fetch went past the last of them.
@@ -66,6 +23,8 @@ pub(crate) struct Fetched {
     /// messages before them are handed out, they count as handed out, so
     /// that the committed offset can reach the log's end.
     pub(crate) passed: Option<Passed>,
+    /// The batch's metrics, recorded as it is handed out.
+    pub(crate) tally: Option<Tally>,
 }
 
 /// Offsets a fetch went past without a message, up to `last`.

@@ -19,7 +19,12 @@
 //! - [`security`]: SASL and TLS for secured brokers.
 //!
 //! Fetching uses `rskafka`: Kafka 4.x accepts only the protocol versions it
-//! speaks. Reads are read-committed. Offsets are committed by the member
+//! speaks. Reads are read-committed unless [`KafkaConfig::isolation_level`]
+//! says otherwise. A message's key, value and header values are slices of
+//! the buffer its batch was fetched into ([`bytes::Bytes`]), handed over
+//! without a copy. What is fetched, buffered and handed out is counted
+//! through the `metrics` facade ([`DataPlane::set_metric_labels`]).
+//! Offsets are committed by the member
 //! to its coordination store, not to Kafka. Nothing here imports the
 //! member: it is told what to do through [`DataPlane`]'s methods and
 //! answers with [`DataEvent`]s.
@@ -34,16 +39,19 @@ mod event;
 mod fetcher;
 mod ledger;
 pub mod lookup;
+mod message;
 mod metadata;
 mod plane;
 pub mod security;
+mod telemetry;
 
-pub use config::KafkaConfig;
+pub use bytes::Bytes;
+pub use config::{IsolationLevel, KafkaConfig};
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
-pub use error::KafkaError;
+pub use error::{ClientError, KafkaError};
 pub use event::DataEvent;
-pub use ledger::Message;
 pub use lookup::LogOffsets;
+pub use message::{Header, Headers, Message, Timestamp};
 pub use metadata::{connect, subscribed_topics, Subscribed};
 pub use plane::{DataPlane, Delivery, StartOffsetError, StartOffsets};
 /// The Kafka client the data plane fetches with ([`connect`] makes one).

@@ -24,6 +24,7 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
     let unreachable = |detail: String| KafkaError::Unreachable {
         bootstrap: bootstrap.clone(),
         detail,
+        source: None,
     };
     // Failures of the connection (a refused password, an untrusted
     // certificate) are retried by the client until its deadline, and then
@@ -41,11 +42,16 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         .client_id(config.client_id.as_str())
         .backoff_config(backoff)
         .build();
-    let failed = |error: String| {
+    let failed = |error: rskafka::client::error::Error| {
+        let detail = error_chain(&error);
         config
             .security
-            .explain(&bootstrap, &error)
-            .unwrap_or_else(|| unreachable(error))
+            .explain(&bootstrap, &detail)
+            .unwrap_or_else(|| KafkaError::Unreachable {
+                bootstrap: bootstrap.clone(),
+                detail,
+                source: Some(Arc::new(error)),
+            })
     };
     // The retries end at the deadline with their cause; this bound, a
     // little later, only catches an attempt that hangs.
@@ -53,13 +59,13 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
     let client = tokio::time::timeout(bound, building)
         .await
         .map_err(|_| unreachable(format!("no answer within {bound:?}")))?
-        .map_err(|e| failed(error_chain(&e)))?;
+        .map_err(failed)?;
     // The client connects lazily: ask for metadata to know the brokers are
     // really there.
     tokio::time::timeout(config.connect_timeout, client.list_topics())
         .await
         .map_err(|_| unreachable(format!("no metadata within {:?}", config.connect_timeout)))?
-        .map_err(|e| failed(error_chain(&e)))?;
+        .map_err(failed)?;
     Ok(Arc::new(client))
 }
 
@@ -87,10 +93,12 @@ pub async fn subscribed_topics(
         .map_err(|_| KafkaError::Unreachable {
             bootstrap: bootstrap.clone(),
             detail: "metadata request timed out".to_owned(),
+            source: None,
         })?
         .map_err(|e| KafkaError::Unreachable {
             bootstrap: bootstrap.clone(),
             detail: e.to_string(),
+            source: Some(Arc::new(e)),
         })?;
     let mut subscribed = Subscribed::default();
     for topic in &listed {

@@ -16,6 +16,7 @@ use crate::event::DataEvent;
 use crate::fetcher::Fetcher;
 use crate::ledger::{LedgerCell, Ledgers, WATERMARK_READ_INTERVAL};
 use crate::metadata::{follow_topics, Subscribed};
+use crate::telemetry::{PartitionMetrics, PlaneMetrics};
 
 /// How the application receives messages.
 #[derive(Debug)]
@@ -124,6 +125,10 @@ pub struct DataPlane {
     /// When the watermarks were last read on the application's account.
     watermarks_read: Instant,
     metadata: Option<JoinHandle<()>>,
+    /// The metric handles, with the member's labels.
+    metrics: PlaneMetrics,
+    /// Each partition's handles, registered at its first claim.
+    partition_metrics: BTreeMap<TopicPartition, Arc<PartitionMetrics>>,
 }
 
 impl DataPlane {
@@ -164,7 +169,22 @@ impl DataPlane {
             pending: std::collections::VecDeque::new(),
             watermarks_read: Instant::now(),
             metadata: Some(metadata),
+            metrics: PlaneMetrics::default(),
+            partition_metrics: BTreeMap::new(),
         }
+    }
+
+    /// Labels the data plane's metrics (`tenure_messages_consumed_total`,
+    /// `tenure_fetch_latency_seconds`...) with the member's `group` and
+    /// `member`, as the member's other metrics are; partitions' metrics
+    /// add `topic` and `partition`. Call it before the first
+    /// [`DataPlane::start`]: handles registered before keep their labels.
+    pub fn set_metric_labels(&mut self, group: &str, member: &str) {
+        self.metrics = PlaneMetrics::new(vec![
+            metrics::Label::new("group", group.to_owned()),
+            metrics::Label::new("member", member.to_owned()),
+        ]);
+        self.partition_metrics.clear();
     }
 
     /// Starts fetching `partition` from `from` under `token`.
@@ -209,13 +229,23 @@ impl DataPlane {
     /// Starts the claim's fetch from `from` (or where `ask` says),
     /// stamped with its ledger's current generation.
     fn fetch(
-        &self,
+        &mut self,
         partition: &TopicPartition,
         claim: &mut Claim,
         from: FetchFrom,
         ask: Option<StartOffsets>,
     ) {
+        let metrics = match self.partition_metrics.get(partition) {
+            Some(metrics) => metrics.clone(),
+            None => {
+                let metrics = self.metrics.partition(partition);
+                self.partition_metrics
+                    .insert(partition.clone(), metrics.clone());
+                metrics
+            }
+        };
         let fetcher = Fetcher {
+            metrics,
             client: self.client.clone(),
             config: self.config.clone(),
             initial: self.initial,

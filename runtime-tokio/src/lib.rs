@@ -38,8 +38,8 @@ pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, E
 /// The Kafka data plane the member drives (the `tenure-kafka` crate).
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
-    KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, Message, PartitionStream, SaslMechanism,
-    StartOffsetError, StartOffsets,
+    Header, Headers, IsolationLevel, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, Message,
+    PartitionStream, SaslMechanism, StartOffsetError, StartOffsets, Timestamp,
 };
 pub use values::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, MemberEnd, PartitionError,

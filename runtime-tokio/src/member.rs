@@ -207,6 +207,9 @@ impl GroupMemberBuilder {
         let member = Member::new(self.config, seed, now())?;
         let id = member.id().clone();
         let group = member.config().group().to_owned();
+        if let Some(plane) = &mut data {
+            plane.set_metric_labels(group.as_str(), id.as_str());
+        }
         let (store_tx, store_rx) = mpsc::unbounded_channel();
         let mut joining = Joining::new(
             group.as_str(),

@@ -91,7 +91,7 @@ async fn produce_to(
         let batch = (0..n)
             .map(|_| Record {
                 key: None,
-                value: Some(vec![b'x'; 100]),
+                value: Some(vec![b'x'; 100].into()),
                 headers: Default::default(),
                 timestamp,
             })
@@ -121,6 +121,15 @@ async fn produce(client: &Arc<Client>, topic: &str, messages: usize) -> Result<(
         task.await.map_err(|e| e.to_string())??;
     }
     Ok(())
+}
+
+/// A record as the plain rskafka 0.6 client hands it out (built for its
+/// cost, never read).
+#[allow(dead_code)]
+struct PlainRecord {
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: std::collections::BTreeMap<String, Vec<u8>>,
 }
 
 /// A plain fetch loop per partition (the concurrency tenure's fetchers
@@ -154,6 +163,23 @@ async fn raw(client: &Arc<Client>, topic: &str, total: u64) -> Result<Rate, Stri
                         next = record.offset + 1;
                         read += 1;
                     }
+                    // What the plain client hands out: rskafka 0.6 copies
+                    // every key, value and header value into a `Vec` of its
+                    // own and the headers into a map. The vendored client
+                    // hands out slices of the fetched buffer instead (as
+                    // tenure's messages carry them): the copies are made
+                    // here, so that this loop keeps costing what a loop on
+                    // the plain client costs.
+                    let record = record.record;
+                    std::hint::black_box(PlainRecord {
+                        key: record.key.map(|k| k.to_vec()),
+                        value: record.value.map(|v| v.to_vec()),
+                        headers: record
+                            .headers
+                            .into_iter()
+                            .map(|(key, value)| (key, value.to_vec()))
+                            .collect(),
+                    });
                 }
             }
             Ok::<u64, String>(read)
@@ -495,7 +521,7 @@ async fn backlogged(
                 let writes = targets.iter().map(|target| {
                     let record = Record {
                         key: None,
-                        value: Some(vec![b'y'; 100]),
+                        value: Some(vec![b'y'; 100].into()),
                         headers: Default::default(),
                         timestamp,
                     };
@@ -544,7 +570,7 @@ async fn backlogged(
         if message.partition == 0 {
             backlog_left -= 1;
         } else {
-            latencies.push((wall_ms() - message.timestamp_ms) as f64);
+            latencies.push((wall_ms() - message.timestamp.millis()) as f64);
         }
         message.ack();
     }

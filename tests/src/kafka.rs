@@ -51,10 +51,23 @@ pub fn topic(name: &str) -> String {
 /// Creates `topic` with `partitions` partitions and waits until every
 /// partition has a leader.
 pub async fn create_topic(client: &Client, topic: &str, partitions: u32) {
+    create_topic_with_configs(client, topic, partitions, []).await;
+}
+
+/// Creates `topic` with `partitions` partitions and topic-level `configs`
+/// (`("message.timestamp.type", "LogAppendTime")`, say), and waits until
+/// every partition has a leader.
+pub async fn create_topic_with_configs<const N: usize>(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+    configs: [(&str, &str); N],
+) {
+    let configs = configs.map(|(name, value)| (name.to_owned(), value.to_owned()));
     client
         .controller_client()
         .expect("controller client")
-        .create_topic(topic, partitions as i32, 1, 10_000)
+        .create_topic_with_configs(topic, partitions as i32, 1, configs, 10_000)
         .await
         .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     for p in 0..partitions {
@@ -87,9 +100,12 @@ pub async fn produce(client: &Client, topic: &str, partition: u32, count: usize)
     while sent < count {
         let batch: Vec<Record> = (sent..(sent + 500).min(count))
             .map(|i| Record {
-                key: Some(format!("k{i}").into_bytes()),
-                value: Some(format!("{topic}/{partition}#{i}").into_bytes()),
-                headers: [("source".to_owned(), b"test".to_vec())].into(),
+                key: Some(format!("k{i}").into_bytes().into()),
+                value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
+                headers: vec![(
+                    "source".to_owned(),
+                    rskafka::bytes::Bytes::from_static(b"test"),
+                )],
                 timestamp,
             })
             .collect();

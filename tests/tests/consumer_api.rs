@@ -71,8 +71,8 @@ async fn produce_at(client: &rskafka::client::Client, topic: &str, count: usize,
     let records = (0..count)
         .map(|i| Record {
             key: None,
-            value: Some(format!("{millis}#{i}").into_bytes()),
-            headers: BTreeMap::new(),
+            value: Some(format!("{millis}#{i}").into_bytes().into()),
+            headers: Vec::new(),
             timestamp,
         })
         .collect();
@@ -152,7 +152,11 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
     // Nothing committed: the claim starts at the oldest message.
     let first = next_message(&mut messages).await;
     assert_eq!(first.offset, 0);
-    assert_eq!(first.timestamp_ms, millis(t0), "the create time produced");
+    assert_eq!(
+        first.timestamp,
+        tenure::runtime::Timestamp::CreateTime(millis(t0)),
+        "the create time produced"
+    );
     let token = first.token;
     first.ack();
     assert_eq!(
@@ -181,7 +185,7 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
     assert_eq!(landed, 5);
     let message = next_message(&mut messages).await;
     assert_eq!(
-        (message.offset, message.timestamp_ms),
+        (message.offset, message.timestamp.millis()),
         (5, millis(t1)),
         "the next message after the seek to T1"
     );

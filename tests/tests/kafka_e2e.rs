@@ -1115,3 +1115,146 @@ async fn a_suspension_that_ends_alive_is_not_a_revocation() {
     let report = member.close().await.expect("closes");
     assert!(report.all_written(), "{report:?}");
 }
+
+/// A message arrives as it was produced: its key and value, every header
+/// in the producer's order (a repeated key kept), its create time, in an
+/// uncompressed batch as in a compressed one; a topic whose broker stamps
+/// the records says so, with the broker's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_arrive_as_produced_with_every_header_and_their_timestamp_type() {
+    use rskafka::bytes::Bytes;
+    use rskafka::client::partition::{Compression, UnknownTopicHandling};
+    use rskafka::record::Record;
+    use tenure::tokio::Timestamp;
+
+    let client = kafka::client().await;
+    let topic = kafka::topic("faithful");
+    let appended = kafka::topic("faithful-appended");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::create_topic_with_configs(
+        &client,
+        &appended,
+        1,
+        [("message.timestamp.type", "LogAppendTime")],
+    )
+    .await;
+
+    let created_ms = 1_700_000_000_123;
+    let created = rskafka::chrono::DateTime::from_timestamp_millis(created_ms).expect("a time");
+    let headers = || {
+        vec![
+            ("trace".to_owned(), Bytes::from_static(b"t-1")),
+            ("hop".to_owned(), Bytes::from_static(b"first")),
+            ("hop".to_owned(), Bytes::from_static(b"second")),
+        ]
+    };
+    // A key that is not UTF-8, a value that is (not ASCII).
+    let record = |value: Option<&'static str>| Record {
+        key: Some(Bytes::from_static(b"k\xff")),
+        value: value.map(|v| Bytes::from_static(v.as_bytes())),
+        headers: headers(),
+        timestamp: created,
+    };
+    let produce = |topic: String, batch: Vec<Record>, compression: Compression| {
+        let client = client.clone();
+        async move {
+            client
+                .partition_client(topic.as_str(), 0, UnknownTopicHandling::Retry)
+                .await
+                .expect("partition client")
+                .produce(batch, compression)
+                .await
+                .unwrap_or_else(|e| panic!("produce to {topic}: {e}"));
+        }
+    };
+    // Offset 0 alone, uncompressed; 1 and 2 (a tombstone) in a gzip batch.
+    produce(
+        topic.clone(),
+        vec![record(Some("v√"))],
+        Compression::NoCompression,
+    )
+    .await;
+    produce(
+        topic.clone(),
+        vec![record(Some("v√ again")), record(None)],
+        Compression::Gzip,
+    )
+    .await;
+    let before_ms = common::bench::wall_ms();
+    produce(
+        appended.clone(),
+        vec![record(Some("v√"))],
+        Compression::NoCompression,
+    )
+    .await;
+    let after_ms = common::bench::wall_ms();
+
+    let stores = ZooKeeper::new("faithful").await;
+    let group = common::group("faithful");
+    let mut config = Config::new(&group, "m1", [&topic, &appended]).expect("valid config");
+    config = config.with_commit_interval(Duration::from_millis(200));
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(stores.backend())
+        .await
+        .expect("join");
+    let mut messages = BTreeMap::new();
+    while messages.len() < 4 {
+        let message = tokio::time::timeout(Duration::from_secs(30), member.next_message())
+            .await
+            .expect("a message within 30 s")
+            .expect("the member is alive");
+        message.ack();
+        messages.insert((message.topic.to_string(), message.offset), message);
+    }
+
+    for offset in 0..3 {
+        let message = &messages[&(topic.clone(), offset)];
+        assert_eq!(message.key(), Some(&b"k\xff"[..]));
+        assert!(matches!(message.key_str(), Some(Err(_))), "not UTF-8");
+        let headers: Vec<(&str, &[u8])> = message
+            .headers
+            .iter()
+            .map(|h| (h.key.as_str(), &h.value[..]))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("trace", &b"t-1"[..]),
+                ("hop", &b"first"[..]),
+                ("hop", &b"second"[..])
+            ],
+            "offset {offset}: every header, in order"
+        );
+        let hops: Vec<&[u8]> = message.headers.get_all("hop").map(|v| &v[..]).collect();
+        assert_eq!(hops, [&b"first"[..], &b"second"[..]]);
+        assert_eq!(message.header("hop"), Some(&b"second"[..]), "the last");
+        assert_eq!(
+            message.headers.first("hop").map(|v| &v[..]),
+            Some(&b"first"[..])
+        );
+        assert_eq!(message.header("absent"), None);
+        assert_eq!(message.timestamp, Timestamp::CreateTime(created_ms));
+    }
+    let payloads: Vec<Option<&str>> = (0..3)
+        .map(|offset| {
+            messages[&(topic.clone(), offset)]
+                .payload_str()
+                .map(|p| p.expect("UTF-8"))
+        })
+        .collect();
+    assert_eq!(payloads, [Some("v√"), Some("v√ again"), None]);
+
+    let stamped = &messages[&(appended.clone(), 0)];
+    assert_eq!(stamped.payload_str(), Some(Ok("v√")));
+    assert_eq!(stamped.headers.len(), 3);
+    match stamped.timestamp {
+        // The broker's clock is this machine's.
+        Timestamp::LogAppendTime(ms) => assert!(
+            (before_ms - 1_000..=after_ms + 1_000).contains(&ms),
+            "appended at {ms}, produced between {before_ms} and {after_ms}"
+        ),
+        other => panic!("{other:?}: the topic's broker stamps its records"),
+    }
+    let _ = member.close().await.expect("close");
+}

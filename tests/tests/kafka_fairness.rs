@@ -114,7 +114,7 @@ async fn produce_at_once(
     let batch = (0..count)
         .map(|i| rskafka::record::Record {
             key: None,
-            value: Some(format!("{topic}/{partition}#{i}").into_bytes()),
+            value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
             headers: Default::default(),
             timestamp,
         })

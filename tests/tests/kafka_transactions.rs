@@ -2,6 +2,7 @@
 //! and aborted transactions, on a real Kafka 4.x and a real ZooKeeper:
 //! every committed record is handed out once, no aborted record is, and the
 //! committed offsets reach the log's end past the last transaction marker.
+//! Read uncommitted, every record is handed out, aborted ones included.
 
 use tenure_tests as common;
 
@@ -12,7 +13,7 @@ use common::kafka;
 use common::zookeeper::ZooKeeper;
 use common::Stores;
 use tenure::core::TopicPartition;
-use tenure::tokio::{GroupMember, KafkaConfig};
+use tenure::tokio::{GroupMember, IsolationLevel, KafkaConfig};
 
 /// Records of each of the two inputs.
 const EACH: usize = 1_500;
@@ -83,8 +84,11 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
         tokio::select! {
             message = member.next_message() => {
                 let message = message.expect("the member is open");
-                let value = String::from_utf8(message.value.clone().unwrap_or_default())
-                    .expect("a UTF-8 value");
+                let value = message
+                    .payload_str()
+                    .unwrap_or(Ok(""))
+                    .expect("a UTF-8 value")
+                    .to_owned();
                 assert!(expected.contains(&value), "not a record of the input: {value:?}");
                 assert!(
                     seen.insert(value.clone()),
@@ -114,4 +118,53 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
     for (partition, end) in partitions.iter().zip(&ends) {
         assert_eq!(stores.committed(&group, partition).await, Some(*end));
     }
+
+    // Read uncommitted, a group of its own is handed every record, those of
+    // aborted transactions too: as many as Kafka's own consumer reads so,
+    // the aborted ones copies of committed values.
+    let group = common::group("txn-uncommitted");
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.isolation_level = IsolationLevel::ReadUncommitted;
+    let mut member = GroupMember::builder(common::config_for(&group, "m1", &output))
+        .kafka(kafka_config)
+        .join(stores.backend())
+        .await
+        .expect("join");
+    let mut offsets = BTreeSet::new();
+    let mut values = BTreeSet::new();
+    let mut repeated = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut committed = Vec::new();
+    loop {
+        tokio::select! {
+            message = member.next_message() => {
+                let message = message.expect("the member is open");
+                assert!(offsets.insert(message.offset), "offset {} twice", message.offset);
+                let value = message.payload_str().unwrap_or(Ok("")).expect("a UTF-8 value");
+                assert!(expected.contains(value), "not a record of the input: {value:?}");
+                if !values.insert(value.to_owned()) {
+                    repeated += 1;
+                }
+                message.ack();
+            }
+            _ = check.tick() => {
+                committed.clear();
+                for partition in &partitions {
+                    committed.push(stores.committed(&group, partition).await.unwrap_or(0));
+                }
+                if committed == ends {
+                    break;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => panic!(
+                "read uncommitted, after 60 s: committed {committed:?}, log ends {ends:?}, \
+                 {} of {all_records} records",
+                offsets.len()
+            ),
+        }
+    }
+    assert_eq!(offsets.len(), all_records, "every record, aborted ones too");
+    assert_eq!(values, expected, "every committed value");
+    assert_eq!(repeated, all_records - RECORDS, "the aborted copies");
+    let _ = member.close().await.expect("close");
 }

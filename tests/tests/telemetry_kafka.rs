@@ -116,3 +116,119 @@ async fn lag_is_the_log_end_minus_the_committed_offset() {
     let _ = member.close().await.expect("close");
     assert_eq!(lag.of(0), Some(0.0), "not owned any more");
 }
+
+/// The data plane's metrics: after N messages, N messages and their bytes
+/// consumed, fetches counted and timed, nothing left buffered and no
+/// records lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_plane_counts_messages_bytes_fetches_and_lag() {
+    let recorder = recorder::installed();
+    let client = kafka::client().await;
+    let topic = kafka::topic("telemetry-data");
+    kafka::create_topic(&client, &topic, 2).await;
+    kafka::produce(&client, &topic, 0, 120).await;
+    kafka::produce(&client, &topic, 1, 80).await;
+    let group = common::group("telemetry-data");
+    let config = Config::new(&group, "m1", [&topic]).expect("valid config");
+    let store = MemoryStore::new();
+    let mut member = GroupMember::builder(config)
+        .kafka(KafkaConfig::new(&kafka::bootstrap()))
+        .join(store.backend())
+        .await
+        .expect("joins");
+
+    let mut bytes = 0u64;
+    for _ in 0..200 {
+        let message = tokio::time::timeout(Duration::from_secs(20), member.next_message())
+            .await
+            .expect("a message in time")
+            .expect("the member is alive");
+        bytes += (message.key().map_or(0, <[u8]>::len)
+            + message.payload().map_or(0, <[u8]>::len)
+            + message
+                .headers
+                .iter()
+                .map(|h| h.key.len() + h.value.len())
+                .sum::<usize>()) as u64;
+        message.ack();
+    }
+
+    let mine = [("group", group.as_str()), ("member", "m1")];
+    let per_partition = |p: &'static str| {
+        [
+            ("group", group.as_str()),
+            ("topic", topic.as_str()),
+            ("partition", p),
+        ]
+    };
+    // Counted as each batch is done with, the lag as each fetch is answered.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let consumed = (
+            recorder.counter_sum("tenure_messages_consumed_total", &mine),
+            recorder.counter_sum("tenure_bytes_consumed_total", &mine),
+        );
+        let lags: Vec<f64> = ["0", "1"]
+            .iter()
+            .map(|p| recorder.gauge_sum("tenure_records_lag", &per_partition(p)))
+            .collect();
+        let lag_known = ["0", "1"].iter().all(|p| {
+            recorder
+                .gauges("tenure_records_lag", &per_partition(p))
+                .len()
+                == 1
+        });
+        let buffered = recorder.gauge_sum("tenure_buffered_bytes", &mine);
+        if consumed == (200, bytes) && lag_known && lags == [0.0, 0.0] && buffered == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "consumed (messages, bytes) {consumed:?}, expected (200, {bytes}); \
+             records lag {lags:?}, buffered bytes {buffered}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for p in ["0", "1"] {
+        let consumed = recorder.counter_sum("tenure_messages_consumed_total", &per_partition(p));
+        assert_eq!(consumed, if p == "0" { 120 } else { 80 }, "partition {p}");
+    }
+    let fetches = recorder.counter_sum("tenure_fetch_requests_total", &mine);
+    let latencies = recorder.samples("tenure_fetch_latency_seconds", &mine);
+    assert!(fetches >= 2, "a fetch per partition at least: {fetches}");
+    assert!(latencies.len() as u64 >= fetches, "every fetch timed");
+    assert!(
+        latencies.iter().all(|s| *s >= 0.0 && *s < 60.0),
+        "{latencies:?}"
+    );
+
+    // More messages raise the lag until they are handed out.
+    kafka::produce(&client, &topic, 0, 30).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while recorder.gauge_sum("tenure_records_lag", &per_partition("0")) != 30.0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "records lag {}, expected 30",
+            recorder.gauge_sum("tenure_records_lag", &per_partition("0"))
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..30 {
+        let message = tokio::time::timeout(Duration::from_secs(20), member.next_message())
+            .await
+            .expect("a message in time")
+            .expect("the member is alive");
+        message.ack();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while recorder.gauge_sum("tenure_records_lag", &per_partition("0")) != 0.0
+        || recorder.counter_sum("tenure_messages_consumed_total", &mine) != 230
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lag back to 0, 230 consumed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = member.close().await.expect("close");
+}

@@ -51,6 +51,7 @@ mod throttle;
 pub mod topic;
 
 // re-exports
+pub use bytes;
 pub use chrono;
 
 mod validation;

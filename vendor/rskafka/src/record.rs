@@ -1,13 +1,16 @@
-use std::collections::BTreeMap;
-
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 /// High-level record.
+///
+/// Fetched records share the buffer they were fetched in (decompressed, if their batch was): their key, value
+/// and header values are slices of it, so holding one record keeps that buffer alive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub headers: BTreeMap<String, Vec<u8>>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    /// The headers, in the order they were produced; a key may repeat.
+    pub headers: Vec<(String, Bytes)>,
     pub timestamp: DateTime<Utc>,
 }
 
@@ -24,11 +27,24 @@ impl Record {
     }
 }
 
+/// What a record's timestamp is: the time its producer created it, or the time the broker appended it to the log
+/// (the topic's `message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimestampType {
+    /// Set by the producer.
+    CreateTime,
+    /// Set by the broker when it appended the record's batch (the batch's max timestamp).
+    LogAppendTime,
+}
+
 /// Record that has offset information attached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordAndOffset {
     pub record: Record,
     pub offset: i64,
+    /// What the record's timestamp is.
+    pub timestamp_type: TimestampType,
 }
 
 #[cfg(test)]
@@ -40,11 +56,12 @@ mod tests {
     #[test]
     fn test_approximate_size() {
         let record = Record {
-            key: Some(vec![0; 23]),
-            value: Some(vec![0; 45]),
-            headers: vec![("a".to_string(), vec![0; 5]), ("b".to_string(), vec![0; 7])]
-                .into_iter()
-                .collect(),
+            key: Some(vec![0; 23].into()),
+            value: Some(vec![0; 45].into()),
+            headers: vec![
+                ("a".to_string(), vec![0; 5].into()),
+                ("b".to_string(), vec![0; 7].into()),
+            ],
             timestamp: Utc.timestamp_millis_opt(1337).unwrap(),
         };
 

@@ -12,7 +12,7 @@ use crate::{
             DeleteRecordsRequest, DeleteRecordsResponse, DeleteRequestPartition,
             DeleteRequestTopic, DeleteResponsePartition, FetchRequest, FetchRequestPartition,
             FetchRequestTopic, FetchResponse, FetchResponseAbortedTransaction,
-            FetchResponsePartition, IsolationLevel, ListOffsetsRequest,
+            FetchResponsePartition, IsolationLevel as ProtocolIsolationLevel, ListOffsetsRequest,
             ListOffsetsRequestPartition, ListOffsetsRequestTopic, ListOffsetsResponse,
             ListOffsetsResponsePartition, NORMAL_CONSUMER, ProduceRequest,
             ProduceRequestPartitionData, ProduceRequestTopicData, ProduceResponse,
@@ -20,7 +20,7 @@ use crate::{
         primitives::*,
         record::{Record as ProtocolRecord, *},
     },
-    record::{Record, RecordAndOffset},
+    record::{Record, RecordAndOffset, TimestampType},
     throttle::maybe_throttle,
     validation::ExactlyOne,
 };
@@ -51,6 +51,27 @@ pub struct FetchedRecords {
     /// The partition's last stable offset: no transaction is open below it. Read-committed fetches return nothing
     /// at or past it.
     pub last_stable_offset: Option<i64>,
+}
+
+/// Which records a [`PartitionClient`]'s fetches return (the Java consumer's `isolation.level`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IsolationLevel {
+    /// Records of committed transactions and records written outside transactions, up to the last stable offset;
+    /// records of aborted transactions are left out. The default.
+    #[default]
+    ReadCommitted,
+    /// Every record up to the high watermark, those of open and aborted transactions included.
+    ReadUncommitted,
+}
+
+impl From<IsolationLevel> for ProtocolIsolationLevel {
+    fn from(level: IsolationLevel) -> Self {
+        match level {
+            IsolationLevel::ReadCommitted => Self::ReadCommitted,
+            IsolationLevel::ReadUncommitted => Self::ReadUncommitted,
+        }
+    }
 }
 
 /// How strongly a [`PartitionClient`] is bound to a partition.
@@ -150,6 +171,9 @@ pub struct PartitionClient {
     current_broker: Mutex<CurrentBroker>,
 
     unknown_topic_handling: UnknownTopicHandling,
+
+    /// Which records fetches return, and which offset [`OffsetAt::Latest`] is.
+    isolation_level: IsolationLevel,
 }
 
 impl std::fmt::Debug for PartitionClient {
@@ -178,6 +202,7 @@ impl PartitionClient {
                 gen_leader_from_self: None,
             }),
             unknown_topic_handling,
+            isolation_level: IsolationLevel::default(),
         };
 
         // Force discover and establish a cached connection to the leader
@@ -208,6 +233,18 @@ impl PartitionClient {
     /// Partition
     pub fn partition(&self) -> i32 {
         self.partition
+    }
+
+    /// Which records this client's fetches return ([`IsolationLevel::ReadCommitted`] unless set), and so which offset
+    /// [`OffsetAt::Latest`] is: the last stable offset, read committed; the high watermark, read uncommitted.
+    pub fn with_isolation_level(mut self, isolation_level: IsolationLevel) -> Self {
+        self.isolation_level = isolation_level;
+        self
+    }
+
+    /// Which records this client's fetches return.
+    pub fn isolation_level(&self) -> IsolationLevel {
+        self.isolation_level
     }
 
     /// Produce a batch of records to the partition
@@ -269,9 +306,11 @@ impl PartitionClient {
         Ok((fetched.records, fetched.high_watermark))
     }
 
-    /// Fetch `bytes` bytes of record data starting at sequence number `offset`, with read-committed isolation.
+    /// Fetch `bytes` bytes of record data starting at sequence number `offset`, with the client's
+    /// [isolation level](Self::with_isolation_level) (read committed unless set).
     ///
-    /// Returns the committed records (records of aborted transactions are left out, as are transaction markers),
+    /// Returns the records (read committed, records of aborted transactions are left out; transaction markers
+    /// always are),
     /// the offset to fetch from next (past every batch the broker returned, markers and aborted batches included),
     /// the high watermark and the last stable offset.
     ///
@@ -283,7 +322,14 @@ impl PartitionClient {
         bytes: Range<i32>,
         max_wait_ms: i32,
     ) -> Result<FetchedRecords> {
-        let request = &build_fetch_request(offset, bytes, max_wait_ms, self.partition, &self.topic);
+        let request = &build_fetch_request(
+            offset,
+            bytes,
+            max_wait_ms,
+            self.partition,
+            &self.topic,
+            self.isolation_level,
+        );
 
         let partition = maybe_retry(
             &self.backoff_config,
@@ -327,7 +373,8 @@ impl PartitionClient {
     ///   [deleting records](Self::delete_records).
     /// - **[`OffsetAt::Latest`]:** Might be change at any time by [producing records](Self::produce).
     pub async fn get_offset(&self, at: OffsetAt) -> Result<i64> {
-        let request = &build_list_offsets_request(self.partition, &self.topic, at);
+        let request =
+            &build_list_offsets_request(self.partition, &self.topic, at, self.isolation_level);
 
         let partition = maybe_retry(
             &self.backoff_config,
@@ -815,13 +862,14 @@ fn build_fetch_request(
     max_wait_ms: i32,
     partition: i32,
     topic: &str,
+    isolation_level: IsolationLevel,
 ) -> FetchRequest {
     FetchRequest {
         replica_id: NORMAL_CONSUMER,
         max_wait_ms: Int32(max_wait_ms),
         min_bytes: Int32(bytes.start),
         max_bytes: Some(Int32(bytes.end.saturating_sub(1))),
-        isolation_level: Some(IsolationLevel::ReadCommitted),
+        isolation_level: Some(isolation_level.into()),
         topics: vec![FetchRequestTopic {
             topic: String_(topic.to_string()),
             partitions: vec![FetchRequestPartition {
@@ -919,6 +967,12 @@ fn extract_records(
                 if batch.is_transactional && aborted_producers.contains(&batch.producer_id) => {}
             ControlBatchOrRecords::Records(protocol_records) => {
                 records.reserve(protocol_records.len());
+                // Under log-append time the broker stamps the batch, not its records: every record's timestamp is
+                // the batch's max timestamp (as the Java client reads it).
+                let timestamp_type = match batch.timestamp_type {
+                    RecordBatchTimestampType::CreateTime => TimestampType::CreateTime,
+                    RecordBatchTimestampType::LogAppendTime => TimestampType::LogAppendTime,
+                };
 
                 for record in protocol_records {
                     let offset = batch.base_offset + record.offset_delta as i64;
@@ -928,16 +982,19 @@ fn extract_records(
                         continue;
                     }
 
-                    let timestamp_millis =
-                        match batch.first_timestamp.checked_add(record.timestamp_delta) {
-                            Some(ts) => ts,
-                            None => {
-                                return Err(Error::InvalidResponse(format!(
-                                    "Timestamp overflow (first_timestamp={}, delta={}",
-                                    batch.first_timestamp, record.timestamp_delta
-                                )));
-                            }
-                        };
+                    let timestamp_millis = match timestamp_type {
+                        TimestampType::LogAppendTime => Some(batch.max_timestamp),
+                        _ => batch.first_timestamp.checked_add(record.timestamp_delta),
+                    };
+                    let timestamp_millis = match timestamp_millis {
+                        Some(ts) => ts,
+                        None => {
+                            return Err(Error::InvalidResponse(format!(
+                                "Timestamp overflow (first_timestamp={}, delta={}",
+                                batch.first_timestamp, record.timestamp_delta
+                            )));
+                        }
+                    };
                     let timestamp = match Utc.timestamp_millis_opt(timestamp_millis) {
                         LocalResult::None => {
                             return Err(Error::InvalidResponse(format!(
@@ -964,6 +1021,7 @@ fn extract_records(
                             timestamp,
                         },
                         offset,
+                        timestamp_type,
                     })
                 }
             }
@@ -973,7 +1031,12 @@ fn extract_records(
     Ok((records, next_offset))
 }
 
-fn build_list_offsets_request(partition: i32, topic: &str, at: OffsetAt) -> ListOffsetsRequest {
+fn build_list_offsets_request(
+    partition: i32,
+    topic: &str,
+    at: OffsetAt,
+    isolation_level: IsolationLevel,
+) -> ListOffsetsRequest {
     let timestamp = match at {
         OffsetAt::Earliest => -2,
         OffsetAt::Latest => -1,
@@ -982,7 +1045,7 @@ fn build_list_offsets_request(partition: i32, topic: &str, at: OffsetAt) -> List
 
     ListOffsetsRequest {
         replica_id: NORMAL_CONSUMER,
-        isolation_level: Some(IsolationLevel::ReadCommitted),
+        isolation_level: Some(isolation_level.into()),
         topics: vec![ListOffsetsRequestTopic {
             name: String_(topic.to_owned()),
             partitions: vec![ListOffsetsRequestPartition {

@@ -4,7 +4,7 @@
 //! - <https://kafka.apache.org/protocol#protocol_types>
 //! - <https://cwiki.apache.org/confluence/display/KAFKA/KIP-482%3A+The+Kafka+Protocol+should+Support+Optional+Tagged+Fields#KIP482:TheKafkaProtocolshouldSupportOptionalTaggedFields-UnsignedVarints>
 
-use std::io::{Cursor, Read, Write};
+use std::io::{Read, Write};
 
 use integer_encoding::{VarIntReader, VarIntWriter};
 
@@ -12,7 +12,7 @@ use integer_encoding::{VarIntReader, VarIntWriter};
 use proptest::prelude::*;
 
 use super::{
-    record::RecordBatch,
+    record::{BytesReader, RecordBatch},
     traits::{ReadError, ReadType, WriteError, WriteType},
     vec_builder::VecBuilder,
 };
@@ -812,13 +812,14 @@ where
     R: Read,
 {
     fn read(reader: &mut R) -> Result<Self, ReadError> {
+        // Copied out of the response once; the records' keys, values and header values are slices of this copy
+        // (or of the one a compressed batch is decompressed into).
         let buf = NullableBytes::read(reader)?.0.unwrap_or_default();
-        let len = u64::try_from(buf.len())?;
-        let mut buf = Cursor::new(buf);
+        let mut buf = BytesReader::new(buf.into());
 
         let mut batches = vec![];
-        while buf.position() < len {
-            let batch = match RecordBatch::read(&mut buf) {
+        while buf.remaining() > 0 {
+            let batch = match RecordBatch::read_bytes(&mut buf) {
                 Ok(batch) => batch,
                 Err(ReadError::IO(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     // Record batch got cut off, likely due to `FetchRequest::max_bytes`.

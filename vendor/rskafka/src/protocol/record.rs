@@ -21,6 +21,8 @@
 //! [KIP-98]: https://cwiki.apache.org/confluence/display/KAFKA/KIP-98+-+Exactly+Once+Delivery+and+Transactional+Messaging
 use std::io::{Cursor, Read, Write};
 
+use bytes::Bytes;
+
 #[cfg(test)]
 use proptest::prelude::*;
 
@@ -38,7 +40,7 @@ use super::{
 #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
 pub struct RecordHeader {
     pub key: String,
-    pub value: Vec<u8>,
+    pub value: Bytes,
 }
 
 impl<R> ReadType<R> for RecordHeader
@@ -58,9 +60,12 @@ where
         let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
         let mut value = VecBuilder::new(len);
         value = value.read_exact(reader)?;
-        let value = value.into();
+        let value: Vec<u8> = value.into();
 
-        Ok(Self { key, value })
+        Ok(Self {
+            key,
+            value: value.into(),
+        })
     }
 }
 
@@ -92,8 +97,8 @@ where
 pub struct Record {
     pub timestamp_delta: i64,
     pub offset_delta: i32,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
     pub headers: Vec<RecordHeader>,
 }
 
@@ -104,9 +109,25 @@ where
     fn read(reader: &mut R) -> Result<Self, ReadError> {
         // length
         let len = Varint::read(reader)?;
-        let len = u64::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
-        let reader = &mut reader.take(len);
+        let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        let mut data = VecBuilder::new(len);
+        data = data.read_exact(reader)?;
+        let data: Vec<u8> = data.into();
+        Self::read_body(&mut BytesReader::new(data.into()))
+    }
+}
 
+impl Record {
+    /// Reads a record from a shared buffer: its key, value and header values are slices of the buffer, not copies.
+    pub fn read_bytes(reader: &mut BytesReader) -> Result<Self, ReadError> {
+        // length
+        let len = Varint::read(reader)?;
+        let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        Self::read_body(&mut BytesReader::new(reader.take(len)?))
+    }
+
+    /// Reads what follows a record's length, which is all `reader` holds.
+    fn read_body(reader: &mut BytesReader) -> Result<Self, ReadError> {
         // attributes
         Int8::read(reader)?;
 
@@ -117,41 +138,39 @@ where
         let offset_delta = Varint::read(reader)?.0;
 
         // key
-        let len = Varint::read(reader)?.0;
-        let key = if len == -1 {
-            None
-        } else {
-            let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
-            let mut key = VecBuilder::new(len);
-            key = key.read_exact(reader)?;
-            Some(key.into())
-        };
+        let key = read_nullable_bytes(reader)?;
 
         // value
-        let len = Varint::read(reader)?.0;
-        let value = if len == -1 {
-            None
-        } else {
-            let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
-            let mut value = VecBuilder::new(len);
-            value = value.read_exact(reader)?;
-            Some(value.into())
-        };
+        let value = read_nullable_bytes(reader)?;
 
         // headers
         // Note: This is NOT a normal array but uses a Varint instead.
         let n_headers = Varint::read(reader)?;
         let n_headers =
             usize::try_from(n_headers.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
-        let mut headers = VecBuilder::new(n_headers);
+        // A header takes two bytes at least: no more room is made than the record could hold.
+        let mut headers = Vec::with_capacity(n_headers.min(reader.remaining() / 2));
         for _ in 0..n_headers {
-            headers.push(RecordHeader::read(reader)?);
+            // key
+            let len = Varint::read(reader)?;
+            let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+            let key = reader.take(len)?;
+            let key = std::str::from_utf8(&key)
+                .map_err(|e| ReadError::Malformed(Box::new(e)))?
+                .to_owned();
+
+            // value
+            let len = Varint::read(reader)?;
+            let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+            let value = reader.take(len)?;
+
+            headers.push(RecordHeader { key, value });
         }
 
         // check if there is any trailing data because this is likely a bug
-        if reader.limit() != 0 {
+        if reader.remaining() != 0 {
             return Err(ReadError::Malformed(
-                format!("Found {} trailing bytes after Record", reader.limit()).into(),
+                format!("Found {} trailing bytes after Record", reader.remaining()).into(),
             ));
         }
 
@@ -160,8 +179,60 @@ where
             offset_delta,
             key,
             value,
-            headers: headers.into(),
+            headers,
         })
+    }
+}
+
+/// A varint length and that many bytes, as a slice of the buffer; `None` for the length -1.
+fn read_nullable_bytes(reader: &mut BytesReader) -> Result<Option<Bytes>, ReadError> {
+    let len = Varint::read(reader)?.0;
+    if len == -1 {
+        return Ok(None);
+    }
+    let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+    reader.take(len).map(Some)
+}
+
+/// A reader over a shared buffer that hands out parts of it without copying them ([`BytesReader::take`]).
+#[derive(Debug)]
+pub struct BytesReader {
+    buf: Bytes,
+    pos: usize,
+}
+
+impl BytesReader {
+    /// Reads `buf` from its start.
+    pub fn new(buf: Bytes) -> Self {
+        Self { buf, pos: 0 }
+    }
+
+    /// How many bytes are left.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// The next `n` bytes, as a slice of the buffer; an [`UnexpectedEof`](std::io::ErrorKind::UnexpectedEof) error if
+    /// fewer are left.
+    pub fn take(&mut self, n: usize) -> Result<Bytes, ReadError> {
+        if n > self.remaining() {
+            return Err(ReadError::IO(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("{n} bytes wanted, {} left", self.remaining()),
+            )));
+        }
+        let part = self.buf.slice(self.pos..self.pos + n);
+        self.pos += n;
+        Ok(part)
+    }
+}
+
+impl Read for BytesReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(self.remaining());
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 
@@ -347,15 +418,37 @@ where
     R: Read,
 {
     fn read(reader: &mut R) -> Result<Self, ReadError> {
+        // baseOffset and batchLength
+        let base_offset = Int64::read(reader)?.0;
+        let len = Int32::read(reader)?.0;
+        let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        let mut data = VecBuilder::new(len);
+        data = data.read_exact(reader)?;
+        let data: Vec<u8> = data.into();
+        Self::read_after_length(base_offset, &mut BytesReader::new(data.into()))
+    }
+}
+
+impl RecordBatch {
+    /// Reads a record batch from a shared buffer: the keys, values and header values of its records are slices of
+    /// the buffer (or, for a compressed batch, of the one buffer it is decompressed into), not copies.
+    pub fn read_bytes(reader: &mut BytesReader) -> Result<Self, ReadError> {
         // baseOffset
         let base_offset = Int64::read(reader)?.0;
 
         // batchLength
+        let len = Int32::read(reader)?.0;
+        let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        Self::read_after_length(base_offset, &mut BytesReader::new(reader.take(len)?))
+    }
+
+    /// Reads what follows the batch length, which is all `reader` holds.
+    fn read_after_length(base_offset: i64, reader: &mut BytesReader) -> Result<Self, ReadError> {
+        // batchLength
         //
         // Contains all fields AFTER the length field (so excluding `baseOffset` and `batchLength`). To determine the
         // size of the CRC-checked part we must substract all sized from this field to and including the CRC field.
-        let len = Int32::read(reader)?;
-        let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        let len = reader.remaining();
         let len = len
             .checked_sub(
                 4 // partitionLeaderEpoch
@@ -382,9 +475,7 @@ where
         let crc = u32::from_be_bytes(crc.to_be_bytes());
 
         // data
-        let mut data = VecBuilder::new(len);
-        data = data.read_exact(reader)?;
-        let data: Vec<u8> = data.into();
+        let data = reader.take(len)?;
         let actual_crc = crc32c::crc32c(&data);
         if crc != actual_crc {
             return Err(ReadError::Malformed(
@@ -394,13 +485,11 @@ where
 
         // ==========================================================================================
         // ======================================== CRC data ========================================
-        let mut data = Cursor::new(data);
-        let body = RecordBatchBody::read(&mut data)?;
+        let mut data = BytesReader::new(data);
+        let body = RecordBatchBody::read_bytes(&mut data)?;
 
         // check if there is any trailing data because this is likely a bug
-        let bytes_read = data.position();
-        let bytes_total = u64::try_from(data.into_inner().len()).map_err(ReadError::Overflow)?;
-        let bytes_left = bytes_total - bytes_read;
+        let bytes_left = data.remaining();
         if bytes_left != 0 {
             return Err(ReadError::Malformed(
                 format!("Found {} trailing bytes after RecordBatch", bytes_left).into(),
@@ -510,14 +599,11 @@ pub struct RecordBatchBody {
 }
 
 impl RecordBatchBody {
-    fn read_records<R>(
-        reader: &mut R,
+    fn read_records(
+        reader: &mut BytesReader,
         is_control: bool,
         n_records: usize,
-    ) -> Result<ControlBatchOrRecords, ReadError>
-    where
-        R: Read,
-    {
+    ) -> Result<ControlBatchOrRecords, ReadError> {
         if is_control {
             if n_records != 1 {
                 return Err(ReadError::Malformed(
@@ -527,16 +613,16 @@ impl RecordBatchBody {
 
             // A control batch holds one record like any other, whose key is the control record (its value,
             // the coordinator's epoch, is not needed to read the log).
-            let record = Record::read(reader)?;
+            let record = Record::read_bytes(reader)?;
             let key = record.key.ok_or_else(|| {
                 ReadError::Malformed("Control batch record without a key".to_string().into())
             })?;
-            let control = ControlBatchRecord::read(&mut key.as_slice())?;
+            let control = ControlBatchRecord::read(&mut &key[..])?;
             Ok(ControlBatchOrRecords::ControlBatch(control))
         } else {
             let mut records = VecBuilder::new(n_records);
             for _ in 0..n_records {
-                records.push(Record::read(reader)?);
+                records.push(Record::read_bytes(reader)?);
             }
             Ok(ControlBatchOrRecords::Records(records.into()))
         }
@@ -548,6 +634,15 @@ where
     R: Read,
 {
     fn read(reader: &mut R) -> Result<Self, ReadError> {
+        let mut data = vec![];
+        reader.read_to_end(&mut data)?;
+        Self::read_bytes(&mut BytesReader::new(data.into()))
+    }
+}
+
+impl RecordBatchBody {
+    /// Reads a batch body from a shared buffer, to its end (see [`RecordBatch::read_bytes`]).
+    pub fn read_bytes(reader: &mut BytesReader) -> Result<Self, ReadError> {
         // attributes
         let attributes = Int16::read(reader)?.0;
         let compression = match attributes & 0x7 {
@@ -597,112 +692,20 @@ where
             RecordBatchCompression::NoCompression => {
                 Self::read_records(reader, is_control, n_records)?
             }
-            #[cfg(feature = "compression-gzip")]
-            RecordBatchCompression::Gzip => {
-                use flate2::read::GzDecoder;
-
-                let mut decoder = GzDecoder::new(reader);
-                let records = Self::read_records(&mut decoder, is_control, n_records)?;
-
-                ensure_eof(&mut decoder, "Data left in gzip block")?;
-
-                records
-            }
-            #[cfg(feature = "compression-lz4")]
-            RecordBatchCompression::Lz4 => {
-                use lz4::Decoder;
-
-                let mut decoder = Decoder::new(reader)?;
-                let records = Self::read_records(&mut decoder, is_control, n_records)?;
-
-                // the lz4 decoder requires us to consume the whole inner stream until we reach EOF
-                ensure_eof(&mut decoder, "Data left in LZ4 block")?;
-
-                let (_reader, res) = decoder.finish();
-                res?;
-
-                records
-            }
-            #[cfg(feature = "compression-snappy")]
-            RecordBatchCompression::Snappy => {
-                use crate::protocol::vec_builder::DEFAULT_BLOCK_SIZE;
-
-                // Construct the input for the raw decoder.
-                let mut input = vec![];
-                reader.read_to_end(&mut input)?;
-
-                const JAVA_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-
-                // There are "normal" compression libs, and there is Java
-                // See https://github.com/edenhill/librdkafka/blob/2b76b65212e5efda213961d5f84e565038036270/src/rdkafka_msgset_reader.c#L307-L318
-                let output = if input.starts_with(JAVA_MAGIC) {
-                    let cursor_content = &input[JAVA_MAGIC.len()..];
-                    let mut cursor = Cursor::new(cursor_content);
-
-                    let mut buf_version = [0u8; 4];
-                    cursor.read_exact(&mut buf_version)?;
-                    if buf_version != [0, 0, 0, 1] {
-                        return Err(ReadError::Malformed(
-                            format!("Detected Java-specific Snappy compression, but got unknown version: {buf_version:?}").into(),
-                        ));
-                    }
-
-                    let mut buf_compatible = [0u8; 4];
-                    cursor.read_exact(&mut buf_compatible)?;
-                    if buf_compatible != [0, 0, 0, 1] {
-                        return Err(ReadError::Malformed(
-                            format!("Detected Java-specific Snappy compression, but got unknown compat flags: {buf_compatible:?}").into(),
-                        ));
-                    }
-
-                    let mut output = vec![];
-                    while cursor.position() < cursor.get_ref().len() as u64 {
-                        let mut buf_chunk_length = [0u8; 4];
-                        cursor.read_exact(&mut buf_chunk_length)?;
-                        let chunk_length = u32::from_be_bytes(buf_chunk_length) as usize;
-                        let bytes_left = cursor_content.len() - (cursor.position() as usize);
-                        if chunk_length > bytes_left {
-                            // do NOT try to allocate massive buffer for `chunk_data` but instead fail early
-                            return Err(ReadError::Malformed(format!("Java-specific Snappy-compressed data has illegal chunk length, got {chunk_length} bytes but only {bytes_left} bytes are left.").into()));
-                        }
-
-                        let mut chunk_data = vec![0u8; chunk_length];
-                        cursor.read_exact(&mut chunk_data)?;
-
-                        let mut buf = carefully_decompress_snappy(&chunk_data, DEFAULT_BLOCK_SIZE)?;
-                        output.append(&mut buf);
-                    }
-
-                    output
-                } else {
-                    carefully_decompress_snappy(&input, DEFAULT_BLOCK_SIZE)?
-                };
-
-                // Read uncompressed records.
-                let mut decoder = Cursor::new(output);
-                let records = Self::read_records(&mut decoder, is_control, n_records)?;
+            compression => {
+                // Decompressed into one buffer, which the records' parts are slices of.
+                let decompressed = decompress(compression, reader)?;
+                let mut decompressed = BytesReader::new(decompressed.into());
+                let records = Self::read_records(&mut decompressed, is_control, n_records)?;
 
                 // Check that there's no data left within the uncompressed block.
-                ensure_eof(&mut decoder, "Data left in Snappy block")?;
+                if decompressed.remaining() != 0 {
+                    return Err(ReadError::Malformed(
+                        format!("Data left in {compression:?} block").into(),
+                    ));
+                }
 
                 records
-            }
-            #[cfg(feature = "compression-zstd")]
-            RecordBatchCompression::Zstd => {
-                use zstd::Decoder;
-
-                let mut decoder = Decoder::new(reader)?;
-                let records = Self::read_records(&mut decoder, is_control, n_records)?;
-
-                ensure_eof(&mut decoder, "Data left in zstd block")?;
-
-                records
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(ReadError::Malformed(
-                    format!("Unimplemented compression: {:?}", compression).into(),
-                ));
             }
         };
 
@@ -718,6 +721,104 @@ where
             is_transactional,
             records,
         })
+    }
+}
+
+/// The records of a batch compressed with `compression`, decompressed: the rest of `reader`.
+fn decompress(
+    compression: RecordBatchCompression,
+    reader: &mut BytesReader,
+) -> Result<Vec<u8>, ReadError> {
+    match compression {
+        RecordBatchCompression::NoCompression => Ok(reader.take(reader.remaining())?.to_vec()),
+        #[cfg(feature = "compression-gzip")]
+        RecordBatchCompression::Gzip => {
+            use flate2::read::GzDecoder;
+
+            let mut decoder = GzDecoder::new(reader);
+            let mut output = vec![];
+            decoder.read_to_end(&mut output)?;
+            Ok(output)
+        }
+        #[cfg(feature = "compression-lz4")]
+        RecordBatchCompression::Lz4 => {
+            use lz4::Decoder;
+
+            // the lz4 decoder requires us to consume the whole inner stream until we reach EOF
+            let mut decoder = Decoder::new(reader)?;
+            let mut output = vec![];
+            decoder.read_to_end(&mut output)?;
+            let (_reader, res) = decoder.finish();
+            res?;
+            Ok(output)
+        }
+        #[cfg(feature = "compression-snappy")]
+        RecordBatchCompression::Snappy => {
+            use crate::protocol::vec_builder::DEFAULT_BLOCK_SIZE;
+
+            // The input for the raw decoder.
+            let input = reader.take(reader.remaining())?;
+
+            const JAVA_MAGIC: &[u8] = &[0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+
+            // There are "normal" compression libs, and there is Java
+            // See https://github.com/edenhill/librdkafka/blob/2b76b65212e5efda213961d5f84e565038036270/src/rdkafka_msgset_reader.c#L307-L318
+            if input.starts_with(JAVA_MAGIC) {
+                let cursor_content = &input[JAVA_MAGIC.len()..];
+                let mut cursor = Cursor::new(cursor_content);
+
+                let mut buf_version = [0u8; 4];
+                cursor.read_exact(&mut buf_version)?;
+                if buf_version != [0, 0, 0, 1] {
+                    return Err(ReadError::Malformed(
+                        format!("Detected Java-specific Snappy compression, but got unknown version: {buf_version:?}").into(),
+                    ));
+                }
+
+                let mut buf_compatible = [0u8; 4];
+                cursor.read_exact(&mut buf_compatible)?;
+                if buf_compatible != [0, 0, 0, 1] {
+                    return Err(ReadError::Malformed(
+                        format!("Detected Java-specific Snappy compression, but got unknown compat flags: {buf_compatible:?}").into(),
+                    ));
+                }
+
+                let mut output = vec![];
+                while cursor.position() < cursor.get_ref().len() as u64 {
+                    let mut buf_chunk_length = [0u8; 4];
+                    cursor.read_exact(&mut buf_chunk_length)?;
+                    let chunk_length = u32::from_be_bytes(buf_chunk_length) as usize;
+                    let bytes_left = cursor_content.len() - (cursor.position() as usize);
+                    if chunk_length > bytes_left {
+                        // do NOT try to allocate massive buffer for `chunk_data` but instead fail early
+                        return Err(ReadError::Malformed(format!("Java-specific Snappy-compressed data has illegal chunk length, got {chunk_length} bytes but only {bytes_left} bytes are left.").into()));
+                    }
+
+                    let mut chunk_data = vec![0u8; chunk_length];
+                    cursor.read_exact(&mut chunk_data)?;
+
+                    let mut buf = carefully_decompress_snappy(&chunk_data, DEFAULT_BLOCK_SIZE)?;
+                    output.append(&mut buf);
+                }
+
+                Ok(output)
+            } else {
+                carefully_decompress_snappy(&input, DEFAULT_BLOCK_SIZE)
+            }
+        }
+        #[cfg(feature = "compression-zstd")]
+        RecordBatchCompression::Zstd => {
+            use zstd::Decoder;
+
+            let mut decoder = Decoder::new(reader)?;
+            let mut output = vec![];
+            decoder.read_to_end(&mut output)?;
+            Ok(output)
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(ReadError::Malformed(
+            format!("Unimplemented compression: {:?}", compression).into(),
+        )),
     }
 }
 
@@ -771,7 +872,7 @@ impl RecordBatchBodyRef<'_> {
                 Record {
                     timestamp_delta: 0,
                     offset_delta: 0,
-                    key: Some(key),
+                    key: Some(key.into()),
                     value: None,
                     headers: vec![],
                 }
@@ -896,21 +997,6 @@ where
         }
 
         Ok(())
-    }
-}
-
-/// Ensure that given reader is at EOF.
-#[allow(dead_code)] // only use by some features
-fn ensure_eof<R>(reader: &mut R, msg: &str) -> Result<(), ReadError>
-where
-    R: Read,
-{
-    let mut buf = [0u8; 1];
-    match reader.read(&mut buf) {
-        Ok(0) => Ok(()),
-        Ok(_) => Err(ReadError::Malformed(msg.to_string().into())),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(()),
-        Err(e) => Err(ReadError::IO(e)),
     }
 }
 
