@@ -129,3 +129,122 @@ async fn bounded<T>(
         }),
     }
 }
+
+/// Reads the log bounds of many partitions again and again (a monitor's
+/// refresh), keeping one partition client per partition so that a refresh
+/// costs one metadata request and two offset requests per partition, not
+/// a connection set-up each.
+pub(crate) struct LogReader {
+    /// `None`: no Kafka, nothing is read.
+    client: Option<std::sync::Arc<KafkaClient>>,
+    partitions: std::collections::HashMap<TopicPartition, std::sync::Arc<PartitionClient>>,
+}
+
+/// What one [`LogReader::read`] found.
+#[derive(Default)]
+pub(crate) struct LogRead {
+    /// The bounds of every partition that answered.
+    pub(crate) logs: BTreeMap<TopicPartition, LogOffsets>,
+    /// Why a whole topic could not be read (unknown to Kafka, or Kafka
+    /// unreachable).
+    pub(crate) topic_errors: BTreeMap<String, String>,
+    /// Why one partition could not be read.
+    pub(crate) partition_errors: BTreeMap<TopicPartition, String>,
+}
+
+/// A partition's client and the bounds of its log, as one lookup found them.
+type Looked = (std::sync::Arc<PartitionClient>, LogOffsets);
+
+/// How many partitions' offsets are asked for at once.
+const CONCURRENT_LOOKUPS: usize = 32;
+
+impl LogReader {
+    pub(crate) fn new(client: Option<std::sync::Arc<KafkaClient>>) -> LogReader {
+        LogReader {
+            client,
+            partitions: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The bounds of every partition of `topics`.
+    pub(crate) async fn read(&mut self, topics: &std::collections::BTreeSet<String>) -> LogRead {
+        use futures_util::stream::{self, StreamExt};
+
+        let mut read = LogRead::default();
+        let Some(client) = &self.client else {
+            return read;
+        };
+        if topics.is_empty() {
+            return read;
+        }
+        let listed = match bounded("every topic", None, client.list_topics()).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                for topic in topics {
+                    read.topic_errors.insert(topic.clone(), error.to_string());
+                }
+                return read;
+            }
+        };
+        let mut wanted = Vec::new();
+        for topic in topics {
+            let Some(found) = listed.iter().find(|t| &t.name == topic) else {
+                read.topic_errors.insert(
+                    topic.clone(),
+                    AdminError::UnknownTopic {
+                        topic: topic.clone(),
+                    }
+                    .to_string(),
+                );
+                continue;
+            };
+            for &number in &found.partitions {
+                if let Ok(number) = u32::try_from(number) {
+                    wanted.push(TopicPartition::new(topic.as_str(), number));
+                }
+            }
+        }
+        let cached = &self.partitions;
+        let results: Vec<(TopicPartition, Result<Looked, AdminError>)> = stream::iter(wanted)
+            .map(|partition| async move {
+                let result = async {
+                    let partition_client = match cached.get(&partition) {
+                        Some(existing) => existing.clone(),
+                        None => std::sync::Arc::new(partition_client(client, &partition).await?),
+                    };
+                    let start = bounded(
+                        &partition.topic,
+                        Some(&partition),
+                        partition_client.get_offset(OffsetAt::Earliest),
+                    )
+                    .await?;
+                    let end = bounded(
+                        &partition.topic,
+                        Some(&partition),
+                        partition_client.get_offset(OffsetAt::Latest),
+                    )
+                    .await?;
+                    Ok((partition_client, LogOffsets { start, end }))
+                }
+                .await;
+                (partition, result)
+            })
+            .buffer_unordered(CONCURRENT_LOOKUPS)
+            .collect()
+            .await;
+        for (partition, result) in results {
+            match result {
+                Ok((partition_client, log)) => {
+                    self.partitions.insert(partition.clone(), partition_client);
+                    read.logs.insert(partition, log);
+                }
+                Err(error) => {
+                    // Its leader may have moved: look it up afresh next time.
+                    self.partitions.remove(&partition);
+                    read.partition_errors.insert(partition, error.to_string());
+                }
+            }
+        }
+        read
+    }
+}

@@ -22,7 +22,10 @@
 mod delete;
 mod describe;
 mod error;
+pub mod health;
 mod kafka;
+mod monitor;
+pub mod overview;
 mod records;
 mod reset;
 mod selection;
@@ -34,7 +37,8 @@ pub use delete::{apply_delete_offsets, delete_group, plan_delete_offsets, Delete
 pub use describe::{describe, GroupDescription, PartitionDescription};
 pub use error::AdminError;
 pub use kafka::{log_offsets, offset_at_time, KafkaClient, LogOffsets};
+pub use monitor::{Connector, GroupFilter, Monitor, MonitorConfig};
 pub use records::{CorruptRecord, GroupRecords, MemberRecord, OwnerRecord};
 pub use reset::{apply_reset, plan_listed, plan_reset, OffsetChange, ResetPlan, ResetTarget};
 pub use selection::{PartitionSelection, TopicPartitions};
-pub use store::{GroupAdmin, GroupDeletion, WriteGuard};
+pub use store::{GroupAdmin, GroupDeletion, StoreChange, StoreChanges, WriteGuard};

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
+use futures_util::stream::BoxStream;
 use tenure_core::{Offset, TopicPartition};
 
 use crate::error::AdminError;
@@ -18,6 +19,17 @@ pub trait GroupAdmin: Send + Sync {
 
     /// The names of the groups with records in the store, sorted.
     async fn groups(&self) -> Result<Vec<String>, AdminError>;
+
+    /// Watches every group's records: a stream that names a group whenever
+    /// one of its records is created, changed or deleted (groups appearing
+    /// and disappearing among them), through one watch on the store
+    /// (ZooKeeper: a persistent recursive watch; etcd: a prefix watch), so
+    /// that nothing is read while nothing changes. Changes come in the
+    /// order the store made them, several changes of a group may come as
+    /// one, and after a lost connection [`StoreChange::Resync`] says that
+    /// some may have been missed. The stream fails or ends when the watch
+    /// cannot go on (the admin's session expired): connect anew.
+    async fn watch(&self) -> Result<StoreChanges, AdminError>;
 
     /// Every record of `group`. A group with no records at all is
     /// [`AdminError::UnknownGroup`]; records that cannot be read are listed
@@ -64,6 +76,20 @@ pub trait GroupAdmin: Send + Sync {
         group: &str,
         guard: WriteGuard,
     ) -> Result<GroupDeletion, AdminError>;
+}
+
+/// The changes [`GroupAdmin::watch`] reports.
+pub type StoreChanges = BoxStream<'static, Result<StoreChange, AdminError>>;
+
+/// A change [`GroupAdmin::watch`] reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreChange {
+    /// A record of this group was created, changed or deleted.
+    Group(String),
+    /// The watch was re-established after the connection to the store was
+    /// lost: changes may have been missed, read every group again.
+    Resync,
 }
 
 /// What [`GroupAdmin::delete_group`] did.

@@ -10,9 +10,12 @@ use crate::EtcdSecurity;
 use crate::Keys;
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
-use tenure_admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
+use futures_util::StreamExt;
+use tenure_admin::{
+    AdminError, GroupAdmin, GroupDeletion, GroupRecords, StoreChange, StoreChanges, WriteGuard,
+};
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
 /// etcd's default bound on the operations of one transaction
@@ -302,6 +305,60 @@ impl GroupAdmin for EtcdAdmin {
             })
             .collect();
         Ok(groups.into_iter().collect())
+    }
+
+    async fn watch(&self) -> Result<StoreChanges, AdminError> {
+        // One prefix watch over every group: each event carries its key,
+        // and nothing is read while nothing changes.
+        let base = format!("{}/", self.prefix);
+        let mut client = self.client.clone();
+        let opening = client.watch(base.clone(), Some(WatchOptions::new().with_prefix()));
+        let stream = match tokio::time::timeout(self.timeout, opening).await {
+            Err(_) => {
+                return Err(AdminError::Unreachable {
+                    store: self.store(),
+                    detail: format!("watching {base}: no answer within {:?}", self.timeout),
+                })
+            }
+            Ok(Err(error)) => return Err(self.refused(format!("watching {base}"), error)),
+            Ok(Ok(stream)) => stream,
+        };
+        let store = self.store();
+        let changes = stream.flat_map(move |response| {
+            let changes: Vec<Result<StoreChange, AdminError>> = match response {
+                Err(error) => vec![Err(AdminError::Unreachable {
+                    store: store.clone(),
+                    detail: format!("the watch of {base} broke: {error}"),
+                })],
+                Ok(response) if response.canceled() => vec![Err(AdminError::Unreachable {
+                    store: store.clone(),
+                    detail: format!(
+                        "the watch of {base} was canceled: {}",
+                        response.cancel_reason()
+                    ),
+                })],
+                Ok(response) => {
+                    let mut groups: Vec<String> = response
+                        .events()
+                        .iter()
+                        .filter_map(|event| {
+                            let key = event.kv()?.key_str().ok()?;
+                            let group = key.strip_prefix(&base)?.split('/').next()?;
+                            (!group.is_empty()).then(|| group.to_owned())
+                        })
+                        .collect();
+                    // A response's events come in revision order; one
+                    // change per group is enough.
+                    groups.dedup();
+                    groups
+                        .into_iter()
+                        .map(|g| Ok(StoreChange::Group(g)))
+                        .collect()
+                }
+            };
+            futures_util::stream::iter(changes)
+        });
+        Ok(changes.boxed())
     }
 
     async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use tenure_admin::{AdminError, GroupAdmin, GroupDeletion, GroupRecords, WriteGuard};
+use futures_util::StreamExt;
+use tenure_admin::{
+    AdminError, GroupAdmin, GroupDeletion, GroupRecords, StoreChange, StoreChanges, WriteGuard,
+};
 use tenure_core::records::Layout;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 use zookeeper_client as zk;
@@ -40,6 +43,52 @@ enum Deleted {
     /// The node at this index of the batch had children (created
     /// meanwhile).
     NotEmpty(usize),
+}
+
+/// The stream of [`GroupAdmin::watch`]: a persistent recursive watch, read
+/// until its session ends (after which the client may not be read again).
+struct Watching {
+    watcher: Option<zk::PersistentWatcher>,
+    /// The groups' root with a trailing slash: what a group's path starts
+    /// with.
+    prefix: String,
+    store: String,
+}
+
+impl Watching {
+    async fn next(mut self) -> Option<(Result<StoreChange, AdminError>, Watching)> {
+        let watcher = self.watcher.as_mut()?;
+        loop {
+            let event = watcher.changed().await;
+            if event.event_type == zk::EventType::Session {
+                match event.session_state {
+                    // Events of the time away may be lost (ZOOKEEPER-4698).
+                    zk::SessionState::SyncConnected => {
+                        return Some((Ok(StoreChange::Resync), self));
+                    }
+                    state if state.is_terminated() => {
+                        self.watcher = None;
+                        let error = AdminError::Unreachable {
+                            store: self.store.clone(),
+                            detail: format!("the watching session ended: {state}"),
+                        };
+                        return Some((Err(error), self));
+                    }
+                    _ => continue,
+                }
+            }
+            // The root's own changes name no group.
+            let Some(rest) = event.path.strip_prefix(&self.prefix) else {
+                continue;
+            };
+            let group = rest.split('/').next().unwrap_or_default();
+            if group.is_empty() {
+                continue;
+            }
+            let change = StoreChange::Group(group.to_owned());
+            return Some((Ok(change), self));
+        }
+    }
 }
 
 /// Reads and writes the records of the groups in one ZooKeeper ensemble (a
@@ -371,6 +420,24 @@ impl GroupAdmin for ZooKeeperAdmin {
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {
         self.children(&Layout::groups("")).await
+    }
+
+    async fn watch(&self) -> Result<StoreChanges, AdminError> {
+        // One persistent recursive watch on the groups' root (ZooKeeper
+        // 3.6+): every create, delete and data change under it, with its
+        // path, and nothing read while nothing changes.
+        let root = Layout::groups("");
+        let watcher = self
+            .client
+            .watch(&root, zk::AddWatchMode::PersistentRecursive)
+            .await
+            .map_err(|error| self.refused(format!("watching {root}"), error))?;
+        let watching = Watching {
+            watcher: Some(watcher),
+            prefix: format!("{root}/"),
+            store: self.store(),
+        };
+        Ok(futures_util::stream::unfold(watching, Watching::next).boxed())
     }
 
     async fn records(&self, group: &str) -> Result<GroupRecords, AdminError> {
