@@ -34,7 +34,7 @@ pub struct Cli {
 
 // Where the store and Kafka are, and how to reach them: flags every
 // subcommand takes, each also from a `TENURE_*` variable.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct Connection {
     /// The ZooKeeper ensemble holding the groups
     #[arg(
@@ -217,9 +217,22 @@ pub enum Command {
         /// The group
         group: String,
         /// Print JSON instead of tables
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Keep watching: redraw the group in place whenever it changes (and
+        /// at every Kafka refresh), with each partition's status, until
+        /// interrupted
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: how often log offsets are read from Kafka (10s,
+        /// PT10S)
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse::parse_duration, requires = "watch")]
+        kafka_interval: Duration,
     },
+    /// Watch groups and serve their lag and health over HTTP: Prometheus
+    /// metrics (/metrics), a JSON API (/v1/groups), a live page (/) and
+    /// /healthz; read-only
+    Serve(ServeArgs),
     /// Plan a move of a group's committed offsets and print it; write it with
     /// --execute (refused while the group has live members, unless --force)
     ResetOffsets(ResetArgs),
@@ -388,4 +401,58 @@ mod tests {
         );
         assert!(parse(&["delete", "g", "--force"]).is_ok());
     }
+}
+
+// `tenure serve`'s own flags.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// A group to watch; repeat for several (default: every group in the
+    /// store, picked up as groups appear and disappear)
+    #[arg(long = "group", value_name = "GROUP")]
+    pub groups: Vec<String>,
+    /// Where to listen. Anything beyond loopback needs --token
+    #[arg(
+        long,
+        env = "TENURE_SERVE_LISTEN",
+        value_name = "ADDRESS:PORT",
+        default_value = "127.0.0.1:8080"
+    )]
+    pub listen: std::net::SocketAddr,
+    /// A secret every request must carry as `Authorization: Bearer TOKEN`
+    /// (the page takes it once as `?token=TOKEN` and keeps it in a cookie)
+    #[arg(
+        long,
+        env = "TENURE_SERVE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM), with --tls-key
+    #[arg(
+        long,
+        env = "TENURE_SERVE_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert
+    #[arg(
+        long,
+        env = "TENURE_SERVE_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// How often log offsets are read from Kafka and each partition
+    /// sampled (10s, PT10S)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse::parse_duration)]
+    pub kafka_interval: Duration,
+    /// How many samples a partition is judged on (a window spans this many
+    /// Kafka refreshes)
+    #[arg(long, value_name = "SAMPLES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub window: u32,
+    /// After how long without an owner a partition is flagged (set it to
+    /// the members' session timeout)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse::parse_duration)]
+    pub unowned_after: Duration,
 }

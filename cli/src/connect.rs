@@ -28,6 +28,7 @@ fn is_system(ca: &std::path::Path) -> bool {
 }
 
 /// Which store the flags and environment name.
+#[derive(Clone, Debug)]
 pub enum Store {
     /// A ZooKeeper connect string.
     ZooKeeper(String),

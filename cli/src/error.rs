@@ -61,6 +61,40 @@ pub enum Failure {
     /// `reset-offsets` without Kafka.
     #[error("reset-offsets needs Kafka: pass --bootstrap HOST:PORT (or set TENURE_KAFKA)")]
     NoKafka,
+    /// `tenure serve` was started without Kafka.
+    #[error(
+        "serve needs Kafka for the log offsets: pass --bootstrap HOST:PORT (or set TENURE_KAFKA)"
+    )]
+    ServeNoKafka,
+    /// `tenure serve` would listen beyond loopback without a token.
+    #[error(
+        "serve would listen on {listen}, beyond loopback, to anyone: pass --token (or set \
+         TENURE_SERVE_TOKEN), or listen on 127.0.0.1"
+    )]
+    ServeOpen {
+        /// The address asked for.
+        listen: std::net::SocketAddr,
+    },
+    /// `tenure serve` cannot listen where asked.
+    #[error("cannot listen on {listen}: {source}")]
+    Listen {
+        /// The address asked for.
+        listen: std::net::SocketAddr,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `tenure serve`'s certificate or key cannot be used.
+    #[error("cannot serve TLS with {}: {detail}", path.display())]
+    ServeTls {
+        /// The certificate or key file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The HTTP server stopped on an error.
+    #[error("the HTTP server failed: {0}")]
+    Serve(#[source] std::io::Error),
     /// A reset of a group with no records, not forced.
     #[error("{source}; to seed the offsets of a new group, pass --force")]
     NewGroup {

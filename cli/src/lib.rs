@@ -28,6 +28,7 @@ mod error;
 mod parse;
 mod render;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 

@@ -12,7 +12,7 @@ use tenure_admin::{
 use crate::parse::format_rfc3339;
 
 /// Left-aligned columns two spaces apart, headers first.
-fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

@@ -19,14 +19,21 @@ use crate::render;
 /// Runs the subcommand `cli` names: connects, reads or writes, prints.
 pub async fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode, Failure> {
     let store = pick_store(matches, &cli.connection)?;
-    let admin = connect_store(store, &cli.connection).await?;
+    let admin = connect_store(store.clone(), &cli.connection).await?;
     match cli.command {
         Command::Groups { json } => {
             let groups = admin.groups().await?;
             print!("{}", render::groups(&groups, json));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Describe { group, json } => {
+        Command::Describe {
+            group,
+            watch: true,
+            kafka_interval,
+            ..
+        } => crate::serve::watch_group(store, cli.connection, admin, group, kafka_interval).await,
+        Command::Serve(args) => crate::serve::serve(store, cli.connection, admin, args).await,
+        Command::Describe { group, json, .. } => {
             let client = connect_kafka(&cli.connection).await?;
             let description = admin::describe(admin.as_ref(), &group, client.as_deref()).await?;
             print!(
