@@ -11,12 +11,14 @@
 //!    stores and brokers.
 //! 5. [`observability`]: tracing and metrics.
 //! 6. [`command`]: the `tenure` command, for operators.
-//! 7. [`migrating`]: from wvanbergen/kafka and Kafka 0.8's consumer, and how
+//! 7. [`operating`]: groups judged from outside, served as metrics, JSON
+//!    and a live page.
+//! 8. [`migrating`]: from wvanbergen/kafka and Kafka 0.8's consumer, and how
 //!    tenure compares.
-//! 8. [`examples`]: the examples, the real servers and the simulator.
-//! 9. [`driving_the_core`]: the state machine without tokio.
-//! 10. [`architecture`]: the crates and how a member runs.
-//! 11. [`benchmarks`]: every figure, and how to measure it again.
+//! 9. [`examples`]: the examples, the real servers and the simulator.
+//! 10. [`driving_the_core`]: the state machine without tokio.
+//! 11. [`architecture`]: the crates and how a member runs.
+//! 12. [`benchmarks`]: every figure, and how to measure it again.
 
 // The chapters link to each other by file name, as a reader of the
 // repository follows them (`[Stores and security][stores.md]`, with
@@ -31,6 +33,7 @@ macro_rules! chapter_links {
          [stores.md]: crate::guide::stores\n\
          [observability.md]: crate::guide::observability\n\
          [command.md]: crate::guide::command\n\
+         [operating.md]: crate::guide::operating\n\
          [migrating.md]: crate::guide::migrating\n\
          [examples.md]: crate::guide::examples\n\
          [driving-the-core.md]: crate::guide::driving_the_core\n\
@@ -62,6 +65,10 @@ pub mod observability {}
 #[doc = chapter_links!()]
 #[doc = include_str!("../docs/command.md")]
 pub mod command {}
+
+#[doc = chapter_links!()]
+#[doc = include_str!("../docs/operating.md")]
+pub mod operating {}
 
 #[doc = chapter_links!()]
 #[doc = include_str!("../docs/migrating.md")]

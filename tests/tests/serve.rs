@@ -1,0 +1,753 @@
+//! `tenure serve` end to end, as a process of its own, on the real
+//! ZooKeeper, etcd and Kafka of `scripts/services`: a consuming group is
+//! OK; a member that stops acknowledging leaves its partitions STALL while
+//! the other's stay OK; killed members leave their partitions unowned and
+//! STOP; a group that appears is picked up; a corrupt offset record is an
+//! ERROR on its partition, not a crashed server. `/metrics` is read by a
+//! Prometheus text-format parser and agrees with the JSON, which is read
+//! into the serde types. The page, in Debian's chromium driven headless
+//! over WebDriver, shows every member with its partitions and follows a
+//! join without a reload. A cut Kafka and a cut store are reported as
+//! ERROR and recovered from, and clients that never finish a request or
+//! never read do not hold the watching up.
+
+use tenure_tests as common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::kafka;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tenure::admin::health::Status;
+use tenure::admin::overview::{GroupHealth, Overview};
+use tenure::tokio::{Backend, GroupMember, KafkaConfig, MemberHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long anything awaited here may take: several Kafka refreshes and a
+/// session timeout, on a loaded 2-core machine.
+const WAIT: Duration = Duration::from_secs(40);
+
+/// A `tenure serve` process, stopped when dropped.
+struct Serve {
+    child: Child,
+    address: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Serve {
+    /// Starts `tenure serve` on `store` (flags) with Kafka at `bootstrap`,
+    /// refreshing every 300 ms over a window of 4 samples.
+    fn start(store: &[String], bootstrap: &str, extra: &[&str]) -> Serve {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("TENURE_") {
+                command.env_remove(name);
+            }
+        }
+        command
+            .args(store)
+            .args(["--bootstrap", bootstrap, "--timeout", "10", "serve"])
+            .args(["--listen", "127.0.0.1:0", "--kafka-interval", "PT0.3S"])
+            .args(["--window", "4", "--unowned-after", "1s"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("start tenure serve");
+        let stderr = child.stderr.take().expect("its stderr");
+        let (found, address) = std::sync::mpsc::channel();
+        let log = Arc::new(Mutex::new(String::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("tenure serve: listening on http://") {
+                    let _ = found.send(rest.trim_end_matches('/').to_owned());
+                }
+                let mut log = kept.lock().expect("log");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let address = match address.recv_timeout(Duration::from_secs(30)) {
+            Ok(address) => address.parse().expect("an address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "tenure serve did not say where it listens; its stderr:\n{}",
+                    log.lock().expect("log")
+                )
+            }
+        };
+        Serve {
+            child,
+            address,
+            stderr: log,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().expect("log").clone()
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        get(self.address, path, None).await
+    }
+
+    async fn overview(&self) -> Overview {
+        let (status, body) = self.get("/v1/groups").await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("not an Overview ({e}): {body}"))
+    }
+
+    /// Reads the overview until `done` holds for it.
+    async fn until(&self, what: &str, done: impl Fn(&Overview) -> bool) -> Overview {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let overview = self.overview().await;
+            if done(&overview) {
+                return overview;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "{what}: not within {WAIT:?}; last overview: {}\nserve's stderr:\n{}",
+                    serde_json::to_string_pretty(&overview).unwrap_or_default(),
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A GET over HTTP/1.0 (no chunks, the connection closes at the end).
+async fn get(address: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect to tenure serve");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send the request");
+    let mut response = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
+        .await
+        .expect("an answer in time")
+        .expect("read the answer");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text}"));
+    (status, body.to_owned())
+}
+
+fn group_of<'a>(overview: &'a Overview, group: &str) -> Option<&'a GroupHealth> {
+    overview.group(group)
+}
+
+/// A member of `group` on `topic`, which acknowledges every message it is
+/// given while `acking` holds, on a task of its own.
+struct Consumer {
+    handle: MemberHandle,
+    acking: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Consumer {
+    async fn join(backend: Box<dyn Backend>, group: &str, member: &str, topic: &str) -> Consumer {
+        let member = GroupMember::builder(common::config_for(group, member, topic))
+            .kafka(KafkaConfig::new(&kafka::bootstrap()))
+            .join(backend)
+            .await
+            .unwrap_or_else(|e| panic!("{member} cannot join: {e}"));
+        let (handle, streams) = member.split();
+        let acking = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let on = acking.clone();
+        let mut messages = streams.messages.expect("a member with Kafka has messages");
+        tokio::spawn(async move {
+            // Messages not acknowledged are held, never dropped: their
+            // partition's committed offset stays where it is.
+            let mut held = Vec::new();
+            while let Some(message) = messages.next().await {
+                if on.load(std::sync::atomic::Ordering::SeqCst) {
+                    message.ack();
+                } else {
+                    held.push(message);
+                }
+            }
+        });
+        Consumer { handle, acking }
+    }
+
+    fn stop_acking(&self) {
+        self.acking
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The whole story on one store: OK, STALL, STOP, a new group, a corrupt
+/// record, metrics against JSON.
+async fn a_group_judged_from_outside<F: std::future::Future<Output = String>>(
+    store: Vec<String>,
+    backend: impl Fn() -> Box<dyn Backend>,
+    name: &str,
+    corrupt: impl FnOnce(String, String) -> F,
+) {
+    let client = kafka::client().await;
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 4).await;
+    for p in 0..4 {
+        kafka::produce(&client, &topic, p, 20).await;
+    }
+    let group = common::group(name);
+    let serve = Serve::start(&store, &kafka::bootstrap(), &[]);
+
+    // Two members consume everything: every partition owned, lag 0, OK.
+    let a = Consumer::join(backend(), &group, "a", &topic).await;
+    let b = Consumer::join(backend(), &group, "b", &topic).await;
+    let settled = serve
+        .until("the group consuming and OK", |o| {
+            group_of(o, &group).is_some_and(|g| {
+                g.members.len() == 2
+                    && g.partitions.len() == 4
+                    && g.unowned == 0
+                    && g.total_lag == Some(0)
+                    && g.status == Status::Ok
+            })
+        })
+        .await;
+    let health = group_of(&settled, &group).expect("the group");
+    assert!(health.mismatches.is_empty(), "{health:?}");
+    assert!(
+        health.partitions.iter().all(|p| p.token.is_some()),
+        "every owned partition has its token: {health:?}"
+    );
+
+    // /metrics, parsed as Prometheus parses it, says what the JSON says.
+    let (status, text) = serve.get("/metrics").await;
+    assert_eq!(status, 200);
+    let lines = text.lines().map(|l| Ok(l.to_owned()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    };
+    assert_eq!(
+        value("tenure_group_members", &[("group", &group)]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value("tenure_group_status", &[("group", &group)]),
+        Some(0.0)
+    );
+    for p in &health.partitions {
+        let number = p.partition.to_string();
+        let owner = p.owner.as_deref().expect("owned");
+        let labels = [
+            ("group", group.as_str()),
+            ("topic", topic.as_str()),
+            ("partition", number.as_str()),
+            ("consumer_id", owner),
+        ];
+        assert_eq!(
+            value("kafka_consumergroup_group_lag", &labels),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            value("kafka_consumergroup_group_offset", &labels),
+            p.committed.map(|c| c as f64)
+        );
+        assert_eq!(
+            value(
+                "kafka_partition_latest_offset",
+                &[("topic", &topic), ("partition", &number)]
+            ),
+            Some(20.0)
+        );
+    }
+
+    // b stops acknowledging; new messages come: b's partitions STALL
+    // within a window, a's stay OK.
+    b.stop_acking();
+    let b_partitions: Vec<u32> = health
+        .partitions
+        .iter()
+        .filter(|p| p.owner.as_deref() == Some("b"))
+        .map(|p| p.partition)
+        .collect();
+    assert!(!b_partitions.is_empty(), "b owns partitions: {health:?}");
+    for p in 0..4 {
+        kafka::produce(&client, &topic, p, 10).await;
+    }
+    let stalled = serve
+        .until("b's partitions STALL, a's OK", |o| {
+            group_of(o, &group).is_some_and(|g| {
+                g.status == Status::Stall
+                    && g.partitions.iter().all(|p| {
+                        if b_partitions.contains(&p.partition) {
+                            p.status == Status::Stall
+                        } else {
+                            p.status == Status::Ok && p.lag == Some(0)
+                        }
+                    })
+            })
+        })
+        .await;
+    let text = serve.get("/metrics").await.1;
+    assert!(
+        text.contains(&format!("tenure_group_status{{group=\"{group}\"}} 2")),
+        "{text}"
+    );
+    drop(stalled);
+
+    // Every member killed: partitions unowned, lag kept, STOP.
+    a.handle.kill();
+    b.handle.kill();
+    let stopped = serve
+        .until("every partition unowned and STOP", |o| {
+            group_of(o, &group).is_some_and(|g| {
+                g.members.is_empty()
+                    && g.unowned == 4
+                    && g.unowned_too_long.len() == 4
+                    && g.status == Status::Stop
+                    && g.partitions.iter().any(|p| p.status == Status::Stop)
+            })
+        })
+        .await;
+    let health = group_of(&stopped, &group).expect("the group");
+    use tenure::admin::overview::TimelineKind;
+    for kind in [
+        TimelineKind::Claimed,
+        TimelineKind::Released,
+        TimelineKind::Left,
+    ] {
+        assert!(
+            health.timeline.iter().any(|e| e.kind == kind),
+            "no {kind:?} in the timeline: {:?}",
+            health.timeline
+        );
+    }
+
+    // A new group appears and is picked up; a corrupt offset record of its
+    // is an ERROR on that partition, and the server goes on.
+    let other = common::group(&format!("{name}-new"));
+    let c = Consumer::join(backend(), &other, "c", &topic).await;
+    serve
+        .until("the new group picked up", |o| {
+            group_of(o, &other).is_some_and(|g| g.members.len() == 1)
+        })
+        .await;
+    c.handle.kill();
+    // Partition 3's offset record of the first group made unreadable.
+    let bad = corrupt(group.clone(), topic.clone()).await;
+    let broken = serve
+        .until("the corrupt record an ERROR on its partition", |o| {
+            group_of(o, &group).is_some_and(|g| {
+                g.status == Status::Error
+                    && g.corrupt.iter().any(|c| c.path == bad)
+                    && g.partitions
+                        .iter()
+                        .any(|p| p.partition == 3 && p.status == Status::Error)
+            })
+        })
+        .await;
+    assert!(broken.store_error.is_none(), "{broken:?}");
+    let (status, _) = serve.get("/healthz").await;
+    assert_eq!(status, 200, "the server still watches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_judged_from_outside_on_zookeeper() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("serve").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let store = vec!["--zookeeper".to_owned(), connect.clone()];
+    let raw = zookeeper.raw();
+    let name = "serve-zk";
+    let corrupt = |group: String, topic: String| async move {
+        let path = format!("/consumers/{group}/offsets/{topic}/3");
+        raw.set_data(&path, b"not a number", None)
+            .await
+            .expect("overwrite an offset");
+        path
+    };
+    a_group_judged_from_outside(
+        store,
+        || Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone())),
+        name,
+        corrupt,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_judged_from_outside_on_etcd() {
+    let etcd = common::etcd::Etcd::new("serve").await;
+    let store = vec![
+        "--etcd".to_owned(),
+        etcd.endpoint().to_owned(),
+        "--etcd-prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    let name = "serve-etcd";
+    let raw = etcd.raw();
+    let keys = etcd.key(
+        "GROUP",
+        "offsets",
+        &tenure::core::TopicPartition::new("TOPIC", 3),
+    );
+    let corrupt = |group: String, topic: String| async move {
+        let key = keys
+            .replacen("GROUP", &group, 1)
+            .replacen("TOPIC", &topic, 1);
+        let mut raw = raw;
+        raw.put(key.clone(), "not a number", None)
+            .await
+            .expect("overwrite an offset");
+        key
+    };
+    let (endpoint, prefix) = (etcd.endpoint().to_owned(), etcd.prefix().to_owned());
+    a_group_judged_from_outside(
+        store,
+        || Box::new(tenure::etcd::EtcdBackend::new(endpoint.clone()).prefix(prefix.clone())),
+        name,
+        corrupt,
+    )
+    .await;
+}
+
+/// Kafka cut off (through a proxy) is an ERROR that names Kafka, and
+/// healed is OK again; the store cut off is an ERROR and `/healthz` says
+/// 503, and healed is watched again; clients that never finish a request
+/// or never read their events hold nothing up meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_are_reported_and_recovered_and_bad_clients_hold_nothing_up() {
+    let etcd = common::etcd::Etcd::new("serve-outage").await;
+    let (backend, store_proxy) = etcd.through_proxy().await;
+    drop(backend);
+    let kafka_proxy = kafka::cuttable().await;
+    let client = kafka::client().await;
+    let name = "serve-outage";
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 2).await;
+    // Messages to commit: the committed offsets keep the group in the
+    // store after its last member is gone.
+    for p in 0..2 {
+        kafka::produce(&client, &topic, p, 5).await;
+    }
+    let group = common::group(name);
+    let member = Consumer::join(
+        Box::new(tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix())),
+        &group,
+        "a",
+        &topic,
+    )
+    .await;
+    let store = vec![
+        "--etcd".to_owned(),
+        format!("http://{}", store_proxy.address),
+        "--etcd-prefix".to_owned(),
+        etcd.prefix().to_owned(),
+    ];
+    let serve = Serve::start(&store, &kafka_proxy.address.to_string(), &[]);
+    serve
+        .until("the group OK", |o| {
+            group_of(o, &group).is_some_and(|g| g.status == Status::Ok && g.total_lag == Some(0))
+        })
+        .await;
+
+    // A client that sends half a request, and one that subscribes to the
+    // events and never reads them.
+    let mut half = tokio::net::TcpStream::connect(serve.address)
+        .await
+        .expect("connect");
+    half.write_all(b"GET /v1/groups HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("half a request");
+    let mut deaf = tokio::net::TcpStream::connect(serve.address)
+        .await
+        .expect("connect");
+    deaf.write_all(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("subscribe");
+
+    kafka_proxy.down();
+    serve
+        .until("Kafka's outage an ERROR", |o| {
+            o.kafka_error.is_some()
+                && group_of(o, &group).is_some_and(|g| g.status == Status::Error)
+        })
+        .await;
+    kafka_proxy.up();
+    serve
+        .until("Kafka back, OK again", |o| {
+            o.kafka_error.is_none() && group_of(o, &group).is_some_and(|g| g.status == Status::Ok)
+        })
+        .await;
+
+    store_proxy.down();
+    serve
+        .until("the store's outage an ERROR", |o| {
+            o.store_error.is_some()
+                && group_of(o, &group).is_some_and(|g| g.status == Status::Error)
+        })
+        .await;
+    assert_eq!(serve.get("/healthz").await.0, 503);
+    store_proxy.up();
+    serve
+        .until("the store back, watched again", |o| o.store_error.is_none())
+        .await;
+    assert_eq!(serve.get("/healthz").await.0, 200);
+
+    // A change after all that is still seen: the member leaves.
+    member.handle.kill();
+    serve
+        .until("the member's leaving seen", |o| {
+            group_of(o, &group).is_some_and(|g| g.members.is_empty())
+        })
+        .await;
+    drop((half, deaf));
+}
+
+/// A token is asked of every request but `/healthz`, and listening beyond
+/// loopback without one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guards_everything_but_healthz() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("serve-token").await;
+    let store = vec![
+        "--zookeeper".to_owned(),
+        zookeeper.connect_string().to_owned(),
+    ];
+    let serve = Serve::start(&store, &kafka::bootstrap(), &["--token", "s3cret"]);
+    assert_eq!(serve.get("/v1/groups").await.0, 401);
+    assert_eq!(serve.get("/metrics").await.0, 401);
+    assert_eq!(serve.get("/healthz").await.0, 200);
+    assert_eq!(
+        get(serve.address, "/v1/groups", Some("s3cret")).await.0,
+        200
+    );
+    assert_eq!(get(serve.address, "/v1/groups", Some("wrong")).await.0, 401);
+    assert_eq!(serve.get("/?token=s3cret").await.0, 200);
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"))
+        .args(&store)
+        .args([
+            "--bootstrap",
+            &kafka::bootstrap(),
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .expect("run tenure");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("--token"), "{stderr}");
+}
+
+/// chromedriver on a free port, stopped when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_chromedriver() -> Driver {
+    const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+    assert!(
+        std::path::Path::new(CHROMEDRIVER).exists(),
+        "{CHROMEDRIVER} is missing: install Debian's chromium and chromium-driver with \
+         `scripts/services start`"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    Driver { child, port }
+}
+
+/// The page in a real browser: every member of a live group with its
+/// partitions; another member's join shown without a reload; a
+/// screenshot written under the test's output directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_follows_a_live_group_in_a_real_browser() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("serve-page").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let store = vec!["--zookeeper".to_owned(), connect.clone()];
+    let client = kafka::client().await;
+    let name = "serve-page";
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 6).await;
+    for p in 0..6 {
+        kafka::produce(&client, &topic, p, 30).await;
+    }
+    let group = common::group(name);
+    let backend = || -> Box<dyn Backend> {
+        Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone()))
+    };
+    let _first = Consumer::join(backend(), &group, "first", &topic).await;
+    let _second = Consumer::join(backend(), &group, "second", &topic).await;
+    let serve = Serve::start(&store, &kafka::bootstrap(), &[]);
+    serve
+        .until("two members holding every partition", |o| {
+            group_of(o, &group).is_some_and(|g| g.members.len() == 2 && g.unowned == 0)
+        })
+        .await;
+
+    let driver = start_chromedriver();
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000"],
+        }),
+    );
+    let webdriver = format!("http://127.0.0.1:{}", driver.port);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let browser = loop {
+        let mut builder = fantoccini::ClientBuilder::new(HttpConnector::new());
+        match builder
+            .capabilities(capabilities.clone())
+            .connect(&webdriver)
+            .await
+        {
+            Ok(browser) => break browser,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                // chromedriver is still starting.
+                let _ = error;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("no WebDriver session from chromedriver: {error}"),
+        }
+    };
+    let page = format!("http://{}/groups/{group}", serve.address);
+    browser.goto(&page).await.expect("open the page");
+
+    // What the map shows: member → the partitions in its block.
+    let map_of = || async {
+        let shown = browser
+            .execute(
+                "const map = {};
+                 for (const owner of document.querySelectorAll('#map .owner')) {
+                   map[owner.dataset.member] = [...owner.querySelectorAll('.cell')]
+                     .map((c) => c.dataset.partition);
+                 }
+                 return map;",
+                Vec::new(),
+            )
+            .await
+            .expect("read the map");
+        serde_json::from_value::<std::collections::BTreeMap<String, Vec<String>>>(shown)
+            .expect("a map of members")
+    };
+    let expected = |overview: &Overview| {
+        let mut map = std::collections::BTreeMap::<String, Vec<String>>::new();
+        if let Some(g) = group_of(overview, &group) {
+            for m in &g.members {
+                map.insert(m.id.clone(), Vec::new());
+            }
+            for p in &g.partitions {
+                if let Some(owner) = &p.owner {
+                    map.entry(owner.clone())
+                        .or_default()
+                        .push(format!("{}/{}", p.topic, p.partition));
+                }
+            }
+        }
+        map
+    };
+    let shown = map_of().await;
+    let truth = expected(&serve.overview().await);
+    assert_eq!(shown.keys().collect::<Vec<_>>(), ["first", "second"]);
+    assert_eq!(shown, truth, "the map shows who owns what");
+    let before_marker = browser
+        .execute("window.notReloaded = true; return true;", Vec::new())
+        .await
+        .expect("mark the page");
+    assert_eq!(before_marker, serde_json::Value::Bool(true));
+
+    // A third member joins: the map follows, without a reload.
+    let _third = Consumer::join(backend(), &group, "third", &topic).await;
+    let settled = serve
+        .until("three members holding every partition", |o| {
+            group_of(o, &group).is_some_and(|g| {
+                g.members.len() == 2 + 1
+                    && g.unowned == 0
+                    && g.members.iter().all(|m| m.partitions == 2)
+            })
+        })
+        .await;
+    let truth = expected(&settled);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let shown = map_of().await;
+        if shown == truth {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the page never showed the join: {shown:?}, expected {truth:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let same_page = browser
+        .execute("return window.notReloaded === true;", Vec::new())
+        .await
+        .expect("read the mark");
+    assert_eq!(
+        same_page,
+        serde_json::Value::Bool(true),
+        "the page was reloaded"
+    );
+    let chart_lines = browser
+        .execute(
+            "return document.querySelectorAll('#chart polyline').length;",
+            Vec::new(),
+        )
+        .await
+        .expect("count the chart's lines");
+    assert_eq!(
+        chart_lines,
+        serde_json::Value::from(6),
+        "a line per partition"
+    );
+
+    let png = browser.screenshot().await.expect("a screenshot");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-page.png");
+    std::fs::write(&path, png).expect("write the screenshot");
+    eprintln!("screenshot: {}", path.display());
+    browser.close().await.expect("close the browser");
+}
