@@ -60,12 +60,7 @@ pub async fn describe(
     tenure_core::types::validate_path_element("group", group)?;
     let records = admin.records(group).await?;
     let topics = group_topics(&records);
-    let mut partitions: BTreeSet<TopicPartition> = records
-        .owners
-        .keys()
-        .chain(records.offsets.keys())
-        .cloned()
-        .collect();
+    let mut partitions: BTreeSet<TopicPartition> = records.partitions();
     let mut logs: BTreeMap<TopicPartition, LogOffsets> = BTreeMap::new();
     if let Some(client) = kafka_client {
         for topic in &topics {
@@ -88,10 +83,7 @@ pub async fn describe(
         .map(|partition| {
             let log = logs.get(&partition);
             let committed = records.offsets.get(&partition).copied();
-            let lag = log.map(|log| {
-                let from = committed.unwrap_or(log.start);
-                u64::try_from(log.end - from).unwrap_or(0)
-            });
+            let lag = log.map(|log| log.lag(committed));
             PartitionDescription {
                 owner: records.owners.get(&partition).cloned(),
                 committed,

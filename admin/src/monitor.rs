@@ -230,6 +230,12 @@ struct State {
     /// Whether every group was read once: a group found after that is new,
     /// and what its first read shows (joins, claims) happened meanwhile.
     started: bool,
+    /// Each group's judgement as last published: a change to one group
+    /// judges that group again, not all of them (a refresh from Kafka, or
+    /// the store lost or found, judges all).
+    judged: BTreeMap<String, Arc<GroupHealth>>,
+    /// The groups to judge again before the next overview.
+    stale: BTreeSet<String>,
 }
 
 async fn run(
@@ -268,7 +274,6 @@ async fn run(
             wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
             continue;
         }
-        state.store_error = None;
         publish.send_replace(Arc::new(state.overview()));
 
         let mut dirty: BTreeSet<String> = BTreeSet::new();
@@ -358,12 +363,20 @@ impl State {
             groups,
             logs: LogRead::default(),
             started: false,
+            judged: BTreeMap::new(),
+            stale: BTreeSet::new(),
         }
     }
 
     fn lost_store(&mut self, error: String) {
         tracing::warn!(store = %self.store, %error, "the store cannot be watched; connecting again");
         self.store_error = Some(error);
+        self.all_stale();
+    }
+
+    /// Every group is to be judged again.
+    fn all_stale(&mut self) {
+        self.stale.extend(self.groups.keys().cloned());
     }
 
     /// Reads every selected group (and, watching all, finds the groups).
@@ -378,6 +391,9 @@ impl State {
         };
         self.read_groups(admin, names).await?;
         self.started = true;
+        if self.store_error.take().is_some() {
+            self.all_stale();
+        }
         Ok(())
     }
 
@@ -389,6 +405,7 @@ impl State {
     ) -> Result<(), AdminError> {
         let now = now_ms();
         for name in names {
+            self.stale.insert(name.clone());
             match admin.records(&name).await {
                 Ok(records) => {
                     let started = self.started;
@@ -447,11 +464,30 @@ impl State {
         for group in self.groups.values_mut() {
             group.sample(&self.logs, now, window);
         }
+        self.all_stale();
     }
 
-    fn overview(&self) -> Overview {
+    /// The overview to publish: the stale groups judged again, the others
+    /// as they were.
+    fn overview(&mut self) -> Overview {
         let now = now_ms();
         let window_span = self.config.kafka_interval * self.config.window as u32;
+        let groups = &self.groups;
+        self.judged.retain(|name, _| groups.contains_key(name));
+        for name in std::mem::take(&mut self.stale) {
+            let Some(group) = self.groups.get(&name) else {
+                continue;
+            };
+            let health = group.health(
+                &name,
+                &self.logs,
+                self.store_error.as_deref(),
+                now,
+                millis_of(window_span),
+                millis_of(self.config.unowned_after),
+            );
+            self.judged.insert(name, Arc::new(health));
+        }
         Overview {
             store: self.store.clone(),
             store_error: self.store_error.clone(),
@@ -459,20 +495,7 @@ impl State {
             updated_ms: now,
             kafka_interval_ms: millis_of(self.config.kafka_interval),
             window: self.config.window,
-            groups: self
-                .groups
-                .iter()
-                .map(|(name, group)| {
-                    group.health(
-                        name,
-                        &self.logs,
-                        self.store_error.as_deref(),
-                        now,
-                        millis_of(window_span),
-                        millis_of(self.config.unowned_after),
-                    )
-                })
-                .collect(),
+            groups: self.judged.values().cloned().collect(),
         }
     }
 }
@@ -558,12 +581,7 @@ impl GroupState {
             return BTreeSet::new();
         };
         let topics = group_topics(records);
-        let mut partitions: BTreeSet<TopicPartition> = records
-            .owners
-            .keys()
-            .chain(records.offsets.keys())
-            .cloned()
-            .collect();
+        let mut partitions = records.partitions();
         partitions.extend(
             logs.logs
                 .keys()
@@ -638,10 +656,7 @@ impl GroupState {
                 .map(|w| w.iter().copied().collect())
                 .unwrap_or_default();
             let judged = evaluate(&window, error.as_deref());
-            let lag = log.map(|log| {
-                let from = committed.unwrap_or(log.start);
-                u64::try_from(log.end - from).unwrap_or(0)
-            });
+            let lag = log.map(|log| log.lag(committed));
             partitions.push(PartitionHealth {
                 topic: partition.topic.to_string(),
                 partition: partition.partition,

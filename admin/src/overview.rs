@@ -7,6 +7,8 @@
 //! Times are milliseconds since the Unix epoch (`*_ms`); offsets and lags
 //! are Kafka's numbers; a partition is flat (`topic`, `partition`).
 
+use std::sync::Arc;
+
 use crate::health::{Sample, Status};
 
 /// Every watched group, and the state of the connections they are read
@@ -28,14 +30,18 @@ pub struct Overview {
     pub kafka_interval_ms: u64,
     /// How many samples a partition's window holds.
     pub window: usize,
-    /// The groups, sorted by name.
-    pub groups: Vec<GroupHealth>,
+    /// The groups, sorted by name. Shared: an overview made after a change
+    /// to one group shares every other group's judgement with the last.
+    pub groups: Vec<Arc<GroupHealth>>,
 }
 
 impl Overview {
     /// The group named `group`, if watched.
     pub fn group(&self, group: &str) -> Option<&GroupHealth> {
-        self.groups.iter().find(|g| g.group == group)
+        self.groups
+            .binary_search_by(|g| g.group.as_str().cmp(group))
+            .ok()
+            .map(|i| &*self.groups[i])
     }
 }
 

@@ -24,6 +24,15 @@ pub struct GroupRecords {
 }
 
 impl GroupRecords {
+    /// Every partition with an owner record or a committed offset.
+    pub fn partitions(&self) -> std::collections::BTreeSet<TopicPartition> {
+        self.owners
+            .keys()
+            .chain(self.offsets.keys())
+            .cloned()
+            .collect()
+    }
+
     /// Adds the registration of member `id`, read at `path`. `registered`
     /// is when the store says it was made (ZooKeeper: the node's creation
     /// time, the server's clock); without it, the registration's own

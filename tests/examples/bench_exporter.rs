@@ -129,6 +129,44 @@ fn rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Creates `topic` and waits until every partition answers for its log
+/// end: a topic of a thousand partitions takes the broker a while to give
+/// each a leader, longer than its client's own retries last.
+async fn create_topic(
+    kafka: &tenure::kafka::KafkaClient,
+    topic: &str,
+    partitions: u32,
+) -> Result<(), String> {
+    use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+
+    kafka
+        .controller_client()
+        .map_err(|e| format!("Kafka's controller: {e}"))?
+        .create_topic(topic, partitions as i32, 1, 60_000)
+        .await
+        .map_err(|e| format!("create topic {topic}: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for p in 0..partitions {
+        loop {
+            let answered = match kafka
+                .partition_client(topic, p as i32, UnknownTopicHandling::Retry)
+                .await
+            {
+                Ok(partition) => partition.get_offset(OffsetAt::Latest).await.is_ok(),
+                Err(_) => false,
+            };
+            if answered {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{topic}/{p} has no leader after 300 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let address = server("TENURE_ZOOKEEPER")?;
     let bootstrap = server("TENURE_KAFKA")?;
@@ -153,7 +191,7 @@ async fn run(args: Args) -> Result<(), String> {
         .await
         .map_err(|e| format!("Kafka at {bootstrap}: {e}"))?;
     let topic = unique("bench-exporter");
-    tenure_tests::kafka::create_topic(&kafka, &topic, args.partitions).await;
+    create_topic(&kafka, &topic, args.partitions).await?;
 
     let started = Instant::now();
     let groups: Vec<String> = (0..args.groups).map(|g| format!("group-{g:04}")).collect();

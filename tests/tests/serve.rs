@@ -9,7 +9,9 @@
 //! over WebDriver, shows every member with its partitions and follows a
 //! join without a reload. A cut Kafka and a cut store are reported as
 //! ERROR and recovered from, and clients that never finish a request or
-//! never read do not hold the watching up.
+//! never read do not hold the watching up. A token guards everything but
+//! `/healthz`; HTTPS is served with a certificate; `describe --watch`
+//! redraws a group as it changes.
 
 use tenure_tests as common;
 
@@ -30,6 +32,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// session timeout, on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(40);
 
+/// The `tenure` binary, without the environment's TENURE_* variables: only
+/// the flags count.
+fn tenure_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("TENURE_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// A `tenure serve` process, stopped when dropped.
 struct Serve {
     child: Child,
@@ -41,12 +55,7 @@ impl Serve {
     /// Starts `tenure serve` on `store` (flags) with Kafka at `bootstrap`,
     /// refreshing every 300 ms over a window of 4 samples.
     fn start(store: &[String], bootstrap: &str, extra: &[&str]) -> Serve {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
-        for (name, _) in std::env::vars() {
-            if name.starts_with("TENURE_") {
-                command.env_remove(name);
-            }
-        }
+        let mut command = tenure_command();
         command
             .args(store)
             .args(["--bootstrap", bootstrap, "--timeout", "10", "serve"])
@@ -62,7 +71,10 @@ impl Serve {
         let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("tenure serve: listening on http://") {
+                let rest = line
+                    .strip_prefix("tenure serve: listening on http://")
+                    .or_else(|| line.strip_prefix("tenure serve: listening on https://"));
+                if let Some(rest) = rest {
                     let _ = found.send(rest.trim_end_matches('/').to_owned());
                 }
                 let mut log = kept.lock().expect("log");
@@ -549,7 +561,7 @@ async fn a_token_guards_everything_but_healthz() {
     assert_eq!(get(serve.address, "/v1/groups", Some("wrong")).await.0, 401);
     assert_eq!(serve.get("/?token=s3cret").await.0, 200);
 
-    let refused = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"))
+    let refused = tenure_command()
         .args(&store)
         .args([
             "--bootstrap",
@@ -750,4 +762,148 @@ async fn the_page_follows_a_live_group_in_a_real_browser() {
     std::fs::write(&path, png).expect("write the screenshot");
     eprintln!("screenshot: {}", path.display());
     browser.close().await.expect("close the browser");
+}
+
+/// With a certificate and key, serve speaks HTTPS (checked by curl against
+/// the CA that signed the certificate) and refuses plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_speaks_https_with_a_certificate() {
+    // The services' Kafka certificate: issued for 127.0.0.1 by their CA.
+    let ca = std::env::var("TENURE_KAFKA_SECURED_CA").unwrap_or_else(|_| {
+        panic!("TENURE_KAFKA_SECURED_CA is not set: start the servers with scripts/services start")
+    });
+    let certs = std::path::Path::new(&ca)
+        .parent()
+        .expect("the certificates' folder")
+        .to_owned();
+    let (cert, key) = (certs.join("broker.pem"), certs.join("broker-key.pem"));
+    let zookeeper = common::zookeeper::ZooKeeper::new("serve-tls").await;
+    let store = vec![
+        "--zookeeper".to_owned(),
+        zookeeper.connect_string().to_owned(),
+    ];
+    let serve = Serve::start(
+        &store,
+        &kafka::bootstrap(),
+        &[
+            "--tls-cert",
+            cert.to_str().expect("a path"),
+            "--tls-key",
+            key.to_str().expect("a path"),
+        ],
+    );
+    let url = format!("https://{}/healthz", serve.address);
+    let curl = Command::new("curl")
+        .args([
+            "--silent",
+            "--show-error",
+            "--max-time",
+            "20",
+            "--cacert",
+            &ca,
+            &url,
+        ])
+        .output()
+        .expect("run curl");
+    assert!(
+        curl.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "ok\n");
+
+    // Plain HTTP gets no HTTP answer.
+    let mut stream = tokio::net::TcpStream::connect(serve.address)
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("200 OK"),
+        "plain HTTP was served"
+    );
+}
+
+/// `describe --watch` redraws the group in place as it changes: a member
+/// joining appears without the command being run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_watch_redraws_the_group_as_it_changes() {
+    let zookeeper = common::zookeeper::ZooKeeper::new("describe-watch").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let client = kafka::client().await;
+    let name = "describe-watch";
+    let topic = kafka::topic(name);
+    kafka::create_topic(&client, &topic, 2).await;
+    let group = common::group(name);
+    let backend = || -> Box<dyn Backend> {
+        Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone()))
+    };
+    let first = Consumer::join(backend(), &group, "first", &topic).await;
+
+    let mut child = tenure_command()
+        .args(["--zookeeper", &connect, "--bootstrap", &kafka::bootstrap()])
+        .args(["describe", &group, "--watch", "--kafka-interval", "PT0.3S"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start describe --watch");
+    let stdout = child.stdout.take().expect("its stdout");
+    let screen = Arc::new(Mutex::new(String::new()));
+    let kept = screen.clone();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = std::io::Read::read(&mut reader, &mut buffer) {
+            if read == 0 {
+                break;
+            }
+            kept.lock()
+                .expect("screen")
+                .push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    });
+    // The latest picture: what follows the last home-and-clear.
+    let picture = || {
+        let all = screen.lock().expect("screen").clone();
+        all.rsplit("\x1b[H\x1b[2J")
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let until = |what: &'static str, done: &dyn Fn(&str) -> bool| {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let shown = picture();
+            if done(&shown) {
+                return shown;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "describe --watch never showed {what}; last picture:\n{shown}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let shown = until("the first member holding both partitions", &|p| {
+        p.contains("status OK") && p.contains("1 member(s), 2 partition(s), 0 unowned")
+    });
+    assert!(shown.contains(&group), "{shown}");
+
+    let second = Consumer::join(backend(), &group, "second", &topic).await;
+    let shown = until("the second member's join", &|p| {
+        p.contains("2 member(s), 2 partition(s), 0 unowned")
+            && p.lines().any(|l| l.starts_with("second "))
+    });
+    assert!(
+        shown.contains("second joined"),
+        "the timeline shows it: {shown}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    first.handle.kill();
+    second.handle.kill();
 }
