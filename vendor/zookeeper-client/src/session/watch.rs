@@ -144,7 +144,13 @@ impl PersistentReceiver {
     }
 
     pub async fn recv(&mut self) -> WatchedEvent {
-        self.receiver.next().await.unwrap()
+        // The session's task is gone (the client was dropped, or the
+        // runtime is shutting down) without a terminal event: report the
+        // session closed rather than panic in the caller's task.
+        match self.receiver.next().await {
+            Some(event) => event,
+            None => WatchedEvent::new_session(SessionState::Closed),
+        }
     }
 
     pub async fn remove(self) -> Result<(), Error> {
