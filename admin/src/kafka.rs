@@ -124,8 +124,18 @@ async fn bounded<T>(
     partition: Option<&TopicPartition>,
     request: impl std::future::Future<Output = Result<T, rskafka::client::error::Error>>,
 ) -> Result<T, AdminError> {
+    bounded_by(KAFKA_REQUEST_TIMEOUT, topic, partition, request).await
+}
+
+/// [`bounded`], within `limit`.
+async fn bounded_by<T>(
+    limit: Duration,
+    topic: &str,
+    partition: Option<&TopicPartition>,
+    request: impl std::future::Future<Output = Result<T, rskafka::client::error::Error>>,
+) -> Result<T, AdminError> {
     let what = partition.map_or_else(|| format!("topic {topic}"), |p| format!("partition {p}"));
-    match tokio::time::timeout(KAFKA_REQUEST_TIMEOUT, request).await {
+    match tokio::time::timeout(limit, request).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(AdminError::KafkaRequest {
             what,
@@ -133,7 +143,7 @@ async fn bounded<T>(
         }),
         Err(_) => Err(AdminError::KafkaRequest {
             what,
-            detail: format!("no answer within {KAFKA_REQUEST_TIMEOUT:?}"),
+            detail: format!("no answer within {limit:?}"),
         }),
     }
 }
@@ -145,6 +155,9 @@ async fn bounded<T>(
 pub(crate) struct LogReader {
     /// `None`: no Kafka, nothing is read.
     client: Option<std::sync::Arc<KafkaClient>>,
+    /// How long one request may take: a refresh must not outlast its
+    /// interval by much, or an outage shows late.
+    limit: Duration,
     partitions: std::collections::HashMap<TopicPartition, std::sync::Arc<PartitionClient>>,
 }
 
@@ -167,9 +180,11 @@ type Looked = (std::sync::Arc<PartitionClient>, LogOffsets);
 const CONCURRENT_LOOKUPS: usize = 32;
 
 impl LogReader {
-    pub(crate) fn new(client: Option<std::sync::Arc<KafkaClient>>) -> LogReader {
+    /// A reader through `client` whose requests each wait at most `limit`.
+    pub(crate) fn new(client: Option<std::sync::Arc<KafkaClient>>, limit: Duration) -> LogReader {
         LogReader {
             client,
+            limit,
             partitions: std::collections::HashMap::new(),
         }
     }
@@ -185,7 +200,8 @@ impl LogReader {
         if topics.is_empty() {
             return read;
         }
-        let listed = match bounded("every topic", None, client.list_topics()).await {
+        let limit = self.limit;
+        let listed = match bounded_by(limit, "every topic", None, client.list_topics()).await {
             Ok(listed) => listed,
             Err(error) => {
                 for topic in topics {

@@ -187,8 +187,13 @@ impl Monitor {
             store_error: Some("connecting".to_owned()),
             ..Overview::default()
         }));
+        // A request may take the interval, within 1 to 15 s.
+        let limit = config
+            .kafka_interval
+            .clamp(Duration::from_secs(1), Duration::from_secs(15));
         let state = State::new(config);
-        let task = tokio::spawn(run(connect, LogReader::new(kafka), state, publish));
+        let reader = LogReader::new(kafka, limit);
+        let task = tokio::spawn(run(connect, reader, state, publish));
         Monitor { updates, task }
     }
 
@@ -287,6 +292,15 @@ async fn run(
                             dirty.insert(group);
                             settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
                         }
+                    }
+                    Some(Ok(StoreChange::Disconnected)) => {
+                        // Stale until the client is back (then a Resync) or
+                        // its session ends (then the stream fails).
+                        state.lost_store(format!(
+                            "the connection to {} was lost; reconnecting",
+                            state.store
+                        ));
+                        publish.send_replace(Arc::new(state.overview()));
                     }
                     Some(Ok(StoreChange::Resync)) => {
                         resync = true;

@@ -28,7 +28,9 @@ pub trait GroupAdmin: Send + Sync {
     /// order the store made them, several changes of a group may come as
     /// one, and after a lost connection [`StoreChange::Resync`] says that
     /// some may have been missed. The stream fails or ends when the watch
-    /// cannot go on (the admin's session expired): connect anew.
+    /// cannot go on (the admin's session expired): connect anew. A store
+    /// whose client reconnects by itself (ZooKeeper) says
+    /// [`StoreChange::Disconnected`] when the connection drops.
     async fn watch(&self) -> Result<StoreChanges, AdminError>;
 
     /// Every record of `group`. A group with no records at all is
@@ -87,6 +89,10 @@ pub type StoreChanges = BoxStream<'static, Result<StoreChange, AdminError>>;
 pub enum StoreChange {
     /// A record of this group was created, changed or deleted.
     Group(String),
+    /// The connection to the store was lost; the client is reconnecting.
+    /// What was read may be out of date until [`StoreChange::Resync`] (or
+    /// the stream's failure, if the session ends meanwhile).
+    Disconnected,
     /// The watch was re-established after the connection to the store was
     /// lost: changes may have been missed, read every group again.
     Resync,

@@ -62,6 +62,9 @@ impl Watching {
             let event = watcher.changed().await;
             if event.event_type == zk::EventType::Session {
                 match event.session_state {
+                    zk::SessionState::Disconnected => {
+                        return Some((Ok(StoreChange::Disconnected), self));
+                    }
                     // Events of the time away may be lost (ZOOKEEPER-4698).
                     zk::SessionState::SyncConnected => {
                         return Some((Ok(StoreChange::Resync), self));

@@ -14,6 +14,7 @@ pub mod kafka;
 pub mod memory;
 pub mod postgres;
 pub mod recorder;
+pub mod serve;
 pub mod zookeeper;
 
 pub use tenure_testkit::proxy;

@@ -15,200 +15,34 @@
 
 use tenure_tests as common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::io::BufReader;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::kafka;
+use common::serve::{get, group_of, Consumer, WAIT};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tenure::admin::health::Status;
-use tenure::admin::overview::{GroupHealth, Overview};
-use tenure::tokio::{Backend, GroupMember, KafkaConfig, MemberHandle};
+use tenure::admin::overview::Overview;
+use tenure::tokio::Backend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// How long anything awaited here may take: several Kafka refreshes and a
-/// session timeout, on a loaded 2-core machine.
-const WAIT: Duration = Duration::from_secs(40);
 
 /// The `tenure` binary, without the environment's TENURE_* variables: only
 /// the flags count.
 fn tenure_command() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure-under-test"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("TENURE_") {
-            command.env_remove(name);
-        }
-    }
-    command
+    common::serve::tenure_command(env!("CARGO_BIN_EXE_tenure-under-test"))
 }
 
-/// A `tenure serve` process, stopped when dropped.
-struct Serve {
-    child: Child,
-    address: SocketAddr,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Serve {
-    /// Starts `tenure serve` on `store` (flags) with Kafka at `bootstrap`,
-    /// refreshing every 300 ms over a window of 4 samples.
-    fn start(store: &[String], bootstrap: &str, extra: &[&str]) -> Serve {
-        let mut command = tenure_command();
-        command
-            .args(store)
-            .args(["--bootstrap", bootstrap, "--timeout", "10", "serve"])
-            .args(["--listen", "127.0.0.1:0", "--kafka-interval", "PT0.3S"])
-            .args(["--window", "4", "--unowned-after", "1s"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("start tenure serve");
-        let stderr = child.stderr.take().expect("its stderr");
-        let (found, address) = std::sync::mpsc::channel();
-        let log = Arc::new(Mutex::new(String::new()));
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let rest = line
-                    .strip_prefix("tenure serve: listening on http://")
-                    .or_else(|| line.strip_prefix("tenure serve: listening on https://"));
-                if let Some(rest) = rest {
-                    let _ = found.send(rest.trim_end_matches('/').to_owned());
-                }
-                let mut log = kept.lock().expect("log");
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let address = match address.recv_timeout(Duration::from_secs(30)) {
-            Ok(address) => address.parse().expect("an address"),
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "tenure serve did not say where it listens; its stderr:\n{}",
-                    log.lock().expect("log")
-                )
-            }
-        };
-        Serve {
-            child,
-            address,
-            stderr: log,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().expect("log").clone()
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        get(self.address, path, None).await
-    }
-
-    async fn overview(&self) -> Overview {
-        let (status, body) = self.get("/v1/groups").await;
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("not an Overview ({e}): {body}"))
-    }
-
-    /// Reads the overview until `done` holds for it.
-    async fn until(&self, what: &str, done: impl Fn(&Overview) -> bool) -> Overview {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let overview = self.overview().await;
-            if done(&overview) {
-                return overview;
-            }
-            if tokio::time::Instant::now() > deadline {
-                panic!(
-                    "{what}: not within {WAIT:?}; last overview: {}\nserve's stderr:\n{}",
-                    serde_json::to_string_pretty(&overview).unwrap_or_default(),
-                    self.log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A GET over HTTP/1.0 (no chunks, the connection closes at the end).
-async fn get(address: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .expect("connect to tenure serve");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n{auth}\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("send the request");
-    let mut response = Vec::new();
-    tokio::time::timeout(WAIT, stream.read_to_end(&mut response))
-        .await
-        .expect("an answer in time")
-        .expect("read the answer");
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text}"));
-    (status, body.to_owned())
-}
-
-fn group_of<'a>(overview: &'a Overview, group: &str) -> Option<&'a GroupHealth> {
-    overview.group(group)
-}
-
-/// A member of `group` on `topic`, which acknowledges every message it is
-/// given while `acking` holds, on a task of its own.
-struct Consumer {
-    handle: MemberHandle,
-    acking: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Consumer {
-    async fn join(backend: Box<dyn Backend>, group: &str, member: &str, topic: &str) -> Consumer {
-        let member = GroupMember::builder(common::config_for(group, member, topic))
-            .kafka(KafkaConfig::new(&kafka::bootstrap()))
-            .join(backend)
-            .await
-            .unwrap_or_else(|e| panic!("{member} cannot join: {e}"));
-        let (handle, streams) = member.split();
-        let acking = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let on = acking.clone();
-        let mut messages = streams.messages.expect("a member with Kafka has messages");
-        tokio::spawn(async move {
-            // Messages not acknowledged are held, never dropped: their
-            // partition's committed offset stays where it is.
-            let mut held = Vec::new();
-            while let Some(message) = messages.next().await {
-                if on.load(std::sync::atomic::Ordering::SeqCst) {
-                    message.ack();
-                } else {
-                    held.push(message);
-                }
-            }
-        });
-        Consumer { handle, acking }
-    }
-
-    fn stop_acking(&self) {
-        self.acking
-            .store(false, std::sync::atomic::Ordering::SeqCst);
-    }
+/// `tenure serve` on `store` with Kafka at `bootstrap` (see
+/// [`common::serve::Serve::start`]).
+fn start_serve(store: &[String], bootstrap: &str, extra: &[&str]) -> common::serve::Serve {
+    common::serve::Serve::start(
+        env!("CARGO_BIN_EXE_tenure-under-test"),
+        store,
+        bootstrap,
+        extra,
+    )
 }
 
 /// The whole story on one store: OK, STALL, STOP, a new group, a corrupt
@@ -226,7 +60,7 @@ async fn a_group_judged_from_outside<F: std::future::Future<Output = String>>(
         kafka::produce(&client, &topic, p, 20).await;
     }
     let group = common::group(name);
-    let serve = Serve::start(&store, &kafka::bootstrap(), &[]);
+    let serve = start_serve(&store, &kafka::bootstrap(), &[]);
 
     // Two members consume everything: every partition owned, lag 0, OK.
     let a = Consumer::join(backend(), &group, "a", &topic).await;
@@ -481,7 +315,7 @@ async fn outages_are_reported_and_recovered_and_bad_clients_hold_nothing_up() {
         "--etcd-prefix".to_owned(),
         etcd.prefix().to_owned(),
     ];
-    let serve = Serve::start(&store, &kafka_proxy.address.to_string(), &[]);
+    let serve = start_serve(&store, &kafka_proxy.address.to_string(), &[]);
     serve
         .until("the group OK", |o| {
             group_of(o, &group).is_some_and(|g| g.status == Status::Ok && g.total_lag == Some(0))
@@ -550,10 +384,22 @@ async fn a_token_guards_everything_but_healthz() {
         "--zookeeper".to_owned(),
         zookeeper.connect_string().to_owned(),
     ];
-    let serve = Serve::start(&store, &kafka::bootstrap(), &["--token", "s3cret"]);
+    let serve = start_serve(&store, &kafka::bootstrap(), &["--token", "s3cret"]);
     assert_eq!(serve.get("/v1/groups").await.0, 401);
     assert_eq!(serve.get("/metrics").await.0, 401);
-    assert_eq!(serve.get("/healthz").await.0, 200);
+    // /healthz needs no token: 503 while the first connection is made,
+    // then 200.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match serve.get("/healthz").await {
+            (200, _) => break,
+            (503, why) if tokio::time::Instant::now() < deadline => {
+                assert!(why.contains("cannot be watched"), "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (status, why) => panic!("/healthz answered {status}: {why}"),
+        }
+    }
     assert_eq!(
         get(serve.address, "/v1/groups", Some("s3cret")).await.0,
         200
@@ -631,7 +477,7 @@ async fn the_page_follows_a_live_group_in_a_real_browser() {
     };
     let _first = Consumer::join(backend(), &group, "first", &topic).await;
     let _second = Consumer::join(backend(), &group, "second", &topic).await;
-    let serve = Serve::start(&store, &kafka::bootstrap(), &[]);
+    let serve = start_serve(&store, &kafka::bootstrap(), &[]);
     serve
         .until("two members holding every partition", |o| {
             group_of(o, &group).is_some_and(|g| g.members.len() == 2 && g.unowned == 0)
@@ -782,7 +628,7 @@ async fn serve_speaks_https_with_a_certificate() {
         "--zookeeper".to_owned(),
         zookeeper.connect_string().to_owned(),
     ];
-    let serve = Serve::start(
+    let serve = start_serve(
         &store,
         &kafka::bootstrap(),
         &[
