@@ -100,8 +100,11 @@ impl Sample {
     /// How many messages were not committed: log end − committed offset
     /// (from the log's start when nothing is committed), never below 0.
     pub fn lag(&self) -> u64 {
-        let from = self.committed.unwrap_or(self.log_start);
-        u64::try_from(self.log_end - from).unwrap_or(0)
+        let log = tenure_kafka::LogOffsets {
+            start: self.log_start,
+            end: self.log_end,
+        };
+        log.lag(self.committed)
     }
 
     /// Where consumption would resume: the committed offset, or the log's

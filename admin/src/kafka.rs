@@ -18,22 +18,9 @@ use crate::error::AdminError;
 /// retries by itself, so an unreachable leader would otherwise hang the tool.
 const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The bounds of one partition's log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogOffsets {
-    /// The first offset still in the log.
-    pub start: Offset,
-    /// The offset the next produced message will get (the high watermark).
-    pub end: Offset,
-}
-
-impl LogOffsets {
-    /// How many messages are not committed: the log's end − `committed`
-    /// (− the log's start when nothing is committed), never below 0.
-    pub fn lag(&self, committed: Option<Offset>) -> u64 {
-        u64::try_from(self.end - committed.unwrap_or(self.start)).unwrap_or(0)
-    }
-}
+/// The bounds of one partition's log: the data plane's type, one for the
+/// member's `watermarks` and the operator's tooling alike.
+pub use tenure_kafka::LogOffsets;
 
 /// The log bounds of every partition of `topic`.
 pub async fn log_offsets(

@@ -403,8 +403,10 @@ mod tests {
     }
 }
 
-// `tenure serve`'s own flags.
+// `tenure serve`'s own flags, under a heading of their own in its help
+// (apart from the connection flags every subcommand takes).
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Serving")]
 pub struct ServeArgs {
     /// A group to watch; repeat for several (default: every group in the
     /// store, picked up as groups appear and disappear)

@@ -27,6 +27,14 @@ pub struct LogOffsets {
     pub end: Offset,
 }
 
+impl LogOffsets {
+    /// How many messages are not committed: the log's end − `committed`
+    /// (− the log's start when nothing is committed), never below 0.
+    pub fn lag(&self, committed: Option<Offset>) -> u64 {
+        u64::try_from(self.end - committed.unwrap_or(self.start)).unwrap_or(0)
+    }
+}
+
 /// The bounds of `partition`'s log.
 pub async fn log_offsets(
     client: &Client,
