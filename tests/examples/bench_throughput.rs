@@ -4,7 +4,7 @@
 //! `TENURE_ZOOKEEPER`).
 //!
 //! ```text
-//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog|exactly-once]
+//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog|exactly-once --peer java]
 //! ```
 //!
 //! Throughput: it produces `--messages` messages (default 1,200,000,
@@ -15,6 +15,12 @@
 //! committed). Each round prints messages per second of wall time and of
 //! this process's CPU time; the lines on stdout give the median ratios:
 //! `members=3 messages=… rounds=… ratio_median=R ratio_min=… ratio_max=… cpu_ratio_median=C`.
+//! With `--peer java`, each round also runs Kafka's own consumer benchmark
+//! (`ConsumerPerformance`) on the same topic with a fresh group, and a last
+//! line gives its fetch rate and its rate over the process's wall time
+//! beside tenure's with one member: `peer=java messages=… rounds=…
+//! tenure_1_member_msgs_per_s_median=… java_fetch_msgs_per_s_median=…
+//! java_process_msgs_per_s_median=… ratio_to_java_fetch_median=R`.
 //!
 //! Exactly once: round after round, 3 members consume the topic
 //! at-least-once (every message acknowledged), then 3 members write it
@@ -606,6 +612,11 @@ struct Args {
     /// One part of the run alone [default: all three].
     #[arg(long, value_parser = ["throughput", "backlog", "exactly-once"])]
     only: Option<String>,
+    /// A peer measured on the same topic in each throughput round: `java`
+    /// runs Kafka's own consumer benchmark (`ConsumerPerformance`, from the
+    /// jars of `TENURE_KAFKA_LIBS`) with a fresh group.
+    #[arg(long, value_parser = ["java"])]
+    peer: Option<String>,
 }
 
 fn at_least_a_message_a_partition(value: &str) -> Result<usize, String> {
@@ -619,6 +630,7 @@ fn at_least_a_message_a_partition(value: &str) -> Result<usize, String> {
 /// What to run.
 struct Options {
     messages: usize,
+    java_peer: bool,
     buffered_batches: Option<usize>,
     rounds: usize,
     throughput: bool,
@@ -631,6 +643,7 @@ impl Options {
         let part = |name: &str| args.only.as_deref().is_none_or(|only| only == name);
         Options {
             messages: args.messages,
+            java_peer: args.peer.as_deref() == Some("java"),
             buffered_batches: args.buffered_batches,
             rounds: args.rounds.max(1),
             throughput: part("throughput"),
@@ -657,7 +670,16 @@ async fn run(options: Options) -> Result<(), String> {
         // median ratio of the rounds.
         let mut ratios: std::collections::BTreeMap<usize, (Vec<f64>, Vec<f64>)> =
             Default::default();
+        let libs = if options.java_peer {
+            Some(server("TENURE_KAFKA_LIBS")?)
+        } else {
+            None
+        };
+        // Per round: tenure's rate with one member, the Java consumer's own
+        // fetch rate and its rate over the process's wall time.
+        let mut beside_java: Vec<(f64, f64, f64)> = Vec::new();
         for round in 1..=options.rounds {
+            let mut one_member = f64::NAN;
             for members in [1, 3] {
                 let raw_rate = raw(&client, &topic, total).await?;
                 let tenure_rate =
@@ -671,7 +693,34 @@ async fn run(options: Options) -> Result<(), String> {
                 let entry = ratios.entry(members).or_default();
                 entry.0.push(ratio);
                 entry.1.push(cpu_ratio);
+                if members == 1 {
+                    one_member = tenure_rate.wall;
+                }
             }
+            if let Some(libs) = &libs {
+                let (fetch, process) = java_consumer(&bootstrap, libs, &topic, total).await?;
+                eprintln!(
+                    "  round {round}: java_fetch_msgs_per_s={fetch:.0} java_process_msgs_per_s={process:.0} tenure_1_member_msgs_per_s={one_member:.0} ratio_to_java_fetch={:.2}",
+                    one_member / fetch
+                );
+                beside_java.push((one_member, fetch, process));
+            }
+        }
+        if !beside_java.is_empty() {
+            let column = |pick: fn(&(f64, f64, f64)) -> f64| {
+                let mut values: Vec<f64> = beside_java.iter().map(pick).collect();
+                values.sort_by(f64::total_cmp);
+                values
+            };
+            let to_fetch = column(|r| r.0 / r.1);
+            println!(
+                "peer=java messages={total} rounds={} tenure_1_member_msgs_per_s_median={:.0} java_fetch_msgs_per_s_median={:.0} java_process_msgs_per_s_median={:.0} ratio_to_java_fetch_median={:.2}",
+                beside_java.len(),
+                quantile(&column(|r| r.0), 0.5),
+                quantile(&column(|r| r.1), 0.5),
+                quantile(&column(|r| r.2), 0.5),
+                quantile(&to_fetch, 0.5),
+            );
         }
         for (members, (mut wall, mut cpu)) in ratios {
             wall.sort_by(f64::total_cmp);
@@ -745,6 +794,80 @@ async fn run(options: Options) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Kafka's own consumer benchmark (`ConsumerPerformance`, what
+/// `kafka-consumer-perf-test.sh` runs) reading all `total` messages of
+/// `topic` with a fresh group: its own fetch rate (messages per second of
+/// fetching, rebalance excluded) and the rate over the process's wall time
+/// (JVM start and group join included).
+async fn java_consumer(
+    bootstrap: &str,
+    libs: &str,
+    topic: &str,
+    total: u64,
+) -> Result<(f64, f64), String> {
+    let group = unique("bench-java-peer");
+    let args: Vec<String> = [
+        "-Xmx512m",
+        "-cp",
+        &format!("{libs}/*"),
+        "org.apache.kafka.tools.ConsumerPerformance",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--messages",
+        &total.to_string(),
+        "--group",
+        &group,
+        // Gives up after 60 s without a record, so a run that cannot read
+        // says so instead of waiting.
+        "--timeout",
+        "60000",
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    let started = Instant::now();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("java").args(&args).output()
+    })
+    .await
+    .map_err(|e| format!("ConsumerPerformance's thread: {e}"))?
+    .map_err(|e| format!("cannot run java (ConsumerPerformance): {e}"))?;
+    let wall = started.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "ConsumerPerformance failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    // A header line of comma-separated names, then the values.
+    let mut lines = stdout.lines().filter(|l| l.contains(','));
+    let (Some(header), Some(values)) = (lines.next(), lines.next()) else {
+        return Err(format!("ConsumerPerformance printed no figures: {stdout}"));
+    };
+    let figure = |name: &str| -> Result<f64, String> {
+        let index = header
+            .split(',')
+            .position(|h| h.trim() == name)
+            .ok_or_else(|| format!("no {name} in ConsumerPerformance's header: {header}"))?;
+        values
+            .split(',')
+            .nth(index)
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("no {name} in ConsumerPerformance's figures: {values}"))
+    };
+    let consumed = figure("data.consumed.in.nMsg")?;
+    if consumed as u64 != total {
+        return Err(format!(
+            "ConsumerPerformance read {consumed} messages, not {total}"
+        ));
+    }
+    Ok((figure("fetch.nMsg.sec")?, total as f64 / wall))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
