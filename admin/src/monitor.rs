@@ -252,85 +252,84 @@ async fn run(
     let mut kafka_tick = tokio::time::interval(state.config.kafka_interval);
     kafka_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let admin = match connect().await {
-            Ok(admin) => admin,
-            Err(error) => {
-                state.lost_store(error.to_string());
-                publish.send_replace(Arc::new(state.overview()));
-                wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
-                continue;
-            }
-        };
-        state.store = admin.store();
-        let mut changes = match admin.watch().await {
-            Ok(changes) => changes,
-            Err(error) => {
-                state.lost_store(error.to_string());
-                publish.send_replace(Arc::new(state.overview()));
-                wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
-                continue;
-            }
-        };
-        // The watch is set before everything is read: no change between
-        // the read and the watch can be missed.
-        if let Err(error) = state.read_all(admin.as_ref()).await {
-            state.lost_store(error.to_string());
-            publish.send_replace(Arc::new(state.overview()));
-            wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
-            continue;
-        }
-        publish.send_replace(Arc::new(state.overview()));
+        let lost = watch_store(&connect, &mut reader, &mut state, &publish, &mut kafka_tick).await;
+        state.lost_store(lost);
+        state.publish(&publish);
+        wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
+    }
+}
 
-        let mut dirty: BTreeSet<String> = BTreeSet::new();
-        let mut resync = false;
-        let mut settle_at: Option<Instant> = None;
-        let lost = loop {
-            tokio::select! {
-                change = changes.next() => match change {
-                    Some(Ok(StoreChange::Group(group))) => {
-                        if state.config.groups.selects(&group) {
-                            dirty.insert(group);
-                            settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
-                        }
-                    }
-                    Some(Ok(StoreChange::Disconnected)) => {
-                        // Stale until the client is back (then a Resync) or
-                        // its session ends (then the stream fails).
-                        state.lost_store(format!(
-                            "the connection to {} was lost; reconnecting",
-                            state.store
-                        ));
-                        publish.send_replace(Arc::new(state.overview()));
-                    }
-                    Some(Ok(StoreChange::Resync)) => {
-                        resync = true;
+/// Connects, watches and reads the store, and follows its changes and
+/// Kafka's logs until the store is lost; returns why.
+async fn watch_store(
+    connect: &Connector,
+    reader: &mut LogReader,
+    state: &mut State,
+    publish: &watch::Sender<Arc<Overview>>,
+    kafka_tick: &mut tokio::time::Interval,
+) -> String {
+    let admin = match connect().await {
+        Ok(admin) => admin,
+        Err(error) => return error.to_string(),
+    };
+    state.store = admin.store();
+    let mut changes = match admin.watch().await {
+        Ok(changes) => changes,
+        Err(error) => return error.to_string(),
+    };
+    // The watch is set before everything is read: no change between the
+    // read and the watch can be missed.
+    if let Err(error) = state.read_all(admin.as_ref()).await {
+        return error.to_string();
+    }
+    state.publish(publish);
+
+    let mut dirty: BTreeSet<String> = BTreeSet::new();
+    let mut resync = false;
+    let mut settle_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            change = changes.next() => match change {
+                Some(Ok(StoreChange::Group(group))) => {
+                    if state.config.groups.selects(&group) {
+                        dirty.insert(group);
                         settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
                     }
-                    Some(Err(error)) => break error.to_string(),
-                    None => break "the store's watch ended".to_owned(),
-                },
-                () = sleep_until(settle_at), if settle_at.is_some() => {
-                    settle_at = None;
-                    let result = if std::mem::take(&mut resync) {
-                        dirty.clear();
-                        state.read_all(admin.as_ref()).await
-                    } else {
-                        state.read_groups(admin.as_ref(), std::mem::take(&mut dirty)).await
-                    };
-                    if let Err(error) = result {
-                        break error.to_string();
-                    }
-                    publish.send_replace(Arc::new(state.overview()));
                 }
-                _ = kafka_tick.tick() => {
-                    state.refresh_kafka(&mut reader).await;
-                    publish.send_replace(Arc::new(state.overview()));
+                Some(Ok(StoreChange::Disconnected)) => {
+                    // Stale until the client is back (then a Resync) or its
+                    // session ends (then the stream fails).
+                    state.lost_store(format!(
+                        "the connection to {} was lost; reconnecting",
+                        state.store
+                    ));
+                    state.publish(publish);
                 }
+                Some(Ok(StoreChange::Resync)) => {
+                    resync = true;
+                    settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
+                }
+                Some(Err(error)) => return error.to_string(),
+                None => return "the store's watch ended".to_owned(),
+            },
+            () = sleep_until(settle_at), if settle_at.is_some() => {
+                settle_at = None;
+                let result = if std::mem::take(&mut resync) {
+                    dirty.clear();
+                    state.read_all(admin.as_ref()).await
+                } else {
+                    state.read_groups(admin.as_ref(), std::mem::take(&mut dirty)).await
+                };
+                if let Err(error) = result {
+                    return error.to_string();
+                }
+                state.publish(publish);
             }
-        };
-        state.lost_store(lost);
-        publish.send_replace(Arc::new(state.overview()));
-        wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
+            _ = kafka_tick.tick() => {
+                state.refresh_kafka(reader).await;
+                state.publish(publish);
+            }
+        }
     }
 }
 
@@ -348,7 +347,7 @@ async fn wait_reconnect(
             () = tokio::time::sleep_until(until) => return,
             _ = kafka_tick.tick() => {
                 state.refresh_kafka(reader).await;
-                publish.send_replace(Arc::new(state.overview()));
+                state.publish(publish);
             }
         }
     }
@@ -479,6 +478,11 @@ impl State {
             group.sample(&self.logs, now, window);
         }
         self.all_stale();
+    }
+
+    /// Publishes a new overview.
+    fn publish(&mut self, publish: &watch::Sender<Arc<Overview>>) {
+        publish.send_replace(Arc::new(self.overview()));
     }
 
     /// The overview to publish: the stale groups judged again, the others

@@ -54,6 +54,20 @@ pub async fn create_topic(client: &Client, topic: &str, partitions: u32) {
     create_topic_with_configs(client, topic, partitions, []).await;
 }
 
+/// Creates `topic` with `partitions` partitions and produces `messages` to
+/// each.
+pub async fn create_topic_with_messages(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+    messages: usize,
+) {
+    create_topic(client, topic, partitions).await;
+    for p in 0..partitions {
+        produce(client, topic, p, messages).await;
+    }
+}
+
 /// Creates `topic` with `partitions` partitions and topic-level `configs`
 /// (`("message.timestamp.type", "LogAppendTime")`, say), and waits until
 /// every partition has a leader.

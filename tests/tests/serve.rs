@@ -55,10 +55,7 @@ async fn a_group_judged_from_outside<F: std::future::Future<Output = String>>(
 ) {
     let client = kafka::client().await;
     let topic = kafka::topic(name);
-    kafka::create_topic(&client, &topic, 4).await;
-    for p in 0..4 {
-        kafka::produce(&client, &topic, p, 20).await;
-    }
+    kafka::create_topic_with_messages(&client, &topic, 4, 20).await;
     let group = common::group(name);
     let serve = start_serve(&store, &kafka::bootstrap(), &[]);
 
@@ -295,12 +292,9 @@ async fn outages_are_reported_and_recovered_and_bad_clients_hold_nothing_up() {
     let client = kafka::client().await;
     let name = "serve-outage";
     let topic = kafka::topic(name);
-    kafka::create_topic(&client, &topic, 2).await;
     // Messages to commit: the committed offsets keep the group in the
     // store after its last member is gone.
-    for p in 0..2 {
-        kafka::produce(&client, &topic, p, 5).await;
-    }
+    kafka::create_topic_with_messages(&client, &topic, 2, 5).await;
     let group = common::group(name);
     let member = Consumer::join(
         Box::new(tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix())),
@@ -467,10 +461,7 @@ async fn the_page_follows_a_live_group_in_a_real_browser() {
     let client = kafka::client().await;
     let name = "serve-page";
     let topic = kafka::topic(name);
-    kafka::create_topic(&client, &topic, 6).await;
-    for p in 0..6 {
-        kafka::produce(&client, &topic, p, 30).await;
-    }
+    kafka::create_topic_with_messages(&client, &topic, 6, 30).await;
     let group = common::group(name);
     let backend = || -> Box<dyn Backend> {
         Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone()))

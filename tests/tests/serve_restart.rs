@@ -41,10 +41,7 @@ async fn outages_of_kafka_and_zookeeper_are_errors_and_pass() {
     let client = kafka::client().await;
     let name = "serve-restart";
     let topic = kafka::topic(name);
-    kafka::create_topic(&client, &topic, 2).await;
-    for p in 0..2 {
-        kafka::produce(&client, &topic, p, 5).await;
-    }
+    kafka::create_topic_with_messages(&client, &topic, 2, 5).await;
     let group = common::group(name);
     let member = Consumer::join(
         Box::new(tenure::zookeeper::ZooKeeperBackend::new(connect.clone())),
