@@ -26,6 +26,12 @@
 //!   answered `Ok` inside the measured time but not counted as elements
 //!   (about one per 300 acknowledgements), so the `thrpt` line reads as
 //!   acknowledgements per second.
+//! - `member_events_by_held/partitions={10,10000}`: the same acknowledgement
+//!   (with what follows it, as above) on the only member of a group whose
+//!   topic has 10 or 10,000 partitions, so that it holds them all. The
+//!   acknowledgements go round the same 10 partitions in both, so the
+//!   work they cause (commits included) is the same: the two lines differ
+//!   only by what holding more partitions costs each event.
 //! - `member_rebalance/{sticky,range}`: the time that member takes to handle
 //!   one `MembersResult` in which a member (`m100`) joins the 100, computing
 //!   the assignment over 101 members × 1,000 partitions, and to hand out the
@@ -34,7 +40,6 @@
 //! - `assignment/{sticky,range,round-robin}`: `AssignmentStrategy::assign`
 //!   for 100 members × 1,000 partitions (one topic, every member subscribed).
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,8 +95,11 @@ struct Harness {
     members: Vec<MemberInfo>,
     next_token: u64,
     /// What the application is fetching: partition, claim, next offset to
-    /// acknowledge.
-    fetching: BTreeMap<TopicPartition, (FencingToken, Offset)>,
+    /// acknowledge (a list, so that going round it costs the same however
+    /// long it is).
+    fetching: Vec<(TopicPartition, FencingToken, Offset)>,
+    /// How many of `fetching` the acknowledgements go round (all: `None`).
+    active: Option<usize>,
     /// A `WatchMembers` left unanswered, for the caller to answer.
     members_request: Option<RequestId>,
     /// Answer `WatchMembers` at once (`false`: leave it in
@@ -104,6 +112,37 @@ impl Harness {
     /// of the 1,000 partitions.
     fn settled(strategy: Arc<dyn AssignmentStrategy>) -> Harness {
         let name = strategy.name().to_owned();
+        let h = Harness::joined(strategy, members_list(MEMBERS, &name), counts());
+        let owned = h.fetching.len();
+        assert!(
+            (5..=20).contains(&owned),
+            "{OURS} fetches {owned} partitions, expected about 10"
+        );
+        h
+    }
+
+    /// The only member of a group whose topic `t` has `partitions`
+    /// partitions, owning and fetching them all.
+    fn alone(partitions: u32) -> Harness {
+        let h = Harness::joined(
+            Arc::new(Sticky),
+            vec![member_info(OURS, Sticky.name())],
+            [("t".to_owned(), partitions)].into_iter().collect(),
+        );
+        assert_eq!(
+            h.fetching.len(),
+            partitions as usize,
+            "{OURS} fetches them all"
+        );
+        h
+    }
+
+    /// `OURS`, joined to a group of `members` over `counts`, settled.
+    fn joined(
+        strategy: Arc<dyn AssignmentStrategy>,
+        members: Vec<MemberInfo>,
+        counts: PartitionCounts,
+    ) -> Harness {
         let config = Config::new("bench", OURS, ["t"])
             .expect("valid bench config")
             .with_strategy(strategy);
@@ -113,9 +152,10 @@ impl Harness {
             member,
             t0,
             elapsed: Duration::ZERO,
-            members: members_list(MEMBERS, &name),
+            members,
             next_token: 1,
-            fetching: BTreeMap::new(),
+            fetching: Vec::new(),
+            active: None,
             members_request: None,
             answer_members: true,
         };
@@ -123,14 +163,9 @@ impl Harness {
             session: SessionId(1),
         });
         let now = h.now();
-        h.member.set_partition_counts(now, counts());
+        h.member.set_partition_counts(now, counts);
         h.drain();
         assert!(h.member.is_settled(), "the bench member did not settle");
-        let owned = h.fetching.len();
-        assert!(
-            (5..=20).contains(&owned),
-            "{OURS} fetches {owned} partitions, expected about 10"
-        );
         h
     }
 
@@ -223,15 +258,12 @@ impl Harness {
         match command {
             FetchCommand::Start {
                 partition, token, ..
-            } => {
-                let next = self
-                    .fetching
-                    .get(&partition)
-                    .map_or(0, |(_, offset)| *offset);
-                self.fetching.insert(partition, (token, next));
-            }
+            } => match self.fetching.iter_mut().find(|(p, ..)| *p == partition) {
+                Some(entry) => entry.1 = token,
+                None => self.fetching.push((partition, token, 0)),
+            },
             FetchCommand::Stop { partition, token } => {
-                self.fetching.remove(&partition);
+                self.fetching.retain(|(p, ..)| *p != partition);
                 let now = self.now();
                 self.member.drained(now, &partition, token);
             }
@@ -246,12 +278,8 @@ impl Harness {
         for _ in 0..n {
             self.elapsed += EVENT_STEP;
             let (partition, token, offset) = {
-                let index = *cursor % self.fetching.len();
-                let (partition, (token, offset)) = self
-                    .fetching
-                    .iter_mut()
-                    .nth(index)
-                    .expect("index below the number of fetching partitions");
+                let round = self.active.unwrap_or(self.fetching.len());
+                let (partition, token, offset) = &mut self.fetching[*cursor % round];
                 let acked = *offset;
                 *offset += 1;
                 (partition.clone(), *token, acked)
@@ -287,14 +315,43 @@ fn member_events(c: &mut Criterion) {
     assert!(h.member.is_settled(), "the bench member lost partitions");
     let committed = h
         .fetching
-        .keys()
-        .filter_map(|p| h.member.committed(p))
+        .iter()
+        .filter_map(|(p, ..)| h.member.committed(p))
         .min()
         .expect("the bench member fetches partitions");
     assert!(
         committed >= 100,
         "commits did not keep up: lowest committed offset {committed}"
     );
+}
+
+/// The partitions held in `member_events_by_held`, and how many of them
+/// the acknowledgements go round.
+const HELD: [u32; 2] = [10, 10_000];
+const ACTIVE: usize = 10;
+
+fn member_events_by_held(c: &mut Criterion) {
+    let mut group = c.benchmark_group("member_events_by_held");
+    group.throughput(Throughput::Elements(EVENTS_PER_ITER));
+    for held in HELD {
+        let mut h = Harness::alone(held);
+        h.active = Some(ACTIVE);
+        let mut cursor = 0;
+        h.acknowledge(10_000, &mut cursor);
+        group.bench_function(format!("partitions={held}"), |b| {
+            b.iter(|| h.acknowledge(EVENTS_PER_ITER, &mut cursor))
+        });
+        assert!(h.member.is_settled(), "the bench member lost partitions");
+        let committed = h.fetching[..ACTIVE]
+            .iter()
+            .filter_map(|(p, ..)| h.member.committed(p))
+            .min();
+        assert!(
+            committed.is_some_and(|c| c >= 100),
+            "commits did not keep up: lowest committed offset {committed:?}"
+        );
+    }
+    group.finish();
 }
 
 fn member_rebalance(c: &mut Criterion) {
@@ -411,7 +468,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = member_events, member_rebalance, assignment
+    targets = member_events, member_events_by_held, member_rebalance, assignment
 }
 
 fn main() {

@@ -95,12 +95,18 @@ pub(crate) struct Driver {
     /// The session another registration of this member id is held by, as
     /// the core last reported it (for the join's bounded wait).
     pub(crate) registration_taken: watch::Sender<Option<SessionId>>,
+    /// What the view last published was built from: the member's change
+    /// count, session, registration and whether it closed.
+    pub(crate) published: Option<(u64, Option<SessionId>, bool, bool)>,
 }
+
+/// How many events from the store one step of the loop handles at most
+/// before it carries out what they decided.
+const STORE_EVENTS_PER_STEP: usize = 256;
 
 impl Driver {
     /// Feeds what the store said to the core.
     fn handle(&mut self, event: Event) {
-        self.telemetry.on_event();
         let established = matches!(event, Event::SessionEstablished { .. });
         self.member.handle_event(now(), event);
         if established {
@@ -140,7 +146,6 @@ impl Driver {
     }
 
     fn set_partition_counts(&mut self, counts: PartitionCounts) {
-        self.telemetry.on_event();
         self.member.set_partition_counts(now(), counts);
     }
 
@@ -161,7 +166,21 @@ impl Driver {
             }
             tokio::select! {
                 event = self.store.recv() => match event {
-                    Some(event) => self.handle(event),
+                    Some(event) => {
+                        self.handle(event);
+                        // What else the store said already is handled before
+                        // the outputs are carried out and the view
+                        // published: a burst of results (a cold start's
+                        // claims) then costs one publication per batch, not
+                        // one per result. Bounded, so that the other inputs
+                        // and timers keep their turn.
+                        for _ in 1..STORE_EVENTS_PER_STEP {
+                            match self.store.try_recv() {
+                                Ok(event) => self.handle(event),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => {
                         tracing::error!(member = %self.member.id(), "the backend's event stream ended");
                         return MemberEnd::StoreGone;
@@ -184,13 +203,13 @@ impl Driver {
                         let _ = reply.send(position);
                     }
                     Some(Input::Committed(partition, reply)) => {
-                        let token = self.member.owned().find(|(p, _)| **p == partition).map(|(_, t)| t);
+                        let token = self.member.owned_token(&partition);
                         let _ = reply.send(token.map(|token| (token, self.member.committed(&partition))));
                     }
                     Some(Input::SetPaused(partition, paused, done)) => {
                         // Owned and not fetched yet: the pause waits for
                         // the claim's fetch under its token.
-                        let owned = self.member.owned().find(|(p, _)| **p == partition).map(|(_, t)| t);
+                        let owned = self.member.owned_token(&partition);
                         if let Some(data) = self.data.as_mut() {
                             match paused {
                                 true => data.pause_claim(&partition, owned),
@@ -247,8 +266,7 @@ impl Driver {
                     Some(Input::Close(done)) => {
                         self.closing.push(done);
                         self.close_report.get_or_insert_with(CommitReport::default);
-                        self.telemetry.on_event();
-                        self.member.shutdown(now());
+                                        self.member.shutdown(now());
                         if self.data.is_none() {
                             // A closing application without Kafka holds
                             // nothing: drains it has not reported are done.
@@ -514,6 +532,18 @@ impl Driver {
     /// again whether its partition stopped).
     fn publish(&mut self) {
         self.lease.send_replace(self.member.consume_deadline());
+        // Built again only when the member says something in it may have
+        // changed: building it goes through every partition.
+        let key = (
+            self.member.changes(),
+            self.member.session(),
+            self.member.is_registered(),
+            self.member.is_closed(),
+        );
+        if self.published == Some(key) {
+            return;
+        }
+        self.published = Some(key);
         self.telemetry.on_published(&self.member, now());
         let view = View {
             session: self.member.session(),

@@ -270,6 +270,7 @@ impl GroupMemberBuilder {
             leave_on_close,
             detaching: None,
             registration_taken: taken_tx,
+            published: None,
         };
         let task = tokio::spawn(
             async move {

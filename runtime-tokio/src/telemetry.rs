@@ -310,10 +310,9 @@ pub(crate) struct Telemetry {
     problems_dropped: Counter,
     partitions_owned: Gauge,
     partitions: HashMap<TopicPartition, PartitionTelemetry>,
-    /// Something other than an acknowledgement happened since the last
-    /// look at the member's state: only then can the assignment have
-    /// changed.
-    dirty: bool,
+    /// The member's change count ([`Member::changes`]) at the last look
+    /// at its state: only when it moved can the assignment have changed.
+    seen_changes: Option<u64>,
     assigned: BTreeSet<TopicPartition>,
     rebalancing_since: Option<Instant>,
 }
@@ -336,7 +335,7 @@ impl Telemetry {
             partitions_owned: metrics::gauge!(PARTITIONS_OWNED, labels.clone()),
             labels,
             partitions: HashMap::new(),
-            dirty: true,
+            seen_changes: None,
             assigned: BTreeSet::new(),
             rebalancing_since: None,
         }
@@ -358,7 +357,6 @@ impl Telemetry {
     /// A fetch command the core emitted, before it is carried out: the
     /// drain of a stopped fetch is timed from here.
     pub(crate) fn on_fetch(&mut self, command: &FetchCommand, now: Instant) {
-        self.dirty = true;
         if let FetchCommand::Stop { partition, token } = command {
             let state = self.partition(partition);
             if state.drain.is_none() {
@@ -370,7 +368,6 @@ impl Telemetry {
 
     /// A store request the core emitted, before it is carried out.
     pub(crate) fn on_command(&mut self, command: &StoreRequest, now: Instant) {
-        self.dirty = true;
         // A release that did not wait for its drain.
         if let StoreRequest {
             op: StoreOp::Release { partition, .. },
@@ -379,12 +376,6 @@ impl Telemetry {
         {
             self.end_drain(partition, None, now, "release");
         }
-    }
-
-    /// Something other than an acknowledgement reached the core: the
-    /// assignment may change.
-    pub(crate) fn on_event(&mut self) {
-        self.dirty = true;
     }
 
     /// The application drained `partition` under `token`, before the core
@@ -396,13 +387,11 @@ impl Telemetry {
         now: Instant,
     ) {
         self.end_drain(partition, Some(token), now, "drained");
-        self.dirty = true;
     }
 
     /// What the core told the application: claims, commits, releases and
     /// losses, as the core itself saw them.
     pub(crate) fn on_app_event(&mut self, event: &AppEvent, now: Instant) {
-        self.dirty = true;
         match event {
             AppEvent::Claiming { partition } => {
                 let state = self.partition(partition);
@@ -541,7 +530,8 @@ impl Telemetry {
     /// how many partitions it owns, and whether its assignment changed or
     /// settled.
     pub(crate) fn on_published(&mut self, member: &Member, now: Instant) {
-        if !std::mem::take(&mut self.dirty) {
+        let changes = member.changes();
+        if self.seen_changes.replace(changes) == Some(changes) {
             return;
         }
         self.partitions_owned.set(member.owned().count() as f64);

@@ -1364,10 +1364,15 @@ impl State {
                         problems.push(("application events", detail));
                     }
                 }
-                Output::Timeout(_) => match later.pop_front() {
-                    Some(input) => Self::feed(&mut n.member, model, now, input),
-                    None => return,
-                },
+                Output::Timeout(_) => {
+                    if let Err(detail) = n.member.check_derived() {
+                        problems.push(("derived state matches the partitions", detail));
+                    }
+                    match later.pop_front() {
+                        Some(input) => Self::feed(&mut n.member, model, now, input),
+                        None => return,
+                    }
+                }
                 other => {
                     let detail =
                         format!("m{node} gave an output the explorer does not know: {other:?}");

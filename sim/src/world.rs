@@ -243,6 +243,27 @@ struct Node {
     last_request_arrival: Instant,
     last_reply_delivery: Instant,
     app: App,
+    /// What a driver would have published after the member's last step,
+    /// with the member's change count then ([`Member::changes`]).
+    published: Option<(u64, Published)>,
+}
+
+/// What a driver publishes of a member: assigned, owned (with tokens),
+/// fetching, settled.
+type Published = (
+    BTreeSet<TopicPartition>,
+    Vec<(TopicPartition, FencingToken)>,
+    Vec<TopicPartition>,
+    bool,
+);
+
+fn published(member: &Member) -> Published {
+    (
+        member.assigned().clone(),
+        member.owned().map(|(p, t)| (p.clone(), t)).collect(),
+        member.fetching().map(|(p, _)| p.clone()).collect(),
+        member.is_settled(),
+    )
 }
 
 impl Node {
@@ -526,6 +547,7 @@ impl World {
             in_flight: BTreeMap::new(),
             last_request_arrival: self.now,
             last_reply_delivery: self.now,
+            published: None,
             app: App {
                 batch_time: Duration::from_millis(30),
                 ..App::default()
@@ -542,6 +564,7 @@ impl World {
         let member = Member::new(config, seed, self.now).map_err(|e| e.to_string())?;
         let node = &mut self.nodes[index];
         node.member = Some(member);
+        node.published = None;
         node.incarnation += 1;
         node.in_flight.clear();
         node.app.holdings.clear();
@@ -1256,7 +1279,22 @@ impl World {
                 Output::Fetch(fetch) => self.fetch(index, fetch),
                 Output::Store(command) => self.dispatch(index, command),
                 Output::App(event) => self.app_event(index, event),
-                Output::Timeout(_) => return,
+                Output::Timeout(_) => {
+                    let check = member.check_derived();
+                    let now = (member.changes(), published(member));
+                    let before = self.nodes[index].published.replace(now.clone());
+                    if let Err(detail) = check {
+                        self.violation("derived state matches the partitions", detail);
+                    }
+                    if let Some(before) = before.filter(|b| b.0 == now.0 && b.1 != now.1) {
+                        let detail = format!(
+                            "m{index}'s change count stayed {} while what it publishes went from {:?} to {:?}",
+                            now.0, before.1, now.1
+                        );
+                        self.violation("the change count follows what is published", detail);
+                    }
+                    return;
+                }
                 other => {
                     let detail =
                         format!("m{index} gave an output the simulator does not know: {other:?}");

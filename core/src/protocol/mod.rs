@@ -15,6 +15,7 @@
 
 mod io;
 mod partition;
+mod partitions;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
@@ -25,8 +26,9 @@ pub use io::{
 };
 use partition::{
     AfterClaim, AfterCommit, AfterLetGo, AfterOffset, AfterRelease, DrainEnd, Fetch, Fired, Next,
-    OwnedStep, PartitionRequest, PartitionState, PartitionTimer, Phase,
+    PartitionRequest, PartitionState, PartitionTimer, Phase,
 };
+use partitions::Partitions;
 
 use crate::assignment::{AssignmentMemo, PartitionCounts};
 use crate::backoff;
@@ -174,8 +176,13 @@ pub struct Member {
     /// What the strategy kept of the last assignment, so that the next
     /// one redoes only what the change touched.
     assignment_memo: AssignmentMemo,
-    partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Grows whenever `assigned` changes (see [`Member::changes`]).
+    assignment_changes: u64,
+    partitions: Partitions,
     next_commit: Instant,
+    /// The earliest entry of the timer table, worked out at the end of
+    /// every input ([`Member::poll_timeout`]).
+    next_timeout: Option<Instant>,
     shutting_down: bool,
     closed: bool,
 }
@@ -192,7 +199,7 @@ impl Member {
             strategy: config.strategy().name().to_owned(),
         };
         let next_commit = now + config.commit_interval();
-        Ok(Member {
+        let mut member = Member {
             config,
             info,
             rng: SplitMix64::new(seed),
@@ -218,11 +225,15 @@ impl Member {
             reported_taken: None,
             assigned: BTreeSet::new(),
             assignment_memo: AssignmentMemo::new(),
-            partitions: BTreeMap::new(),
+            assignment_changes: 0,
+            partitions: Partitions::default(),
             next_commit,
+            next_timeout: None,
             shutting_down: false,
             closed: false,
-        })
+        };
+        member.schedule();
+        Ok(member)
     }
 
     /// This member's id.
@@ -280,6 +291,16 @@ impl Member {
             })
     }
 
+    /// The fencing token of this member's claim of `partition`, if it
+    /// owns it (as [`Member::owned`] says, without going through them all).
+    pub fn owned_token(&self, partition: &TopicPartition) -> Option<FencingToken> {
+        let state = self.partitions.get(partition)?;
+        match state.phase {
+            Phase::Owned(_) | Phase::Releasing(_) => state.token,
+            Phase::Claiming(_) => None,
+        }
+    }
+
     /// The next offset this member last knew committed for `partition`.
     pub fn committed(&self, partition: &TopicPartition) -> Option<Offset> {
         self.partitions.get(partition).and_then(|s| s.committed)
@@ -288,12 +309,19 @@ impl Member {
     /// Whether nothing is being claimed or released and every assigned
     /// partition is owned and fetching.
     pub fn is_settled(&self) -> bool {
+        // A partition the assignment left is releasing from the moment it
+        // left, so as many owned and fetching partitions as assigned ones,
+        // and nothing else held, are the assigned ones.
         self.partitions.len() == self.assigned.len()
-            && self.assigned.iter().all(|p| {
-                self.partitions.get(p).is_some_and(|s| {
-                    s.fetch == Fetch::Fetching && matches!(s.phase, Phase::Owned(_))
-                })
-            })
+            && self.partitions.settled_count() == self.assigned.len()
+    }
+
+    /// A count that grows whenever what [`Member::assigned`],
+    /// [`Member::owned`], [`Member::fetching`] or [`Member::is_settled`]
+    /// say may have changed, so that a driver publishing them builds them
+    /// again only then: those go through every partition, this does not.
+    pub fn changes(&self) -> u64 {
+        self.assignment_changes + self.partitions.changes()
     }
 
     /// The next thing the member has decided, in the order it decided it:
@@ -335,8 +363,16 @@ impl Member {
         offset: Offset,
     ) {
         if self.input(now) {
-            self.on_processed(partition, token, offset);
-            self.tick();
+            let noted = self.on_processed(partition, token, offset);
+            // An acknowledgement moves no deadline and changes nothing the
+            // lease looks at: unless it made the partition's state derive
+            // something new, or a deadline has come, the step is over. (The
+            // commit interval's end joins the table once passed, whether
+            // or not a partition is ready: it counts as come then.)
+            let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
+            if noted || due {
+                self.tick();
+            }
         }
     }
 
@@ -478,8 +514,28 @@ impl Member {
         if self.closed {
             return None;
         }
+        self.next_timeout
+    }
+
+    /// Works out the earliest entry of the timer table, once the input
+    /// that may have changed it is handled: [`Member::poll_timeout`] is
+    /// asked after every input, often twice.
+    fn schedule(&mut self) {
+        debug_assert!(
+            self.partitions.is_fresh(),
+            "an input left partitions unrefreshed"
+        );
+        self.next_timeout = self.earliest_timer();
+    }
+
+    /// The earliest entry of the timer table.
+    fn earliest_timer(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
-        self.timers(|at, _| next = Some(next.map_or(at, |n| n.min(at))));
+        if !self.closed {
+            self.timers(PartitionTimers::Earliest, |at, _| {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            });
+        }
         next
     }
 
@@ -604,7 +660,7 @@ impl Member {
 
     fn on_session_expired(&mut self) {
         let dropped = self.partitions.len();
-        let partitions = std::mem::take(&mut self.partitions);
+        let partitions = self.partitions.take_all();
         for (partition, mut state) in partitions {
             if let Some(stop) = state.stop_fetching(&partition) {
                 self.outbox.fetch(stop);
@@ -751,15 +807,20 @@ impl Member {
         }
     }
 
-    /// The timer table: shows `visit` every deadline the member has, with
-    /// what it is for, in the order the due ones fire.
-    /// [`Member::poll_timeout`] is its earliest entry and `tick` fires its
-    /// due entries, so no deadline is worked out in two places. A step with
-    /// nothing to wait for is due at once (`now`); the firing leaves none
-    /// of those behind. (A visit rather than an iterator: it runs twice per
-    /// input, and a chained iterator over the partitions costs more than
-    /// the rest of a plain acknowledgement.)
-    fn timers<'a>(&'a self, mut visit: impl FnMut(Instant, Timer<&'a TopicPartition>)) {
+    /// The timer table: shows `visit` the member's deadlines, with what
+    /// each is for; of the partitions' deadlines, the earliest or the due
+    /// ones, as `partitions` asks. [`Member::poll_timeout`] is its earliest
+    /// entry and `tick` fires its due entries (sorted, they fire in the
+    /// order of [`Timer`]), so no deadline is worked out in two places. A
+    /// step with nothing to wait for is due at once (`now`); the firing
+    /// leaves none of those behind. (A visit rather than an iterator: it
+    /// runs twice per input, and a chained iterator costs more than the
+    /// rest of a plain acknowledgement.)
+    fn timers<'a>(
+        &'a self,
+        partitions: PartitionTimers,
+        mut visit: impl FnMut(Instant, Timer<&'a TopicPartition>),
+    ) {
         let mut entry = |at: Option<Instant>, timer: Timer<&'a TopicPartition>| {
             if let Some(at) = at {
                 visit(at, timer);
@@ -784,20 +845,27 @@ impl Member {
             };
             entry(heartbeat, Timer::Heartbeat);
         }
-        if self.partitions.values().any(|s| s.fetch == Fetch::Fetching) {
+        if self.partitions.any_fetching() {
             entry(self.lease_end(), Timer::LeaseEnd);
         }
-        let threshold = self.config.claim_stall_threshold();
-        for (partition, state) in &self.partitions {
-            state.timers(threshold, |at, timer| {
-                entry(Some(at), Timer::Partition(partition, timer));
-            });
+        // The partitions' own deadlines: each partition's state lists them
+        // (`PartitionState::timers`), and `Partitions` keeps those lists in
+        // time order, so the table shows the earliest and the due ones
+        // without going through every partition.
+        let listed = match partitions {
+            PartitionTimers::Earliest => 1,
+            PartitionTimers::Due => usize::MAX,
+        };
+        for (at, partition, timer) in self.partitions.deadlines().take(listed) {
+            if listed == usize::MAX && at > self.now {
+                break;
+            }
+            entry(Some(at), Timer::Partition(partition, timer));
         }
         // The interval's end wakes the member only while a partition is
         // ready to commit from; once passed it is due all the same, and
         // its firing starts the next interval from that moment.
-        let commit_from = |s: &PartitionState| s.phase == Phase::Owned(OwnedStep::Ready);
-        if self.next_commit <= self.now || self.partitions.values().any(commit_from) {
+        if self.next_commit <= self.now || self.partitions.any_ready() {
             entry(Some(self.next_commit), Timer::CommitInterval);
         }
         if registered && self.shutting_down && self.partitions.is_empty() {
@@ -809,11 +877,7 @@ impl Member {
     /// idle: a third of the session timeout after the server last heard
     /// from us (at once if it never did), while we hold claims.
     fn heartbeat_due(&self) -> Option<Instant> {
-        let holds = self
-            .partitions
-            .values()
-            .any(|s| !matches!(s.phase, Phase::Claiming(_)));
-        if !holds {
+        if !self.partitions.any_holding() {
             return None;
         }
         Some(
@@ -849,6 +913,9 @@ impl Member {
                     self.start_claiming(&partition);
                 }
             }
+        }
+        if self.assigned != desired {
+            self.assignment_changes += 1;
         }
         self.assigned = desired;
         let assigned: Vec<TopicPartition> = self.assigned.iter().cloned().collect();
@@ -1125,10 +1192,27 @@ impl Member {
         }
     }
 
-    fn on_processed(&mut self, partition: &TopicPartition, token: FencingToken, offset: Offset) {
-        if let Some(state) = self.partitions.get_mut(partition) {
-            state.processed(token, offset);
+    /// Notes what the application processed; `true` when the partition
+    /// now has something to commit and did not before.
+    fn on_processed(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        offset: Offset,
+    ) -> bool {
+        // Only the first acknowledgement past the committed offset changes
+        // what the member derives (the partition has something to
+        // commit); the others are not noted, so they cost one lookup.
+        let Some(state) = self.partitions.get_mut_unnoted(partition) else {
+            return false;
+        };
+        let had = state.commit_due().is_some();
+        state.processed(token, offset);
+        let noted = !had && state.commit_due().is_some();
+        if noted {
+            self.partitions.note(partition);
         }
+        noted
     }
 
     fn on_drained(&mut self, partition: &TopicPartition, token: FencingToken) {
@@ -1281,18 +1365,24 @@ impl Member {
     /// lease and a shutdown with nothing left to deregister ends.
     fn tick(&mut self) {
         let now = self.now;
+        let threshold = self.config.claim_stall_threshold();
+        self.partitions.refresh(threshold);
         // Taken out of the table first: firing changes what it lists. Most
         // inputs find nothing due, and an empty list allocates nothing.
         let mut due: Vec<Timer<TopicPartition>> = Vec::new();
-        self.timers(|at, timer| {
+        self.timers(PartitionTimers::Due, |at, timer| {
             if at <= now {
                 due.push(timer.map_partition(TopicPartition::clone));
             }
         });
+        // The partitions' deadlines came in time order; they fire in the
+        // table's (by kind, then partition), whatever their times.
+        due.sort();
         for timer in due {
             self.fire(timer);
         }
         self.enforce_lease();
+        self.partitions.refresh(threshold);
         if self.shutting_down
             && self.partitions.is_empty()
             && !self.closed
@@ -1301,6 +1391,7 @@ impl Member {
             // Never registered (or the record is gone): nothing to undo.
             self.closed = true;
         }
+        self.schedule();
     }
 
     /// Does what a due entry of the timer table is for.
@@ -1342,9 +1433,26 @@ impl Member {
         // A suspended session keeps what it fetches until the lease runs
         // out, but starts nothing new until the store answers again.
         let start = consume && !self.suspended;
-        for (partition, state) in self.partitions.iter_mut() {
-            if let Some(fetch) = state.follow_lease(partition, consume, start) {
-                self.outbox.fetch(fetch);
+        // Only a partition that fetches can be held, and only one that is
+        // owned, ready and not fetching can start: the others are left
+        // alone, so a member holding many partitions does not go through
+        // them all at every input.
+        if !consume && self.partitions.any_fetching() {
+            for (partition, state) in self.partitions.iter_mut_noted() {
+                if let Some(fetch) = state.follow_lease(partition, consume, start) {
+                    self.outbox.fetch(fetch);
+                }
+            }
+        } else if start {
+            self.partitions.refresh(self.config.claim_stall_threshold());
+            for partition in self.partitions.startable() {
+                let fetch = self
+                    .partitions
+                    .get_mut(&partition)
+                    .and_then(|state| state.follow_lease(&partition, consume, start));
+                if let Some(fetch) = fetch {
+                    self.outbox.fetch(fetch);
+                }
             }
         }
     }
@@ -1372,13 +1480,17 @@ impl Member {
             // it is confirmed alive.
             return;
         }
-        let due: Vec<(TopicPartition, PartitionRequest)> = self
-            .partitions
-            .iter()
-            .filter_map(|(partition, state)| Some((partition.clone(), state.interval_commit()?)))
-            .collect();
-        for (partition, commit) in due {
-            self.send(&partition, commit);
+        // Only partitions with something to commit are looked at (the
+        // others have nothing due), in order.
+        self.partitions.refresh(self.config.claim_stall_threshold());
+        for partition in self.partitions.uncommitted() {
+            let commit = self
+                .partitions
+                .get(&partition)
+                .and_then(PartitionState::interval_commit);
+            if let Some(commit) = commit {
+                self.send(&partition, commit);
+            }
         }
     }
 }
@@ -1431,7 +1543,7 @@ fn backoff_end(rng: &mut SplitMix64, config: &Config, now: Instant, attempt: u32
 /// What a deadline of the member's timer table is for. `P` names a
 /// partition: borrowed in the table, owned once a due timer is taken out
 /// to fire.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer<P> {
     /// The registration is due, or its backoff ends.
     Register,
@@ -1450,6 +1562,15 @@ enum Timer<P> {
     Deregister,
 }
 
+/// Which of the partitions' deadlines the timer table lists.
+#[derive(Clone, Copy, Debug)]
+enum PartitionTimers {
+    /// The earliest (for the next wake-up).
+    Earliest,
+    /// Those at or before now (to fire).
+    Due,
+}
+
 impl<P> Timer<P> {
     fn map_partition<Q>(self, f: impl FnOnce(P) -> Q) -> Timer<Q> {
         match self {
@@ -1466,6 +1587,35 @@ impl<P> Timer<P> {
 
 #[cfg(feature = "sim")]
 impl Member {
+    /// Whether what the member keeps derived from its partitions (the
+    /// deadlines in time order, the counts, whether it is settled) matches
+    /// what their states say, worked out from scratch; the first
+    /// difference otherwise. The simulator checks it after every step.
+    #[doc(hidden)]
+    pub fn check_derived(&self) -> Result<(), String> {
+        self.partitions.check(self.config.claim_stall_threshold())?;
+        let settled = self.partitions.len() == self.assigned.len()
+            && self.assigned.iter().all(|p| {
+                self.partitions.get(p).is_some_and(|s| {
+                    s.fetch == Fetch::Fetching && matches!(s.phase, Phase::Owned(_))
+                })
+            });
+        if settled != self.is_settled() {
+            return Err(format!(
+                "settled is {} but the partitions say {settled}",
+                self.is_settled()
+            ));
+        }
+        let earliest = self.earliest_timer();
+        if earliest != self.next_timeout {
+            return Err(format!(
+                "the next timeout is kept as {:?} but the timers say {earliest:?}",
+                self.next_timeout
+            ));
+        }
+        Ok(())
+    }
+
     /// Writes what decides this member's future into `canon`, for the
     /// explorer's visited set; `index` names the member in the group, so
     /// that its request ids are ranked apart from the others'. Left out:
@@ -1537,7 +1687,7 @@ impl Member {
         ));
         canon.maybe_session(self.reported_taken);
         canon.number(self.partitions.len() as u64);
-        for (partition, state) in &self.partitions {
+        for (partition, state) in self.partitions.iter() {
             canon.raw(partition);
             state.canonical(canon, index, attempts);
         }

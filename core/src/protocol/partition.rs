@@ -84,7 +84,7 @@ pub(crate) enum Fetch {
 }
 
 /// What one of a partition's deadlines is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum PartitionTimer {
     /// The claim has waited the stall threshold: report it, once.
     Stall,
