@@ -111,13 +111,15 @@ impl Ctx {
         self.current.session
     }
 
-    /// Runs one request, bounded by the request timeout: unanswered, it
-    /// fails with ConnectionLoss.
+    /// Runs one request once it has its turn (`RequestTurns`), bounded
+    /// by the request timeout from when it is sent: unanswered, it fails
+    /// with ConnectionLoss.
     async fn call<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        let _turn = self.shared.turns.take().await;
         self.shared.count(1);
         let timeout = self.shared.config.request_timeout();
         match tokio::time::timeout(timeout, request(self.shared.client.clone())).await {

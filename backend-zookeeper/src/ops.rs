@@ -90,13 +90,15 @@ fn parent(path: &str) -> Option<&str> {
 }
 
 impl Ctx {
-    /// Runs one request. The client sends a request when its future is
-    /// made, so the time is taken before `request` is called: it is then a
-    /// moment at or before the server heard the request.
+    /// Runs one request, once it has its turn (`RequestTurns`). The
+    /// client sends a request when its future is made, so the time is taken
+    /// before `request` is called: it is then a moment at or before the
+    /// server heard the request.
     async fn call<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
+        let _turn = self.shared.turns.take().await;
         self.count(1);
         let sent = Instant::now();
         let result = request().await;

@@ -326,6 +326,40 @@ pub fn submit<T, F>(
     }
 }
 
+/// How many of one member's store requests are on the wire at once: the
+/// others wait their turn in the member's process.
+pub const REQUESTS_IN_FLIGHT: usize = 64;
+
+/// The turns of a member's store requests: at most [`REQUESTS_IN_FLIGHT`]
+/// are sent and unanswered at once.
+///
+/// A cold start or a rebalance asks the store for a few requests per
+/// partition at once. Sent all together, thousands of them would queue in
+/// the server ahead of the session's keep-alives (ZooKeeper answers a
+/// session's requests in order), and those that time out on the wire are
+/// cancelled, which an HTTP/2 server counts against the connection (etcd
+/// closes it with `ENHANCE_YOUR_CALM` after too many), taking the
+/// keep-alives with it. Waiting here instead, the keep-alives, which do not
+/// take a turn, stay behind at most this many requests; a request's
+/// timeout starts when it is sent.
+#[derive(Debug)]
+pub struct RequestTurns(tokio::sync::Semaphore);
+
+impl Default for RequestTurns {
+    fn default() -> Self {
+        RequestTurns(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT))
+    }
+}
+
+impl RequestTurns {
+    /// Waits for a request's turn, held until the guard is dropped (once
+    /// the request is answered or given up).
+    pub async fn take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // Never closed: an error would only mean no bound.
+        self.0.acquire().await.ok()
+    }
+}
+
 /// A watch left behind by a request: resolves to `true` when what it
 /// watches changed, `false` when it ended without a change (the session
 /// ended, say). It must not keep the session open.
@@ -596,5 +630,49 @@ impl ReconnectBackoff {
     async fn wait(&mut self) {
         tokio::time::sleep(self.0).await;
         self.0 = (self.0 * 2).min(Self::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::{RequestTurns, REQUESTS_IN_FLIGHT};
+
+    #[tokio::test]
+    async fn no_more_requests_than_turns_are_in_flight_and_all_get_one() {
+        let turns = Arc::new(RequestTurns::default());
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (release, released) = tokio::sync::watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..REQUESTS_IN_FLIGHT * 3 {
+            let (turns, now, most) = (turns.clone(), now.clone(), most.clone());
+            let mut released = released.clone();
+            tasks.spawn(async move {
+                let _turn = turns.take().await;
+                let in_flight = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(in_flight, Ordering::SeqCst);
+                // Held until every turn is taken at least once over.
+                let _ = released.wait_for(|go| *go).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        while now.load(Ordering::SeqCst) < REQUESTS_IN_FLIGHT {
+            tokio::task::yield_now().await;
+        }
+        // Every task has run as far as it can: the others wait for a turn.
+        for _ in 0..REQUESTS_IN_FLIGHT * 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(most.load(Ordering::SeqCst), REQUESTS_IN_FLIGHT);
+        release.send_replace(true);
+        let mut finished = 0;
+        while let Some(done) = tasks.join_next().await {
+            done.expect("a request task panicked");
+            finished += 1;
+        }
+        assert_eq!(finished, REQUESTS_IN_FLIGHT * 3, "every request had its turn");
+        assert_eq!(most.load(Ordering::SeqCst), REQUESTS_IN_FLIGHT);
     }
 }
