@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::{Event, MemberId, MemberInfo, SessionId, StoreRequest, TopicPartition};
 use tenure_tokio::session::{
-    check_start, submit, RequestTurns, Running, SessionState, SharedState, StoreSession,
+    check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
@@ -249,8 +249,6 @@ pub(crate) struct Shared {
     /// The one watch stream that carries every watch, across leases.
     pub(crate) watches: watches::Watches,
     pub(crate) state: SessionState<Current>,
-    /// The turns of this member's requests (keep-alives take none).
-    pub(crate) turns: RequestTurns,
 }
 
 impl SharedState for Shared {
@@ -385,7 +383,6 @@ impl Backend for EtcdBackend {
             client,
             watches,
             state: SessionState::new(joining.events, current, before),
-            turns: RequestTurns::default(),
         });
         tracing::info!(
             store = %self.config.store(),

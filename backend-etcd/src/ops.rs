@@ -119,7 +119,7 @@ impl Ctx {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let _turn = self.shared.turns.take().await;
+        let _turn = self.shared.state.turns().take().await;
         self.shared.count(1);
         let timeout = self.shared.config.request_timeout();
         match tokio::time::timeout(timeout, request(self.shared.client.clone())).await {

@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::{Event, MemberInfo, SessionId, StoreRequest};
 use tenure_tokio::session::{
-    check_start, submit, RequestTurns, Running, SessionState, SharedState, StoreSession,
+    check_start, submit, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 use zookeeper_client as zk;
@@ -136,8 +136,6 @@ pub(crate) struct Shared {
     pub(crate) layout: Layout,
     pub(crate) member: MemberInfo,
     pub(crate) state: SessionState<Current>,
-    /// The turns of this member's requests (keep-alives take none).
-    pub(crate) turns: RequestTurns,
 }
 
 impl SharedState for Shared {
@@ -244,7 +242,6 @@ impl Backend for ZooKeeperBackend {
             layout: Layout::new("", &joining.group),
             member: joining.member,
             state: SessionState::new(joining.events, current, before),
-            turns: RequestTurns::default(),
         });
         shared.state.send(Event::SessionEstablished { session });
         if resumed {

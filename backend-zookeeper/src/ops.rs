@@ -98,7 +98,7 @@ impl Ctx {
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
-        let _turn = self.shared.turns.take().await;
+        let _turn = self.shared.state.turns().take().await;
         self.count(1);
         let sent = Instant::now();
         let result = request().await;

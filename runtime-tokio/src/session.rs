@@ -3,10 +3,10 @@
 //! and the one way a command becomes its result event. A backend supplies
 //! its session type and its [`StoreOps`]; the rest is here, once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,7 @@ pub struct SessionState<S> {
     last_heard: LastHeard,
     closing: AtomicBool,
     partition_locks: PartitionLocks,
+    turns: RequestTurns,
 }
 
 impl<S: StoreSession> SessionState<S> {
@@ -60,7 +61,14 @@ impl<S: StoreSession> SessionState<S> {
             last_heard: LastHeard::new(heard),
             closing: AtomicBool::new(false),
             partition_locks: PartitionLocks::default(),
+            turns: RequestTurns::default(),
         }
+    }
+
+    /// The turns of the member's requests: a backend takes one for every
+    /// request it sends, except keep-alives.
+    pub fn turns(&self) -> &RequestTurns {
+        &self.turns
     }
 
     /// The session held now, if any.
@@ -82,8 +90,28 @@ impl<S: StoreSession> SessionState<S> {
         self.send(Event::SessionEstablished { session: id });
     }
 
-    /// The session held is gone: holds none and tells the member.
+    /// The session held is gone: holds none and tells the member, and logs
+    /// what the member's requests were doing, so that an expiry under load
+    /// says what waited and for how long.
     pub fn expired(&self) {
+        let heard_ago = self.last_heard.get().elapsed();
+        match self.turns.backlog() {
+            Some(backlog) => tracing::warn!(
+                ?heard_ago,
+                unanswered = backlog.requests,
+                sent = backlog.sent,
+                oldest = ?backlog.oldest,
+                oldest_waited_for_its_turn = ?backlog.oldest_waited,
+                "store session expired with requests unanswered: the oldest \
+                 had waited {:?} ({:?} of it for its turn)",
+                backlog.oldest,
+                backlog.oldest_waited,
+            ),
+            None => tracing::warn!(
+                ?heard_ago,
+                "store session expired with no request unanswered"
+            ),
+        }
         self.set_current(None);
         self.send(Event::SessionExpired);
     }
@@ -343,20 +371,90 @@ pub const REQUESTS_IN_FLIGHT: usize = 64;
 /// take a turn, stay behind at most this many requests; a request's
 /// timeout starts when it is sent.
 #[derive(Debug)]
-pub struct RequestTurns(tokio::sync::Semaphore);
+pub struct RequestTurns {
+    slots: tokio::sync::Semaphore,
+    /// Every request waiting for its turn or unanswered: when it began
+    /// waiting, and when it was sent.
+    requests: Mutex<BTreeMap<u64, (Instant, Option<Instant>)>>,
+    next: AtomicU64,
+}
 
 impl Default for RequestTurns {
     fn default() -> Self {
-        RequestTurns(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT))
+        RequestTurns {
+            slots: tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT),
+            requests: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(0),
+        }
+    }
+}
+
+/// What a member's requests are doing at one moment
+/// ([`RequestTurns::backlog`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// Requests waiting for their turn or unanswered.
+    pub requests: usize,
+    /// Of those, the ones sent.
+    pub sent: usize,
+    /// How long the oldest has waited so far.
+    pub oldest: Duration,
+    /// How much of that it waited for its turn.
+    pub oldest_waited: Duration,
+}
+
+/// A request's turn, from [`RequestTurns::take`]: the request may be sent
+/// while it is held, and is forgotten when it is dropped.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    turns: &'a RequestTurns,
+    id: u64,
+    _slot: Option<tokio::sync::SemaphorePermit<'a>>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.turns.lock().remove(&self.id);
     }
 }
 
 impl RequestTurns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, (Instant, Option<Instant>)>> {
+        self.requests.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Waits for a request's turn, held until the guard is dropped (once
     /// the request is answered or given up).
-    pub async fn take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    pub async fn take(&self) -> Turn<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        // Forgotten if this future is dropped while it waits.
+        let mut turn = Turn {
+            turns: self,
+            id,
+            _slot: None,
+        };
+        self.lock().insert(id, (Instant::now(), None));
         // Never closed: an error would only mean no bound.
-        self.0.acquire().await.ok()
+        turn._slot = self.slots.acquire().await.ok();
+        if let Some(entry) = self.lock().get_mut(&id) {
+            entry.1 = Some(Instant::now());
+        }
+        turn
+    }
+
+    /// What the requests are doing now; `None` when none waits or is
+    /// unanswered.
+    pub fn backlog(&self) -> Option<Backlog> {
+        let requests = self.lock();
+        let (&_, &(began, sent)) = requests.iter().next()?;
+        let now = Instant::now();
+        Some(Backlog {
+            requests: requests.len(),
+            sent: requests.values().filter(|(_, sent)| sent.is_some()).count(),
+            oldest: now.saturating_duration_since(began),
+            oldest_waited: sent.unwrap_or(now).saturating_duration_since(began),
+        })
     }
 }
 
@@ -638,7 +736,38 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
+    use futures_util::FutureExt;
+
     use super::{RequestTurns, REQUESTS_IN_FLIGHT};
+
+    #[tokio::test]
+    async fn a_backlog_names_the_oldest_request_and_how_long_it_waited_for_its_turn() {
+        let turns = RequestTurns::default();
+        assert_eq!(turns.backlog(), None);
+        let mut held = Vec::new();
+        for _ in 0..REQUESTS_IN_FLIGHT {
+            held.push(turns.take().await);
+        }
+        let waiting = turns.take();
+        tokio::pin!(waiting);
+        // Polled once: it waits for a turn.
+        assert!(waiting.as_mut().now_or_never().is_none());
+        let backlog = turns.backlog().expect("requests are unanswered");
+        assert_eq!(
+            (backlog.requests, backlog.sent),
+            (REQUESTS_IN_FLIGHT + 1, REQUESTS_IN_FLIGHT)
+        );
+        drop(held.remove(0));
+        let turn = waiting.await;
+        let backlog = turns.backlog().expect("requests are unanswered");
+        assert_eq!(
+            (backlog.requests, backlog.sent),
+            (REQUESTS_IN_FLIGHT, REQUESTS_IN_FLIGHT)
+        );
+        drop(held);
+        drop(turn);
+        assert_eq!(turns.backlog(), None, "answered requests are forgotten");
+    }
 
     #[tokio::test]
     async fn no_more_requests_than_turns_are_in_flight_and_all_get_one() {
@@ -672,7 +801,11 @@ mod tests {
             done.expect("a request task panicked");
             finished += 1;
         }
-        assert_eq!(finished, REQUESTS_IN_FLIGHT * 3, "every request had its turn");
+        assert_eq!(
+            finished,
+            REQUESTS_IN_FLIGHT * 3,
+            "every request had its turn"
+        );
         assert_eq!(most.load(Ordering::SeqCst), REQUESTS_IN_FLIGHT);
     }
 }
