@@ -16,6 +16,13 @@ use crate::subscription::MemberInfo;
 use crate::subscription::Subscription;
 use crate::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
 
+/// How many claims or offset reads a backend sends in one request at most
+/// when a member's step has many of them: etcd refuses transactions of
+/// more than 128 operations by default (`--max-txn-ops`), and ZooKeeper a
+/// request larger than its `jute.maxbuffer` (1 MiB by default; a claim
+/// takes about a hundred bytes).
+pub const OPS_PER_BATCH: usize = 128;
+
 /// The paths of one group's records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {

@@ -21,7 +21,8 @@
 //! A violation prints the property, the path of steps that reaches it and
 //! the `--replay` argument that takes it again, and the exit code is 1.
 //! Last line: `explore members=M partitions=P states=N transitions=T
-//! max_depth=D violations=V bound=<what the search covered>`.
+//! batch_deliveries=B max_depth=D violations=V bound=<what the search
+//! covered>`.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -188,11 +189,12 @@ fn main() -> ExitCode {
         report.slowest_convergence
     );
     println!(
-        "explore members={} partitions={} states={} transitions={} max_depth={} violations={} bound={}",
+        "explore members={} partitions={} states={} transitions={} batch_deliveries={} max_depth={} violations={} bound={}",
         config.members,
         config.partitions,
         report.states,
         report.transitions,
+        report.batch_deliveries,
         report.max_depth,
         violations,
         config.bound(&report)

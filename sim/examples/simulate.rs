@@ -181,12 +181,14 @@ fn main() -> ExitCode {
                 }
                 if args.verbose {
                     eprintln!(
-                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} faults={} resumed_sessions={} messages={} duplicates={} reported={:?}",
+                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} batched_claims={} refused_batches={} faults={} resumed_sessions={} messages={} duplicates={} reported={:?}",
                         report.seed,
                         report.steps,
                         report.simulated,
                         report.converged_after,
                         report.claims,
+                        report.batched_claims,
+                        report.refused_batches,
                         report.faults,
                         report.resumed_sessions,
                         report.messages,

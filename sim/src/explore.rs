@@ -97,12 +97,12 @@ use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::canon::{Canon, Clock};
 use tenure_core::config::Config;
 use tenure_core::error::StoreError;
-use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::adapter::{self, Claims, Execution};
 use tenure_core::model::store::{Store, WatchEvent};
 use tenure_core::protocol::{
     ClaimOutcome, Event, FetchCommand, Member, Output, RegisterOutcome, StoreOp, StoreRequest,
 };
-use tenure_core::records::Layout;
+use tenure_core::records::{Layout, OPS_PER_BATCH};
 use tenure_core::subscription::MemberInfo;
 use tenure_core::types::{FencingToken, Offset, RequestId, SessionId, TopicPartition};
 
@@ -279,6 +279,9 @@ pub struct ExploreReport {
     pub states: u64,
     /// Steps taken from the states expanded.
     pub transitions: u64,
+    /// Of those, the steps that delivered a batch of a step's claims or
+    /// offset reads to the store.
+    pub batch_deliveries: u64,
     /// The deepest state visited, in steps from the start.
     pub max_depth: u32,
     /// States left unexpanded by the depth or state bound.
@@ -522,6 +525,15 @@ enum Msg {
         session: SessionId,
         command: StoreRequest,
     },
+    /// Claims or offset reads of one step on their way to the server in
+    /// one request (a `multi`), sent by `incarnation` of `node` under
+    /// `session`: claims land together or not at all.
+    Batch {
+        node: usize,
+        incarnation: u32,
+        session: SessionId,
+        commands: Vec<StoreRequest>,
+    },
     /// The second round trip of a claim that met an existing record,
     /// sent by `incarnation` of `node`.
     ReadOwner {
@@ -532,6 +544,8 @@ enum Msg {
     },
     /// A reply on its way to the member.
     Reply { node: usize, event: Event },
+    /// The replies to a batch, on their way to the member together.
+    Replies { node: usize, events: Vec<Event> },
     /// A watch notification for `session`.
     Watch {
         node: usize,
@@ -556,10 +570,13 @@ impl Msg {
             Msg::Request {
                 node, incarnation, ..
             }
+            | Msg::Batch {
+                node, incarnation, ..
+            }
             | Msg::ReadOwner {
                 node, incarnation, ..
             } => Some((*node, *incarnation)),
-            Msg::Reply { .. } | Msg::Watch { .. } => None,
+            Msg::Reply { .. } | Msg::Replies { .. } | Msg::Watch { .. } => None,
         }
     }
 }
@@ -719,6 +736,27 @@ impl State {
                 canon.session(command.session);
                 write_op(canon, &command.op);
             }
+            Msg::Batch {
+                node,
+                incarnation,
+                session,
+                commands,
+            } => {
+                canon.number(4);
+                canon.number(*node as u64);
+                canon.session(*session);
+                canon.number(commands.len() as u64);
+                let current = self.nodes[*node].incarnation == *incarnation;
+                for command in commands {
+                    if current {
+                        canon.request(*node, command.id);
+                    } else {
+                        canon.number(u64::MAX);
+                    }
+                    canon.session(command.session);
+                    write_op(canon, &command.op);
+                }
+            }
             Msg::ReadOwner {
                 node,
                 id,
@@ -734,6 +772,14 @@ impl State {
                 canon.number(2);
                 canon.number(*node as u64);
                 write_event(canon, *node, event);
+            }
+            Msg::Replies { node, events } => {
+                canon.number(5);
+                canon.number(*node as u64);
+                canon.number(events.len() as u64);
+                for event in events {
+                    write_event(canon, *node, event);
+                }
             }
             Msg::Watch {
                 node,
@@ -778,14 +824,14 @@ impl State {
             return false;
         };
         match &flight.msg {
-            Msg::Request { .. } | Msg::ReadOwner { .. } => {
+            Msg::Request { .. } | Msg::Batch { .. } | Msg::ReadOwner { .. } => {
                 let connection = flight.msg.connection();
                 self.net
                     .iter()
                     .position(|f| f.msg.connection() == connection)
                     == Some(index)
             }
-            Msg::Reply { .. } => true,
+            Msg::Reply { .. } | Msg::Replies { .. } => true,
             Msg::Watch { node, session, .. } => {
                 let n = &self.nodes[*node];
                 n.connected && n.session == Some(*session)
@@ -988,7 +1034,11 @@ impl State {
     fn forget_undeliverable(&mut self) {
         let nodes = &self.nodes;
         self.net.retain(|flight| match &flight.msg {
-            Msg::Request { .. } | Msg::ReadOwner { .. } | Msg::Reply { .. } => true,
+            Msg::Request { .. }
+            | Msg::Batch { .. }
+            | Msg::ReadOwner { .. }
+            | Msg::Reply { .. }
+            | Msg::Replies { .. } => true,
             Msg::Watch { node, session, .. } => nodes[*node].session == Some(*session),
         });
     }
@@ -1001,6 +1051,12 @@ impl State {
                 session,
                 command,
             } => self.serve(model, node, incarnation, session, command, problems),
+            Msg::Batch {
+                node,
+                incarnation,
+                session,
+                commands,
+            } => self.serve_batch(model, node, incarnation, session, commands, problems),
             Msg::ReadOwner {
                 node,
                 id,
@@ -1013,10 +1069,45 @@ impl State {
             Msg::Reply { node, event } | Msg::Watch { node, event, .. } => {
                 self.drive(model, node, Input::Event(event), problems);
             }
+            Msg::Replies { node, events } => {
+                for event in events {
+                    self.drive(model, node, Input::Event(event), problems);
+                }
+            }
         }
     }
 
     fn lose(&mut self, model: &Model, msg: Msg, problems: &mut Vec<Problem>) {
+        let (node, failures) = match msg {
+            Msg::Batch {
+                node,
+                incarnation,
+                commands,
+                ..
+            } => {
+                if self.nodes[node].incarnation != incarnation {
+                    return;
+                }
+                let failures = commands
+                    .into_iter()
+                    .map(|command| command.failed(StoreError::ConnectionLoss));
+                (node, failures.collect())
+            }
+            Msg::Replies { node, events } => {
+                (node, events.iter().filter_map(connection_lost).collect())
+            }
+            msg => self
+                .lose_one(msg)
+                .map_or((0, Vec::new()), |(node, failure)| (node, vec![failure])),
+        };
+        for failure in failures {
+            self.drive(model, node, Input::Event(failure), problems);
+        }
+    }
+
+    /// What the member of a lost message other than a batch or its replies
+    /// is told, if anything.
+    fn lose_one(&self, msg: Msg) -> Option<(usize, Event)> {
         let (node, failure) = match msg {
             Msg::Request {
                 node,
@@ -1025,7 +1116,7 @@ impl State {
                 ..
             } => {
                 if self.nodes[node].incarnation != incarnation {
-                    return;
+                    return None;
                 }
                 (node, command.failed(StoreError::ConnectionLoss))
             }
@@ -1036,13 +1127,10 @@ impl State {
                     result: Err(StoreError::ConnectionLoss),
                 },
             ),
-            Msg::Reply { node, event } => match connection_lost(&event) {
-                Some(failure) => (node, failure),
-                None => return,
-            },
-            Msg::Watch { .. } => return,
+            Msg::Reply { node, event } => (node, connection_lost(&event)?),
+            Msg::Batch { .. } | Msg::Replies { .. } | Msg::Watch { .. } => return None,
         };
-        self.drive(model, node, Input::Event(failure), problems);
+        Some((node, failure))
     }
 
     /// Carries out a request at the server, checking any commit it stores.
@@ -1104,6 +1192,77 @@ impl State {
                         incarnation,
                         id,
                         partition,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Carries out claims or offset reads a step sent together: reads are
+    /// answered together; claims are created in one `multi`, or, refused
+    /// as a whole, sent again one by one.
+    fn serve_batch(
+        &mut self,
+        model: &Model,
+        node: usize,
+        incarnation: u32,
+        session: SessionId,
+        commands: Vec<StoreRequest>,
+        problems: &mut Vec<Problem>,
+    ) {
+        let current = self.nodes[node].incarnation == incarnation;
+        if self.server_touch(model, session) && current && self.nodes[node].session == Some(session)
+        {
+            self.nodes[node].last_contact = self.now;
+        }
+        let info = self.nodes[node].member.info().clone();
+        let mut fired = Vec::new();
+        let claims = if matches!(commands.first().map(|c| &c.op), Some(StoreOp::Claim { .. })) {
+            adapter::execute_claims(
+                &mut self.store,
+                &model.layout,
+                session,
+                &info,
+                commands,
+                &mut fired,
+            )
+        } else {
+            let mut events = Vec::with_capacity(commands.len());
+            for command in commands {
+                let execution = adapter::execute(
+                    &mut self.store,
+                    &model.layout,
+                    session,
+                    &info,
+                    command,
+                    0,
+                    &mut fired,
+                );
+                match execution {
+                    Execution::Done(event) => events.push(event),
+                    other => problems.push((
+                        "known outputs",
+                        format!("a batched read was carried out as {other:?}"),
+                    )),
+                }
+            }
+            Claims::Failed(events)
+        };
+        self.fire(&model.layout, fired);
+        if !current {
+            return;
+        }
+        match claims {
+            Claims::Created(events) | Claims::Failed(events) => {
+                self.send(Msg::Replies { node, events });
+            }
+            Claims::Refused(commands) => {
+                for command in commands {
+                    self.send(Msg::Request {
+                        node,
+                        incarnation,
+                        session,
+                        command,
                     });
                 }
             }
@@ -1189,32 +1348,45 @@ impl State {
         let incarnation = self.nodes[node].incarnation;
         let mut failures: Vec<(RequestId, Event)> = Vec::new();
         let mut kept = Vec::new();
+        let lost =
+            |event: &Event| connection_lost(event).and_then(|f| Some((event.request_id()?, f)));
         for flight in std::mem::take(&mut self.net) {
-            let failure = match &flight.msg {
+            let failed: Vec<(RequestId, Event)> = match &flight.msg {
                 Msg::Request {
                     node: n,
                     incarnation: i,
                     command,
                     ..
-                } if *n == node && *i == incarnation => Some((
+                } if *n == node && *i == incarnation => vec![(
                     command.id,
                     command.clone().failed(StoreError::ConnectionLoss),
-                )),
-                Msg::ReadOwner { node: n, id, .. } if *n == node => Some((
+                )],
+                Msg::Batch {
+                    node: n,
+                    incarnation: i,
+                    commands,
+                    ..
+                } if *n == node && *i == incarnation => commands
+                    .iter()
+                    .map(|c| (c.id, c.clone().failed(StoreError::ConnectionLoss)))
+                    .collect(),
+                Msg::ReadOwner { node: n, id, .. } if *n == node => vec![(
                     *id,
                     Event::ClaimResult {
                         id: *id,
                         result: Err(StoreError::ConnectionLoss),
                     },
-                )),
-                Msg::Reply { node: n, event } if *n == node => {
-                    connection_lost(event).and_then(|f| Some((event.request_id()?, f)))
+                )],
+                Msg::Reply { node: n, event } if *n == node => lost(event).into_iter().collect(),
+                Msg::Replies { node: n, events } if *n == node => {
+                    events.iter().filter_map(lost).collect()
                 }
-                _ => None,
+                _ => Vec::new(),
             };
-            match failure {
-                Some(failure) => failures.push(failure),
-                None => kept.push(flight),
+            if failed.is_empty() {
+                kept.push(flight);
+            } else {
+                failures.extend(failed);
             }
         }
         self.net = kept;
@@ -1245,8 +1417,10 @@ impl State {
             }
         };
         self.net.retain(|flight| match &flight.msg {
-            Msg::Reply { node: n, .. } | Msg::ReadOwner { node: n, .. } => *n != node,
-            Msg::Watch { .. } | Msg::Request { .. } => true,
+            Msg::Reply { node: n, .. }
+            | Msg::Replies { node: n, .. }
+            | Msg::ReadOwner { node: n, .. } => *n != node,
+            Msg::Watch { .. } | Msg::Request { .. } | Msg::Batch { .. } => true,
         });
         let n = &mut self.nodes[node];
         n.member = member;
@@ -1320,6 +1494,9 @@ impl State {
         // requests that could not be sent, and an eager application's
         // acknowledgements and drains.
         let mut later: VecDeque<Input> = VecDeque::new();
+        // The claims and offset reads of the step, sent together when it
+        // is over, as the runtime does.
+        let mut gathered: Vec<StoreRequest> = Vec::new();
         // A member answers a failure with a backoff, never with another
         // request at once; the guard only keeps a regression from hanging
         // the search.
@@ -1340,6 +1517,14 @@ impl State {
                     }
                 }
                 Output::Store(command) => match (n.connected, n.session) {
+                    (true, Some(_))
+                        if matches!(
+                            command.op,
+                            StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
+                        ) =>
+                    {
+                        gathered.push(command);
+                    }
                     (true, Some(session)) => self.net.push(Flight {
                         msg: Msg::Request {
                             node,
@@ -1365,6 +1550,10 @@ impl State {
                     }
                 }
                 Output::Timeout(_) => {
+                    if let Some(session) = n.session {
+                        let gathered = std::mem::take(&mut gathered);
+                        send_gathered(&mut self.net, node, n.incarnation, session, gathered);
+                    }
                     if let Err(detail) = n.member.check_derived() {
                         problems.push(("derived state matches the partitions", detail));
                     }
@@ -1489,6 +1678,30 @@ impl State {
                             command.id.0, command.op, session.0
                         )
                     }
+                    Some(Msg::Batch {
+                        node,
+                        incarnation,
+                        session,
+                        commands,
+                    }) => {
+                        let old = if *incarnation == self.nodes[*node].incarnation {
+                            ""
+                        } else {
+                            " (from a dead process)"
+                        };
+                        let ops: Vec<String> = commands
+                            .iter()
+                            .map(|c| format!("#{} {:?}", c.id.0, c.op))
+                            .collect();
+                        format!(
+                            "{verb} m{node} -> store{old}: together {} under session {}",
+                            ops.join(", "),
+                            session.0
+                        )
+                    }
+                    Some(Msg::Replies { node, events }) => {
+                        format!("{verb} store -> m{node}: together {events:?}")
+                    }
                     Some(Msg::ReadOwner {
                         node,
                         id,
@@ -1547,6 +1760,40 @@ impl State {
             }
         };
         format!("[t={at:?}] {what}")
+    }
+}
+
+/// Puts the claims and offset reads a step of `incarnation` of `node`
+/// gathered in flight under `session`: a batch of each kind (at most
+/// [`OPS_PER_BATCH`]), or a request for one alone.
+fn send_gathered(
+    net: &mut Vec<Flight>,
+    node: usize,
+    incarnation: u32,
+    session: SessionId,
+    gathered: Vec<StoreRequest>,
+) {
+    let (claims, reads): (Vec<_>, Vec<_>) = gathered
+        .into_iter()
+        .partition(|c| matches!(c.op, StoreOp::Claim { .. }));
+    for kind in [claims, reads] {
+        for batch in kind.chunks(OPS_PER_BATCH) {
+            let msg = match batch {
+                [command] => Msg::Request {
+                    node,
+                    incarnation,
+                    session,
+                    command: command.clone(),
+                },
+                _ => Msg::Batch {
+                    node,
+                    incarnation,
+                    session,
+                    commands: batch.to_vec(),
+                },
+            };
+            net.push(Flight { msg, age: 0 });
+        }
     }
 }
 
@@ -1847,6 +2094,11 @@ impl<'m> Search<'m> {
             let choice = frame.next as u32;
             frame.next += 1;
             let (parent, depth) = (frame.index, frame.depth);
+            if let Move::Deliver(i) = mv {
+                if let Some(Msg::Batch { .. }) = frame.state.net.get(i).map(|f| &f.msg) {
+                    self.report.batch_deliveries += 1;
+                }
+            }
             let mut next = frame.state.clone();
             let problems = next.apply(self.model, mv);
             self.report.transitions += 1;

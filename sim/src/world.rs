@@ -28,10 +28,10 @@ use crate::check::{self, Seen, Story};
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::config::Config;
 use tenure_core::error::{Error, StoreError};
-use tenure_core::model::adapter::{self, Execution};
+use tenure_core::model::adapter::{self, Claims, Execution};
 use tenure_core::model::store::{Store, WatchEvent};
 use tenure_core::protocol::{AppEvent, Event, FetchCommand, Member, Output, StoreOp, StoreRequest};
-use tenure_core::records::Layout;
+use tenure_core::records::{Layout, OPS_PER_BATCH};
 use tenure_core::rng::SplitMix64;
 use tenure_core::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
@@ -166,6 +166,12 @@ pub struct SimReport {
     pub duplicates: u64,
     /// Ownership changes (claims that succeeded).
     pub claims: u64,
+    /// Of those, the claims that succeeded in a batch of a step's claims
+    /// (one `multi`).
+    pub batched_claims: u64,
+    /// Batches of claims the store refused as a whole (a record was
+    /// there), whose claims were sent again one by one.
+    pub refused_batches: u64,
     /// Faults injected.
     pub faults: u64,
     /// Restarted processes that resumed the session their previous one
@@ -240,6 +246,9 @@ struct Node {
     leaving: bool,
     gone: bool,
     in_flight: BTreeMap<RequestId, Pending>,
+    /// The claims and offset reads of the member's step being drained,
+    /// sent together when the step is over, as the runtime does.
+    gathered: Vec<StoreRequest>,
     last_request_arrival: Instant,
     last_reply_delivery: Instant,
     app: App,
@@ -344,6 +353,14 @@ enum Action {
         link: Link,
         session: SessionId,
         command: StoreRequest,
+    },
+    /// Claims or offset reads of one step reach the server in one request
+    /// (a `multi`): claims land together or not at all.
+    Batch {
+        node: usize,
+        link: Link,
+        session: SessionId,
+        commands: Vec<StoreRequest>,
     },
     /// The second round trip of a claim that met an existing record.
     ReadOwner {
@@ -545,6 +562,7 @@ impl World {
             leaving: false,
             gone: false,
             in_flight: BTreeMap::new(),
+            gathered: Vec::new(),
             last_request_arrival: self.now,
             last_reply_delivery: self.now,
             published: None,
@@ -996,6 +1014,7 @@ impl World {
             // Sent over a connection the node no longer has: lost with it, a
             // request never applied, a reply never delivered.
             Action::Request { node, link, .. }
+            | Action::Batch { node, link, .. }
             | Action::ReadOwner { node, link, .. }
             | Action::Reply { node, link, .. }
                 if self.nodes[node].link() != link => {}
@@ -1005,6 +1024,12 @@ impl World {
                 command,
                 ..
             } => self.serve(node, session, command),
+            Action::Batch {
+                node,
+                session,
+                commands,
+                ..
+            } => self.serve_batch(node, session, commands),
             Action::ReadOwner {
                 node,
                 id,
@@ -1205,22 +1230,7 @@ impl World {
                 ) {
                     self.report.claims += 1;
                 }
-                let unknown = self.config.faults && now < self.quiet_at && self.rng.chance(1, 50);
-                if unknown {
-                    // Applied, but the connection drops before the reply:
-                    // the member sees ConnectionLoss, an unknown outcome.
-                    self.report.faults += 1;
-                    self.disconnect(index);
-                    let epoch = self.nodes[index].epoch;
-                    let back = now
-                        + Duration::from_millis(
-                            self.rng
-                                .below(self.config.session_timeout.as_millis() as u64 / 2),
-                        );
-                    self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
-                } else {
-                    self.reply(index, event);
-                }
+                self.answer(index, vec![event]);
             }
             Execution::ReadOwner { id, partition } => {
                 let delay = self.delay() * 2;
@@ -1235,6 +1245,101 @@ impl World {
                         partition,
                     },
                 );
+            }
+        }
+    }
+
+    /// Sends the replies of one request, or loses them all: applied, but
+    /// the connection drops before the reply, and the member sees
+    /// ConnectionLoss, an unknown outcome.
+    fn answer(&mut self, index: usize, events: Vec<Event>) {
+        let now = self.now;
+        let unknown = self.config.faults && now < self.quiet_at && self.rng.chance(1, 50);
+        if unknown {
+            self.report.faults += 1;
+            self.disconnect(index);
+            let epoch = self.nodes[index].epoch;
+            let back = now
+                + Duration::from_millis(
+                    self.rng
+                        .below(self.config.session_timeout.as_millis() as u64 / 2),
+                );
+            self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
+        } else {
+            for event in events {
+                self.reply(index, event);
+            }
+        }
+    }
+
+    /// Carries out claims or offset reads a step sent together: reads are
+    /// answered together; claims are created in one `multi`, or, refused
+    /// as a whole, sent again one by one once the refusal is back.
+    fn serve_batch(&mut self, index: usize, session: SessionId, commands: Vec<StoreRequest>) {
+        self.server_touch(session);
+        let info = match &self.nodes[index].member {
+            Some(member) => member.info().clone(),
+            None => return,
+        };
+        let mut fired = Vec::new();
+        let claims = if matches!(commands.first().map(|c| &c.op), Some(StoreOp::Claim { .. })) {
+            adapter::execute_claims(
+                &mut self.store,
+                &self.layout,
+                session,
+                &info,
+                commands,
+                &mut fired,
+            )
+        } else {
+            let timestamp = self.elapsed().as_secs();
+            let mut events = Vec::with_capacity(commands.len());
+            for command in commands {
+                let execution = adapter::execute(
+                    &mut self.store,
+                    &self.layout,
+                    session,
+                    &info,
+                    command,
+                    timestamp,
+                    &mut fired,
+                );
+                match execution {
+                    Execution::Done(event) => events.push(event),
+                    other => {
+                        let detail = format!("a batched read was carried out as {other:?}");
+                        self.violation("known outputs", detail);
+                    }
+                }
+            }
+            Claims::Failed(events)
+        };
+        self.deliver_watches(fired);
+        match claims {
+            Claims::Created(events) => {
+                self.report.claims += events.len() as u64;
+                self.report.batched_claims += events.len() as u64;
+                self.answer(index, events);
+            }
+            Claims::Failed(events) => self.answer(index, events),
+            Claims::Refused(commands) => {
+                self.report.refused_batches += 1;
+                let back = self.now + self.delay() * 2;
+                let node = &mut self.nodes[index];
+                let arrival = back.max(node.last_request_arrival);
+                node.last_request_arrival = arrival;
+                let link = node.link();
+                for command in commands {
+                    self.at(
+                        arrival,
+                        Action::Request {
+                            node: index,
+                            link,
+                            session,
+                            command,
+                        },
+                    );
+                }
             }
         }
     }
@@ -1280,6 +1385,10 @@ impl World {
                 Output::Store(command) => self.dispatch(index, command),
                 Output::App(event) => self.app_event(index, event),
                 Output::Timeout(_) => {
+                    self.send_gathered(index);
+                    let Some(member) = self.nodes[index].member.as_mut() else {
+                        return;
+                    };
                     let check = member.check_derived();
                     let now = (member.changes(), published(member));
                     let before = self.nodes[index].published.replace(now.clone());
@@ -1344,7 +1453,6 @@ impl World {
 
     /// Sends a request to the store over the member's connection.
     fn dispatch(&mut self, index: usize, store_command: StoreRequest) {
-        let now = self.now;
         self.trace(Some(index), &("->", &store_command));
         // The order of the member's output: a partition leaves the fetcher
         // before its release (or a new claim of it) leaves for the store.
@@ -1360,30 +1468,15 @@ impl World {
         }
         let node = &self.nodes[index];
         match (node.connected, node.session) {
-            (true, Some(session)) => {
-                let delay = self.delay();
-                let node = &mut self.nodes[index];
-                // Requests on one connection arrive in order.
-                let arrival = (now + delay).max(node.last_request_arrival);
-                node.last_request_arrival = arrival;
-                let link = node.link();
-                let id = store_command.id;
-                node.in_flight.insert(
-                    id,
-                    Pending {
-                        command: store_command.clone(),
-                    },
-                );
-                self.at(
-                    arrival,
-                    Action::Request {
-                        node: index,
-                        link,
-                        session,
-                        command: store_command,
-                    },
-                );
+            (true, Some(_))
+                if matches!(
+                    store_command.op,
+                    StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
+                ) =>
+            {
+                self.nodes[index].gathered.push(store_command);
             }
+            (true, Some(session)) => self.send(index, session, vec![store_command]),
             (connected, session) => {
                 let error = if session.is_none() && connected {
                     StoreError::SessionExpired
@@ -1393,6 +1486,58 @@ impl World {
                 self.fail(index, store_command, error);
             }
         }
+    }
+
+    /// Sends the claims and offset reads the member's step gathered: a
+    /// batch of each kind (at most [`OPS_PER_BATCH`]), or a single request
+    /// for one alone.
+    fn send_gathered(&mut self, index: usize) {
+        let gathered = std::mem::take(&mut self.nodes[index].gathered);
+        if gathered.is_empty() {
+            return;
+        }
+        let Some(session) = self.nodes[index].session else {
+            return;
+        };
+        let (claims, reads): (Vec<_>, Vec<_>) = gathered
+            .into_iter()
+            .partition(|c| matches!(c.op, StoreOp::Claim { .. }));
+        for kind in [claims, reads] {
+            for batch in kind.chunks(OPS_PER_BATCH) {
+                self.send(index, session, batch.to_vec());
+            }
+        }
+    }
+
+    /// Sends `commands` to the store over the member's connection, in one
+    /// request: requests on one connection arrive in order.
+    fn send(&mut self, index: usize, session: SessionId, mut commands: Vec<StoreRequest>) {
+        let delay = self.delay();
+        let node = &mut self.nodes[index];
+        let arrival = (self.now + delay).max(node.last_request_arrival);
+        node.last_request_arrival = arrival;
+        let link = node.link();
+        for command in &commands {
+            let pending = Pending {
+                command: command.clone(),
+            };
+            node.in_flight.insert(command.id, pending);
+        }
+        let action = match commands.len() {
+            1 => Action::Request {
+                node: index,
+                link,
+                session,
+                command: commands.remove(0),
+            },
+            _ => Action::Batch {
+                node: index,
+                link,
+                session,
+                commands,
+            },
+        };
+        self.at(arrival, action);
     }
 
     fn app_tick(&mut self, index: usize) {

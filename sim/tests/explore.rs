@@ -25,6 +25,8 @@ fn a_fault_free_group_with_one_reorder_keeps_every_property() {
     assert_eq!(report.cut, 0, "the search closes on its own");
     assert!(report.states > 100, "only {} states", report.states);
     assert!(report.lookahead_steps > 0, "convergence was followed");
+    // A member's claims of both partitions in one step go together.
+    assert!(report.batch_deliveries > 0, "no batch reached the store");
 }
 
 #[test]

@@ -83,6 +83,23 @@ fn faults_are_injected_and_partitions_move() {
 }
 
 #[test]
+fn claims_of_one_step_land_together_or_go_one_by_one() {
+    // A step's claims go to the store as one `multi`: across a few seeds
+    // of chaos, some land together and some batches meet a record still
+    // there and are refused as a whole, their claims sent again one by
+    // one. Every property holds either way.
+    let (mut batched, mut refused) = (0, 0);
+    for seed in 20..24 {
+        let report = run(&SimConfig::new(seed));
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        batched += report.batched_claims;
+        refused += report.refused_batches;
+    }
+    assert!(batched > 0, "no claim landed in a batch");
+    assert!(refused > 0, "no batch was refused");
+}
+
+#[test]
 fn an_unknown_strategy_is_reported_with_its_seed() {
     let mut config = SimConfig::new(5);
     config.strategy = "nope".to_owned();

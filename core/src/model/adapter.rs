@@ -5,7 +5,7 @@
 //! Every command is carried out as the ZooKeeper backend carries it out, one
 //! store call after another, so the simulator exercises the same races.
 
-use super::store::{CreateMode, Op, OpError, Stat, Store, WatchEvent};
+use super::store::{CreateMode, Op, OpError, OpResult, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
 use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreRequest};
 use crate::records::{
@@ -140,6 +140,73 @@ pub fn execute(
             let result = commit(store, layout, session, &partition, offset, token, fired);
             Execution::Done(Event::CommitResult { id, result })
         }
+    }
+}
+
+/// How claims sent together ended ([`execute_claims`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Claims {
+    /// Every record was created in one step: each claim's result event, in
+    /// the order of the claims.
+    Created(Vec<Event>),
+    /// Refused as a whole, nothing written (a record is there, a parent is
+    /// missing, a claim is not of this session): the backend sends each
+    /// claim on its own.
+    Refused(Vec<StoreRequest>),
+    /// The session is gone: each claim's failure.
+    Failed(Vec<Event>),
+}
+
+/// Carries out claims a member's step sent together, as the ZooKeeper
+/// backend does: one `multi` of ephemeral creates that lands whole or not
+/// at all. Watch events the store fired are appended to `fired`.
+pub fn execute_claims(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    member: &MemberInfo,
+    commands: Vec<StoreRequest>,
+    fired: &mut Vec<WatchEvent>,
+) -> Claims {
+    let mut creates = Vec::with_capacity(commands.len());
+    for command in &commands {
+        match &command.op {
+            StoreOp::Claim { partition } if command.session == session => {
+                creates.push(Op::Create {
+                    path: layout.owner(partition),
+                    data: member.id.as_str().as_bytes().to_vec(),
+                    mode: CreateMode::Ephemeral,
+                })
+            }
+            _ => return Claims::Refused(commands),
+        }
+    }
+    match store.multi(session, creates) {
+        Ok((results, events)) => {
+            fired.extend(events);
+            let created = commands.iter().zip(results).map(|(command, result)| {
+                let result = match result {
+                    OpResult::Created(stat) => Ok(ClaimOutcome::Created {
+                        token: token_of(&stat),
+                    }),
+                    other => Err(StoreError::Other(ClientError::message(format!(
+                        "a create in a multi answered {other:?}"
+                    )))),
+                };
+                Event::ClaimResult {
+                    id: command.id,
+                    result,
+                }
+            });
+            Claims::Created(created.collect())
+        }
+        Err((_, OpError::SessionExpired)) => Claims::Failed(
+            commands
+                .into_iter()
+                .map(|command| command.failed(StoreError::SessionExpired))
+                .collect(),
+        ),
+        Err(_) => Claims::Refused(commands),
     }
 }
 
