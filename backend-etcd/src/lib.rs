@@ -434,7 +434,12 @@ impl Backend for EtcdBackend {
     }
 
     fn submit(&mut self, command: StoreRequest) {
-        submit(self.running.as_mut(), command, ops::execute);
+        submit(
+            self.running.as_mut(),
+            command,
+            ops::execute,
+            ops::execute_batch,
+        );
     }
 
     async fn shutdown(&mut self) {

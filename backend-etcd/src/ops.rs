@@ -128,6 +128,22 @@ impl Ctx {
         }
     }
 
+    /// Claims each of `partitions` on its own, all at once.
+    async fn claim_each(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
+    }
+
+    /// Reads the offset of each of `partitions` on its own, all at once.
+    async fn read_offset_each(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
+    }
+
     /// Reads one key.
     async fn get(&self, key: &str) -> Result<etcd_client::GetResponse, StoreError> {
         let key = key.to_owned();
@@ -139,6 +155,20 @@ impl Ctx {
         self.call(|mut client| async move { client.txn(txn).await })
             .await
     }
+}
+
+/// Carries out the claims or offset reads `commands` together under
+/// `current`, the lease they were issued under.
+pub(crate) async fn execute_batch(
+    shared: Arc<Shared>,
+    current: Current,
+    commands: Vec<StoreRequest>,
+) {
+    let ctx = Ctx {
+        shared: shared.clone(),
+        current,
+    };
+    session::execute_batch(&shared.state, ctx, commands).await
 }
 
 /// Carries out `command` under `current`, the lease it was issued under.
@@ -251,6 +281,65 @@ impl StoreOps for Ctx {
         }
     }
 
+    async fn claim_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        if partitions.len() < 2 {
+            return self.claim_each(partitions).await;
+        }
+        let keys: Vec<String> = partitions
+            .iter()
+            .map(|p| self.shared.keys.owner(p))
+            .collect();
+        let lease = PutOptions::new().with_lease(self.lease());
+        let txn = Txn::new()
+            .when(
+                keys.iter()
+                    .map(|key| Compare::create_revision(key.clone(), CompareOp::Equal, 0))
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                keys.iter()
+                    .map(|key| {
+                        TxnOp::put(
+                            key.clone(),
+                            self.shared.member.id.as_str(),
+                            Some(lease.clone()),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        match self.txn(txn).await {
+            Ok(response) if response.succeeded() => {
+                // Every put is one of the transaction's writes: each key's
+                // create_revision is the revision the transaction made.
+                match response.header().map(|h| h.revision()) {
+                    Some(revision) => partitions
+                        .iter()
+                        .map(|_| {
+                            Ok(ClaimOutcome::Created {
+                                token: FencingToken(revision as u64),
+                            })
+                        })
+                        .collect(),
+                    None => {
+                        let error = StoreError::Other(ClientError::message(
+                            "etcd answered without a header",
+                        ));
+                        partitions.iter().map(|_| Err(error.clone())).collect()
+                    }
+                }
+            }
+            // One partition held refuses them all, and nothing was
+            // written: each is claimed on its own, and has its own outcome.
+            Ok(_) => self.claim_each(partitions).await,
+            // Sent and not answered: the outcome of each is unknown, as a
+            // single claim's would be.
+            Err(error) => partitions.iter().map(|_| Err(error.clone())).collect(),
+        }
+    }
+
     async fn watch_owner(
         &self,
         partition: &TopicPartition,
@@ -292,6 +381,51 @@ impl StoreOps for Ctx {
             None => Ok(None),
             Some(kv) => parse_offset(&key, kv.value()).map(Some),
         }
+    }
+
+    async fn read_offset_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        if partitions.len() < 2 {
+            return self.read_offset_each(partitions).await;
+        }
+        let keys: Vec<String> = partitions
+            .iter()
+            .map(|p| self.shared.keys.offset(p))
+            .collect();
+        // Reads alone: the transaction is one consistent read of them all.
+        let txn = Txn::new().and_then(
+            keys.iter()
+                .map(|key| TxnOp::get(key.clone(), None))
+                .collect::<Vec<_>>(),
+        );
+        let response = match self.txn(txn).await {
+            Ok(response) => response,
+            Err(error) => return partitions.iter().map(|_| Err(error.clone())).collect(),
+        };
+        let answers = response.op_responses();
+        if answers.len() != keys.len() {
+            let error = StoreError::Other(ClientError::message(format!(
+                "etcd answered {} of {} offset reads in one transaction",
+                answers.len(),
+                keys.len()
+            )));
+            return partitions.iter().map(|_| Err(error.clone())).collect();
+        }
+        answers
+            .into_iter()
+            .zip(&keys)
+            .map(|(answer, key)| match answer {
+                TxnOpResponse::Get(get) => match get.kvs().first() {
+                    None => Ok(None),
+                    Some(kv) => parse_offset(key, kv.value()).map(Some),
+                },
+                _ => Err(StoreError::Other(ClientError::message(
+                    "etcd answered an offset read with something else than a read",
+                ))),
+            })
+            .collect()
     }
 
     /// Writes the offset only while the owner key is the claim `token` and is

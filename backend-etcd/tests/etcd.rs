@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{lease, partition, Sandbox};
@@ -123,6 +124,146 @@ async fn registration_members_and_membership_watch() {
 
     a.backend.shutdown().await;
     b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
+    let sandbox = Sandbox::new("batch").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+    let held = created(b.claim(5).await);
+
+    // 300 claims in one step: more than one transaction holds (etcd takes
+    // 128 operations at most by default), and the one with partition 5 in
+    // it fails as a whole.
+    let requests = a.backend.request_counter();
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.claim_together(0..300).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..300u32).zip(results) {
+        if p == 5 {
+            match result {
+                Event::ClaimResult {
+                    result:
+                        Ok(ClaimOutcome::Held {
+                            owner,
+                            session,
+                            token,
+                        }),
+                    ..
+                } => {
+                    assert_eq!(owner.as_ref().map(|m| m.as_str()), Some("b"));
+                    assert_eq!((session, token), (b.session, held));
+                }
+                other => panic!("the held partition's claim answered {other:?}"),
+            }
+            continue;
+        }
+        let token = created(result);
+        let kv = sandbox
+            .get(&sandbox.owner_key(p))
+            .await
+            .expect("every other partition's owner key is written");
+        assert_eq!(
+            token,
+            FencingToken(kv.create_revision() as u64),
+            "partition {p}'s token"
+        );
+        assert_eq!(kv.lease(), lease(a.session), "partition {p} is a's");
+    }
+    assert!(
+        sent <= 3 + 128,
+        "300 claims in batches took {sent} requests"
+    );
+    let mut raw = sandbox.raw.clone();
+    for (p, data) in [(42, "42"), (7, "garbage")] {
+        raw.put(sandbox.offset_key(p).as_str(), data, None)
+            .await
+            .expect("write an offset");
+    }
+
+    // The offsets of the same 300 in one step: one read for every 128,
+    // each partition with its own answer (none, a number, or corrupt).
+    let before = requests.load(Ordering::Relaxed);
+    let reads = a.read_offsets_together(0..300).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, read) in (0..300u32).zip(reads) {
+        let Event::OffsetResult { result, .. } = read else {
+            panic!("partition {p}'s offset read answered {read:?}");
+        };
+        match (p, result) {
+            (42, Ok(Some(42))) | (7, Err(StoreError::Corrupt { .. })) => {}
+            (p, Ok(None)) if p != 42 && p != 7 => {}
+            (p, other) => panic!("partition {p}'s offset read answered {other:?}"),
+        }
+    }
+    assert_eq!(sent, 3, "300 offset reads in batches took {sent} requests");
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+/// A batch of claims whose answer is lost: etcd made every claim in one
+/// transaction, and the member learns none of their outcomes
+/// (ConnectionLoss for each, as for a single claim); claimed again once
+/// the connection is back, each finds its key held by its own lease and
+/// token, which the core takes as its own.
+#[tokio::test]
+async fn a_batch_of_claims_whose_answer_is_lost_is_resolved_like_a_single_claim() {
+    let sandbox = Sandbox::new("batchlost").await;
+    let upstream = sandbox
+        .address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&upstream).await;
+    let backend = sandbox
+        .backend(&format!("http://{}", proxy.address))
+        .request_timeout(Duration::from_secs(1));
+    let mut a =
+        common::Driver::start("etcd", backend, common::info("a"), Duration::from_secs(8)).await;
+
+    proxy.deaf();
+    for (p, lost) in (0..10u32).zip(a.claim_together(0..10).await) {
+        assert!(
+            matches!(
+                lost,
+                Event::ClaimResult {
+                    result: Err(StoreError::ConnectionLoss),
+                    ..
+                }
+            ),
+            "partition {p}'s claim, its answer lost, answered {lost:?}"
+        );
+    }
+    proxy.up();
+
+    for (p, again) in (0..10u32).zip(a.claim_together(0..10).await) {
+        let kv = sandbox
+            .get(&sandbox.owner_key(p))
+            .await
+            .expect("the lost batch was carried out whole");
+        match again {
+            Event::ClaimResult {
+                result:
+                    Ok(ClaimOutcome::Held {
+                        owner,
+                        session,
+                        token,
+                    }),
+                ..
+            } => {
+                assert_eq!(owner.as_ref().map(|m| m.as_str()), Some("a"));
+                assert_eq!(session, a.session, "partition {p} is held by a's lease");
+                assert_eq!(
+                    token,
+                    FencingToken(kv.create_revision() as u64),
+                    "partition {p}'s token"
+                );
+            }
+            other => panic!("partition {p}'s claim after the lost batch answered {other:?}"),
+        }
+    }
+    a.backend.shutdown().await;
 }
 
 #[tokio::test]

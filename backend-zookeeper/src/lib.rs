@@ -263,7 +263,12 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn submit(&mut self, command: StoreRequest) {
-        submit(self.running.as_mut(), command, ops::execute);
+        submit(
+            self.running.as_mut(),
+            command,
+            ops::execute,
+            ops::execute_batch,
+        );
     }
 
     fn ticket(&self) -> Option<SessionTicket> {

@@ -108,6 +108,22 @@ impl Ctx {
         result
     }
 
+    /// Claims each of `partitions` on its own, all at once.
+    async fn claim_each(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
+    }
+
+    /// Reads the offset of each of `partitions` on its own, all at once.
+    async fn read_offset_each(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
+    }
+
     fn count(&self, requests: u64) {
         self.shared
             .config
@@ -160,6 +176,29 @@ pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: Stor
         session: current.session,
     };
     session::execute(&shared.state, ctx, command).await
+}
+
+/// Carries out the claims or offset reads `commands` together under `current`.
+pub(crate) async fn execute_batch(
+    shared: Arc<Shared>,
+    current: Current,
+    commands: Vec<StoreRequest>,
+) {
+    let ctx = Ctx {
+        shared: shared.clone(),
+        client: current.client,
+        session: current.session,
+    };
+    session::execute_batch(&shared.state, ctx, commands).await
+}
+
+/// How a `multi` of creates ended.
+enum Multi {
+    /// Every node was created: each one's stat.
+    Created(Vec<zk::MultiWriteResult>),
+    /// The server refused it as a whole (a node exists, a parent is
+    /// missing): nothing was created.
+    Refused,
 }
 
 /// Turns a one-shot watcher into a watch that fires on a change of the
@@ -232,6 +271,102 @@ impl StoreOps for Ctx {
         }
     }
 
+    async fn claim_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        if partitions.len() < 2 {
+            return self.claim_each(partitions).await;
+        }
+        let data = self.shared.member.id.as_str().as_bytes();
+        let options = zk::CreateMode::Ephemeral.with_acls(self.shared.config.security.acls());
+        let paths: Vec<String> = partitions
+            .iter()
+            .map(|p| self.shared.layout.owner(p))
+            .collect();
+        let mut writer = self.client.new_multi_writer();
+        for path in &paths {
+            if writer.add_create(path, data, &options).is_err() {
+                return self.claim_each(partitions).await;
+            }
+        }
+        let multi = self
+            .call(|| {
+                let commit = writer.commit();
+                async move {
+                    match commit.await {
+                        Ok(results) => Ok(Multi::Created(results)),
+                        Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(Multi::Refused),
+                        Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                    }
+                }
+            })
+            .await;
+        match multi {
+            Ok(Multi::Created(results)) if results.len() == paths.len() => {
+                let stats: Vec<Option<zk::Stat>> = results
+                    .into_iter()
+                    .map(|result| match result {
+                        zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => {
+                            Some(stat)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                // Servers before 3.9 answer a multi's creates without
+                // their stat (ZOOKEEPER-4026): the tokens are read back
+                // from the records just made, in one multi-read.
+                let unanswered: Vec<String> = paths
+                    .iter()
+                    .zip(&stats)
+                    .filter(|(_, stat)| stat.is_none())
+                    .map(|(path, _)| path.clone())
+                    .collect();
+                let read_back = if unanswered.is_empty() {
+                    Vec::new()
+                } else {
+                    match read_all(self, &unanswered).await {
+                        Err(zk::Error::Unimplemented) => read_each(self, &unanswered).await,
+                        other => other,
+                    }
+                    .unwrap_or_default()
+                };
+                let mut read_back = read_back.into_iter();
+                let mut outcomes = Vec::with_capacity(paths.len());
+                for (stat, partition) in stats.into_iter().zip(partitions) {
+                    let stat = match stat {
+                        Some(stat) => Some(stat),
+                        None => match read_back.next() {
+                            Some(Ok((_, stat))) if owner_session(&stat) == Some(self.session) => {
+                                Some(stat)
+                            }
+                            _ => None,
+                        },
+                    };
+                    outcomes.push(match stat {
+                        Some(stat) => Ok(ClaimOutcome::Created {
+                            token: token_of(&stat),
+                        }),
+                        // Not read back as ours: claimed on its own, it
+                        // gets the outcome a single claim would.
+                        None => self.claim(partition).await,
+                    });
+                }
+                outcomes
+            }
+            // One partition held (or a parent missing) refuses them all,
+            // and nothing was written: each is claimed on its own, and has
+            // its own outcome.
+            Ok(_) => self.claim_each(partitions).await,
+            // Sent and not answered: the outcome of each is unknown, as a
+            // single claim's would be.
+            Err(error) => {
+                let error = store_error(error);
+                partitions.iter().map(|_| Err(error.clone())).collect()
+            }
+        }
+    }
+
     async fn watch_owner(
         &self,
         partition: &TopicPartition,
@@ -262,6 +397,37 @@ impl StoreOps for Ctx {
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(store_error(e)),
         }
+    }
+
+    async fn read_offset_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        if partitions.len() < 2 {
+            return self.read_offset_each(partitions).await;
+        }
+        let paths: Vec<String> = partitions
+            .iter()
+            .map(|p| self.shared.layout.offset(p))
+            .collect();
+        let reads = match read_all(self, &paths).await {
+            // A server before multi-reads (3.6).
+            Err(zk::Error::Unimplemented) => return self.read_offset_each(partitions).await,
+            Err(error) => {
+                let error = store_error(error);
+                return partitions.iter().map(|_| Err(error.clone())).collect();
+            }
+            Ok(reads) => reads,
+        };
+        reads
+            .into_iter()
+            .zip(&paths)
+            .map(|(read, path)| match read {
+                Ok((data, _)) => parse_offset(path, &data).map(Some),
+                Err(zk::Error::NoNode) => Ok(None),
+                Err(error) => Err(store_error(error)),
+            })
+            .collect()
     }
 
     async fn commit(
@@ -345,7 +511,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     let mut members = Vec::with_capacity(children.len());
     for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
         match read {
-            Ok(data) => match decode_registration(child, &data) {
+            Ok((data, _)) => match decode_registration(child, &data) {
                 Ok(info) => members.push(info),
                 // Left out rather than guessed at (the others leave it out
                 // too), but worth an operator's look.
@@ -369,20 +535,22 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     Ok((members, watcher))
 }
 
-/// Registrations read in one multi-read per this many: far below
-/// ZooKeeper's 1 MB request and reply bound at a few hundred bytes each.
-const REGISTRATIONS_PER_READ: usize = 1000;
+/// One node's data and stat, or why it could not be read.
+type Read = Result<(Vec<u8>, zk::Stat), zk::Error>;
+
+/// Nodes read in one multi-read per this many: far below ZooKeeper's 1 MB
+/// request and reply bound at a few hundred bytes each (registrations; an
+/// offset takes a few).
+const NODES_PER_READ: usize = 1000;
 
 /// Reads every path's data with multi-reads (ZooKeeper 3.6 and later). A
 /// member list is read by every member at every membership change: one
 /// request per registration made that M² requests per change, which at a
-/// hundred members was most of what a join or a leave cost.
-async fn read_all(
-    ctx: &Ctx,
-    paths: &[String],
-) -> Result<Vec<Result<Vec<u8>, zk::Error>>, zk::Error> {
+/// hundred members was most of what a join or a leave cost. The offsets a
+/// step reads come the same way.
+async fn read_all(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> {
     let mut reads = Vec::with_capacity(paths.len());
-    for chunk in paths.chunks(REGISTRATIONS_PER_READ) {
+    for chunk in paths.chunks(NODES_PER_READ) {
         let mut reader = ctx.client.new_multi_reader();
         for path in chunk {
             reader.add_get_data(path)?;
@@ -390,16 +558,16 @@ async fn read_all(
         let results = ctx.call(|| reader.commit()).await?;
         if results.len() != chunk.len() {
             return Err(zk::Error::UnexpectedError(format!(
-                "a multi-read of {} registrations answered {}",
+                "a multi-read of {} nodes answered {}",
                 chunk.len(),
                 results.len()
             )));
         }
         reads.extend(results.into_iter().map(|result| match result {
-            zk::MultiReadResult::Data { data, .. } => Ok(data),
+            zk::MultiReadResult::Data { data, stat } => Ok((data, stat)),
             zk::MultiReadResult::Error { err } => Err(err),
             _ => Err(zk::Error::UnexpectedError(
-                "a multi-read of registrations answered with something else than data".to_owned(),
+                "a multi-read answered with something else than data".to_owned(),
             )),
         }));
     }
@@ -408,10 +576,7 @@ async fn read_all(
 
 /// Reads every path's data with one request each, all sent at once: for a
 /// server older than 3.6, which has no multi-read.
-async fn read_each(
-    ctx: &Ctx,
-    paths: &[String],
-) -> Result<Vec<Result<Vec<u8>, zk::Error>>, zk::Error> {
+async fn read_each(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> {
     // Requests go out when their futures are made: ask for every
     // registration at once, then collect the answers.
     let sent = Instant::now();
@@ -423,7 +588,7 @@ async fn read_each(
         if answered(&read) {
             ctx.shared.state.last_heard().heard(sent);
         }
-        reads.push(read.map(|(data, _)| data));
+        reads.push(read);
     }
     Ok(reads)
 }

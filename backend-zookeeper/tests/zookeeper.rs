@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::{partition, Sandbox, GROUP};
@@ -133,6 +134,170 @@ async fn registration_members_and_membership_watch() {
 
     a.backend.shutdown().await;
     b.backend.shutdown().await;
+}
+
+#[tokio::test]
+async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
+    let sandbox = Sandbox::new("batch").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+    // b holds partition 5 (its claim also makes the owners' parents).
+    let held = created(b.claim(5).await);
+
+    // 300 claims in one step: more than one batch holds (128 at most),
+    // and the batch with partition 5 in it is refused as a whole.
+    let requests = a.backend.request_counter();
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.claim_together(0..300).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..300u32).zip(results) {
+        if p == 5 {
+            match result {
+                Event::ClaimResult {
+                    result:
+                        Ok(ClaimOutcome::Held {
+                            owner,
+                            session,
+                            token,
+                        }),
+                    ..
+                } => {
+                    assert_eq!(owner.as_ref().map(|m| m.as_str()), Some("b"));
+                    assert_eq!((session, token), (b.session, held));
+                }
+                other => panic!("the held partition's claim answered {other:?}"),
+            }
+            continue;
+        }
+        let token = created(result);
+        let (_, stat) = sandbox
+            .raw
+            .get_data(&sandbox.owner_path(p))
+            .await
+            .expect("every other partition's owner node is written");
+        assert_eq!(
+            token,
+            FencingToken(stat.czxid as u64),
+            "partition {p}'s token"
+        );
+        assert_eq!(
+            stat.ephemeral_owner as u64, a.session.0,
+            "partition {p} is a's"
+        );
+    }
+    // Three batches of creates in one request each, the refused one's 128
+    // partitions one by one (the held one read too), and, on a server that
+    // answers a multi's creates without their stat (ZOOKEEPER-4026, before
+    // 3.9), one multi-read of the tokens for each batch that was made:
+    // fewer requests than one per partition.
+    assert!(
+        sent <= 3 + 128 + 1 + 2,
+        "300 claims in batches took {sent} requests"
+    );
+    for (p, data) in [(42, &b"42"[..]), (7, &b"garbage"[..])] {
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        sandbox
+            .raw
+            .mkdir(
+                &format!("/consumers/{GROUP}/offsets/{}", common::TOPIC),
+                &options,
+            )
+            .await
+            .ok();
+        sandbox
+            .raw
+            .create(&sandbox.offset_path(p), data, &options)
+            .await
+            .expect("write an offset");
+    }
+
+    // The offsets of the same 300 in one step: one read for every 128,
+    // each partition with its own answer (none, a number, or corrupt).
+    let before = requests.load(Ordering::Relaxed);
+    let reads = a.read_offsets_together(0..300).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, read) in (0..300u32).zip(reads) {
+        let Event::OffsetResult { result, .. } = read else {
+            panic!("partition {p}'s offset read answered {read:?}");
+        };
+        match (p, result) {
+            (42, Ok(Some(42))) | (7, Err(StoreError::Corrupt { .. })) => {}
+            (p, Ok(None)) if p != 42 && p != 7 => {}
+            (p, other) => panic!("partition {p}'s offset read answered {other:?}"),
+        }
+    }
+    assert_eq!(sent, 3, "300 offset reads in batches took {sent} requests");
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+/// A batch of claims whose answer is lost: the store made every claim,
+/// and the member learns none of their outcomes (ConnectionLoss for each,
+/// as for a single claim); claimed again once the connection is back, each
+/// finds its record held by its own session and token, which the core takes
+/// as its own.
+#[tokio::test]
+async fn a_batch_of_claims_whose_answer_is_lost_is_resolved_like_a_single_claim() {
+    let sandbox = Sandbox::new("batchlost").await;
+    let proxy = common::proxy::Proxy::start(&common::address()).await;
+    let backend = ZooKeeperBackend::new(format!("{}{}", proxy.address, sandbox.chroot));
+    let mut a = common::Driver::start(
+        "zookeeper",
+        backend,
+        common::info("a"),
+        Duration::from_secs(6),
+    )
+    .await;
+    // The owners' parent exists: the batch is not refused for want of it.
+    created(a.claim(99).await);
+
+    proxy.deaf();
+    for (p, lost) in (0..10u32).zip(a.claim_together(0..10).await) {
+        assert!(
+            matches!(
+                lost,
+                Event::ClaimResult {
+                    result: Err(StoreError::ConnectionLoss),
+                    ..
+                }
+            ),
+            "partition {p}'s claim, its answer lost, answered {lost:?}"
+        );
+    }
+    proxy.up();
+    a.wait_for("SessionResumed", |e| {
+        matches!(e, Event::SessionResumed).then_some(())
+    })
+    .await;
+
+    for (p, again) in (0..10u32).zip(a.claim_together(0..10).await) {
+        let (_, stat) = sandbox
+            .raw
+            .get_data(&sandbox.owner_path(p))
+            .await
+            .expect("the lost batch was carried out whole");
+        match again {
+            Event::ClaimResult {
+                result:
+                    Ok(ClaimOutcome::Held {
+                        owner,
+                        session,
+                        token,
+                    }),
+                ..
+            } => {
+                assert_eq!(owner.as_ref().map(|m| m.as_str()), Some("a"));
+                assert_eq!(session, a.session, "partition {p} is held by a's session");
+                assert_eq!(
+                    token,
+                    FencingToken(stat.czxid as u64),
+                    "partition {p}'s token"
+                );
+            }
+            other => panic!("partition {p}'s claim after the lost batch answered {other:?}"),
+        }
+    }
+    a.backend.shutdown().await;
 }
 
 #[tokio::test]

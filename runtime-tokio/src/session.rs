@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::{
     ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
-    SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
+    RequestId, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
 use tokio::sync::{watch, OwnedMutexGuard};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::backend::{BackendError, EventSender};
+
+pub use tenure_core::records::OPS_PER_BATCH;
 
 /// A store session as a backend holds it (a client and its session id, a
 /// lease): cheap to clone, and it knows the core's id of the session.
@@ -199,6 +201,9 @@ struct PartitionLocks {
     locks: Mutex<HashMap<TopicPartition, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// The fewest locks kept before the unused ones are forgotten.
+const PARTITION_LOCKS_KEPT: usize = 64;
+
 impl PartitionLocks {
     /// Waits for the lock of `partition`; it is released when the guard is
     /// dropped.
@@ -207,7 +212,12 @@ impl PartitionLocks {
             // A panic while holding the map leaves it consistent: entries
             // are only added or removed whole.
             let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            // Unused locks are forgotten once the map has doubled since,
+            // so that a burst of thousands of partitions costs each lock
+            // a constant share of the sweeps, not a sweep of its own.
+            if locks.len() >= PARTITION_LOCKS_KEPT && locks.len() == locks.capacity() {
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            }
             locks.entry(partition.clone()).or_default().clone()
         };
         lock.lock_owned().await
@@ -274,6 +284,9 @@ pub struct Running<T> {
     shared: Arc<T>,
     commands: JoinSet<()>,
     follower: JoinHandle<()>,
+    /// Claims and offset reads submitted and not taken yet by the task
+    /// that sends them as batches ([`submit`]).
+    gathered: Arc<Mutex<Vec<StoreRequest>>>,
 }
 
 impl<T: SharedState> Running<T> {
@@ -283,6 +296,7 @@ impl<T: SharedState> Running<T> {
             shared,
             commands: JoinSet::new(),
             follower,
+            gathered: Arc::default(),
         }
     }
 
@@ -322,20 +336,27 @@ impl<T: SharedState> Running<T> {
 }
 
 /// Carries out `command` on the backend `running`, in a task of its own, by
-/// `execute`, if it was issued under the session held now.
+/// `execute`, if it was issued under the session held now. Claims and
+/// offset reads are gathered instead: the first one submitted after the
+/// last batch left starts a task that, once the submitting task yields (the
+/// member's step is over: every claim and read the step decided is
+/// submitted), takes all that was gathered and carries it out with
+/// `execute_batch`, in batches of one kind and at most [`OPS_PER_BATCH`].
 ///
 /// A command issued under a session that ended fails with
 /// [`StoreError::SessionExpired`]: it must not act under the next one (a
 /// claim would leave a record no member tracks). A backend that is not
 /// running (not started, or shut down) has no one to answer: the command is
 /// logged and dropped.
-pub fn submit<T, F>(
+pub fn submit<T, F, G>(
     running: Option<&mut Running<T>>,
     command: StoreRequest,
     execute: impl FnOnce(Arc<T>, T::Session, StoreRequest) -> F,
+    execute_batch: impl Fn(Arc<T>, T::Session, Vec<StoreRequest>) -> G + Send + 'static,
 ) where
     T: SharedState,
     F: Future<Output = ()> + Send + 'static,
+    G: Future<Output = ()> + Send + 'static,
 {
     let Some(running) = running else {
         let event = command.failed(StoreError::SessionExpired);
@@ -347,11 +368,70 @@ pub fn submit<T, F>(
     let state = running.shared.state();
     match state.current() {
         Some(current) if current.id() == command.session => {
+            if matches!(
+                command.op,
+                StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
+            ) {
+                let mut gathered = running.gathered.lock().unwrap_or_else(|e| e.into_inner());
+                gathered.push(command);
+                if gathered.len() == 1 {
+                    let (shared, gathered) = (running.shared.clone(), running.gathered.clone());
+                    running
+                        .commands
+                        .spawn(send_gathered(shared, gathered, execute_batch));
+                }
+                return;
+            }
             let task = execute(running.shared.clone(), current, command);
             running.commands.spawn(task);
         }
         _ => state.send(command.failed(StoreError::SessionExpired)),
     }
+}
+
+/// Takes the claims and offset reads gathered once the member's step is
+/// over, and carries them out in batches of one kind, all at once, under
+/// the session they were issued under (failed with
+/// [`StoreError::SessionExpired`] if it ended since).
+async fn send_gathered<T, G>(
+    shared: Arc<T>,
+    gathered: Arc<Mutex<Vec<StoreRequest>>>,
+    execute_batch: impl Fn(Arc<T>, T::Session, Vec<StoreRequest>) -> G,
+) where
+    T: SharedState,
+    G: Future<Output = ()>,
+{
+    // The member's task submits a step's requests without yielding: they
+    // are all gathered when this task runs after it.
+    tokio::task::yield_now().await;
+    let gathered = std::mem::take(&mut *gathered.lock().unwrap_or_else(|e| e.into_inner()));
+    let state = shared.state();
+    let current = state.current();
+    let (mut claims, mut reads): (Vec<Vec<StoreRequest>>, Vec<Vec<StoreRequest>>) =
+        (Vec::new(), Vec::new());
+    for command in gathered {
+        match &current {
+            Some(current) if current.id() == command.session => {
+                let batches = match command.op {
+                    StoreOp::Claim { .. } => &mut claims,
+                    _ => &mut reads,
+                };
+                match batches.last_mut() {
+                    Some(batch) if batch.len() < OPS_PER_BATCH => batch.push(command),
+                    _ => batches.push(vec![command]),
+                }
+            }
+            _ => state.send(command.failed(StoreError::SessionExpired)),
+        }
+    }
+    let Some(current) = current else {
+        return;
+    };
+    let sends = claims
+        .into_iter()
+        .chain(reads)
+        .map(|batch| execute_batch(shared.clone(), current.clone(), batch));
+    futures_util::future::join_all(sends).await;
 }
 
 /// How many of one member's store requests are on the wire at once: the
@@ -485,6 +565,30 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Creates the owner record of `partition`, or reads the one there is.
     async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError>;
 
+    /// Claims every one of `partitions` (at most [`OPS_PER_BATCH`]),
+    /// each with its own outcome, in their order, as [`StoreOps::claim`]
+    /// would: a store that can do many writes in one request does them
+    /// together, and falls back to one claim per partition where the batch
+    /// fails as a whole (one partition held must not fail the others). By
+    /// default, one claim per partition, all at once.
+    async fn claim_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
+    }
+
+    /// Reads the committed offsets of every one of `partitions` (at most
+    /// [`OPS_PER_BATCH`]), each with its own outcome, in their order, as
+    /// [`StoreOps::read_offset`] would: in one request where the store can.
+    /// By default, one read per partition, all at once.
+    async fn read_offset_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
+    }
+
     /// Whether the owner record of `partition` exists, and a watch on it:
     /// a store may leave none when the record is absent, or one that fires
     /// when it is created.
@@ -599,6 +703,67 @@ pub async fn execute<S: StoreSession, O: StoreOps>(
         if watch.await {
             send_event(&events, notification);
         }
+    }
+}
+
+/// Carries out claims or offset reads gathered together (at most
+/// [`OPS_PER_BATCH`]) with [`StoreOps::claim_many`] and
+/// [`StoreOps::read_offset_many`], and answers each with its own result
+/// event.
+pub async fn execute_batch<S: StoreSession, O: StoreOps>(
+    state: &SessionState<S>,
+    ops: O,
+    commands: Vec<StoreRequest>,
+) {
+    let mut claims: Vec<(RequestId, TopicPartition)> = Vec::with_capacity(commands.len());
+    let mut reads: Vec<(RequestId, TopicPartition)> = Vec::new();
+    for command in commands {
+        match command.op {
+            StoreOp::Claim { partition } => claims.push((command.id, partition)),
+            StoreOp::ReadOffset { partition } => reads.push((command.id, partition)),
+            _ => {
+                tracing::error!(
+                    ?command,
+                    "a command that is not a claim or a read in a batch"
+                );
+                state.send(command.failed(StoreError::Other(ClientError::message(
+                    "a command that is not a claim or a read in a batch",
+                ))));
+            }
+        }
+    }
+    if !reads.is_empty() {
+        let partitions: Vec<TopicPartition> = reads.iter().map(|(_, p)| p.clone()).collect();
+        let mut results = ops.read_offset_many(&partitions).await.into_iter();
+        for (id, _) in reads {
+            let result = results.next().unwrap_or_else(|| {
+                Err(StoreError::Other(ClientError::message(
+                    "the store's batch of offset reads answered fewer reads than it was given",
+                )))
+            });
+            state.send(Event::OffsetResult { id, result });
+        }
+    }
+    if claims.is_empty() {
+        return;
+    }
+    // Locked in order, so that two batches never wait for each other.
+    let mut order: Vec<&TopicPartition> = claims.iter().map(|(_, p)| p).collect();
+    order.sort();
+    order.dedup();
+    let mut turns = Vec::with_capacity(order.len());
+    for partition in order {
+        turns.push(state.partition_locks.lock(partition).await);
+    }
+    let partitions: Vec<TopicPartition> = claims.iter().map(|(_, p)| p.clone()).collect();
+    let mut results = ops.claim_many(&partitions).await.into_iter();
+    for (id, _) in claims {
+        let result = results.next().unwrap_or_else(|| {
+            Err(StoreError::Other(ClientError::message(
+                "the store's batch of claims answered fewer claims than it was given",
+            )))
+        });
+        state.send(Event::ClaimResult { id, result });
     }
 }
 

@@ -265,6 +265,55 @@ impl<B: Backend> Driver<B> {
         .await
     }
 
+    /// Claims every partition of `partitions` in one go, as a member's
+    /// step does (every claim submitted before any is awaited), and waits
+    /// for each result, in the same order.
+    pub async fn claim_together(
+        &mut self,
+        partitions: impl IntoIterator<Item = u32>,
+    ) -> Vec<Event> {
+        let ids: Vec<RequestId> = partitions
+            .into_iter()
+            .map(|p| {
+                let partition = partition(p);
+                self.submit(|id, session| StoreRequest {
+                    id,
+                    session,
+                    op: StoreOp::Claim { partition },
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            results.push(self.result(id).await);
+        }
+        results
+    }
+
+    /// Reads the offsets of every partition of `partitions` in one go, as
+    /// a member's step does, and waits for each result, in the same order.
+    pub async fn read_offsets_together(
+        &mut self,
+        partitions: impl IntoIterator<Item = u32>,
+    ) -> Vec<Event> {
+        let ids: Vec<RequestId> = partitions
+            .into_iter()
+            .map(|p| {
+                let partition = partition(p);
+                self.submit(|id, session| StoreRequest {
+                    id,
+                    session,
+                    op: StoreOp::ReadOffset { partition },
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            results.push(self.result(id).await);
+        }
+        results
+    }
+
     pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Event {
         let partition = partition(p);
         self.request(|id, session| StoreRequest {

@@ -13,6 +13,9 @@ use tokio::task::JoinHandle;
 struct Mode {
     /// Bytes flow; otherwise they wait in the kernel buffers.
     forward: bool,
+    /// Bytes from the server flow too; otherwise only the client's do,
+    /// and the server's answers wait in the kernel buffers.
+    answers: bool,
     /// New connections are taken; otherwise closed at once.
     accept: bool,
     /// Connections of an older generation are closed.
@@ -43,6 +46,7 @@ impl Proxy {
         let address = listener.local_addr().expect("proxy address");
         let (mode, watching) = watch::channel(Mode {
             forward: true,
+            answers: true,
             accept: true,
             generation: 0,
         });
@@ -69,6 +73,13 @@ impl Proxy {
         self.mode.send_modify(|m| m.forward = false);
     }
 
+    /// Bytes flow to the server and none come back: requests are carried
+    /// out and their answers never arrive (until [`Proxy::up`], which
+    /// closes the connections they wait on).
+    pub fn deaf(&self) {
+        self.mode.send_modify(|m| m.answers = false);
+    }
+
     /// Closes every connection and refuses new ones.
     pub fn down(&self) {
         self.mode.send_modify(|m| {
@@ -82,6 +93,7 @@ impl Proxy {
     pub fn up(&self) {
         self.mode.send_modify(|m| {
             m.forward = true;
+            m.answers = true;
             m.accept = true;
             m.generation += 1;
         });
@@ -115,7 +127,7 @@ async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>
                 Ok(0) | Err(_) => return,
                 Ok(n) => if server_write.write_all(&up[..n]).await.is_err() { return },
             },
-            read = server_read.read(&mut down), if current.forward => match read {
+            read = server_read.read(&mut down), if current.forward && current.answers => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => if client_write.write_all(&down[..n]).await.is_err() { return },
             },
