@@ -93,11 +93,12 @@ use std::time::{Duration, Instant};
 
 use crate::app::{Applied, Holdings, Told};
 use crate::check::{self, Seen, Story};
+use crate::world::batch_kind;
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::canon::{Canon, Clock};
 use tenure_core::config::Config;
 use tenure_core::error::StoreError;
-use tenure_core::model::adapter::{self, Claims, Execution};
+use tenure_core::model::adapter::{self, Batched, Execution};
 use tenure_core::model::store::{Store, WatchEvent};
 use tenure_core::protocol::{
     ClaimOutcome, Event, FetchCommand, Member, Output, RegisterOutcome, StoreOp, StoreRequest,
@@ -525,9 +526,9 @@ enum Msg {
         session: SessionId,
         command: StoreRequest,
     },
-    /// Claims or offset reads of one step on their way to the server in
-    /// one request (a `multi`), sent by `incarnation` of `node` under
-    /// `session`: claims land together or not at all.
+    /// Requests of one kind of one step on their way to the server in one
+    /// request (a `multi`), sent by `incarnation` of `node` under
+    /// `session`: their writes land together or not at all.
     Batch {
         node: usize,
         incarnation: u32,
@@ -1165,20 +1166,7 @@ impl State {
             Execution::Done(event) => {
                 if let Some((partition, offset, token, legit)) = commit {
                     if matches!(event, Event::CommitResult { result: Ok(()), .. }) {
-                        let processed = self
-                            .processed
-                            .get(&partition)
-                            .map(Vec::as_slice)
-                            .unwrap_or(&[]);
-                        problems.extend(check::commit(
-                            &info.id,
-                            &partition,
-                            offset,
-                            token,
-                            legit,
-                            &mut self.committed,
-                            processed,
-                        ));
+                        self.check_commit(&info, &partition, offset, token, legit, problems);
                     }
                 }
                 if current {
@@ -1198,9 +1186,9 @@ impl State {
         }
     }
 
-    /// Carries out claims or offset reads a step sent together: reads are
-    /// answered together; claims are created in one `multi`, or, refused
-    /// as a whole, sent again one by one.
+    /// Carries out requests of one kind a step sent together, checking
+    /// any commit it stores: in one step whole, or, refused as a whole,
+    /// sent again one by one.
     fn serve_batch(
         &mut self,
         model: &Model,
@@ -1215,58 +1203,83 @@ impl State {
         {
             self.nodes[node].last_contact = self.now;
         }
+        let commits: Vec<_> = commands
+            .iter()
+            .filter_map(|c| check::arriving_commit(&self.store, &model.layout, session, &c.op))
+            .collect();
         let info = self.nodes[node].member.info().clone();
         let mut fired = Vec::new();
-        let claims = if matches!(commands.first().map(|c| &c.op), Some(StoreOp::Claim { .. })) {
-            adapter::execute_claims(
-                &mut self.store,
-                &model.layout,
-                session,
-                &info,
-                commands,
-                &mut fired,
-            )
-        } else {
-            let mut events = Vec::with_capacity(commands.len());
-            for command in commands {
-                let execution = adapter::execute(
-                    &mut self.store,
-                    &model.layout,
-                    session,
-                    &info,
-                    command,
-                    0,
-                    &mut fired,
-                );
-                match execution {
-                    Execution::Done(event) => events.push(event),
-                    other => problems.push((
-                        "known outputs",
-                        format!("a batched read was carried out as {other:?}"),
-                    )),
-                }
-            }
-            Claims::Failed(events)
-        };
+        let batched = adapter::execute_batch(
+            &mut self.store,
+            &model.layout,
+            session,
+            &info,
+            commands,
+            &mut fired,
+        );
         self.fire(&model.layout, fired);
-        if !current {
-            return;
-        }
-        match claims {
-            Claims::Created(events) | Claims::Failed(events) => {
-                self.send(Msg::Replies { node, events });
+        match batched {
+            Batched::Done(events) => {
+                let mut commits = commits.into_iter();
+                for event in &events {
+                    let Event::CommitResult { result, .. } = event else {
+                        continue;
+                    };
+                    let Some((partition, offset, token, legit)) = commits.next() else {
+                        continue;
+                    };
+                    if result.is_ok() {
+                        self.check_commit(&info, &partition, offset, token, legit, problems);
+                    }
+                }
+                if current {
+                    self.send(Msg::Replies { node, events });
+                }
             }
-            Claims::Refused(commands) => {
-                for command in commands {
-                    self.send(Msg::Request {
-                        node,
-                        incarnation,
-                        session,
-                        command,
-                    });
+            Batched::Failed(events) => {
+                if current {
+                    self.send(Msg::Replies { node, events });
+                }
+            }
+            Batched::Refused(commands) => {
+                if current {
+                    for command in commands {
+                        self.send(Msg::Request {
+                            node,
+                            incarnation,
+                            session,
+                            command,
+                        });
+                    }
                 }
             }
         }
+    }
+
+    /// Checks a commit the store took: by its owner, of what was processed.
+    fn check_commit(
+        &mut self,
+        info: &MemberInfo,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+        legit: bool,
+        problems: &mut Vec<Problem>,
+    ) {
+        let processed = self
+            .processed
+            .get(partition)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        problems.extend(check::commit(
+            &info.id,
+            partition,
+            offset,
+            token,
+            legit,
+            &mut self.committed,
+            processed,
+        ));
     }
 
     /// Puts `msg` in flight.
@@ -1494,8 +1507,9 @@ impl State {
         // requests that could not be sent, and an eager application's
         // acknowledgements and drains.
         let mut later: VecDeque<Input> = VecDeque::new();
-        // The claims and offset reads of the step, sent together when it
-        // is over, as the runtime does.
+        // The claims, offset reads, commits and releases of the steps the
+        // input leads to, sent together when they are over, as the runtime
+        // sends what its task submitted before it yields.
         let mut gathered: Vec<StoreRequest> = Vec::new();
         // A member answers a failure with a backoff, never with another
         // request at once; the guard only keeps a regression from hanging
@@ -1517,12 +1531,7 @@ impl State {
                     }
                 }
                 Output::Store(command) => match (n.connected, n.session) {
-                    (true, Some(_))
-                        if matches!(
-                            command.op,
-                            StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
-                        ) =>
-                    {
+                    (true, Some(_)) if batch_kind(&command.op).is_some() => {
                         gathered.push(command);
                     }
                     (true, Some(session)) => self.net.push(Flight {
@@ -1550,16 +1559,24 @@ impl State {
                     }
                 }
                 Output::Timeout(_) => {
-                    if let Some(session) = n.session {
-                        let gathered = std::mem::take(&mut gathered);
-                        send_gathered(&mut self.net, node, n.incarnation, session, gathered);
-                    }
                     if let Err(detail) = n.member.check_derived() {
                         problems.push(("derived state matches the partitions", detail));
                     }
                     match later.pop_front() {
                         Some(input) => Self::feed(&mut n.member, model, now, input),
-                        None => return,
+                        None => {
+                            if let Some(session) = n.session {
+                                let gathered = std::mem::take(&mut gathered);
+                                send_gathered(
+                                    &mut self.net,
+                                    node,
+                                    n.incarnation,
+                                    session,
+                                    gathered,
+                                );
+                            }
+                            return;
+                        }
                     }
                 }
                 other => {
@@ -1763,8 +1780,8 @@ impl State {
     }
 }
 
-/// Puts the claims and offset reads a step of `incarnation` of `node`
-/// gathered in flight under `session`: a batch of each kind (at most
+/// Puts the requests a step of `incarnation` of `node` gathered in flight
+/// under `session`: a batch of each kind (at most
 /// [`OPS_PER_BATCH`]), or a request for one alone.
 fn send_gathered(
     net: &mut Vec<Flight>,
@@ -1773,10 +1790,13 @@ fn send_gathered(
     session: SessionId,
     gathered: Vec<StoreRequest>,
 ) {
-    let (claims, reads): (Vec<_>, Vec<_>) = gathered
-        .into_iter()
-        .partition(|c| matches!(c.op, StoreOp::Claim { .. }));
-    for kind in [claims, reads] {
+    let mut kinds: [Vec<StoreRequest>; 4] = Default::default();
+    for command in gathered {
+        if let Some(kind) = batch_kind(&command.op) {
+            kinds[kind].push(command);
+        }
+    }
+    for kind in kinds {
         for batch in kind.chunks(OPS_PER_BATCH) {
             let msg = match batch {
                 [command] => Msg::Request {

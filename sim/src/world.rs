@@ -28,7 +28,7 @@ use crate::check::{self, Seen, Story};
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::config::Config;
 use tenure_core::error::{Error, StoreError};
-use tenure_core::model::adapter::{self, Claims, Execution};
+use tenure_core::model::adapter::{self, Batched, Execution};
 use tenure_core::model::store::{Store, WatchEvent};
 use tenure_core::protocol::{AppEvent, Event, FetchCommand, Member, Output, StoreOp, StoreRequest};
 use tenure_core::records::{Layout, OPS_PER_BATCH};
@@ -246,8 +246,8 @@ struct Node {
     leaving: bool,
     gone: bool,
     in_flight: BTreeMap<RequestId, Pending>,
-    /// The claims and offset reads of the member's step being drained,
-    /// sent together when the step is over, as the runtime does.
+    /// The claims, offset reads, commits and releases the member's steps
+    /// at this instant gave, sent together when the instant is over.
     gathered: Vec<StoreRequest>,
     last_request_arrival: Instant,
     last_reply_delivery: Instant,
@@ -354,8 +354,8 @@ enum Action {
         session: SessionId,
         command: StoreRequest,
     },
-    /// Claims or offset reads of one step reach the server in one request
-    /// (a `multi`): claims land together or not at all.
+    /// Requests of one kind of one step reach the server in one request
+    /// (a `multi`): their writes land together or not at all.
     Batch {
         node: usize,
         link: Link,
@@ -585,6 +585,7 @@ impl World {
         node.published = None;
         node.incarnation += 1;
         node.in_flight.clear();
+        node.gathered.clear();
         node.app.holdings.clear();
         node.app.batches.clear();
         node.app.story = Story::default();
@@ -1003,6 +1004,7 @@ impl World {
             }
         }
         for index in 0..self.nodes.len() {
+            self.send_gathered(index);
             self.finish_leaving(index);
         }
     }
@@ -1272,57 +1274,55 @@ impl World {
         }
     }
 
-    /// Carries out claims or offset reads a step sent together: reads are
-    /// answered together; claims are created in one `multi`, or, refused
-    /// as a whole, sent again one by one once the refusal is back.
+    /// Carries out requests of one kind a step sent together: in one step
+    /// whole, or, refused as a whole, sent again one by one once the
+    /// refusal is back.
     fn serve_batch(&mut self, index: usize, session: SessionId, commands: Vec<StoreRequest>) {
         self.server_touch(session);
         let info = match &self.nodes[index].member {
             Some(member) => member.info().clone(),
             None => return,
         };
+        let commits: Vec<_> = commands
+            .iter()
+            .filter_map(|c| check::arriving_commit(&self.store, &self.layout, session, &c.op))
+            .collect();
         let mut fired = Vec::new();
-        let claims = if matches!(commands.first().map(|c| &c.op), Some(StoreOp::Claim { .. })) {
-            adapter::execute_claims(
-                &mut self.store,
-                &self.layout,
-                session,
-                &info,
-                commands,
-                &mut fired,
-            )
-        } else {
-            let timestamp = self.elapsed().as_secs();
-            let mut events = Vec::with_capacity(commands.len());
-            for command in commands {
-                let execution = adapter::execute(
-                    &mut self.store,
-                    &self.layout,
-                    session,
-                    &info,
-                    command,
-                    timestamp,
-                    &mut fired,
-                );
-                match execution {
-                    Execution::Done(event) => events.push(event),
-                    other => {
-                        let detail = format!("a batched read was carried out as {other:?}");
-                        self.violation("known outputs", detail);
+        let batched = adapter::execute_batch(
+            &mut self.store,
+            &self.layout,
+            session,
+            &info,
+            commands,
+            &mut fired,
+        );
+        self.deliver_watches(fired);
+        match batched {
+            Batched::Done(events) => {
+                let mut commits = commits.into_iter();
+                for event in &events {
+                    match event {
+                        Event::ClaimResult {
+                            result: Ok(tenure_core::protocol::ClaimOutcome::Created { .. }),
+                            ..
+                        } => {
+                            self.report.claims += 1;
+                            self.report.batched_claims += 1;
+                        }
+                        Event::CommitResult { result, .. } => {
+                            if let (Some((partition, offset, token, legit)), Ok(())) =
+                                (commits.next(), result)
+                            {
+                                self.check_commit(index, &partition, offset, token, legit);
+                            }
+                        }
+                        _ => {}
                     }
                 }
-            }
-            Claims::Failed(events)
-        };
-        self.deliver_watches(fired);
-        match claims {
-            Claims::Created(events) => {
-                self.report.claims += events.len() as u64;
-                self.report.batched_claims += events.len() as u64;
                 self.answer(index, events);
             }
-            Claims::Failed(events) => self.answer(index, events),
-            Claims::Refused(commands) => {
+            Batched::Failed(events) => self.answer(index, events),
+            Batched::Refused(commands) => {
                 self.report.refused_batches += 1;
                 let back = self.now + self.delay() * 2;
                 let node = &mut self.nodes[index];
@@ -1385,10 +1385,6 @@ impl World {
                 Output::Store(command) => self.dispatch(index, command),
                 Output::App(event) => self.app_event(index, event),
                 Output::Timeout(_) => {
-                    self.send_gathered(index);
-                    let Some(member) = self.nodes[index].member.as_mut() else {
-                        return;
-                    };
                     let check = member.check_derived();
                     let now = (member.changes(), published(member));
                     let before = self.nodes[index].published.replace(now.clone());
@@ -1468,12 +1464,7 @@ impl World {
         }
         let node = &self.nodes[index];
         match (node.connected, node.session) {
-            (true, Some(_))
-                if matches!(
-                    store_command.op,
-                    StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
-                ) =>
-            {
+            (true, Some(_)) if batch_kind(&store_command.op).is_some() => {
                 self.nodes[index].gathered.push(store_command);
             }
             (true, Some(session)) => self.send(index, session, vec![store_command]),
@@ -1488,21 +1479,28 @@ impl World {
         }
     }
 
-    /// Sends the claims and offset reads the member's step gathered: a
-    /// batch of each kind (at most [`OPS_PER_BATCH`]), or a single request
-    /// for one alone.
+    /// Sends the requests the member gathered at this instant, as the
+    /// runtime sends what its task submitted before it yields: a batch of
+    /// each kind (at most [`OPS_PER_BATCH`]), or a single request for one
+    /// alone.
     fn send_gathered(&mut self, index: usize) {
         let gathered = std::mem::take(&mut self.nodes[index].gathered);
-        if gathered.is_empty() {
-            return;
+        let node = &self.nodes[index];
+        let (connected, held) = (node.connected, node.session);
+        let mut kinds: [Vec<StoreRequest>; 4] = Default::default();
+        for command in gathered {
+            match (connected, batch_kind(&command.op)) {
+                (true, Some(kind)) if held == Some(command.session) => kinds[kind].push(command),
+                // Issued under a session that ended since, or over a
+                // connection lost since: failed as the runtime fails it.
+                (true, _) => self.fail(index, command, StoreError::SessionExpired),
+                (false, _) => self.fail(index, command, StoreError::ConnectionLoss),
+            }
         }
-        let Some(session) = self.nodes[index].session else {
+        let Some(session) = held else {
             return;
         };
-        let (claims, reads): (Vec<_>, Vec<_>) = gathered
-            .into_iter()
-            .partition(|c| matches!(c.op, StoreOp::Claim { .. }));
-        for kind in [claims, reads] {
+        for kind in kinds {
             for batch in kind.chunks(OPS_PER_BATCH) {
                 self.send(index, session, batch.to_vec());
             }
@@ -1756,5 +1754,17 @@ fn error_kind(error: &Error) -> &'static str {
         Error::DrainTimeout { .. } => "drain timeout",
         Error::SessionExpired { .. } => "session expired",
         _ => "other",
+    }
+}
+
+/// Which batch a request goes in, if any, as the runtime sends them:
+/// claims, offset reads, commits and releases each in batches of their own.
+pub(crate) fn batch_kind(op: &StoreOp) -> Option<usize> {
+    match op {
+        StoreOp::Claim { .. } => Some(0),
+        StoreOp::ReadOffset { .. } => Some(1),
+        StoreOp::CommitOffset { .. } => Some(2),
+        StoreOp::Release { .. } => Some(3),
+        _ => None,
     }
 }

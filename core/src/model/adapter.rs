@@ -124,12 +124,7 @@ pub fn execute(
             Execution::Done(Event::ReleaseResult { id, result })
         }
         StoreOp::ReadOffset { partition } => {
-            let path = layout.offset(&partition);
-            let result = match store.get(&path) {
-                Ok((data, _)) => parse_offset(&path, &data).map(Some),
-                Err(OpError::NoNode) => Ok(None),
-                Err(error) => Err(store_error(error)),
-            };
+            let result = read_offset(store, layout, &partition);
             Execution::Done(Event::OffsetResult { id, result })
         }
         StoreOp::CommitOffset {
@@ -143,70 +138,182 @@ pub fn execute(
     }
 }
 
-/// How claims sent together ended ([`execute_claims`]).
+/// How requests sent together ended ([`execute_batch`]).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Claims {
-    /// Every record was created in one step: each claim's result event, in
-    /// the order of the claims.
-    Created(Vec<Event>),
-    /// Refused as a whole, nothing written (a record is there, a parent is
-    /// missing, a claim is not of this session): the backend sends each
-    /// claim on its own.
+pub enum Batched {
+    /// Carried out in one step: each request's result event, in order.
+    Done(Vec<Event>),
+    /// Refused as a whole, nothing written (a record is there or changed,
+    /// a parent is missing, a request is not of this session): the backend
+    /// sends each request on its own.
     Refused(Vec<StoreRequest>),
-    /// The session is gone: each claim's failure.
+    /// The session is gone: each request's failure.
     Failed(Vec<Event>),
 }
 
-/// Carries out claims a member's step sent together, as the ZooKeeper
-/// backend does: one `multi` of ephemeral creates that lands whole or not
-/// at all. Watch events the store fired are appended to `fired`.
-pub fn execute_claims(
+/// Carries out requests a member's step sent together (claims, offset
+/// reads, commits or releases), as the ZooKeeper backend does: what must
+/// be read is read, then every write goes in one `multi` that lands whole
+/// or not at all. A commit or a release whose record is not ours is
+/// decided by the read and writes nothing. Watch events the store fired
+/// are appended to `fired`.
+pub fn execute_batch(
     store: &mut Store,
     layout: &Layout,
     session: SessionId,
     member: &MemberInfo,
     commands: Vec<StoreRequest>,
     fired: &mut Vec<WatchEvent>,
-) -> Claims {
-    let mut creates = Vec::with_capacity(commands.len());
+) -> Batched {
+    if commands.iter().any(|c| c.session != session) {
+        return Batched::Refused(commands);
+    }
+    if !store.session_alive(session) {
+        let failed = commands
+            .into_iter()
+            .map(|c| c.failed(StoreError::SessionExpired));
+        return Batched::Failed(failed.collect());
+    }
+    // Each request's result if the reads decide it, else how many of the
+    // multi's operations are its own.
+    let mut decided: Vec<Result<Event, usize>> = Vec::with_capacity(commands.len());
+    let mut ops = Vec::new();
     for command in &commands {
+        let id = command.id;
         match &command.op {
-            StoreOp::Claim { partition } if command.session == session => {
-                creates.push(Op::Create {
+            StoreOp::Claim { partition } => {
+                ops.push(Op::Create {
                     path: layout.owner(partition),
                     data: member.id.as_str().as_bytes().to_vec(),
                     mode: CreateMode::Ephemeral,
-                })
+                });
+                decided.push(Err(1));
             }
-            _ => return Claims::Refused(commands),
+            StoreOp::ReadOffset { partition } => {
+                let result = read_offset(store, layout, partition);
+                decided.push(Ok(Event::OffsetResult { id, result }));
+            }
+            StoreOp::CommitOffset {
+                partition,
+                offset,
+                token,
+            } => match ours(store, session, &layout.owner(partition), Some(*token)) {
+                Ok(Some(owner)) => {
+                    let path = layout.offset(partition);
+                    let data = offset.to_string().into_bytes();
+                    ops.push(Op::Check {
+                        path: layout.owner(partition),
+                        version: owner.version,
+                    });
+                    ops.push(match store.exists(&path) {
+                        Some(stat) => Op::SetData {
+                            path,
+                            data,
+                            version: Some(stat.version),
+                        },
+                        None => Op::Create {
+                            path,
+                            data,
+                            mode: CreateMode::Persistent,
+                        },
+                    });
+                    decided.push(Err(2));
+                }
+                Ok(None) => decided.push(Ok(Event::CommitResult {
+                    id,
+                    result: Err(StoreError::NotOwner),
+                })),
+                Err(error) => decided.push(Ok(Event::CommitResult {
+                    id,
+                    result: Err(error),
+                })),
+            },
+            StoreOp::Release { partition, token } => {
+                let path = layout.owner(partition);
+                match ours(store, session, &path, *token) {
+                    Ok(Some(owner)) => {
+                        ops.push(Op::Delete {
+                            path,
+                            version: Some(owner.version),
+                        });
+                        decided.push(Err(1));
+                    }
+                    result => decided.push(Ok(Event::ReleaseResult {
+                        id,
+                        result: result.map(|_| ()),
+                    })),
+                }
+            }
+            _ => return Batched::Refused(commands),
         }
     }
-    match store.multi(session, creates) {
+    let mut results = match store.multi(session, ops) {
         Ok((results, events)) => {
             fired.extend(events);
-            let created = commands.iter().zip(results).map(|(command, result)| {
-                let result = match result {
-                    OpResult::Created(stat) => Ok(ClaimOutcome::Created {
-                        token: token_of(&stat),
-                    }),
-                    other => Err(StoreError::Other(ClientError::message(format!(
-                        "a create in a multi answered {other:?}"
-                    )))),
-                };
-                Event::ClaimResult {
-                    id: command.id,
-                    result,
-                }
-            });
-            Claims::Created(created.collect())
+            results.into_iter()
         }
-        Err((_, OpError::SessionExpired)) => Claims::Failed(
-            commands
+        Err((_, OpError::SessionExpired)) => {
+            let failed = commands
                 .into_iter()
-                .map(|command| command.failed(StoreError::SessionExpired))
-                .collect(),
-        ),
-        Err(_) => Claims::Refused(commands),
+                .map(|c| c.failed(StoreError::SessionExpired));
+            return Batched::Failed(failed.collect());
+        }
+        Err(_) => return Batched::Refused(commands),
+    };
+    let events = commands.iter().zip(decided).map(|(command, decided)| {
+        let count = match decided {
+            Ok(event) => return event,
+            Err(count) => count,
+        };
+        let mine: Vec<OpResult> = results.by_ref().take(count).collect();
+        let id = command.id;
+        match (&command.op, mine.as_slice()) {
+            (StoreOp::Claim { .. }, [OpResult::Created(stat)]) => Event::ClaimResult {
+                id,
+                result: Ok(ClaimOutcome::Created {
+                    token: token_of(stat),
+                }),
+            },
+            (StoreOp::CommitOffset { .. }, _) => Event::CommitResult { id, result: Ok(()) },
+            (StoreOp::Release { .. }, _) => Event::ReleaseResult { id, result: Ok(()) },
+            (_, other) => command
+                .clone()
+                .failed(StoreError::Other(ClientError::message(format!(
+                    "a multi answered {other:?}"
+                )))),
+        }
+    });
+    Batched::Done(events.collect())
+}
+
+/// The record at `path` if it belongs to `session` and, if `token` is
+/// given, is that claim; `None` if it is gone or not ours.
+fn ours(
+    store: &Store,
+    session: SessionId,
+    path: &str,
+    token: Option<FencingToken>,
+) -> Result<Option<Stat>, StoreError> {
+    match store.get(path) {
+        Ok((_, stat)) => Ok((stat.ephemeral_owner == Some(session)
+            && token.is_none_or(|t| t.0 == stat.czxid))
+        .then_some(stat)),
+        Err(OpError::NoNode) => Ok(None),
+        Err(error) => Err(store_error(error)),
+    }
+}
+
+/// Reads the committed offset of `partition`.
+fn read_offset(
+    store: &Store,
+    layout: &Layout,
+    partition: &TopicPartition,
+) -> Result<Option<Offset>, StoreError> {
+    let path = layout.offset(partition);
+    match store.get(&path) {
+        Ok((data, _)) => parse_offset(&path, &data).map(Some),
+        Err(OpError::NoNode) => Ok(None),
+        Err(error) => Err(store_error(error)),
     }
 }
 
@@ -304,15 +411,9 @@ fn delete_if_ours(
     token: Option<FencingToken>,
     fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
-    let stat = match store.get(path) {
-        Ok((_, stat)) => stat,
-        Err(OpError::NoNode) => return Ok(()),
-        Err(error) => return Err(store_error(error)),
-    };
-    let ours = stat.ephemeral_owner == Some(session) && token.is_none_or(|t| t.0 == stat.czxid);
-    if !ours {
+    let Some(stat) = ours(store, session, path, token)? else {
         return Ok(());
-    }
+    };
     // The version guards against the record changing between the read and
     // the delete.
     match store.delete(session, path, Some(stat.version)) {
@@ -338,14 +439,9 @@ fn commit(
     fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
     let owner_path = layout.owner(partition);
-    let owner = match store.get(&owner_path) {
-        Ok((_, stat)) => stat,
-        Err(OpError::NoNode) => return Err(StoreError::NotOwner),
-        Err(error) => return Err(store_error(error)),
-    };
-    if owner.ephemeral_owner != Some(session) || owner.czxid != token.0 {
+    let Some(owner) = ours(store, session, &owner_path, Some(token))? else {
         return Err(StoreError::NotOwner);
-    }
+    };
     let path = layout.offset(partition);
     let data = offset.to_string().into_bytes();
     let write = match store.exists(&path) {
