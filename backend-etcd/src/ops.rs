@@ -128,6 +128,50 @@ impl Ctx {
         }
     }
 
+    /// The transaction of one claim: the owner key made ours if absent,
+    /// read otherwise.
+    fn claim_txn(&self, key: &str) -> Txn {
+        Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key,
+                self.shared.member.id.as_str(),
+                Some(PutOptions::new().with_lease(self.lease())),
+            )])
+            .or_else([TxnOp::get(key, None)])
+    }
+
+    /// The transaction of one commit: the offset written only while the
+    /// owner key is the claim `token` and carries our lease.
+    fn commit_txn(&self, partition: &TopicPartition, offset: Offset, token: FencingToken) -> Txn {
+        let owner = self.shared.keys.owner(partition);
+        let key = self.shared.keys.offset(partition);
+        Txn::new()
+            .when([
+                Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
+                Compare::lease(owner, CompareOp::Equal, self.lease()),
+            ])
+            .and_then([TxnOp::put(key, offset.to_string(), None)])
+    }
+
+    /// One transaction of `txns`, nested: each evaluates its own compares,
+    /// so that one that fails leaves the others alone. etcd counts a
+    /// nested transaction's operations against `--max-txn-ops` on top of
+    /// the ones around it: [`OPS_PER_BATCH`] leaves them room.
+    async fn txn_of_txns(&self, txns: Vec<Txn>) -> Result<TxnResponse, StoreError> {
+        let txn = Txn::new().and_then(txns.into_iter().map(TxnOp::txn).collect::<Vec<_>>());
+        self.txn(txn).await
+    }
+
+    /// Commits each of `commits` on its own, all at once.
+    async fn commit_each(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
+        futures_util::future::join_all(each).await
+    }
+
     /// Claims each of `partitions` on its own, all at once.
     async fn claim_each(
         &self,
@@ -215,7 +259,7 @@ impl StoreOps for Ctx {
 
     async fn deregister(&self) -> Result<(), StoreError> {
         let key = self.shared.keys.member(&self.shared.member.id);
-        delete_if_ours(self, key, None).await
+        self.txn(release_txn(self, key, None)).await.map(|_| ())
     }
 
     /// Renews nothing, but proves the lease alive: its remaining TTL also
@@ -251,36 +295,13 @@ impl StoreOps for Ctx {
     async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
         self.shared.config.hooks.before_owner_read().await;
         let key = self.shared.keys.owner(partition);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                self.shared.member.id.as_str(),
-                Some(PutOptions::new().with_lease(self.lease())),
-            )])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let response = self.txn(txn).await?;
-        if response.succeeded() {
-            // The put is the transaction's only write: the key's create_revision
-            // is the revision the transaction made.
-            let revision = response.header().map(|h| h.revision()).ok_or_else(|| {
-                StoreError::Other(ClientError::message("etcd answered without a header"))
-            })?;
-            return Ok(ClaimOutcome::Created {
-                token: FencingToken(revision as u64),
-            });
-        }
-        match got(&response) {
-            Some(kv) => held_claim(
-                &key,
-                kv.value(),
-                (kv.lease() != 0).then_some(SessionId(kv.lease() as u64)),
-                FencingToken(kv.create_revision() as u64),
-            ),
-            None => Err(StoreError::NoNode),
-        }
+        let response = self.txn(self.claim_txn(&key)).await?;
+        claimed(&key, &response, response.header().map(|h| h.revision()))
     }
 
+    /// One transaction of one claim per partition, nested: each has its
+    /// own outcome, and the transaction's revision is the token of each
+    /// it created.
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
@@ -292,52 +313,19 @@ impl StoreOps for Ctx {
             .iter()
             .map(|p| self.shared.keys.owner(p))
             .collect();
-        let lease = PutOptions::new().with_lease(self.lease());
-        let txn = Txn::new()
-            .when(
-                keys.iter()
-                    .map(|key| Compare::create_revision(key.clone(), CompareOp::Equal, 0))
-                    .collect::<Vec<_>>(),
-            )
-            .and_then(
-                keys.iter()
-                    .map(|key| {
-                        TxnOp::put(
-                            key.clone(),
-                            self.shared.member.id.as_str(),
-                            Some(lease.clone()),
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-            );
-        match self.txn(txn).await {
-            Ok(response) if response.succeeded() => {
-                // Every put is one of the transaction's writes: each key's
-                // create_revision is the revision the transaction made.
-                match response.header().map(|h| h.revision()) {
-                    Some(revision) => partitions
-                        .iter()
-                        .map(|_| {
-                            Ok(ClaimOutcome::Created {
-                                token: FencingToken(revision as u64),
-                            })
-                        })
-                        .collect(),
-                    None => {
-                        let error = StoreError::Other(ClientError::message(
-                            "etcd answered without a header",
-                        ));
-                        partitions.iter().map(|_| Err(error.clone())).collect()
-                    }
-                }
-            }
-            // One partition held refuses them all, and nothing was
-            // written: each is claimed on its own, and has its own outcome.
-            Ok(_) => self.claim_each(partitions).await,
+        let claims: Vec<Txn> = keys.iter().map(|key| self.claim_txn(key)).collect();
+        let response = match self.txn_of_txns(claims).await {
+            Ok(response) => response,
             // Sent and not answered: the outcome of each is unknown, as a
             // single claim's would be.
-            Err(error) => partitions.iter().map(|_| Err(error.clone())).collect(),
-        }
+            Err(error) => return each_failed(partitions.len(), error),
+        };
+        let revision = response.header().map(|h| h.revision());
+        nested(&response, keys.len(), "claims")
+            .into_iter()
+            .zip(&keys)
+            .map(|(answer, key)| claimed(key, &answer?, revision))
+            .collect()
     }
 
     async fn watch_owner(
@@ -371,7 +359,26 @@ impl StoreOps for Ctx {
     ) -> Result<(), StoreError> {
         self.shared.config.hooks.before_release().await;
         let key = self.shared.keys.owner(partition);
-        delete_if_ours(self, key, token).await
+        self.txn(release_txn(self, key, token)).await.map(|_| ())
+    }
+
+    /// One transaction of one release per partition, nested.
+    async fn release_many(
+        &self,
+        releases: &[(TopicPartition, Option<FencingToken>)],
+    ) -> Vec<Result<(), StoreError>> {
+        self.shared.config.hooks.before_release().await;
+        let txns = releases
+            .iter()
+            .map(|(p, token)| release_txn(self, self.shared.keys.owner(p), *token))
+            .collect();
+        match self.txn_of_txns(txns).await {
+            Ok(response) => nested(&response, releases.len(), "releases")
+                .into_iter()
+                .map(|answer| answer.map(|_| ()))
+                .collect(),
+            Err(error) => each_failed(releases.len(), error),
+        }
     }
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
@@ -402,7 +409,7 @@ impl StoreOps for Ctx {
         );
         let response = match self.txn(txn).await {
             Ok(response) => response,
-            Err(error) => return partitions.iter().map(|_| Err(error.clone())).collect(),
+            Err(error) => return each_failed(partitions.len(), error),
         };
         let answers = response.op_responses();
         if answers.len() != keys.len() {
@@ -411,7 +418,7 @@ impl StoreOps for Ctx {
                 answers.len(),
                 keys.len()
             )));
-            return partitions.iter().map(|_| Err(error.clone())).collect();
+            return each_failed(partitions.len(), error);
         }
         answers
             .into_iter()
@@ -437,18 +444,36 @@ impl StoreOps for Ctx {
         offset: Offset,
         token: FencingToken,
     ) -> Result<(), StoreError> {
-        let owner = self.shared.keys.owner(partition);
-        let key = self.shared.keys.offset(partition);
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
-                Compare::lease(owner, CompareOp::Equal, self.lease()),
-            ])
-            .and_then([TxnOp::put(key, offset.to_string(), None)]);
+        let txn = self.commit_txn(partition, offset, token);
         if self.txn(txn).await?.succeeded() {
             Ok(())
         } else {
             Err(StoreError::NotOwner)
+        }
+    }
+
+    /// One transaction of one commit per partition, nested: a partition
+    /// no longer ours fails its own commit only.
+    async fn commit_many(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        if commits.len() < 2 {
+            return self.commit_each(commits).await;
+        }
+        let txns = commits
+            .iter()
+            .map(|(p, offset, token)| self.commit_txn(p, *offset, *token))
+            .collect();
+        match self.txn_of_txns(txns).await {
+            Ok(response) => nested(&response, commits.len(), "commits")
+                .into_iter()
+                .map(|answer| match answer?.succeeded() {
+                    true => Ok(()),
+                    false => Err(StoreError::NotOwner),
+                })
+                .collect(),
+            Err(error) => each_failed(commits.len(), error),
         }
     }
 }
@@ -491,13 +516,9 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
     Ok((members, revision))
 }
 
-/// Deletes `key` if it is attached to our lease and, if `token` is given,
-/// has that create_revision. Gone or not ours: nothing to do.
-async fn delete_if_ours(
-    ctx: &Ctx,
-    key: String,
-    token: Option<FencingToken>,
-) -> Result<(), StoreError> {
+/// The transaction that deletes `key` only while it carries our lease and,
+/// if `token` is given, is that claim: gone or not ours, it does nothing.
+fn release_txn(ctx: &Ctx, key: String, token: Option<FencingToken>) -> Txn {
     // A missing key compares as lease 0 and create_revision 0: no match.
     let mut compares = vec![Compare::lease(key.clone(), CompareOp::Equal, ctx.lease())];
     if let Some(token) = token {
@@ -507,10 +528,69 @@ async fn delete_if_ours(
             revision(token),
         ));
     }
-    let txn = Txn::new()
+    Txn::new()
         .when(compares)
-        .and_then([TxnOp::delete(key, None)]);
-    ctx.txn(txn).await.map(|_| ())
+        .and_then([TxnOp::delete(key, None)])
+}
+
+/// What a claim's transaction `response` says of `key`: made by it, with
+/// `revision` (the revision of the transaction it was part of) as token,
+/// or held, as read.
+fn claimed(
+    key: &str,
+    response: &TxnResponse,
+    revision: Option<i64>,
+) -> Result<ClaimOutcome, StoreError> {
+    if response.succeeded() {
+        // The put is the claim's only write: the key's create_revision is
+        // the revision the transaction made.
+        let revision = revision.ok_or_else(|| {
+            StoreError::Other(ClientError::message("etcd answered without a header"))
+        })?;
+        return Ok(ClaimOutcome::Created {
+            token: FencingToken(revision as u64),
+        });
+    }
+    match got(response) {
+        Some(kv) => held_claim(
+            key,
+            kv.value(),
+            (kv.lease() != 0).then_some(SessionId(kv.lease() as u64)),
+            FencingToken(kv.create_revision() as u64),
+        ),
+        None => Err(StoreError::NoNode),
+    }
+}
+
+/// The answers of the `count` transactions nested in `response`, in order
+/// (`what` they are, for the error when etcd answered otherwise).
+fn nested(
+    response: &TxnResponse,
+    count: usize,
+    what: &str,
+) -> Vec<Result<TxnResponse, StoreError>> {
+    let answers = response.op_responses();
+    if answers.len() != count {
+        let error = StoreError::Other(ClientError::message(format!(
+            "etcd answered {} of {count} {what} in one transaction",
+            answers.len()
+        )));
+        return each_failed(count, error);
+    }
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            TxnOpResponse::Txn(txn) => Ok(txn),
+            _ => Err(StoreError::Other(ClientError::message(format!(
+                "etcd answered one of {what} with something else than a transaction"
+            )))),
+        })
+        .collect()
+}
+
+/// The same failure for each of `count` requests sent together.
+fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>> {
+    (0..count).map(|_| Err(error.clone())).collect()
 }
 
 /// Watches `key` (a prefix if `prefix`) from revision `from` until an event

@@ -134,8 +134,8 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
     let held = created(b.claim(5).await);
 
     // 300 claims in one step: more than one transaction holds (etcd takes
-    // 128 operations at most by default), and the one with partition 5 in
-    // it fails as a whole.
+    // 128 operations at most by default), each claim nested in its own, so
+    // that partition 5, held, fails its own claim only.
     let requests = a.backend.request_counter();
     let before = requests.load(Ordering::Relaxed);
     let results = a.claim_together(0..300).await;
@@ -171,10 +171,7 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
         );
         assert_eq!(kv.lease(), lease(a.session), "partition {p} is a's");
     }
-    assert!(
-        sent <= 3 + 128,
-        "300 claims in batches took {sent} requests"
-    );
+    assert_eq!(sent, 3, "300 claims in batches took {sent} requests");
     let mut raw = sandbox.raw.clone();
     for (p, data) in [(42, "42"), (7, "garbage")] {
         raw.put(sandbox.offset_key(p).as_str(), data, None)
@@ -182,7 +179,7 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
             .expect("write an offset");
     }
 
-    // The offsets of the same 300 in one step: one read for every 128,
+    // The offsets of the same 300 in one step: one read for every 120,
     // each partition with its own answer (none, a number, or corrupt).
     let before = requests.load(Ordering::Relaxed);
     let reads = a.read_offsets_together(0..300).await;
@@ -198,6 +195,104 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
         }
     }
     assert_eq!(sent, 3, "300 offset reads in batches took {sent} requests");
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+/// The commits and releases of one step go in batches too (one
+/// transaction of one nested transaction per partition), each partition
+/// with its own outcome: one committed under a stale token, or held by
+/// another member, fails its own commit only and is left alone by its
+/// release.
+#[tokio::test]
+async fn commits_and_releases_of_one_step_go_in_batches_each_with_its_own_outcome() {
+    let sandbox = Sandbox::new("batchcommit").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+    created(b.claim(200).await);
+    let tokens: Vec<FencingToken> = a
+        .claim_together(0..130)
+        .await
+        .into_iter()
+        .map(created)
+        .collect();
+
+    // 130 commits (two batches: 120 and 10), partition 3 under a token
+    // that is not its claim's, and partition 200, b's.
+    let commits = (0..130u32)
+        .map(|p| {
+            let token = tokens[p as usize];
+            let token = if p == 3 {
+                FencingToken(token.0 + 1)
+            } else {
+                token
+            };
+            (p, i64::from(p) + 10, token)
+        })
+        .chain([(200, 210, tokens[0])]);
+    let requests = a.backend.request_counter();
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.commit_together(commits).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..130u32).chain([200]).zip(results) {
+        let Event::CommitResult { result, .. } = result else {
+            panic!("partition {p}'s commit answered {result:?}");
+        };
+        let written = sandbox.get(&sandbox.offset_key(p)).await;
+        let written = written.map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+        match p {
+            3 | 200 => {
+                assert_eq!(result, Err(StoreError::NotOwner), "partition {p}'s commit");
+                assert_eq!(written, None, "partition {p}'s offset is not written");
+            }
+            _ => {
+                assert_eq!(result, Ok(()), "partition {p}'s commit");
+                assert_eq!(
+                    written,
+                    Some((p + 10).to_string()),
+                    "partition {p}'s offset"
+                );
+            }
+        }
+    }
+    assert_eq!(sent, 2, "131 commits in batches took {sent} requests");
+
+    // Their releases, 3 under the stale token and 200 not a's: those two
+    // are left alone, the others deleted.
+    let releases = (0..130u32)
+        .map(|p| {
+            let token = tokens[p as usize];
+            let token = if p == 3 {
+                FencingToken(token.0 + 1)
+            } else {
+                token
+            };
+            (p, Some(token))
+        })
+        .chain([(200, None)]);
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.release_together(releases).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..130u32).chain([200]).zip(results) {
+        assert!(
+            matches!(result, Event::ReleaseResult { result: Ok(()), .. }),
+            "partition {p}'s release answered {result:?}"
+        );
+        let owner = sandbox
+            .get(&sandbox.owner_key(p))
+            .await
+            .map(|kv| kv.lease());
+        match p {
+            3 => assert_eq!(
+                owner,
+                Some(lease(a.session)),
+                "a stale token releases nothing"
+            ),
+            200 => assert_eq!(owner, Some(lease(b.session)), "b's partition stays b's"),
+            _ => assert_eq!(owner, None, "partition {p} is released"),
+        }
+    }
+    assert_eq!(sent, 2, "131 releases in batches took {sent} requests");
     a.backend.shutdown().await;
     b.backend.shutdown().await;
 }

@@ -108,6 +108,39 @@ impl Ctx {
         result
     }
 
+    /// Sends the writes of `writer` as one `multi`, once it has its turn.
+    async fn multi(
+        &self,
+        mut writer: zk::MultiWriter<'_>,
+    ) -> Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError> {
+        let _turn = self.shared.state.turns().take().await;
+        self.count(1);
+        let sent = Instant::now();
+        let result = writer.commit().await;
+        if multi_answered(&result) {
+            self.shared.state.last_heard().heard(sent);
+        }
+        result
+    }
+
+    /// Commits each of `commits` on its own, all at once.
+    async fn commit_each(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
+        futures_util::future::join_all(each).await
+    }
+
+    /// Releases each of `releases` on its own, all at once.
+    async fn release_each(
+        &self,
+        releases: &[(TopicPartition, Option<FencingToken>)],
+    ) -> Vec<Result<(), StoreError>> {
+        let each = releases.iter().map(|(p, t)| self.release(p, *t));
+        futures_util::future::join_all(each).await
+    }
+
     /// Claims each of `partitions` on its own, all at once.
     async fn claim_each(
         &self,
@@ -190,15 +223,6 @@ pub(crate) async fn execute_batch(
         session: current.session,
     };
     session::execute_batch(&shared.state, ctx, commands).await
-}
-
-/// How a `multi` of creates ended.
-enum Multi {
-    /// Every node was created: each one's stat.
-    Created(Vec<zk::MultiWriteResult>),
-    /// The server refused it as a whole (a node exists, a parent is
-    /// missing): nothing was created.
-    Refused,
 }
 
 /// Turns a one-shot watcher into a watch that fires on a change of the
@@ -290,20 +314,8 @@ impl StoreOps for Ctx {
                 return self.claim_each(partitions).await;
             }
         }
-        let multi = self
-            .call(|| {
-                let commit = writer.commit();
-                async move {
-                    match commit.await {
-                        Ok(results) => Ok(Multi::Created(results)),
-                        Err(zk::MultiWriteError::OperationFailed { .. }) => Ok(Multi::Refused),
-                        Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
-                    }
-                }
-            })
-            .await;
-        match multi {
-            Ok(Multi::Created(results)) if results.len() == paths.len() => {
+        match self.multi(writer).await {
+            Ok(results) if results.len() == paths.len() => {
                 let stats: Vec<Option<zk::Stat>> = results
                     .into_iter()
                     .map(|result| match result {
@@ -357,12 +369,13 @@ impl StoreOps for Ctx {
             // One partition held (or a parent missing) refuses them all,
             // and nothing was written: each is claimed on its own, and has
             // its own outcome.
-            Ok(_) => self.claim_each(partitions).await,
+            Ok(_) | Err(zk::MultiWriteError::OperationFailed { .. }) => {
+                self.claim_each(partitions).await
+            }
             // Sent and not answered: the outcome of each is unknown, as a
             // single claim's would be.
-            Err(error) => {
-                let error = store_error(error);
-                partitions.iter().map(|_| Err(error.clone())).collect()
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                each_failed(partitions.len(), store_error(source))
             }
         }
     }
@@ -390,6 +403,61 @@ impl StoreOps for Ctx {
         delete_if_ours(self, &path, token, true).await
     }
 
+    /// The owner records read in one multi-read, and those still ours
+    /// deleted at the version read in one `multi`; refused as a whole (a
+    /// record changed in between), each is released on its own.
+    async fn release_many(
+        &self,
+        releases: &[(TopicPartition, Option<FencingToken>)],
+    ) -> Vec<Result<(), StoreError>> {
+        if releases.len() < 2 {
+            return self.release_each(releases).await;
+        }
+        let paths: Vec<String> = releases
+            .iter()
+            .map(|(p, _)| self.shared.layout.owner(p))
+            .collect();
+        let reads = match read_all(self, &paths).await {
+            Err(zk::Error::Unimplemented) => return self.release_each(releases).await,
+            Err(error) => return each_failed(releases.len(), store_error(error)),
+            Ok(reads) => reads,
+        };
+        // Decided by the read (gone, not ours: nothing to do; unreadable),
+        // or `None`: deleted by the multi.
+        let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(paths.len());
+        let mut writer = self.client.new_multi_writer();
+        for ((path, (_, token)), read) in paths.iter().zip(releases).zip(reads) {
+            match read {
+                Ok((_, stat))
+                    if owner_session(&stat) == Some(self.session)
+                        && token.is_none_or(|t| t == token_of(&stat)) =>
+                {
+                    if writer.add_delete(path, Some(stat.version)).is_err() {
+                        return self.release_each(releases).await;
+                    }
+                    decided.push(None);
+                }
+                Ok(_) | Err(zk::Error::NoNode) => decided.push(Some(Ok(()))),
+                Err(error) => decided.push(Some(Err(store_error(error)))),
+            }
+        }
+        if decided.iter().all(Option::is_some) {
+            return decided.into_iter().flatten().collect();
+        }
+        self.shared.config.hooks.before_release().await;
+        match self.multi(writer).await {
+            Ok(_) => decided.into_iter().map(|d| d.unwrap_or(Ok(()))).collect(),
+            Err(zk::MultiWriteError::OperationFailed { .. }) => self.release_each(releases).await,
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                let error = store_error(source);
+                decided
+                    .into_iter()
+                    .map(|d| d.unwrap_or_else(|| Err(error.clone())))
+                    .collect()
+            }
+        }
+    }
+
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
         let path = self.shared.layout.offset(partition);
         match self.call(|| self.client.get_data(&path)).await {
@@ -413,10 +481,7 @@ impl StoreOps for Ctx {
         let reads = match read_all(self, &paths).await {
             // A server before multi-reads (3.6).
             Err(zk::Error::Unimplemented) => return self.read_offset_each(partitions).await,
-            Err(error) => {
-                let error = store_error(error);
-                return partitions.iter().map(|_| Err(error.clone())).collect();
-            }
+            Err(error) => return each_failed(partitions.len(), store_error(error)),
             Ok(reads) => reads,
         };
         reads
@@ -469,13 +534,7 @@ impl StoreOps for Ctx {
                 ),
             });
         built.map_err(store_error)?;
-        let sent = Instant::now();
-        self.count(1);
-        let result = writer.commit().await;
-        if multi_answered(&result) {
-            self.shared.state.last_heard().heard(sent);
-        }
-        match result {
+        match self.multi(writer).await {
             Ok(_) => Ok(()),
             Err(zk::MultiWriteError::OperationFailed {
                 index: 0,
@@ -485,6 +544,89 @@ impl StoreOps for Ctx {
             | Err(zk::MultiWriteError::RequestFailed { source }) => Err(store_error(source)),
         }
     }
+
+    /// The owner records and offsets read in one multi-read, then every
+    /// offset still ours written in one `multi`, each write tied to its
+    /// owner record as read (as [`StoreOps::commit`] ties one); refused as
+    /// a whole (a record changed in between, an offsets parent missing),
+    /// each is committed on its own.
+    async fn commit_many(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        if commits.len() < 2 {
+            return self.commit_each(commits).await;
+        }
+        let owners: Vec<String> = commits
+            .iter()
+            .map(|(p, _, _)| self.shared.layout.owner(p))
+            .collect();
+        let offsets: Vec<String> = commits
+            .iter()
+            .map(|(p, _, _)| self.shared.layout.offset(p))
+            .collect();
+        let paths: Vec<String> = owners.iter().chain(&offsets).cloned().collect();
+        let mut owner_reads = match read_all(self, &paths).await {
+            Err(zk::Error::Unimplemented) => return self.commit_each(commits).await,
+            Err(error) => return each_failed(commits.len(), store_error(error)),
+            Ok(reads) => reads,
+        };
+        let offset_reads = owner_reads.split_off(commits.len());
+        // Decided by the read (not ours, unreadable), or `None`: written
+        // by the multi.
+        let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(commits.len());
+        let mut writer = self.client.new_multi_writer();
+        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
+        let reads = owner_reads.into_iter().zip(offset_reads);
+        for (i, ((_, offset, token), (owner, existing))) in commits.iter().zip(reads).enumerate() {
+            let owner = match owner {
+                Ok((_, stat))
+                    if owner_session(&stat) == Some(self.session) && token_of(&stat) == *token =>
+                {
+                    stat
+                }
+                Ok(_) | Err(zk::Error::NoNode) => {
+                    decided.push(Some(Err(StoreError::NotOwner)));
+                    continue;
+                }
+                Err(error) => {
+                    decided.push(Some(Err(store_error(error))));
+                    continue;
+                }
+            };
+            let data = offset.to_string().into_bytes();
+            let built = writer
+                .add_check_version(&owners[i], owner.version)
+                .and_then(|()| match existing {
+                    Ok((_, stat)) => writer.add_set_data(&offsets[i], &data, Some(stat.version)),
+                    Err(zk::Error::NoNode) => writer.add_create(&offsets[i], &data, &options),
+                    Err(error) => Err(error),
+                });
+            if built.is_err() {
+                return self.commit_each(commits).await;
+            }
+            decided.push(None);
+        }
+        if decided.iter().all(Option::is_some) {
+            return decided.into_iter().flatten().collect();
+        }
+        match self.multi(writer).await {
+            Ok(_) => decided.into_iter().map(|d| d.unwrap_or(Ok(()))).collect(),
+            Err(zk::MultiWriteError::OperationFailed { .. }) => self.commit_each(commits).await,
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                let error = store_error(source);
+                decided
+                    .into_iter()
+                    .map(|d| d.unwrap_or_else(|| Err(error.clone())))
+                    .collect()
+            }
+        }
+    }
+}
+
+/// The same failure for each of `count` requests sent together.
+fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>> {
+    (0..count).map(|_| Err(error.clone())).collect()
 }
 
 async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher), StoreError> {

@@ -144,7 +144,7 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
     // b holds partition 5 (its claim also makes the owners' parents).
     let held = created(b.claim(5).await);
 
-    // 300 claims in one step: more than one batch holds (128 at most),
+    // 300 claims in one step: more than one batch holds (120 at most),
     // and the batch with partition 5 in it is refused as a whole.
     let requests = a.backend.request_counter();
     let before = requests.load(Ordering::Relaxed);
@@ -185,13 +185,13 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
             "partition {p} is a's"
         );
     }
-    // Three batches of creates in one request each, the refused one's 128
+    // Three batches of creates in one request each, the refused one's 120
     // partitions one by one (the held one read too), and, on a server that
     // answers a multi's creates without their stat (ZOOKEEPER-4026, before
     // 3.9), one multi-read of the tokens for each batch that was made:
     // fewer requests than one per partition.
     assert!(
-        sent <= 3 + 128 + 1 + 2,
+        sent <= 3 + 120 + 1 + 2,
         "300 claims in batches took {sent} requests"
     );
     for (p, data) in [(42, &b"42"[..]), (7, &b"garbage"[..])] {
@@ -211,7 +211,7 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
             .expect("write an offset");
     }
 
-    // The offsets of the same 300 in one step: one read for every 128,
+    // The offsets of the same 300 in one step: one read for every 120,
     // each partition with its own answer (none, a number, or corrupt).
     let before = requests.load(Ordering::Relaxed);
     let reads = a.read_offsets_together(0..300).await;
@@ -227,6 +227,103 @@ async fn claims_of_one_step_go_in_batches_each_with_its_own_outcome() {
         }
     }
     assert_eq!(sent, 3, "300 offset reads in batches took {sent} requests");
+    a.backend.shutdown().await;
+    b.backend.shutdown().await;
+}
+
+/// The commits and releases of one step go in batches too (a multi-read
+/// of the records, then one `multi` of the writes), each partition with
+/// its own outcome: one committed under a stale token, or held by another
+/// member, fails its own commit only and is left alone by its release.
+#[tokio::test]
+async fn commits_and_releases_of_one_step_go_in_batches_each_with_its_own_outcome() {
+    let sandbox = Sandbox::new("batchcommit").await;
+    let mut a = sandbox.member("a").await;
+    let mut b = sandbox.member("b").await;
+    created(b.claim(200).await);
+    let tokens: Vec<FencingToken> = a
+        .claim_together(0..130)
+        .await
+        .into_iter()
+        .map(created)
+        .collect();
+    // The offsets' parents are made by the first commit.
+    assert!(matches!(
+        a.commit(0, 1, tokens[0]).await,
+        Event::CommitResult { result: Ok(()), .. }
+    ));
+
+    // 130 commits (two batches: 120 and 10), partition 3 under a token
+    // that is not its claim's, and partition 200, b's.
+    let commits = (0..130u32)
+        .map(|p| {
+            let token = tokens[p as usize];
+            let token = if p == 3 {
+                FencingToken(token.0 + 1)
+            } else {
+                token
+            };
+            (p, i64::from(p) + 10, token)
+        })
+        .chain([(200, 210, tokens[0])]);
+    let requests = a.backend.request_counter();
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.commit_together(commits).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..130u32).chain([200]).zip(results) {
+        let Event::CommitResult { result, .. } = result else {
+            panic!("partition {p}'s commit answered {result:?}");
+        };
+        let written = sandbox.raw.get_data(&sandbox.offset_path(p)).await.ok();
+        let written = written.map(|(data, _)| String::from_utf8_lossy(&data).into_owned());
+        match p {
+            3 | 200 => {
+                assert_eq!(result, Err(StoreError::NotOwner), "partition {p}'s commit");
+                assert_eq!(written, None, "partition {p}'s offset is not written");
+            }
+            _ => {
+                assert_eq!(result, Ok(()), "partition {p}'s commit");
+                assert_eq!(
+                    written,
+                    Some((p + 10).to_string()),
+                    "partition {p}'s offset"
+                );
+            }
+        }
+    }
+    // A multi-read and a multi for each batch.
+    assert!(sent <= 4, "131 commits in batches took {sent} requests");
+
+    // Their releases, 3 under the stale token and 200 not a's: those two
+    // are left alone, the others deleted.
+    let releases = (0..130u32)
+        .map(|p| {
+            let token = tokens[p as usize];
+            let token = if p == 3 {
+                FencingToken(token.0 + 1)
+            } else {
+                token
+            };
+            (p, Some(token))
+        })
+        .chain([(200, None)]);
+    let before = requests.load(Ordering::Relaxed);
+    let results = a.release_together(releases).await;
+    let sent = requests.load(Ordering::Relaxed) - before;
+    for (p, result) in (0..130u32).chain([200]).zip(results) {
+        assert!(
+            matches!(result, Event::ReleaseResult { result: Ok(()), .. }),
+            "partition {p}'s release answered {result:?}"
+        );
+        let owner = sandbox.raw.get_data(&sandbox.owner_path(p)).await.ok();
+        let owner = owner.map(|(_, stat)| stat.ephemeral_owner as u64);
+        match p {
+            3 => assert_eq!(owner, Some(a.session.0), "a stale token releases nothing"),
+            200 => assert_eq!(owner, Some(b.session.0), "b's partition stays b's"),
+            _ => assert_eq!(owner, None, "partition {p} is released"),
+        }
+    }
+    assert!(sent <= 4, "131 releases in batches took {sent} requests");
     a.backend.shutdown().await;
     b.backend.shutdown().await;
 }

@@ -16,12 +16,14 @@ use crate::subscription::MemberInfo;
 use crate::subscription::Subscription;
 use crate::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
 
-/// How many claims or offset reads a backend sends in one request at most
-/// when a member's step has many of them: etcd refuses transactions of
-/// more than 128 operations by default (`--max-txn-ops`), and ZooKeeper a
-/// request larger than its `jute.maxbuffer` (1 MiB by default; a claim
-/// takes about a hundred bytes).
-pub const OPS_PER_BATCH: usize = 128;
+/// How many claims, offset reads, commits or releases a backend sends in
+/// one request at most when a member's step has many of them. etcd refuses
+/// a transaction of more than 128 operations by default (`--max-txn-ops`),
+/// counting those of a transaction nested in it (one per partition, with
+/// up to two compares) on top of the ones around it: 120 leaves them room.
+/// ZooKeeper refuses a request larger than its `jute.maxbuffer` (1 MiB by
+/// default; a partition's operations take a few hundred bytes).
+pub const OPS_PER_BATCH: usize = 120;
 
 /// The paths of one group's records.
 #[derive(Clone, Debug, PartialEq, Eq)]

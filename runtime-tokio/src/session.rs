@@ -284,8 +284,8 @@ pub struct Running<T> {
     shared: Arc<T>,
     commands: JoinSet<()>,
     follower: JoinHandle<()>,
-    /// Claims and offset reads submitted and not taken yet by the task
-    /// that sends them as batches ([`submit`]).
+    /// Claims, offset reads, commits and releases submitted and not taken
+    /// yet by the task that sends them as batches ([`submit`]).
     gathered: Arc<Mutex<Vec<StoreRequest>>>,
 }
 
@@ -336,12 +336,13 @@ impl<T: SharedState> Running<T> {
 }
 
 /// Carries out `command` on the backend `running`, in a task of its own, by
-/// `execute`, if it was issued under the session held now. Claims and
-/// offset reads are gathered instead: the first one submitted after the
-/// last batch left starts a task that, once the submitting task yields (the
-/// member's step is over: every claim and read the step decided is
-/// submitted), takes all that was gathered and carries it out with
-/// `execute_batch`, in batches of one kind and at most [`OPS_PER_BATCH`].
+/// `execute`, if it was issued under the session held now. Claims, offset
+/// reads, commits and releases are gathered instead: the first one
+/// submitted after the last batch left starts a task that, once the
+/// submitting task yields (the member's step is over: every request the
+/// step decided is submitted), takes all that was gathered and carries it
+/// out with `execute_batch`, in batches of one kind and at most
+/// [`OPS_PER_BATCH`].
 ///
 /// A command issued under a session that ended fails with
 /// [`StoreError::SessionExpired`]: it must not act under the next one (a
@@ -368,10 +369,7 @@ pub fn submit<T, F, G>(
     let state = running.shared.state();
     match state.current() {
         Some(current) if current.id() == command.session => {
-            if matches!(
-                command.op,
-                StoreOp::Claim { .. } | StoreOp::ReadOffset { .. }
-            ) {
+            if batch_kind(&command.op).is_some() {
                 let mut gathered = running.gathered.lock().unwrap_or_else(|e| e.into_inner());
                 gathered.push(command);
                 if gathered.len() == 1 {
@@ -389,10 +387,22 @@ pub fn submit<T, F, G>(
     }
 }
 
-/// Takes the claims and offset reads gathered once the member's step is
-/// over, and carries them out in batches of one kind, all at once, under
-/// the session they were issued under (failed with
-/// [`StoreError::SessionExpired`] if it ended since).
+/// Which batch a request goes in, if any: claims, offset reads, commits
+/// and releases each go in batches of their own.
+fn batch_kind(op: &StoreOp) -> Option<usize> {
+    match op {
+        StoreOp::Claim { .. } => Some(0),
+        StoreOp::ReadOffset { .. } => Some(1),
+        StoreOp::CommitOffset { .. } => Some(2),
+        StoreOp::Release { .. } => Some(3),
+        _ => None,
+    }
+}
+
+/// Takes the requests gathered once the member's step is over, and carries
+/// them out in batches of one kind, all at once, under the session they
+/// were issued under (failed with [`StoreError::SessionExpired`] if it
+/// ended since).
 async fn send_gathered<T, G>(
     shared: Arc<T>,
     gathered: Arc<Mutex<Vec<StoreRequest>>>,
@@ -407,15 +417,11 @@ async fn send_gathered<T, G>(
     let gathered = std::mem::take(&mut *gathered.lock().unwrap_or_else(|e| e.into_inner()));
     let state = shared.state();
     let current = state.current();
-    let (mut claims, mut reads): (Vec<Vec<StoreRequest>>, Vec<Vec<StoreRequest>>) =
-        (Vec::new(), Vec::new());
+    let mut kinds: [Vec<Vec<StoreRequest>>; 4] = Default::default();
     for command in gathered {
-        match &current {
-            Some(current) if current.id() == command.session => {
-                let batches = match command.op {
-                    StoreOp::Claim { .. } => &mut claims,
-                    _ => &mut reads,
-                };
+        match (&current, batch_kind(&command.op)) {
+            (Some(current), Some(kind)) if current.id() == command.session => {
+                let batches = &mut kinds[kind];
                 match batches.last_mut() {
                     Some(batch) if batch.len() < OPS_PER_BATCH => batch.push(command),
                     _ => batches.push(vec![command]),
@@ -427,9 +433,9 @@ async fn send_gathered<T, G>(
     let Some(current) = current else {
         return;
     };
-    let sends = claims
+    let sends = kinds
         .into_iter()
-        .chain(reads)
+        .flatten()
         .map(|batch| execute_batch(shared.clone(), current.clone(), batch));
     futures_util::future::join_all(sends).await;
 }
@@ -589,6 +595,32 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
         futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
     }
 
+    /// Writes each of `commits` (partition, offset, claim token; at most
+    /// [`OPS_PER_BATCH`]) as [`StoreOps::commit`] would, each with its own
+    /// outcome, in their order: in one request where the store can, and
+    /// one commit per partition where the batch fails as a whole (one
+    /// partition no longer ours must not fail the others). By default, one
+    /// commit per partition, all at once.
+    async fn commit_many(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
+        futures_util::future::join_all(each).await
+    }
+
+    /// Releases each of `releases` (partition, claim token if known; at
+    /// most [`OPS_PER_BATCH`]) as [`StoreOps::release`] would, each with its
+    /// own outcome, in their order: in one request where the store can. By
+    /// default, one release per partition, all at once.
+    async fn release_many(
+        &self,
+        releases: &[(TopicPartition, Option<FencingToken>)],
+    ) -> Vec<Result<(), StoreError>> {
+        let each = releases.iter().map(|(p, t)| self.release(p, *t));
+        futures_util::future::join_all(each).await
+    }
+
     /// Whether the owner record of `partition` exists, and a watch on it:
     /// a store may leave none when the record is absent, or one that fires
     /// when it is created.
@@ -706,64 +738,99 @@ pub async fn execute<S: StoreSession, O: StoreOps>(
     }
 }
 
-/// Carries out claims or offset reads gathered together (at most
-/// [`OPS_PER_BATCH`]) with [`StoreOps::claim_many`] and
-/// [`StoreOps::read_offset_many`], and answers each with its own result
-/// event.
+/// Carries out requests of one kind gathered together (at most
+/// [`OPS_PER_BATCH`]) with the `_many` methods of [`StoreOps`], and answers
+/// each with its own result event. The partitions of claims, commits and
+/// releases are locked first, as [`execute`] locks each.
 pub async fn execute_batch<S: StoreSession, O: StoreOps>(
     state: &SessionState<S>,
     ops: O,
     commands: Vec<StoreRequest>,
 ) {
-    let mut claims: Vec<(RequestId, TopicPartition)> = Vec::with_capacity(commands.len());
-    let mut reads: Vec<(RequestId, TopicPartition)> = Vec::new();
+    let mut claims = Vec::new();
+    let mut reads = Vec::new();
+    let mut commits = Vec::new();
+    let mut releases = Vec::new();
     for command in commands {
+        let id = command.id;
         match command.op {
-            StoreOp::Claim { partition } => claims.push((command.id, partition)),
-            StoreOp::ReadOffset { partition } => reads.push((command.id, partition)),
-            _ => {
-                tracing::error!(
-                    ?command,
-                    "a command that is not a claim or a read in a batch"
-                );
+            StoreOp::Claim { partition } => claims.push((id, partition)),
+            StoreOp::ReadOffset { partition } => reads.push((id, partition)),
+            StoreOp::CommitOffset {
+                partition,
+                offset,
+                token,
+            } => commits.push((id, (partition, offset, token))),
+            StoreOp::Release { partition, token } => releases.push((id, (partition, token))),
+            op => {
+                let command = StoreRequest { op, ..command };
+                tracing::error!(?command, "a command that does not go in batches in a batch");
                 state.send(command.failed(StoreError::Other(ClientError::message(
-                    "a command that is not a claim or a read in a batch",
+                    "a command that does not go in batches in a batch",
                 ))));
             }
         }
     }
-    if !reads.is_empty() {
-        let partitions: Vec<TopicPartition> = reads.iter().map(|(_, p)| p.clone()).collect();
-        let mut results = ops.read_offset_many(&partitions).await.into_iter();
-        for (id, _) in reads {
-            let result = results.next().unwrap_or_else(|| {
-                Err(StoreError::Other(ClientError::message(
-                    "the store's batch of offset reads answered fewer reads than it was given",
-                )))
-            });
-            state.send(Event::OffsetResult { id, result });
-        }
-    }
-    if claims.is_empty() {
-        return;
-    }
     // Locked in order, so that two batches never wait for each other.
-    let mut order: Vec<&TopicPartition> = claims.iter().map(|(_, p)| p).collect();
-    order.sort();
-    order.dedup();
-    let mut turns = Vec::with_capacity(order.len());
-    for partition in order {
+    let mut locked: Vec<&TopicPartition> = claims
+        .iter()
+        .map(|(_, p)| p)
+        .chain(commits.iter().map(|(_, (p, _, _))| p))
+        .chain(releases.iter().map(|(_, (p, _))| p))
+        .collect();
+    locked.sort();
+    locked.dedup();
+    let mut turns = Vec::with_capacity(locked.len());
+    for partition in locked {
         turns.push(state.partition_locks.lock(partition).await);
     }
-    let partitions: Vec<TopicPartition> = claims.iter().map(|(_, p)| p.clone()).collect();
-    let mut results = ops.claim_many(&partitions).await.into_iter();
-    for (id, _) in claims {
-        let result = results.next().unwrap_or_else(|| {
-            Err(StoreError::Other(ClientError::message(
-                "the store's batch of claims answered fewer claims than it was given",
-            )))
+    if !reads.is_empty() {
+        let (ids, partitions) = reads.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        let results = ops.read_offset_many(&partitions).await;
+        answer(state, ids, results, "offset reads", |id, result| {
+            Event::OffsetResult { id, result }
         });
-        state.send(Event::ClaimResult { id, result });
+    }
+    if !claims.is_empty() {
+        let (ids, partitions) = claims.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        let results = ops.claim_many(&partitions).await;
+        answer(state, ids, results, "claims", |id, result| {
+            Event::ClaimResult { id, result }
+        });
+    }
+    if !commits.is_empty() {
+        let (ids, commits) = commits.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        let results = ops.commit_many(&commits).await;
+        answer(state, ids, results, "commits", |id, result| {
+            Event::CommitResult { id, result }
+        });
+    }
+    if !releases.is_empty() {
+        let (ids, releases) = releases.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
+        let results = ops.release_many(&releases).await;
+        answer(state, ids, results, "releases", |id, result| {
+            Event::ReleaseResult { id, result }
+        });
+    }
+}
+
+/// Sends the result event of each of `ids`, from `results` in the same
+/// order; a request the store's batch (of `what`) left unanswered fails.
+fn answer<S: StoreSession, T>(
+    state: &SessionState<S>,
+    ids: Vec<RequestId>,
+    results: Vec<Result<T, StoreError>>,
+    what: &str,
+    event: impl Fn(RequestId, Result<T, StoreError>) -> Event,
+) {
+    let mut results = results.into_iter();
+    for id in ids {
+        let result = results.next().unwrap_or_else(|| {
+            Err(StoreError::Other(ClientError::message(format!(
+                "the store's batch of {what} answered fewer than it was given"
+            ))))
+        });
+        state.send(event(id, result));
     }
 }
 

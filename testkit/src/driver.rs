@@ -265,23 +265,13 @@ impl<B: Backend> Driver<B> {
         .await
     }
 
-    /// Claims every partition of `partitions` in one go, as a member's
-    /// step does (every claim submitted before any is awaited), and waits
-    /// for each result, in the same order.
-    pub async fn claim_together(
-        &mut self,
-        partitions: impl IntoIterator<Item = u32>,
-    ) -> Vec<Event> {
-        let ids: Vec<RequestId> = partitions
+    /// Submits every one of `ops` in one go, as a member's step does
+    /// (every request submitted before any is awaited), and waits for each
+    /// result, in the same order.
+    pub async fn together(&mut self, ops: impl IntoIterator<Item = StoreOp>) -> Vec<Event> {
+        let ids: Vec<RequestId> = ops
             .into_iter()
-            .map(|p| {
-                let partition = partition(p);
-                self.submit(|id, session| StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::Claim { partition },
-                })
-            })
+            .map(|op| self.submit(|id, session| StoreRequest { id, session, op }))
             .collect();
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
@@ -290,28 +280,53 @@ impl<B: Backend> Driver<B> {
         results
     }
 
-    /// Reads the offsets of every partition of `partitions` in one go, as
-    /// a member's step does, and waits for each result, in the same order.
+    /// Claims every partition of `partitions` in one go ([`Driver::together`]).
+    pub async fn claim_together(
+        &mut self,
+        partitions: impl IntoIterator<Item = u32>,
+    ) -> Vec<Event> {
+        let ops = partitions.into_iter().map(|p| StoreOp::Claim {
+            partition: partition(p),
+        });
+        self.together(ops).await
+    }
+
+    /// Reads the offsets of every partition of `partitions` in one go.
     pub async fn read_offsets_together(
         &mut self,
         partitions: impl IntoIterator<Item = u32>,
     ) -> Vec<Event> {
-        let ids: Vec<RequestId> = partitions
+        let ops = partitions.into_iter().map(|p| StoreOp::ReadOffset {
+            partition: partition(p),
+        });
+        self.together(ops).await
+    }
+
+    /// Commits every `(partition, offset, token)` of `commits` in one go.
+    pub async fn commit_together(
+        &mut self,
+        commits: impl IntoIterator<Item = (u32, Offset, FencingToken)>,
+    ) -> Vec<Event> {
+        let ops = commits
             .into_iter()
-            .map(|p| {
-                let partition = partition(p);
-                self.submit(|id, session| StoreRequest {
-                    id,
-                    session,
-                    op: StoreOp::ReadOffset { partition },
-                })
-            })
-            .collect();
-        let mut results = Vec::with_capacity(ids.len());
-        for id in ids {
-            results.push(self.result(id).await);
-        }
-        results
+            .map(|(p, offset, token)| StoreOp::CommitOffset {
+                partition: partition(p),
+                offset,
+                token,
+            });
+        self.together(ops).await
+    }
+
+    /// Releases every `(partition, token)` of `releases` in one go.
+    pub async fn release_together(
+        &mut self,
+        releases: impl IntoIterator<Item = (u32, Option<FencingToken>)>,
+    ) -> Vec<Event> {
+        let ops = releases.into_iter().map(|(p, token)| StoreOp::Release {
+            partition: partition(p),
+            token,
+        });
+        self.together(ops).await
     }
 
     pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Event {
