@@ -12,10 +12,14 @@
 //! (each closes and joins again) and then static (each closes keeping its
 //! session, and a new instance resumes it). For each restart: how many
 //! times a partition changed owner or token, the longest time any
-//! partition had no owner, and the store requests sent per move. Last line:
+//! partition had no owner, and the store requests sent per move. After
+//! the cold start, the sessions lost on the way (each starts a member's
+//! work over) and the process's resident memory: in all, and what it grew
+//! by per partition held (every member's cost included, and the bench's
+//! own views); after the restarts, the resident memory again. Last line:
 //!
 //! ```text
-//! members=M partitions=P cold_start_ms=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=…
+//! members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=…
 //! ```
 
 #[path = "common/mod.rs"]
@@ -120,6 +124,9 @@ struct Watcher {
     /// that dropped a claim to the view that showed the next one).
     moves: u64,
     max_unowned: Duration,
+    /// Sessions that ended under a running member (expired, or given up),
+    /// since it was made: each starts the member's work over.
+    sessions_lost: u64,
 }
 
 /// When a claim was first shown, and first shown dropped.
@@ -140,6 +147,7 @@ impl Watcher {
             claims: BTreeMap::new(),
             moves: 0,
             max_unowned: Duration::ZERO,
+            sessions_lost: 0,
         }
     }
 
@@ -172,6 +180,11 @@ impl Watcher {
         let at = view.at.unwrap_or_else(Instant::now);
         let before = self.latest.insert(name.clone(), view);
         let view = &self.latest[&name];
+        if let Some(was) = before.as_ref().and_then(|b| b.session) {
+            if view.session != Some(was) && !view.closed {
+                self.sessions_lost += 1;
+            }
+        }
         // What changed since the member's previous view, by one walk of
         // both (sorted) maps: a lookup of each partition in the other view
         // cost O(P log P) per view, which a member owning 10,000
@@ -434,14 +447,25 @@ async fn run(args: Args) -> Result<(), String> {
 
     // Cold start: everyone at once.
     let names: Vec<String> = (0..m).map(|i| format!("m{i:03}")).collect();
+    let rss_base = resident_bytes();
     let started = Instant::now();
     let joins = join_all(&mut bench, &names).await?;
     let mut members: BTreeMap<String, MemberHandle> = names.iter().cloned().zip(joins).collect();
     bench.watcher.settled(&names, p).await?;
     let cold_start = started.elapsed();
+    let cold_start_sessions_lost = bench.watcher.sessions_lost;
+    let rss_cold = resident_bytes();
+    // What the members and the partitions they hold cost, beyond what
+    // the process held before the first joined (the bench's own views of
+    // every member included: an upper bound).
+    let grown = rss_cold.saturating_sub(rss_base);
     println!(
-        "  cold start: {cold_start:?}, {} requests",
-        bench.requests()
+        "  cold start: {cold_start:?}, {} requests, {cold_start_sessions_lost} sessions lost, \
+         resident {} MiB ({} KiB per member, {} bytes per partition held)",
+        bench.requests(),
+        rss_cold >> 20,
+        (grown / m.max(1) as u64) >> 10,
+        grown / u64::from(p.max(1)),
     );
 
     // One more joins.
@@ -491,21 +515,38 @@ async fn run(args: Args) -> Result<(), String> {
         "  rolling restart (static): {static_moves} moves, longest unowned {static_unowned:?}, \
          {static_requests} requests"
     );
+    let rss_restarted = resident_bytes();
     for (_, member) in members {
         let _ = member.close().await;
     }
     let _ = std::fs::remove_dir_all(&state_dir);
     println!(
-        "members={m} partitions={p} cold_start_ms={} join_settle_ms={} leave_settle_ms={} \
+        "members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
+         join_settle_ms={} leave_settle_ms={} \
          rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.1} \
-         static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={}",
+         static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={} \
+         rss_cold_start_mib={} rss_per_partition_bytes={} rss_after_restarts_mib={}",
         cold_start.as_millis(),
         join_settle.as_millis(),
         leave_settle.as_millis(),
         unowned.as_millis(),
-        static_unowned.as_millis()
+        static_unowned.as_millis(),
+        rss_cold >> 20,
+        grown / u64::from(p.max(1)),
+        rss_restarted >> 20,
     );
     Ok(())
+}
+
+/// The process's resident memory (Linux: `VmRSS` of `/proc/self/status`;
+/// 0 where there is none to read).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib << 10)
 }
 
 /// Joins every member of `names` at once.
