@@ -523,7 +523,7 @@ async fn run(args: Args) -> Result<(), String> {
     println!(
         "members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
          join_settle_ms={} leave_settle_ms={} \
-         rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.1} \
+         rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.2} \
          static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={} \
          rss_cold_start_mib={} rss_per_partition_bytes={} rss_after_restarts_mib={}",
         cold_start.as_millis(),

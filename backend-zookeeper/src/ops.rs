@@ -141,6 +141,145 @@ impl Ctx {
         futures_util::future::join_all(each).await
     }
 
+    /// Creates the owner records of `partitions` (at `paths`) in one
+    /// `multi`: each one's outcome, or `None` if the multi was refused as
+    /// a whole and nothing was written.
+    async fn create_owners(
+        &self,
+        partitions: &[TopicPartition],
+        paths: &[String],
+    ) -> Option<Vec<Result<ClaimOutcome, StoreError>>> {
+        let data = self.shared.member.id.as_str().as_bytes();
+        let options = zk::CreateMode::Ephemeral.with_acls(self.shared.config.security.acls());
+        let mut writer = self.client.new_multi_writer();
+        for path in paths {
+            if writer.add_create(path, data, &options).is_err() {
+                return Some(self.claim_each(partitions).await);
+            }
+        }
+        match self.multi(writer).await {
+            Ok(results) if results.len() == paths.len() => {
+                let stats: Vec<Option<zk::Stat>> = results
+                    .into_iter()
+                    .map(|result| match result {
+                        zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => {
+                            Some(stat)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                // Servers before 3.9 answer a multi's creates without
+                // their stat (ZOOKEEPER-4026): the tokens are read back
+                // from the records just made, in one multi-read.
+                let unanswered: Vec<String> = paths
+                    .iter()
+                    .zip(&stats)
+                    .filter(|(_, stat)| stat.is_none())
+                    .map(|(path, _)| path.clone())
+                    .collect();
+                let read_back = if unanswered.is_empty() {
+                    Vec::new()
+                } else {
+                    match read_all(self, &unanswered).await {
+                        Err(zk::Error::Unimplemented) => read_each(self, &unanswered).await,
+                        other => other,
+                    }
+                    .unwrap_or_default()
+                };
+                let mut read_back = read_back.into_iter();
+                let mut outcomes = Vec::with_capacity(paths.len());
+                for (stat, partition) in stats.into_iter().zip(partitions) {
+                    let stat = match stat {
+                        Some(stat) => Some(stat),
+                        None => match read_back.next() {
+                            Some(Ok((_, stat))) if owner_session(&stat) == Some(self.session) => {
+                                Some(stat)
+                            }
+                            _ => None,
+                        },
+                    };
+                    outcomes.push(match stat {
+                        Some(stat) => Ok(ClaimOutcome::Created {
+                            token: token_of(&stat),
+                        }),
+                        // Not read back as ours: claimed on its own, it
+                        // gets the outcome a single claim would.
+                        None => self.claim(partition).await,
+                    });
+                }
+                Some(outcomes)
+            }
+            // One partition held (or a parent missing) refuses them all,
+            // and nothing was written.
+            Ok(_) | Err(zk::MultiWriteError::OperationFailed { .. }) => None,
+            // Sent and not answered: the outcome of each is unknown, as a
+            // single claim's would be.
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Some(each_failed(partitions.len(), store_error(source)))
+            }
+        }
+    }
+
+    /// The outcome of each of `partitions` (their owner records at
+    /// `paths`) after a `multi` of their claims was refused as a whole,
+    /// nothing written: who holds each record, read in one multi-read, as
+    /// a single claim reads the owner it met; those with no record are
+    /// claimed together again.
+    async fn claim_refused(
+        &self,
+        partitions: &[TopicPartition],
+        paths: &[String],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        self.shared.config.hooks.before_owner_read().await;
+        let Ok(reads) = read_all(self, paths).await else {
+            return self.claim_each(partitions).await;
+        };
+        let mut outcomes: Vec<Option<Result<ClaimOutcome, StoreError>>> = reads
+            .into_iter()
+            .zip(paths)
+            .map(|(read, path)| match read {
+                Ok((data, stat)) => Some(held_claim(
+                    path,
+                    &data,
+                    owner_session(&stat),
+                    token_of(&stat),
+                )),
+                Err(zk::Error::NoNode) => None,
+                Err(error) => Some(Err(store_error(error))),
+            })
+            .collect();
+        let (free, free_paths): (Vec<TopicPartition>, Vec<String>) = partitions
+            .iter()
+            .zip(paths)
+            .zip(&outcomes)
+            .filter(|(_, outcome)| outcome.is_none())
+            .map(|((partition, path), _)| (partition.clone(), path.clone()))
+            .unzip();
+        // Claimed together again; refused again (taken in between), each
+        // on its own.
+        let claimed = match free.len() {
+            0 | 1 => self.claim_each(&free).await,
+            _ => match self.create_owners(&free, &free_paths).await {
+                Some(claimed) => claimed,
+                None => self.claim_each(&free).await,
+            },
+        };
+        let mut claimed = claimed.into_iter();
+        for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
+            *outcome = claimed.next();
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Err(StoreError::Other(ClientError::message(
+                        "a claim after a refused batch went unanswered",
+                    )))
+                })
+            })
+            .collect()
+    }
+
     /// Claims each of `partitions` on its own, all at once.
     async fn claim_each(
         &self,
@@ -295,6 +434,9 @@ impl StoreOps for Ctx {
         }
     }
 
+    /// One `multi` of the owner records' creates; refused as a whole
+    /// (one partition held, a parent missing), who holds each is read in
+    /// one multi-read, and the free ones are claimed together again.
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
@@ -302,81 +444,13 @@ impl StoreOps for Ctx {
         if partitions.len() < 2 {
             return self.claim_each(partitions).await;
         }
-        let data = self.shared.member.id.as_str().as_bytes();
-        let options = zk::CreateMode::Ephemeral.with_acls(self.shared.config.security.acls());
         let paths: Vec<String> = partitions
             .iter()
             .map(|p| self.shared.layout.owner(p))
             .collect();
-        let mut writer = self.client.new_multi_writer();
-        for path in &paths {
-            if writer.add_create(path, data, &options).is_err() {
-                return self.claim_each(partitions).await;
-            }
-        }
-        match self.multi(writer).await {
-            Ok(results) if results.len() == paths.len() => {
-                let stats: Vec<Option<zk::Stat>> = results
-                    .into_iter()
-                    .map(|result| match result {
-                        zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => {
-                            Some(stat)
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                // Servers before 3.9 answer a multi's creates without
-                // their stat (ZOOKEEPER-4026): the tokens are read back
-                // from the records just made, in one multi-read.
-                let unanswered: Vec<String> = paths
-                    .iter()
-                    .zip(&stats)
-                    .filter(|(_, stat)| stat.is_none())
-                    .map(|(path, _)| path.clone())
-                    .collect();
-                let read_back = if unanswered.is_empty() {
-                    Vec::new()
-                } else {
-                    match read_all(self, &unanswered).await {
-                        Err(zk::Error::Unimplemented) => read_each(self, &unanswered).await,
-                        other => other,
-                    }
-                    .unwrap_or_default()
-                };
-                let mut read_back = read_back.into_iter();
-                let mut outcomes = Vec::with_capacity(paths.len());
-                for (stat, partition) in stats.into_iter().zip(partitions) {
-                    let stat = match stat {
-                        Some(stat) => Some(stat),
-                        None => match read_back.next() {
-                            Some(Ok((_, stat))) if owner_session(&stat) == Some(self.session) => {
-                                Some(stat)
-                            }
-                            _ => None,
-                        },
-                    };
-                    outcomes.push(match stat {
-                        Some(stat) => Ok(ClaimOutcome::Created {
-                            token: token_of(&stat),
-                        }),
-                        // Not read back as ours: claimed on its own, it
-                        // gets the outcome a single claim would.
-                        None => self.claim(partition).await,
-                    });
-                }
-                outcomes
-            }
-            // One partition held (or a parent missing) refuses them all,
-            // and nothing was written: each is claimed on its own, and has
-            // its own outcome.
-            Ok(_) | Err(zk::MultiWriteError::OperationFailed { .. }) => {
-                self.claim_each(partitions).await
-            }
-            // Sent and not answered: the outcome of each is unknown, as a
-            // single claim's would be.
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                each_failed(partitions.len(), store_error(source))
-            }
+        match self.create_owners(partitions, &paths).await {
+            Some(outcomes) => outcomes,
+            None => self.claim_refused(partitions, &paths).await,
         }
     }
 
