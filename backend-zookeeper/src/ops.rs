@@ -255,13 +255,28 @@ impl Ctx {
             .filter(|(_, outcome)| outcome.is_none())
             .map(|((partition, path), _)| (partition.clone(), path.clone()))
             .unzip();
-        // Claimed together again; refused again (taken in between), each
+        // Claimed together again. Refused again with none of them held, a
+        // parent is missing (a group's first claims): it is made, and they
+        // go together once more; after that (taken in between), each goes
         // on its own.
         let claimed = match free.len() {
             0 | 1 => self.claim_each(&free).await,
             _ => match self.create_owners(&free, &free_paths).await {
                 Some(claimed) => claimed,
-                None => self.claim_each(&free).await,
+                None => {
+                    let mut parents: Vec<&str> =
+                        free_paths.iter().filter_map(|p| parent(p)).collect();
+                    parents.sort_unstable();
+                    parents.dedup();
+                    for parent in parents {
+                        // A failure here fails the claims that need it.
+                        let _ = self.make_dirs(parent).await;
+                    }
+                    match self.create_owners(&free, &free_paths).await {
+                        Some(claimed) => claimed,
+                        None => self.claim_each(&free).await,
+                    }
+                }
             },
         };
         let mut claimed = claimed.into_iter();
@@ -307,9 +322,14 @@ impl Ctx {
     /// those above the group's node open (they are every group's), the
     /// group's own under its ACL.
     async fn create_parents(&self, path: &str) -> Result<(), zk::Error> {
-        let Some(parent) = parent(path) else {
-            return Ok(());
-        };
+        match parent(path) {
+            Some(parent) => self.make_dirs(parent).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Creates `dir` and its missing ancestors, as persistent nodes.
+    async fn make_dirs(&self, dir: &str) -> Result<(), zk::Error> {
         // Without credentials every node is open: one request makes them all.
         let groups = self::parent(self.shared.layout.group());
         if let (Some(groups), Some(_)) = (groups, self.shared.config.security.digest_credentials())
@@ -318,7 +338,7 @@ impl Ctx {
             self.call(|| self.client.mkdir(groups, &open)).await?;
         }
         let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
-        self.call(|| self.client.mkdir(parent, &options)).await
+        self.call(|| self.client.mkdir(dir, &options)).await
     }
 
     /// Creates `path`, creating its parents first if they are missing.
