@@ -18,6 +18,9 @@
 //! by per partition held (every member's cost included, and the bench's
 //! own views); after the restarts, the resident memory again. Last line:
 //!
+//! (`--restarts false` leaves the restarts out, and ends the line with
+//! the resident memory once the extra member has left.)
+//!
 //! ```text
 //! members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=…
 //! ```
@@ -54,6 +57,11 @@ struct Args {
     /// The members' session timeout.
     #[arg(long, default_value_t = 10_000)]
     session_ms: u64,
+    /// Whether to measure the rolling restarts (a member at a time: at
+    /// hundreds of members they take the better part of an hour); without
+    /// them their figures are left out of the last line.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    restarts: bool,
 }
 
 struct Options {
@@ -423,6 +431,7 @@ impl Bench {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    let restarts = args.restarts;
     let options = Options::new(args)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -495,6 +504,26 @@ async fn run(args: Args) -> Result<(), String> {
         "  leave: {leave_settle:?}, {} requests",
         bench.requests() - before
     );
+
+    let rss_settled = resident_bytes();
+    if !restarts {
+        for (_, member) in members {
+            let _ = member.close().await;
+        }
+        let _ = std::fs::remove_dir_all(&state_dir);
+        println!(
+            "members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
+             join_settle_ms={} leave_settle_ms={} rss_cold_start_mib={} rss_per_partition_bytes={} \
+             rss_after_leave_mib={}",
+            cold_start.as_millis(),
+            join_settle.as_millis(),
+            leave_settle.as_millis(),
+            rss_cold >> 20,
+            grown / u64::from(p.max(1)),
+            rss_settled >> 20,
+        );
+        return Ok(());
+    }
 
     // Rolling restarts: dynamic first.
     let (moves, unowned, requests) = bench.rolling_restart(&mut members, false).await?;
