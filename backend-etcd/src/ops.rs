@@ -163,31 +163,6 @@ impl Ctx {
         self.txn(txn).await
     }
 
-    /// Commits each of `commits` on its own, all at once.
-    async fn commit_each(
-        &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
-    ) -> Vec<Result<(), StoreError>> {
-        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
-        futures_util::future::join_all(each).await
-    }
-
-    /// Claims each of `partitions` on its own, all at once.
-    async fn claim_each(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Vec<Result<ClaimOutcome, StoreError>> {
-        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
-    }
-
-    /// Reads the offset of each of `partitions` on its own, all at once.
-    async fn read_offset_each(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
-        futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
-    }
-
     /// Reads one key.
     async fn get(&self, key: &str) -> Result<etcd_client::GetResponse, StoreError> {
         let key = key.to_owned();

@@ -123,22 +123,31 @@ impl Ctx {
         result
     }
 
-    /// Commits each of `commits` on its own, all at once.
-    async fn commit_each(
+    /// Sends `writer`, the `multi` of the writes of the requests `decided`
+    /// left undecided (`None`), unless their reads decided them all: each
+    /// of those succeeds with it or fails with its request; refused as a
+    /// whole (a record changed since it was read), every request goes
+    /// again on its own, by `one_by_one`.
+    async fn write_undecided(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        writer: zk::MultiWriter<'_>,
+        decided: Vec<Option<Result<(), StoreError>>>,
+        one_by_one: impl Future<Output = Vec<Result<(), StoreError>>>,
     ) -> Vec<Result<(), StoreError>> {
-        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
-        futures_util::future::join_all(each).await
-    }
-
-    /// Releases each of `releases` on its own, all at once.
-    async fn release_each(
-        &self,
-        releases: &[(TopicPartition, Option<FencingToken>)],
-    ) -> Vec<Result<(), StoreError>> {
-        let each = releases.iter().map(|(p, t)| self.release(p, *t));
-        futures_util::future::join_all(each).await
+        if decided.iter().all(Option::is_some) {
+            return decided.into_iter().flatten().collect();
+        }
+        match self.multi(writer).await {
+            Ok(_) => decided.into_iter().map(|d| d.unwrap_or(Ok(()))).collect(),
+            Err(zk::MultiWriteError::OperationFailed { .. }) => one_by_one.await,
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                let error = store_error(source);
+                decided
+                    .into_iter()
+                    .map(|d| d.unwrap_or_else(|| Err(error.clone())))
+                    .collect()
+            }
+        }
     }
 
     /// Creates the owner records of `partitions` (at `paths`) in one
@@ -293,22 +302,6 @@ impl Ctx {
                 })
             })
             .collect()
-    }
-
-    /// Claims each of `partitions` on its own, all at once.
-    async fn claim_each(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Vec<Result<ClaimOutcome, StoreError>> {
-        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
-    }
-
-    /// Reads the offset of each of `partitions` on its own, all at once.
-    async fn read_offset_each(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
-        futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
     }
 
     fn count(&self, requests: u64) {
@@ -535,21 +528,11 @@ impl StoreOps for Ctx {
                 Err(error) => decided.push(Some(Err(store_error(error)))),
             }
         }
-        if decided.iter().all(Option::is_some) {
-            return decided.into_iter().flatten().collect();
+        if decided.iter().any(Option::is_none) {
+            self.shared.config.hooks.before_release().await;
         }
-        self.shared.config.hooks.before_release().await;
-        match self.multi(writer).await {
-            Ok(_) => decided.into_iter().map(|d| d.unwrap_or(Ok(()))).collect(),
-            Err(zk::MultiWriteError::OperationFailed { .. }) => self.release_each(releases).await,
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                let error = store_error(source);
-                decided
-                    .into_iter()
-                    .map(|d| d.unwrap_or_else(|| Err(error.clone())))
-                    .collect()
-            }
-        }
+        self.write_undecided(writer, decided, self.release_each(releases))
+            .await
     }
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
@@ -701,20 +684,8 @@ impl StoreOps for Ctx {
             }
             decided.push(None);
         }
-        if decided.iter().all(Option::is_some) {
-            return decided.into_iter().flatten().collect();
-        }
-        match self.multi(writer).await {
-            Ok(_) => decided.into_iter().map(|d| d.unwrap_or(Ok(()))).collect(),
-            Err(zk::MultiWriteError::OperationFailed { .. }) => self.commit_each(commits).await,
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                let error = store_error(source);
-                decided
-                    .into_iter()
-                    .map(|d| d.unwrap_or_else(|| Err(error.clone())))
-                    .collect()
-            }
-        }
+        self.write_undecided(writer, decided, self.commit_each(commits))
+            .await
     }
 }
 

@@ -369,7 +369,7 @@ pub fn submit<T, F, G>(
     let state = running.shared.state();
     match state.current() {
         Some(current) if current.id() == command.session => {
-            if batch_kind(&command.op).is_some() {
+            if command.op.batch_kind().is_some() {
                 let mut gathered = running.gathered.lock().unwrap_or_else(|e| e.into_inner());
                 gathered.push(command);
                 if gathered.len() == 1 {
@@ -384,18 +384,6 @@ pub fn submit<T, F, G>(
             running.commands.spawn(task);
         }
         _ => state.send(command.failed(StoreError::SessionExpired)),
-    }
-}
-
-/// Which batch a request goes in, if any: claims, offset reads, commits
-/// and releases each go in batches of their own.
-fn batch_kind(op: &StoreOp) -> Option<usize> {
-    match op {
-        StoreOp::Claim { .. } => Some(0),
-        StoreOp::ReadOffset { .. } => Some(1),
-        StoreOp::CommitOffset { .. } => Some(2),
-        StoreOp::Release { .. } => Some(3),
-        _ => None,
     }
 }
 
@@ -417,9 +405,9 @@ async fn send_gathered<T, G>(
     let gathered = std::mem::take(&mut *gathered.lock().unwrap_or_else(|e| e.into_inner()));
     let state = shared.state();
     let current = state.current();
-    let mut kinds: [Vec<Vec<StoreRequest>>; 4] = Default::default();
+    let mut kinds: [Vec<Vec<StoreRequest>>; StoreOp::BATCH_KINDS] = Default::default();
     for command in gathered {
-        match (&current, batch_kind(&command.op)) {
+        match (&current, command.op.batch_kind()) {
             (Some(current), Some(kind)) if current.id() == command.session => {
                 let batches = &mut kinds[kind];
                 match batches.last_mut() {
@@ -576,8 +564,17 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// would: a store that can do many writes in one request does them
     /// together, and falls back to one claim per partition where the batch
     /// fails as a whole (one partition held must not fail the others). By
-    /// default, one claim per partition, all at once.
+    /// default, [`StoreOps::claim_each`].
     async fn claim_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<ClaimOutcome, StoreError>> {
+        self.claim_each(partitions).await
+    }
+
+    /// Claims each of `partitions` on its own, all at once: what a batch
+    /// falls back to.
+    async fn claim_each(
         &self,
         partitions: &[TopicPartition],
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
@@ -587,8 +584,16 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Reads the committed offsets of every one of `partitions` (at most
     /// [`OPS_PER_BATCH`]), each with its own outcome, in their order, as
     /// [`StoreOps::read_offset`] would: in one request where the store can.
-    /// By default, one read per partition, all at once.
+    /// By default, [`StoreOps::read_offset_each`].
     async fn read_offset_many(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Vec<Result<Option<Offset>, StoreError>> {
+        self.read_offset_each(partitions).await
+    }
+
+    /// Reads the offset of each of `partitions` on its own, all at once.
+    async fn read_offset_each(
         &self,
         partitions: &[TopicPartition],
     ) -> Vec<Result<Option<Offset>, StoreError>> {
@@ -599,9 +604,17 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// [`OPS_PER_BATCH`]) as [`StoreOps::commit`] would, each with its own
     /// outcome, in their order: in one request where the store can, and
     /// one commit per partition where the batch fails as a whole (one
-    /// partition no longer ours must not fail the others). By default, one
-    /// commit per partition, all at once.
+    /// partition no longer ours must not fail the others). By default,
+    /// [`StoreOps::commit_each`].
     async fn commit_many(
+        &self,
+        commits: &[(TopicPartition, Offset, FencingToken)],
+    ) -> Vec<Result<(), StoreError>> {
+        self.commit_each(commits).await
+    }
+
+    /// Commits each of `commits` on its own, all at once.
+    async fn commit_each(
         &self,
         commits: &[(TopicPartition, Offset, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
@@ -612,8 +625,16 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Releases each of `releases` (partition, claim token if known; at
     /// most [`OPS_PER_BATCH`]) as [`StoreOps::release`] would, each with its
     /// own outcome, in their order: in one request where the store can. By
-    /// default, one release per partition, all at once.
+    /// default, [`StoreOps::release_each`].
     async fn release_many(
+        &self,
+        releases: &[(TopicPartition, Option<FencingToken>)],
+    ) -> Vec<Result<(), StoreError>> {
+        self.release_each(releases).await
+    }
+
+    /// Releases each of `releases` on its own, all at once.
+    async fn release_each(
         &self,
         releases: &[(TopicPartition, Option<FencingToken>)],
     ) -> Vec<Result<(), StoreError>> {

@@ -93,7 +93,6 @@ use std::time::{Duration, Instant};
 
 use crate::app::{Applied, Holdings, Told};
 use crate::check::{self, Seen, Story};
-use crate::world::batch_kind;
 use tenure_core::assignment::{self, PartitionCounts};
 use tenure_core::canon::{Canon, Clock};
 use tenure_core::config::Config;
@@ -1531,7 +1530,7 @@ impl State {
                     }
                 }
                 Output::Store(command) => match (n.connected, n.session) {
-                    (true, Some(_)) if batch_kind(&command.op).is_some() => {
+                    (true, Some(_)) if command.op.batch_kind().is_some() => {
                         gathered.push(command);
                     }
                     (true, Some(session)) => self.net.push(Flight {
@@ -1790,9 +1789,9 @@ fn send_gathered(
     session: SessionId,
     gathered: Vec<StoreRequest>,
 ) {
-    let mut kinds: [Vec<StoreRequest>; 4] = Default::default();
+    let mut kinds: [Vec<StoreRequest>; StoreOp::BATCH_KINDS] = Default::default();
     for command in gathered {
-        if let Some(kind) = batch_kind(&command.op) {
+        if let Some(kind) = command.op.batch_kind() {
             kinds[kind].push(command);
         }
     }

@@ -1464,7 +1464,7 @@ impl World {
         }
         let node = &self.nodes[index];
         match (node.connected, node.session) {
-            (true, Some(_)) if batch_kind(&store_command.op).is_some() => {
+            (true, Some(_)) if store_command.op.batch_kind().is_some() => {
                 self.nodes[index].gathered.push(store_command);
             }
             (true, Some(session)) => self.send(index, session, vec![store_command]),
@@ -1487,9 +1487,9 @@ impl World {
         let gathered = std::mem::take(&mut self.nodes[index].gathered);
         let node = &self.nodes[index];
         let (connected, held) = (node.connected, node.session);
-        let mut kinds: [Vec<StoreRequest>; 4] = Default::default();
+        let mut kinds: [Vec<StoreRequest>; StoreOp::BATCH_KINDS] = Default::default();
         for command in gathered {
-            match (connected, batch_kind(&command.op)) {
+            match (connected, command.op.batch_kind()) {
                 (true, Some(kind)) if held == Some(command.session) => kinds[kind].push(command),
                 // Issued under a session that ended since, or over a
                 // connection lost since: failed as the runtime fails it.
@@ -1754,17 +1754,5 @@ fn error_kind(error: &Error) -> &'static str {
         Error::DrainTimeout { .. } => "drain timeout",
         Error::SessionExpired { .. } => "session expired",
         _ => "other",
-    }
-}
-
-/// Which batch a request goes in, if any, as the runtime sends them:
-/// claims, offset reads, commits and releases each in batches of their own.
-pub(crate) fn batch_kind(op: &StoreOp) -> Option<usize> {
-    match op {
-        StoreOp::Claim { .. } => Some(0),
-        StoreOp::ReadOffset { .. } => Some(1),
-        StoreOp::CommitOffset { .. } => Some(2),
-        StoreOp::Release { .. } => Some(3),
-        _ => None,
     }
 }

@@ -316,6 +316,26 @@ pub enum StoreOp {
     Heartbeat,
 }
 
+impl StoreOp {
+    /// How many kinds of batch there are ([`StoreOp::batch_kind`]).
+    pub const BATCH_KINDS: usize = 4;
+
+    /// The kind of batch the request may go to the store in, if any: the
+    /// claims (0), offset reads (1), commits (2) and releases (3) a member
+    /// submits at once go together, each kind in batches of its own of at
+    /// most [`OPS_PER_BATCH`](crate::records::OPS_PER_BATCH); the others go
+    /// alone.
+    pub fn batch_kind(&self) -> Option<usize> {
+        match self {
+            StoreOp::Claim { .. } => Some(0),
+            StoreOp::ReadOffset { .. } => Some(1),
+            StoreOp::CommitOffset { .. } => Some(2),
+            StoreOp::Release { .. } => Some(3),
+            _ => None,
+        }
+    }
+}
+
 /// Work for the fetcher, taken as [`Output::Fetch`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchCommand {
