@@ -178,6 +178,9 @@ pub enum Operation {
     Release,
     /// Opening a new session after the last one ended.
     OpenSession,
+    /// Keeping the session alive: what the member's requests were doing
+    /// when it expired.
+    KeepSession,
 }
 
 impl fmt::Display for Operation {
@@ -193,6 +196,7 @@ impl fmt::Display for Operation {
             Operation::Commit => "commit",
             Operation::Release => "release",
             Operation::OpenSession => "open a new session",
+            Operation::KeepSession => "keep the session alive",
         })
     }
 }

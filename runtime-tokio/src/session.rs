@@ -92,23 +92,26 @@ impl<S: StoreSession> SessionState<S> {
         self.send(Event::SessionEstablished { session: id });
     }
 
-    /// The session held is gone: holds none and tells the member, and logs
-    /// what the member's requests were doing, so that an expiry under load
-    /// says what waited and for how long.
+    /// The session held is gone: holds none and tells the member. When
+    /// requests were unanswered, the member is first told (a problem of
+    /// [`Operation::KeepSession`]) what they were doing, so that an expiry
+    /// under load says what waited and for how long.
     pub fn expired(&self) {
         let heard_ago = self.last_heard.get().elapsed();
         match self.turns.backlog() {
-            Some(backlog) => tracing::warn!(
-                ?heard_ago,
-                unanswered = backlog.requests,
-                sent = backlog.sent,
-                oldest = ?backlog.oldest,
-                oldest_waited_for_its_turn = ?backlog.oldest_waited,
-                "store session expired with requests unanswered: the oldest \
-                 had waited {:?} ({:?} of it for its turn)",
-                backlog.oldest,
-                backlog.oldest_waited,
-            ),
+            Some(backlog) => {
+                let why = format!(
+                    "the session expired with {} requests unanswered ({} sent, the others \
+                     waiting for their turn); the oldest had waited {:?}, {:?} of it for its \
+                     turn; the store was last heard {heard_ago:?} ago",
+                    backlog.requests, backlog.sent, backlog.oldest, backlog.oldest_waited,
+                );
+                tracing::warn!(%why, "store session expired with requests unanswered");
+                self.send(Event::StoreProblem {
+                    operation: Operation::KeepSession,
+                    error: StoreError::Other(ClientError::message(why)),
+                });
+            }
             None => tracing::warn!(
                 ?heard_ago,
                 "store session expired with no request unanswered"
@@ -991,7 +994,47 @@ mod tests {
 
     use futures_util::FutureExt;
 
-    use super::{RequestTurns, REQUESTS_IN_FLIGHT};
+    use tenure_core::{Event, Operation, SessionId, StoreError};
+
+    use super::{RequestTurns, SessionState, StoreSession, REQUESTS_IN_FLIGHT};
+
+    #[derive(Clone)]
+    struct Session;
+
+    impl StoreSession for Session {
+        fn id(&self) -> SessionId {
+            SessionId(1)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_expiry_with_requests_unanswered_tells_the_member_what_waited() {
+        let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let state = SessionState::new(events, Session, std::time::Instant::now());
+        let turn = state.turns().take().await;
+        state.expired();
+        match heard.recv().await {
+            Some(Event::StoreProblem {
+                operation: Operation::KeepSession,
+                error: StoreError::Other(why),
+            }) => {
+                let why = why.to_string();
+                assert!(
+                    why.contains("1 requests unanswered (1 sent"),
+                    "the problem names the requests: {why}"
+                );
+            }
+            other => panic!("the member was told {other:?} first"),
+        }
+        assert!(matches!(heard.recv().await, Some(Event::SessionExpired)));
+        drop(turn);
+
+        // With nothing unanswered, only the expiry.
+        let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let state = SessionState::new(events, Session, std::time::Instant::now());
+        state.expired();
+        assert!(matches!(heard.recv().await, Some(Event::SessionExpired)));
+    }
 
     #[tokio::test]
     async fn a_backlog_names_the_oldest_request_and_how_long_it_waited_for_its_turn() {
