@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::{Event, MemberId, MemberInfo, SessionId, StoreRequest, TopicPartition};
 use tenure_tokio::session::{
-    check_start, submit, Running, SessionState, SharedState, StoreSession,
+    check_start, submit, Registrations, Running, SessionState, SharedState, StoreSession,
 };
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
@@ -249,6 +249,9 @@ pub(crate) struct Shared {
     /// The one watch stream that carries every watch, across leases.
     pub(crate) watches: watches::Watches,
     pub(crate) state: SessionState<Current>,
+    /// The registrations as last read and the revision they were read at,
+    /// for the next read to read only those changed since.
+    pub(crate) registrations: std::sync::Mutex<Option<(i64, Registrations)>>,
 }
 
 impl SharedState for Shared {
@@ -383,6 +386,7 @@ impl Backend for EtcdBackend {
             client,
             watches,
             state: SessionState::new(joining.events, current, before),
+            registrations: std::sync::Mutex::new(None),
         });
         tracing::info!(
             store = %self.config.store(),

@@ -2,6 +2,7 @@
 //! the reference adapter (`tenure_core::model::adapter`) and of the ZooKeeper
 //! backend.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,14 +12,14 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use tenure_core::records::{decode_registration, held_claim, parse_offset};
+use tenure_core::records::{held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
-    SessionId, StoreError, StoreRequest, TopicPartition,
+    ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
+    StoreError, StoreRequest, TopicPartition,
 };
 
 use crate::{Current, Shared};
-use tenure_tokio::session::{self, StoreOps, Watch};
+use tenure_tokio::session::{self, Registrations, StoreOps, Watch};
 
 /// One command's view of the store: the lease it was issued under.
 struct Ctx {
@@ -454,41 +455,72 @@ impl StoreOps for Ctx {
 }
 
 /// The registered members and the revision they were read at.
+///
+/// After the first read, a read asks only for the registrations written
+/// since the last one (`min_mod_revision`); the count of every
+/// registration, which the filter leaves whole, says whether some were
+/// deleted meanwhile, and then the keys alone at the same revision say
+/// which.
 async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
+    let before = ctx
+        .shared
+        .registrations
+        .lock()
+        .map(|mut r| r.take())
+        .unwrap_or(None);
+    let (mut registrations, since) = match before {
+        Some((revision, registrations)) => (registrations, Some(revision)),
+        None => (Registrations::default(), None),
+    };
     let prefix = ctx.shared.keys.members();
-    let response = ctx
-        .call(|mut client| {
-            let prefix = prefix.clone();
-            async move {
-                client
-                    .get(prefix, Some(GetOptions::new().with_prefix()))
-                    .await
-            }
-        })
-        .await?;
-    let revision = response
-        .header()
-        .map(|h| h.revision())
-        .ok_or_else(|| StoreError::Other(ClientError::message("etcd answered without a header")))?;
-    let mut members = Vec::with_capacity(response.kvs().len());
-    for kv in response.kvs() {
-        let key = String::from_utf8_lossy(kv.key()).into_owned();
-        let id = key.strip_prefix(&prefix).unwrap_or(&key);
-        match decode_registration(id, kv.value()) {
-            Ok(info) => members.push(info),
-            // Left out rather than guessed at (the others leave it out too),
-            // but worth an operator's look.
-            Err(detail) => {
-                tracing::warn!(%key, %detail, "ignoring corrupt member registration");
-                ctx.shared.state.send(Event::StoreProblem {
-                    operation: Operation::ReadRegistration,
-                    error: StoreError::Corrupt { path: key, detail },
-                });
-            }
-        }
+    let mut options = GetOptions::new().with_prefix();
+    if let Some(since) = since {
+        options = options.with_min_mod_revision(since + 1);
     }
-    members.sort_by(|a, b| a.id.cmp(&b.id));
+    let response = get(ctx, &prefix, options).await?;
+    let revision = revision_of(response.header())?;
+    for kv in response.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        let id = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
+        registrations.read(&ctx.shared.state, id, &key, kv.value());
+    }
+    if i64::try_from(registrations.len()) != Ok(response.count()) {
+        // Some were deleted since: the keys there are at the same revision.
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_revision(revision);
+        let listed = get(ctx, &prefix, options).await?;
+        let listed: HashSet<&[u8]> = listed
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key().strip_prefix(prefix.as_bytes()))
+            .collect();
+        registrations.retain(|id| listed.contains(id.as_bytes()));
+    }
+    let members = registrations.members();
+    if let Ok(mut kept) = ctx.shared.registrations.lock() {
+        *kept = Some((revision, registrations));
+    }
     Ok((members, revision))
+}
+
+/// One range read.
+async fn get(
+    ctx: &Ctx,
+    key: &str,
+    options: GetOptions,
+) -> Result<etcd_client::GetResponse, StoreError> {
+    let key = key.to_owned();
+    ctx.call(|mut client| async move { client.get(key, Some(options)).await })
+        .await
+}
+
+/// The revision a response was answered at.
+fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, StoreError> {
+    header
+        .map(|h| h.revision())
+        .ok_or_else(|| StoreError::Other(ClientError::message("etcd answered without a header")))
 }
 
 /// The transaction that deletes `key` only while it carries our lease and,

@@ -136,6 +136,9 @@ pub(crate) struct Shared {
     pub(crate) layout: Layout,
     pub(crate) member: MemberInfo,
     pub(crate) state: SessionState<Current>,
+    /// The member list as last read, for the next read to read only the
+    /// registrations made since.
+    pub(crate) listed: std::sync::Mutex<Option<ops::Listed>>,
 }
 
 impl SharedState for Shared {
@@ -242,6 +245,7 @@ impl Backend for ZooKeeperBackend {
             layout: Layout::new("", &joining.group),
             member: joining.member,
             state: SessionState::new(joining.events, current, before),
+            listed: std::sync::Mutex::new(None),
         });
         shared.state.send(Event::SessionEstablished { session });
         if resumed {

@@ -1,17 +1,18 @@
 //! The store commands, carried out as ZooKeeper requests with the semantics
 //! of the reference adapter (`tenure_core::model::adapter`).
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tenure_core::records::{decode_registration, held_claim, parse_offset};
+use tenure_core::records::{held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, Event, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome,
-    SessionId, StoreError, StoreRequest, TopicPartition,
+    ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
+    StoreError, StoreRequest, TopicPartition,
 };
-use tenure_tokio::session::{self, StoreOps, Watch};
+use tenure_tokio::session::{self, Registrations, StoreOps, Watch};
 use zookeeper_client as zk;
 
 use crate::{Current, Shared};
@@ -696,50 +697,104 @@ fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>>
 
 async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher), StoreError> {
     let ids = ctx.shared.layout.ids();
-    let listed = match ctx.call(|| ctx.client.list_and_watch_children(&ids)).await {
+    let listed = match ctx.call(|| ctx.client.get_and_watch_children(&ids)).await {
         Err(zk::Error::NoNode) => {
             // No member has registered yet: make the parent so that it can
             // be watched.
             ctx.create_parents(&format!("{ids}/x"))
                 .await
                 .map_err(store_error)?;
-            ctx.call(|| ctx.client.list_and_watch_children(&ids)).await
+            ctx.call(|| ctx.client.get_and_watch_children(&ids)).await
         }
         other => other,
     };
-    let (mut children, watcher) = listed.map_err(store_error)?;
-    children.sort();
-    let paths: Vec<String> = children.iter().map(|c| format!("{ids}/{c}")).collect();
+    let (children, stat, watcher) = listed.map_err(store_error)?;
+    let before = take_listed(&ctx.shared.listed);
+    let mut registrations = match before {
+        Some(before) if before.still_describes(&stat, &children) => before.registrations,
+        _ => Registrations::default(),
+    };
+    let children: HashSet<String> = children.into_iter().collect();
+    registrations.retain(|id| children.contains(id));
+    let mut new: Vec<&String> = children
+        .iter()
+        .filter(|id| !registrations.contains(id))
+        .collect();
+    new.sort();
+    let paths: Vec<String> = new.iter().map(|id| format!("{ids}/{id}")).collect();
     let reads = match read_all(ctx, &paths).await {
         Err(zk::Error::Unimplemented) => read_each(ctx, &paths).await,
         other => other,
     }
     .map_err(store_error)?;
-    let mut members = Vec::with_capacity(children.len());
-    for ((child, path), read) in children.iter().zip(&paths).zip(reads) {
+    for ((id, path), read) in new.into_iter().zip(&paths).zip(reads) {
         match read {
-            Ok((data, _)) => match decode_registration(child, &data) {
-                Ok(info) => members.push(info),
-                // Left out rather than guessed at (the others leave it out
-                // too), but worth an operator's look.
-                Err(detail) => {
-                    tracing::warn!(%path, %detail, "ignoring corrupt member registration");
-                    ctx.shared.state.send(Event::StoreProblem {
-                        operation: Operation::ReadRegistration,
-                        error: StoreError::Corrupt {
-                            path: path.clone(),
-                            detail,
-                        },
-                    });
-                }
-            },
+            Ok((data, _)) => registrations.read(&ctx.shared.state, id.clone(), path, &data),
             // A member that left between the listing and the read is simply
             // not a member any more.
-            Err(zk::Error::NoNode) => {}
+            Err(zk::Error::NoNode) => registrations.gone(id.clone()),
             Err(e) => return Err(store_error(e)),
         }
     }
+    let members = registrations.members();
+    put_listed(
+        &ctx.shared.listed,
+        Listed {
+            parent: stat.czxid,
+            child_version: stat.cversion,
+            registrations,
+        },
+    );
     Ok((members, watcher))
+}
+
+/// The member list as a listing found it: the members' node (its creation),
+/// its child version then, and the registrations listed.
+#[derive(Debug)]
+pub(crate) struct Listed {
+    parent: i64,
+    child_version: i32,
+    registrations: Registrations,
+}
+
+impl Listed {
+    /// Whether a registration read for this listing still holds for a new
+    /// listing of `children` with the node's `stat`. A registration is
+    /// written once, at its creation, and every creation and deletion of a
+    /// child counts one in the node's child version: when the count since
+    /// is exactly the names that came and went, no registration that stayed
+    /// listed was deleted and made again (with other contents) meanwhile.
+    fn still_describes(&self, stat: &zk::Stat, children: &[String]) -> bool {
+        if stat.czxid != self.parent {
+            return false;
+        }
+        let changes = i64::from(stat.cversion) - i64::from(self.child_version);
+        let came = children
+            .iter()
+            .filter(|id| !self.registrations.contains(id))
+            .count();
+        let listed: HashSet<&str> = children.iter().map(String::as_str).collect();
+        let went = self
+            .registrations
+            .ids()
+            .filter(|id| !listed.contains(id))
+            .count();
+        usize::try_from(changes).is_ok_and(|changes| changes == came + went)
+    }
+}
+
+/// Takes the last listing out for the length of a read.
+fn take_listed(listed: &Mutex<Option<Listed>>) -> Option<Listed> {
+    // Nothing holding the lock panics; were it poisoned, the listing is
+    // only a saving: read everything.
+    listed.lock().map(|mut l| l.take()).unwrap_or(None)
+}
+
+/// Keeps a listing for the next read.
+fn put_listed(listed: &Mutex<Option<Listed>>, value: Listed) {
+    if let Ok(mut l) = listed.lock() {
+        *l = Some(value);
+    }
 }
 
 /// One node's data and stat, or why it could not be read.

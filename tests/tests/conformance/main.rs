@@ -64,3 +64,4 @@ conformance!(expiry: expiry_on_memory, expiry_on_zookeeper, expiry_on_etcd);
 conformance!(watches: watches_on_memory, watches_on_zookeeper, watches_on_etcd);
 conformance!(corrupt_data: corrupt_data_on_memory, corrupt_data_on_zookeeper, corrupt_data_on_etcd);
 conformance!(stale_session: stale_session_on_memory, stale_session_on_zookeeper, stale_session_on_etcd);
+conformance!(member_list: member_list_on_memory, member_list_on_zookeeper, member_list_on_etcd);

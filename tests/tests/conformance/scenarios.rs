@@ -527,3 +527,60 @@ pub async fn stale_session(store: &dyn Store) {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// The member list after changes between two reads, whatever a backend
+/// keeps of its last read to read less the next time: a registration
+/// deleted and written anew under the same id is read anew, and one
+/// deleted while another is made is left out.
+pub async fn member_list(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.mortal("b").await;
+    let mut c = store.member("c").await;
+    let mut d = store.member("d").await;
+
+    for member in [&mut a, &mut b, &mut c] {
+        assert_eq!(
+            member.register().await,
+            Ok(RegisterOutcome::Registered),
+            "{name}"
+        );
+    }
+    assert_eq!(a.watch_members().await, ["a", "b", "c"], "{name}");
+
+    // b's session ends, and a record that does not decode takes its place
+    // before a reads again: the list has the same names as before, but b's
+    // registration is not the one read before.
+    b.end_session().await;
+    a.members_changed().await;
+    store.corrupt_registration(G, "b").await;
+    assert_eq!(
+        a.watch_members().await,
+        ["a", "c"],
+        "{name}: b's registration was made anew, unreadable"
+    );
+
+    // One leaves and another joins between two reads.
+    assert_eq!(c.deregister().await, Ok(()), "{name}");
+    a.members_changed().await;
+    assert_eq!(
+        d.register().await,
+        Ok(RegisterOutcome::Registered),
+        "{name}"
+    );
+    assert_eq!(
+        a.watch_members().await,
+        ["a", "d"],
+        "{name}: c left, d joined"
+    );
+
+    // A leave alone.
+    assert_eq!(d.deregister().await, Ok(()), "{name}");
+    a.members_changed().await;
+    assert_eq!(a.watch_members().await, ["a"], "{name}: d left");
+
+    b.restore().await;
+    for member in [a, b, c, d] {
+        member.shutdown().await;
+    }
+}
