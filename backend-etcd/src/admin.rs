@@ -16,6 +16,7 @@ use futures_util::StreamExt;
 use tenure_admin::{
     AdminError, GroupAdmin, GroupDeletion, GroupRecords, StoreChange, StoreChanges, WriteGuard,
 };
+use tenure_core::records::encode_offset;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
 /// etcd's default bound on the operations of one transaction
@@ -404,7 +405,7 @@ impl GroupAdmin for EtcdAdmin {
             offsets
                 .iter()
                 .map(|(partition, offset)| {
-                    TxnOp::put(keys.offset(partition), offset.to_string(), None)
+                    TxnOp::put(keys.offset(partition), encode_offset(*offset), None)
                 })
                 .collect()
         })

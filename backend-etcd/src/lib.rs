@@ -527,7 +527,29 @@ impl Drop for EtcdBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::endpoint_problem;
+    use super::{endpoint_problem, Keys, DEFAULT_PREFIX};
+    use tenure_core::{MemberId, TopicPartition};
+
+    /// The keys are part of the record format (docs/stores.md, "Record
+    /// formats and versions"): members of other versions read them.
+    #[test]
+    fn keys_are_pinned() {
+        let keys = Keys::new(DEFAULT_PREFIX, "g");
+        let partition = TopicPartition::new("orders", 3);
+        let member = MemberId::new("m1").expect("a valid member id");
+        assert_eq!(keys.all(), "/tenure/g/");
+        assert_eq!(keys.members(), "/tenure/g/members/");
+        assert_eq!(keys.member(&member), "/tenure/g/members/m1");
+        assert_eq!(keys.owner(&partition), "/tenure/g/owners/orders/3");
+        assert_eq!(keys.offset(&partition), "/tenure/g/offsets/orders/3");
+        assert_eq!(
+            Keys::new("/apps/", "g").owned_partitions(&[
+                b"/apps/g/owners/orders/3".to_vec(),
+                b"/apps/g/offsets/orders/3".to_vec(),
+            ]),
+            [partition]
+        );
+    }
 
     #[test]
     fn endpoints_are_checked() {

@@ -12,7 +12,7 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use tenure_core::records::{held_claim, parse_offset};
+use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
     ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
     StoreError, StoreRequest, TopicPartition,
@@ -152,7 +152,7 @@ impl Ctx {
                 Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
                 Compare::lease(owner, CompareOp::Equal, self.lease()),
             ])
-            .and_then([TxnOp::put(key, offset.to_string(), None)])
+            .and_then([TxnOp::put(key, encode_offset(offset), None)])
     }
 
     /// One transaction of `txns`, nested: each evaluates its own compares,

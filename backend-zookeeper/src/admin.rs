@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use tenure_admin::{
     AdminError, GroupAdmin, GroupDeletion, GroupRecords, StoreChange, StoreChanges, WriteGuard,
 };
-use tenure_core::records::Layout;
+use tenure_core::records::{encode_offset, Layout};
 use tenure_core::{FencingToken, Offset, TopicPartition};
 use zookeeper_client as zk;
 
@@ -509,7 +509,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         let options = zk::CreateMode::Persistent.with_acls(self.security.acls());
         for (partition, offset) in offsets {
             let path = layout.offset(partition);
-            let data = offset.to_string().into_bytes();
+            let data = encode_offset(*offset);
             match self.client.set_data(&path, &data, None).await {
                 Ok(_) => continue,
                 Err(zk::Error::NoNode) => {}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tenure_core::records::{held_claim, parse_offset};
+use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
     ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
     StoreError, StoreRequest, TopicPartition,
@@ -589,7 +589,7 @@ impl StoreOps for Ctx {
             return Err(StoreError::NotOwner);
         }
         let path = self.shared.layout.offset(partition);
-        let data = offset.to_string().into_bytes();
+        let data = encode_offset(offset);
         let existing = self
             .call(|| self.client.check_stat(&path))
             .await
@@ -672,7 +672,7 @@ impl StoreOps for Ctx {
                     continue;
                 }
             };
-            let data = offset.to_string().into_bytes();
+            let data = encode_offset(*offset);
             let built = writer
                 .add_check_version(&owners[i], owner.version)
                 .and_then(|()| match existing {

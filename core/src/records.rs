@@ -193,6 +193,13 @@ pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration,
     })
 }
 
+/// Writes a committed offset: the next offset to consume, in ASCII
+/// decimal with nothing around it, as Kafka 0.8's consumer and the Go
+/// package write and read it.
+pub fn encode_offset(offset: Offset) -> Vec<u8> {
+    offset.to_string().into_bytes()
+}
+
 /// Parses a committed offset: ASCII decimal, not negative.
 pub fn parse_offset(path: &str, data: &[u8]) -> Result<Offset, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {

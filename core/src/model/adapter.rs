@@ -9,7 +9,8 @@ use super::store::{CreateMode, Op, OpError, OpResult, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
 use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreRequest};
 use crate::records::{
-    decode_registration, encode_registration, held_claim, parse_offset, Layout, Watched,
+    decode_registration, encode_offset, encode_registration, held_claim, parse_offset, Layout,
+    Watched,
 };
 use crate::subscription::MemberInfo;
 use crate::types::{FencingToken, Offset, RequestId, SessionId, TopicPartition};
@@ -200,7 +201,7 @@ pub fn execute_batch(
             } => match ours(store, session, &layout.owner(partition), Some(*token)) {
                 Ok(Some(owner)) => {
                     let path = layout.offset(partition);
-                    let data = offset.to_string().into_bytes();
+                    let data = encode_offset(*offset);
                     ops.push(Op::Check {
                         path: layout.owner(partition),
                         version: owner.version,
@@ -443,7 +444,7 @@ fn commit(
         return Err(StoreError::NotOwner);
     };
     let path = layout.offset(partition);
-    let data = offset.to_string().into_bytes();
+    let data = encode_offset(offset);
     let write = match store.exists(&path) {
         Some(stat) => Op::SetData {
             path: path.clone(),
