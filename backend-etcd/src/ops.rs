@@ -19,7 +19,7 @@ use tenure_core::{
 };
 
 use crate::{Current, Shared};
-use tenure_tokio::session::{self, Registrations, StoreOps, Watch};
+use tenure_tokio::session::{self, each_failed, Registrations, StoreOps, Watch};
 
 /// One command's view of the store: the lease it was issued under.
 struct Ctx {
@@ -164,10 +164,14 @@ impl Ctx {
         self.txn(txn).await
     }
 
-    /// Reads one key.
-    async fn get(&self, key: &str) -> Result<etcd_client::GetResponse, StoreError> {
+    /// Reads one key, or with `options` a range.
+    async fn get(
+        &self,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, StoreError> {
         let key = key.to_owned();
-        self.call(|mut client| async move { client.get(key, None).await })
+        self.call(|mut client| async move { client.get(key, options).await })
             .await
     }
 
@@ -309,7 +313,7 @@ impl StoreOps for Ctx {
         partition: &TopicPartition,
     ) -> Result<(bool, Option<Watch>), StoreError> {
         let key = self.shared.keys.owner(partition);
-        let response = self.get(&key).await?;
+        let response = self.get(&key, None).await?;
         // Absent: no watch (etcd's watches are on keys, not on nodes that
         // may appear).
         let Some(kv) = response.kvs().first() else {
@@ -359,7 +363,7 @@ impl StoreOps for Ctx {
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
         let key = self.shared.keys.offset(partition);
-        let response = self.get(&key).await?;
+        let response = self.get(&key, None).await?;
         match response.kvs().first() {
             None => Ok(None),
             Some(kv) => parse_offset(&key, kv.value()).map(Some),
@@ -477,7 +481,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
     if let Some(since) = since {
         options = options.with_min_mod_revision(since + 1);
     }
-    let response = get(ctx, &prefix, options).await?;
+    let response = ctx.get(&prefix, Some(options)).await?;
     let revision = revision_of(response.header())?;
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -490,7 +494,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
             .with_prefix()
             .with_keys_only()
             .with_revision(revision);
-        let listed = get(ctx, &prefix, options).await?;
+        let listed = ctx.get(&prefix, Some(options)).await?;
         let listed: HashSet<&[u8]> = listed
             .kvs()
             .iter()
@@ -503,17 +507,6 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
         *kept = Some((revision, registrations));
     }
     Ok((members, revision))
-}
-
-/// One range read.
-async fn get(
-    ctx: &Ctx,
-    key: &str,
-    options: GetOptions,
-) -> Result<etcd_client::GetResponse, StoreError> {
-    let key = key.to_owned();
-    ctx.call(|mut client| async move { client.get(key, Some(options)).await })
-        .await
 }
 
 /// The revision a response was answered at.
@@ -593,11 +586,6 @@ fn nested(
             )))),
         })
         .collect()
-}
-
-/// The same failure for each of `count` requests sent together.
-fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>> {
-    (0..count).map(|_| Err(error.clone())).collect()
 }
 
 /// Watches `key` (a prefix if `prefix`) from revision `from` until an event

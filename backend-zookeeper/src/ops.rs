@@ -12,7 +12,7 @@ use tenure_core::{
     ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
     StoreError, StoreRequest, TopicPartition,
 };
-use tenure_tokio::session::{self, Registrations, StoreOps, Watch};
+use tenure_tokio::session::{self, each_failed, Registrations, StoreOps, Watch};
 use zookeeper_client as zk;
 
 use crate::{Current, Shared};
@@ -688,11 +688,6 @@ impl StoreOps for Ctx {
         self.write_undecided(writer, decided, self.commit_each(commits))
             .await
     }
-}
-
-/// The same failure for each of `count` requests sent together.
-fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>> {
-    (0..count).map(|_| Err(error.clone())).collect()
 }
 
 async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher), StoreError> {

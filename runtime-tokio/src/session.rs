@@ -1106,6 +1106,12 @@ mod tests {
     }
 }
 
+/// The same failure for each of `count` requests sent together: what a
+/// batch whose request failed as a whole answers for each of its requests.
+pub fn each_failed<T>(count: usize, error: StoreError) -> Vec<Result<T, StoreError>> {
+    (0..count).map(|_| Err(error.clone())).collect()
+}
+
 /// The member registrations a backend read last, by member id, kept so
 /// that a read of the member list after a change reads only the
 /// registrations the change made. Every member reads the list at every
