@@ -19,7 +19,7 @@ use common::zookeeper::ZooKeeper;
 use common::Stores;
 use tenure::core::{FencingToken, TopicPartition};
 use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError, PostgresTls};
-use tenure::tokio::exactly_once::{ExactlyOnce, Report, Reports, Stage};
+use tenure::tokio::exactly_once::{ExactlyOnce, Fence, Report, Reports, Stage, TransactionalSink};
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 
 type Consumer = ExactlyOnce<PostgresSink<MessageTable>>;
@@ -540,4 +540,69 @@ async fn exactly_once_never_overwrites_a_partition_with_a_newer_token() {
         500
     );
     assert!(recorded.counter_sum("tenure_sink_failures_total", &of_group) >= 1);
+}
+
+/// A member whose partition a newer claim fenced while it was writing (a
+/// member paused past its session, whose partitions moved on, say): its
+/// next batch is refused and nothing of it lands, although its own fence
+/// went through when it claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_write_after_a_newer_fence_is_refused() {
+    let zookeeper = ZooKeeper::new("exactly-once-fenced-write").await;
+    let (topic, _) = topic("exactly-once-fenced-write", 1, 300).await;
+    let group = common::group("exactly-once-fenced-write");
+    let messages = postgres::table("eo_fenced_write");
+    let url = postgres::url();
+    let db = postgres::client().await;
+    let (consumer, streams) = join_with(
+        zookeeper.backend(),
+        sink(&url, &group, &messages).await,
+        &group,
+        "m1",
+        &topic,
+    )
+    .await;
+    let mut reports = streams.reports;
+    rows_reach(&db, &messages, &topic, 300, Duration::from_secs(30)).await;
+
+    // Another claim of partition 0, far newer, fences it in the table.
+    let partition = TopicPartition::new(topic.as_str(), 0);
+    let newer = FencingToken(1_000_000_000);
+    let elsewhere = sink(&url, &group, &messages).await;
+    assert!(
+        matches!(
+            elsewhere.fence(&partition, newer).await,
+            Ok(Fence::Held { .. })
+        ),
+        "the newer claim fences the partition"
+    );
+
+    // What m1 fetches next is refused as a whole.
+    kafka::produce(&*kafka::client().await, &topic, 0, 100).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fenced = loop {
+        assert!(Instant::now() < deadline, "no Fenced report within 30 s");
+        match tokio::time::timeout(Duration::from_secs(1), reports.next()).await {
+            Ok(Some(Report::Fenced {
+                partition: p,
+                token,
+                stored,
+                dropped,
+            })) => break (p, token, stored, dropped),
+            Ok(None) => panic!("the reports ended"),
+            _ => {}
+        }
+    };
+    assert_eq!(fenced.0, partition);
+    assert!(fenced.1 < newer, "{fenced:?}");
+    assert_eq!(fenced.2, newer);
+    assert!(fenced.3 > 0, "a batch was dropped: {fenced:?}");
+    assert_eq!(
+        postgres::rows(&db, &messages, &topic).await,
+        300,
+        "nothing of the refused batch landed"
+    );
+    let stats = consumer.stats();
+    assert!(stats.fenced_writes >= 1, "{stats:?}");
+    let _ = consumer.close().await.expect("closes");
 }
