@@ -19,8 +19,11 @@ etcdcluster_port() { echo $((ETCD_CLUSTER_PORT + $1 - 1)); }
 etcdcluster_client_url() { echo "http://$HOST:$(etcdcluster_port "$1")"; }
 etcdcluster_peer_url() { echo "http://$HOST:$((ETCD_CLUSTER_PORT + 10 + $1 - 1))"; }
 
+# The port node N's peers reach it on: what `link cut` cuts (links.sh).
+etcdcluster_peer_ports() { echo $((ETCD_CLUSTER_PORT + 10 + $1 - 1)); }
+
 etcdcluster_packages() {
-    echo etcd-server etcd-client
+    echo etcd-server etcd-client nftables
 }
 
 # The single server's, in case only the cluster is started.
@@ -97,7 +100,7 @@ etcdcluster_leader() {
 }
 
 etcdcluster_node_start() {
-    local n=$1 name data i members=()
+    local n=$1 name data i members=() as_node=()
     name=$(node_name etcdcluster "$n")
     data=$(datadir "$name")
     if [ -n "${KEEP_DATA:-}" ]; then
@@ -113,7 +116,9 @@ etcdcluster_node_start() {
     mkdir -p "$data"
     chmod 700 "$data"
     for i in $(seq "$CLUSTER_SIZE"); do members+=("n$i=$(etcdcluster_peer_url "$i")"); done
-    launch "$name" etcd \
+    links_install etcdcluster
+    read -r -a as_node <<<"$(run_as_node etcdcluster "$n" "$data")"
+    launch "$name" "${as_node[@]}" etcd \
         --name "n$n" \
         --logger zap \
         --data-dir "$data" \

@@ -17,8 +17,12 @@ ZK_CLUSTER_PORT="${TENURE_ZK_CLUSTER_PORT:-21821}"
 
 zkcluster_port() { echo $((ZK_CLUSTER_PORT + $1 - 1)); }
 
+# The ports node N's peers reach it on (quorum, leader election): what
+# `link cut` cuts (links.sh).
+zkcluster_peer_ports() { echo $((ZK_CLUSTER_PORT + 10 + $1 - 1)) $((ZK_CLUSTER_PORT + 20 + $1 - 1)); }
+
 zkcluster_packages() {
-    echo zookeeper
+    echo zookeeper nftables
 }
 
 # The single server's, in case only the cluster is started.
@@ -67,7 +71,7 @@ zkcluster_leader() {
 }
 
 zkcluster_node_start() {
-    local n=$1 name conf data i
+    local n=$1 name conf data i as_node=()
     name=$(node_name zkcluster "$n")
     conf="$STATE/$name-conf"
     data=$(datadir "$name")
@@ -97,7 +101,9 @@ CFG
         done
     } >"$conf/zoo.cfg"
     zookeeper_log4j "$conf"
-    launch "$name" java -Xmx128m \
+    links_install zkcluster
+    read -r -a as_node <<<"$(run_as_node zkcluster "$n" "$data")"
+    launch "$name" "${as_node[@]}" java -Xmx128m \
         -Dzookeeper.log.dir="$STATE" \
         -Dzookeeper.root.logger=INFO,CONSOLE \
         -Dlog4j.configuration="file:$conf/log4j.properties" \
