@@ -91,11 +91,26 @@ fn parent(path: &str) -> Option<&str> {
 }
 
 impl Ctx {
-    /// Runs one request, once it has its turn (`RequestTurns`). The
-    /// client sends a request when its future is made, so the time is taken
-    /// before `request` is called: it is then a moment at or before the
-    /// server heard the request.
+    /// Runs one read, once it has its turn (`RequestTurns`). Its answer
+    /// does not count as the store hearing from the session: a follower
+    /// answers reads from what it has, even one that lost its leader and
+    /// has not noticed yet (up to the ensemble's `syncLimit` ticks), while
+    /// the leader, which expires sessions, hears nothing of it.
     async fn call<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
+    where
+        F: Future<Output = Result<T, zk::Error>>,
+    {
+        let _turn = self.shared.state.turns().take().await;
+        self.count(1);
+        request().await
+    }
+
+    /// Runs one write (or `sync`), once it has its turn. A write goes
+    /// through the leader, so its answer proves the session alive there
+    /// when it was sent. The client sends a request when its future is
+    /// made, so the time is taken before `request` is called: it is then a
+    /// moment at or before the server heard the request.
+    async fn call_leader<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
@@ -329,10 +344,11 @@ impl Ctx {
         if let (Some(groups), Some(_)) = (groups, self.shared.config.security.digest_credentials())
         {
             let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            self.call(|| self.client.mkdir(groups, &open)).await?;
+            self.call_leader(|| self.client.mkdir(groups, &open))
+                .await?;
         }
         let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
-        self.call(|| self.client.mkdir(dir, &options)).await
+        self.call_leader(|| self.client.mkdir(dir, &options)).await
     }
 
     /// Creates `path`, creating its parents first if they are missing.
@@ -343,12 +359,15 @@ impl Ctx {
         mode: zk::CreateMode,
     ) -> Result<zk::Stat, zk::Error> {
         let options = mode.with_acls(self.shared.config.security.acls());
-        match self.call(|| self.client.create(path, data, &options)).await {
+        match self
+            .call_leader(|| self.client.create(path, data, &options))
+            .await
+        {
             Err(zk::Error::NoNode) => {}
             other => return other.map(|(stat, _)| stat),
         }
         self.create_parents(path).await?;
-        self.call(|| self.client.create(path, data, &options))
+        self.call_leader(|| self.client.create(path, data, &options))
             .await
             .map(|(stat, _)| stat)
     }
@@ -414,8 +433,15 @@ impl StoreOps for Ctx {
     }
 
     async fn heartbeat(&self) -> Result<(), StoreError> {
-        // Any answer proves the session alive on the server.
+        // A `sync` goes through the leader, so its answer proves the
+        // session alive there (a read alone could be answered by a follower
+        // cut off from its leader). The server then answers the check from
+        // a state at least as new as the sync: the registration is there
+        // unless the session ended.
         let path = self.shared.layout.member(&self.shared.member.id);
+        self.call_leader(|| self.client.sync(&path))
+            .await
+            .map_err(store_error)?;
         self.call(|| self.client.check_stat(&path))
             .await
             .map(|_| ())
@@ -835,17 +861,13 @@ async fn read_all(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> {
 /// server older than 3.6, which has no multi-read.
 async fn read_each(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> {
     // Requests go out when their futures are made: ask for every
-    // registration at once, then collect the answers.
-    let sent = Instant::now();
+    // registration at once, then collect the answers. Reads: their answers
+    // are not heard from the leader (see `Ctx::call`).
     ctx.count(paths.len() as u64);
     let pending: Vec<_> = paths.iter().map(|p| ctx.client.get_data(p)).collect();
     let mut reads = Vec::with_capacity(paths.len());
     for read in pending {
-        let read = read.await;
-        if answered(&read) {
-            ctx.shared.state.last_heard().heard(sent);
-        }
-        reads.push(read);
+        reads.push(read.await);
     }
     Ok(reads)
 }
@@ -874,7 +896,7 @@ async fn delete_if_ours(
     // The version guards against the record changing between the read and
     // the delete.
     match ctx
-        .call(|| ctx.client.delete(path, Some(stat.version)))
+        .call_leader(|| ctx.client.delete(path, Some(stat.version)))
         .await
     {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
