@@ -60,7 +60,12 @@ pub async fn finish(
     for line in &audit.findings {
         println!("  {line}");
     }
-    Ok(audit.lost == 0 && audit.stale == 0 && audit.shared_tokens == 0 && committed == ends)
+    let minority_held = crate::partition::audit(&log, &run.partitions, run.session_ms);
+    Ok(audit.lost == 0
+        && audit.stale == 0
+        && audit.shared_tokens == 0
+        && committed == ends
+        && minority_held)
 }
 
 /// The failover line: for every partition a killed member held, the time

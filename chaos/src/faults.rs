@@ -60,6 +60,7 @@ impl Run {
                     }
                 });
             }
+            Fault::Partition(kind, pick, ms) => self.partition(*kind, *pick, *ms).await?,
         }
         Ok(())
     }
@@ -71,8 +72,8 @@ impl Run {
             .ok_or(format!("the schedule names {id}, which is not running"))
     }
 
-    /// Lets everything go: continues whatever is stopped and brings every
-    /// store node back.
+    /// Lets everything go: continues whatever is stopped, heals every
+    /// partition and brings every store node back.
     pub async fn let_go(&mut self) -> Result<(), String> {
         for running in self.members.values() {
             if running.killed_at.is_none() {
@@ -82,6 +83,9 @@ impl Run {
         }
         if self.store.nodes == 3 {
             let service = self.store.service();
+            if !self.partitions.is_empty() {
+                services(&["link", service, "heal"]).await?;
+            }
             for n in 1..=3u8 {
                 services(&["node", service, "start", &n.to_string()]).await?;
             }

@@ -103,6 +103,7 @@ mod faults;
 #[path = "../../examples/common/lines.rs"]
 mod lines;
 mod member;
+mod partition;
 mod producer;
 mod proxy;
 mod run;
@@ -120,7 +121,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::lines::wall_ms;
 use crate::producer::Producer;
-use crate::run::{Run, SinkSetup};
+use crate::run::{Connect, Run, SinkSetup};
 use crate::schedule::schedule;
 use crate::store::{Store, StoreKind};
 
@@ -186,6 +187,15 @@ struct RunArgs {
     /// `exactly_once_postgres` example, and the audit reads its table.
     #[arg(long, value_enum)]
     sink: Option<Sink>,
+    /// Which store nodes each member connects to: all of them, or one each
+    /// in turn (so that some are on the minority side of a partition).
+    #[arg(long, value_enum, default_value = "all")]
+    connect: Connect,
+    /// Start with one partition of each kind between the store's nodes
+    /// (`--nodes 3`): the leader isolated, a 1|2 split, a follower cut
+    /// from the leader. Partitions are drawn on 3 nodes without it too.
+    #[arg(long)]
+    network_partitions: bool,
 }
 
 /// Where `--sink` sends the messages.
@@ -245,14 +255,37 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         Some(Sink::Postgres) => Some(SinkSetup::locate(seed)?),
     };
 
-    let faults = schedule(seed, seconds, initial, nodes, session_ms, sink.is_some());
+    if args.network_partitions && nodes != 3 {
+        return Err(
+            "--network-partitions needs --nodes 3: a single node has no links to cut".to_owned(),
+        );
+    }
+    let faults = schedule(
+        seed,
+        seconds,
+        initial,
+        nodes,
+        session_ms,
+        sink.is_some(),
+        args.network_partitions,
+    );
     let sink_note = sink.as_ref().map_or(String::new(), |s| {
         format!(" sink=postgres table={}", s.table)
     });
+    let connect = match args.connect {
+        Connect::All => "all",
+        Connect::One => "one",
+    };
     println!(
-        "chaos: store={} nodes={nodes} seconds={seconds} seed={seed} members={initial} \
-         partitions={partitions} session_ms={session_ms}{sink_note} (replay: --seed {seed})",
-        kind.name()
+        "chaos: store={} nodes={nodes} connect={connect} seconds={seconds} seed={seed} \
+         members={initial} partitions={partitions} session_ms={session_ms}{sink_note} \
+         (replay: --seed {seed}{})",
+        kind.name(),
+        if args.network_partitions {
+            " --network-partitions"
+        } else {
+            ""
+        }
     );
     for (at, fault) in &faults {
         println!("  at {:>6.1}s: {fault}", *at as f64 / 1000.0);
@@ -277,6 +310,9 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         members: BTreeMap::new(),
         log: Default::default(),
         outages: Vec::new(),
+        partitions: Vec::new(),
+        connect: args.connect,
+        started: 0,
         sink,
     };
     for i in 1..=initial {

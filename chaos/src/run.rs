@@ -18,6 +18,18 @@ pub struct Running {
     pub proxy: Child,
     /// When it was killed, if it was.
     pub killed_at: Option<u64>,
+    /// The store node it connects to alone (`--connect one`), 1-based.
+    pub node: Option<u8>,
+}
+
+/// Which of the store's nodes a member connects to, as `--connect` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Connect {
+    /// Every node: the client moves to another when its node fails.
+    All,
+    /// One node each, in turn (m1 to node 1, m2 to node 2, ...); a member
+    /// that starts during a partition connects to a node of the majority.
+    One,
 }
 
 /// `--sink postgres`: the members are the `exactly_once_postgres` example.
@@ -79,6 +91,12 @@ pub struct Run {
     pub log: SharedLog,
     /// Windows in which the store was down, wall ms.
     pub outages: Vec<(u64, u64)>,
+    /// The partitions between the store's nodes, as made.
+    pub partitions: Vec<crate::partition::Window>,
+    /// Which nodes the members connect to.
+    pub connect: Connect,
+    /// Members started so far, to give the next its node in turn.
+    pub started: usize,
     /// `--sink postgres`.
     pub sink: Option<SinkSetup>,
 }
@@ -99,7 +117,26 @@ impl Run {
         reader
             .read_line(&mut line)
             .map_err(|e| format!("proxy: {e}"))?;
-        let address = self.store.connect_string(line.trim());
+        let proxied: Vec<&str> = line.trim().split(',').collect();
+        let node = match self.connect {
+            Connect::All => None,
+            Connect::One => {
+                let minority = self.minority_now();
+                let nodes = proxied.len() as u8;
+                let node = (0..nodes)
+                    .map(|i| 1 + (self.started as u8 + i) % nodes)
+                    .find(|n| !minority.contains(n))
+                    .unwrap_or(1);
+                Some(node)
+            }
+        };
+        self.started += 1;
+        let address = match node {
+            None => self.store.connect_string(line.trim()),
+            Some(n) => self
+                .store
+                .connect_string(proxied.get(usize::from(n) - 1).copied().unwrap_or_default()),
+        };
         let mut command = match &self.sink {
             None => {
                 let mut command = Command::new(&exe);
@@ -147,6 +184,7 @@ impl Run {
                 process,
                 proxy,
                 killed_at: None,
+                node,
             },
         );
         Ok(())
