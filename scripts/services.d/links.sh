@@ -47,7 +47,10 @@ cluster_mark() {
     esac
 }
 
-links_table() { echo "tenure_$1"; }
+# The cluster's nftables table, named by its first client port as well, so
+# that a second set of servers (other ports, another state dir) has its
+# own.
+links_table() { echo "tenure_$1_$("$1_port" 1)"; }
 
 # Gives node N's data dir to its user, and prints the command prefix that
 # runs it as that user (nothing if it runs as the caller).
