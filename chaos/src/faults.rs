@@ -61,6 +61,7 @@ impl Run {
                 });
             }
             Fault::Partition(kind, pick, ms) => self.partition(*kind, *pick, *ms).await?,
+            Fault::Upgrade(id) => self.upgrade(id).await?,
         }
         Ok(())
     }

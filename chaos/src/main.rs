@@ -110,6 +110,7 @@ mod run;
 mod schedule;
 mod signals;
 mod sink_audit;
+mod soak;
 mod store;
 mod transcript;
 
@@ -187,8 +188,9 @@ struct RunArgs {
     /// `exactly_once_postgres` example, and the audit reads its table.
     #[arg(long, value_enum)]
     sink: Option<Sink>,
-    /// Which store nodes each member connects to: all of them, or one each
-    /// in turn (so that some are on the minority side of a partition).
+    /// Which store nodes each member connects to: all of them, one each in
+    /// turn (so that some are on the minority side of a partition), or
+    /// every other member to all and the rest to one.
     #[arg(long, value_enum, default_value = "all")]
     connect: Connect,
     /// Start with one partition of each kind between the store's nodes
@@ -196,6 +198,18 @@ struct RunArgs {
     /// from the leader. Partitions are drawn on 3 nodes without it too.
     #[arg(long)]
     network_partitions: bool,
+    /// Every that many seconds, a sample of the members' memory and
+    /// descriptors and the store's watches and request rate, and at the
+    /// end the growth between the first and the last (a soak: `--seconds
+    /// 3600 --sample-every 60`). 0: none.
+    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    sample_every: u64,
+    /// The chaos tool of the previous release (`scripts/previous-release`
+    /// builds it): the members at the start run it as theirs, and are
+    /// upgraded to this one in turn while the group runs (a rolling
+    /// upgrade); members that join run this one.
+    #[arg(long, value_name = "PROGRAM")]
+    previous: Option<std::path::PathBuf>,
 }
 
 /// Where `--sink` sends the messages.
@@ -260,33 +274,57 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
             "--network-partitions needs --nodes 3: a single node has no links to cut".to_owned(),
         );
     }
-    let faults = schedule(
+    if args.previous.is_some() && sink.is_some() {
+        return Err("--previous runs `chaos member`s, not the --sink example".to_owned());
+    }
+    if let Some(previous) = &args.previous {
+        if !previous.is_file() {
+            return Err(format!(
+                "--previous {}: no such program (scripts/previous-release builds it)",
+                previous.display()
+            ));
+        }
+    }
+    let faults = schedule(&schedule::Plan {
         seed,
         seconds,
-        initial,
+        members: initial,
         nodes,
         session_ms,
-        sink.is_some(),
-        args.network_partitions,
-    );
+        sink: sink.is_some(),
+        network_partitions: args.network_partitions,
+        upgrade: args.previous.is_some(),
+    });
     let sink_note = sink.as_ref().map_or(String::new(), |s| {
         format!(" sink=postgres table={}", s.table)
     });
     let connect = match args.connect {
         Connect::All => "all",
         Connect::One => "one",
+        Connect::Mixed => "mixed",
     };
     println!(
         "chaos: store={} nodes={nodes} connect={connect} seconds={seconds} seed={seed} \
          members={initial} partitions={partitions} session_ms={session_ms}{sink_note} \
-         (replay: --seed {seed}{})",
+         (replay: --seed {seed}{}{})",
         kind.name(),
+        if args.connect == Connect::All {
+            String::new()
+        } else {
+            format!(" --connect {connect}")
+        },
         if args.network_partitions {
             " --network-partitions"
         } else {
             ""
         }
     );
+    if let Some(previous) = &args.previous {
+        println!(
+            "  m1 to m{initial} run the previous release ({}) until their upgrade",
+            previous.display()
+        );
+    }
     for (at, fault) in &faults {
         println!("  at {:>6.1}s: {fault}", *at as f64 / 1000.0);
     }
@@ -313,24 +351,70 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         partitions: Vec::new(),
         connect: args.connect,
         started: 0,
+        previous: args.previous.clone(),
+        upgrades_due: std::collections::BTreeSet::new(),
         sink,
     };
+    if run.previous.is_some() {
+        run.upgrades_due = (1..=initial).map(|i| format!("m{i}")).collect();
+    }
     for i in 1..=initial {
         run.start_member(&format!("m{i}")).await?;
     }
     let started = Instant::now();
     let settled_at = wall_ms();
-    for (at, fault) in &faults {
-        let due = started + Duration::from_millis(*at);
-        tokio::time::sleep_until(due.into()).await;
-        println!("  {:>6.1}s: {fault}", started.elapsed().as_secs_f64());
-        run.inject(fault).await?;
+    // The faults, and the samples between them (each at its own time; a
+    // fault that holds the schedule up, a store restart, delays both).
+    let mut samples: Vec<soak::Sample> = Vec::new();
+    let mut next_sample = (args.sample_every > 0).then_some(0);
+    let mut faults = faults.iter().peekable();
+    loop {
+        let fault_at = faults.peek().map(|(at, _)| *at);
+        match (fault_at, next_sample) {
+            (_, Some(sample_s)) if fault_at.is_none_or(|f| sample_s * 1_000 <= f) => {
+                if sample_s > seconds {
+                    next_sample = None;
+                    continue;
+                }
+                tokio::time::sleep_until((started + Duration::from_secs(sample_s)).into()).await;
+                let sample = run.sample(sample_s, samples.last()).await;
+                println!("  sample {sample}");
+                samples.push(sample);
+                next_sample = Some(sample_s + args.sample_every);
+            }
+            (Some(at), _) => {
+                let Some((_, fault)) = faults.next() else {
+                    break;
+                };
+                tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
+                println!("  {:>6.1}s: {fault}", started.elapsed().as_secs_f64());
+                run.inject(fault).await?;
+            }
+            // No fault left, and no sample (the first arm takes every
+            // sample once no fault is left).
+            _ => break,
+        }
     }
     tokio::time::sleep_until((started + Duration::from_secs(seconds)).into()).await;
+    if let Some(line) = soak::summary(&samples) {
+        println!("{line}");
+    }
 
     // Let everything go, stop producing, and audit once the backlog is
     // consumed.
     run.let_go().await?;
+    if run.previous.is_some() {
+        let left = run.upgrades_due.len();
+        println!(
+            "mixed versions: {} of {initial} members upgraded from the previous release{}",
+            initial - left,
+            if left > 0 {
+                format!(" ({left} still on it)")
+            } else {
+                String::new()
+            }
+        );
+    }
     let ends = producer.stop().await?;
     let faults_end = wall_ms();
     match run.sink.clone() {

@@ -102,6 +102,21 @@ impl Run {
     ) -> Result<(), String> {
         let service = self.store.service();
         let leader = self.wait_for_leader().await?;
+        // The follower the partition is about: the one more members are
+        // connected to alone, so that the minority side has some; the
+        // seed's pick between equals.
+        let alone_on = |node: u8| {
+            self.members
+                .values()
+                .filter(|r| r.killed_at.is_none() && r.node == Some(node))
+                .count()
+        };
+        let followers: Vec<u8> = (1..=3).filter(|n| *n != leader).collect();
+        let pick = match alone_on(followers[0]).cmp(&alone_on(followers[1])) {
+            std::cmp::Ordering::Greater => 0,
+            std::cmp::Ordering::Less => 1,
+            std::cmp::Ordering::Equal => pick,
+        };
         let (links, minority) = kind.plan(leader, pick);
         for (a, b) in &links {
             services(&["link", service, "cut", &a.to_string(), &b.to_string()]).await?;

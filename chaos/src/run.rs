@@ -20,6 +20,8 @@ pub struct Running {
     pub killed_at: Option<u64>,
     /// The store node it connects to alone (`--connect one`), 1-based.
     pub node: Option<u8>,
+    /// When it was started.
+    pub started_at: Instant,
 }
 
 /// Which of the store's nodes a member connects to, as `--connect` says.
@@ -30,6 +32,10 @@ pub enum Connect {
     /// One node each, in turn (m1 to node 1, m2 to node 2, ...); a member
     /// that starts during a partition connects to a node of the majority.
     One,
+    /// Every other member to one node each, in turn (m1 to node 1, m3 to
+    /// node 2, ...), the rest (m2, m4, ...) to every node: both kinds in
+    /// one run.
+    Mixed,
 }
 
 /// `--sink postgres`: the members are the `exactly_once_postgres` example.
@@ -97,6 +103,10 @@ pub struct Run {
     pub connect: Connect,
     /// Members started so far, to give the next its node in turn.
     pub started: usize,
+    /// `--previous`: the previous release's chaos tool.
+    pub previous: Option<PathBuf>,
+    /// The members that run the previous release until their upgrade.
+    pub upgrades_due: std::collections::BTreeSet<String>,
     /// `--sink postgres`.
     pub sink: Option<SinkSetup>,
 }
@@ -118,18 +128,22 @@ impl Run {
             .read_line(&mut line)
             .map_err(|e| format!("proxy: {e}"))?;
         let proxied: Vec<&str> = line.trim().split(',').collect();
-        let node = match self.connect {
+        // `--connect one`: every member to one node, in turn; `mixed`: the
+        // even-numbered starts to every node, the others (the first among
+        // them) to one.
+        let turn = match self.connect {
             Connect::All => None,
-            Connect::One => {
-                let minority = self.minority_now();
-                let nodes = proxied.len() as u8;
-                let node = (0..nodes)
-                    .map(|i| 1 + (self.started as u8 + i) % nodes)
-                    .find(|n| !minority.contains(n))
-                    .unwrap_or(1);
-                Some(node)
-            }
+            Connect::One => Some(self.started),
+            Connect::Mixed => self.started.is_multiple_of(2).then_some(self.started / 2),
         };
+        let node = turn.map(|turn| {
+            let minority = self.minority_now();
+            let nodes = proxied.len().max(1);
+            (0..nodes)
+                .map(|i| 1 + ((turn + i) % nodes) as u8)
+                .find(|n| !minority.contains(n))
+                .unwrap_or(1)
+        });
         self.started += 1;
         let address = match node {
             None => self.store.connect_string(line.trim()),
@@ -139,7 +153,11 @@ impl Run {
         };
         let mut command = match &self.sink {
             None => {
-                let mut command = Command::new(&exe);
+                let program = match &self.previous {
+                    Some(previous) if self.upgrades_due.contains(id) => previous.clone(),
+                    _ => exe.clone(),
+                };
+                let mut command = Command::new(program);
                 command.arg("member");
                 command
             }
@@ -185,9 +203,26 @@ impl Run {
                 proxy,
                 killed_at: None,
                 node,
+                started_at: Instant::now(),
             },
         );
         Ok(())
+    }
+
+    /// Upgrades member `id`: it closes (SIGTERM) and, once it exited (30 s
+    /// at most, then it is killed), starts again from this release under
+    /// the same id.
+    pub async fn upgrade(&mut self, id: &str) -> Result<(), String> {
+        let mut running = self
+            .members
+            .remove(id)
+            .ok_or(format!("the schedule upgrades {id}, which is not running"))?;
+        signal(&running.process, "TERM");
+        wait_or_kill(id, &mut running.process).await;
+        let _ = running.proxy.kill();
+        let _ = running.proxy.wait();
+        self.upgrades_due.remove(id);
+        self.start_member(id).await
     }
 
     /// Closes the group: every live member closes (SIGTERM) and commits;
@@ -200,24 +235,30 @@ impl Run {
             }
         }
         for (id, running) in self.members.iter_mut() {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                match running.process.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    _ => {
-                        eprintln!("chaos: member {id} did not close within 30 s: killed");
-                        let _ = running.process.kill();
-                        let _ = running.process.wait();
-                        break;
-                    }
-                }
-            }
+            wait_or_kill(id, &mut running.process).await;
             let _ = running.proxy.kill();
             let _ = running.proxy.wait();
         }
         closing_at
+    }
+}
+
+/// Waits until member `id`'s process exits; one that has not within 30 s
+/// is killed.
+async fn wait_or_kill(id: &str, process: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match process.try_wait() {
+            Ok(Some(_)) => return,
+            Ok(None) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => {
+                eprintln!("chaos: member {id} did not close within 30 s: killed");
+                let _ = process.kill();
+                let _ = process.wait();
+                return;
+            }
+        }
     }
 }

@@ -19,6 +19,9 @@ pub enum Fault {
     /// A partition between the store's nodes for that long; the `u8`
     /// picks the follower it is about (see [`PartitionKind::plan`]).
     Partition(PartitionKind, u8, u64),
+    /// A member of the previous release closed (SIGTERM) and started again
+    /// from this one, under its id (`--previous`).
+    Upgrade(String),
 }
 
 impl std::fmt::Display for Fault {
@@ -32,8 +35,27 @@ impl std::fmt::Display for Fault {
             Fault::RestartNode(n) => write!(f, "restart store node {n}"),
             Fault::KillLeader(ms) => write!(f, "kill the store's leader for {ms}ms"),
             Fault::Partition(kind, _, ms) => write!(f, "{kind} for {ms}ms"),
+            Fault::Upgrade(m) => write!(f, "upgrade {m} to this release"),
         }
     }
+}
+
+/// What a run's schedule is drawn for.
+pub struct Plan {
+    pub seed: u64,
+    pub seconds: u64,
+    /// Members at the start: `m1` to `mN`.
+    pub members: usize,
+    /// The store's nodes: 1 or 3.
+    pub nodes: u8,
+    pub session_ms: u64,
+    /// `--sink postgres`: the faults exactly-once is about come first.
+    pub sink: bool,
+    /// `--network-partitions`: one partition of each kind comes first.
+    pub network_partitions: bool,
+    /// `--previous`: the members at the start run the previous release,
+    /// and each is upgraded in turn.
+    pub upgrade: bool,
 }
 
 /// The faults of a run of `seconds`, drawn from `seed`: one every 4–9 s,
@@ -42,24 +64,31 @@ impl std::fmt::Display for Fault {
 /// restarted, the leader killed, a partition between nodes) never
 /// overlap: the next comes a few seconds after the last has healed.
 ///
-/// With `required` (`--sink postgres`), the first faults are a kill, two
-/// pauses, a cut and a store node restart, in an order drawn from the seed
-/// (one that cannot be made yet, a kill with two live members, waits for
-/// the first slot where it can); with `network_partitions` (a 3-node store), they
-/// are one network partition of each kind; the rest are drawn as without.
-pub fn schedule(
-    seed: u64,
-    seconds: u64,
-    members: usize,
-    nodes: u8,
-    session_ms: u64,
-    required: bool,
-    network_partitions: bool,
-) -> Vec<(u64, Fault)> {
+/// Some faults are due first, in an order drawn from the seed (one that
+/// cannot be made yet, a kill with two live members, waits for the first
+/// slot where it can): with `sink`, a kill, two pauses, a cut and a store
+/// node restart; with `network_partitions` (a 3-node store), one network
+/// partition of each kind; with `upgrade`, a join, the first upgrade, a
+/// leave, then the upgrade of each other member of the start, in turn
+/// (those members are never killed, made to leave, paused or cut off
+/// before their upgrade). The rest are drawn.
+pub fn schedule(plan: &Plan) -> Vec<(u64, Fault)> {
+    let Plan {
+        seed,
+        seconds,
+        members,
+        nodes,
+        session_ms,
+        sink: required,
+        network_partitions,
+        upgrade,
+    } = *plan;
     let mut rng = SplitMix64::new(seed);
     // One of `from`, which the callers make sure is not empty.
     let pick = |rng: &mut SplitMix64, from: &[String]| rng.pick(from).cloned().unwrap_or_default();
     let mut live: Vec<String> = (1..=members).map(|i| format!("m{i}")).collect();
+    // Members of the previous release, in the order of their upgrades.
+    let mut previous: Vec<String> = if upgrade { live.clone() } else { Vec::new() };
     let mut next_id = members + 1;
     // Members busy with a pause or cut until then.
     let mut busy: BTreeMap<String, u64> = BTreeMap::new();
@@ -82,18 +111,31 @@ pub fn schedule(
             due.swap(i, j);
         }
     }
+    if upgrade {
+        // In this order, so that both versions meet a join and a leave:
+        // a member of this release joins, the first upgrade, a leave, the
+        // other upgrades.
+        due.extend([5, 10, 3]);
+        due.extend(std::iter::repeat_n(10, members.saturating_sub(1)));
+    }
     while at < seconds * 1_000 {
+        let idle = |m: &String| busy.get(m).is_none_or(|until| *until <= at);
+        // Members a fault may take: idle, and not waiting for their
+        // upgrade.
         let free: Vec<String> = live
             .iter()
-            .filter(|m| busy.get(*m).is_none_or(|until| *until <= at))
+            .filter(|m| idle(m) && !previous.contains(m))
             .cloned()
             .collect();
+        let next_upgrade = previous.first().filter(|m| idle(m)).cloned();
         let longer = session_ms + 1_000 + rng.below(2_000);
         let store_free = store_free_at <= at;
         let possible = |kind: u64| match kind {
             0 => live.len() > 2 && !free.is_empty(),
             1 | 2 => !free.is_empty(),
+            3 => live.len() > 2 && !free.is_empty(),
             4 | 6..=9 => store_free,
+            10 => next_upgrade.is_some(),
             _ => true,
         };
         let kind = match due.iter().position(|kind| possible(*kind)) {
@@ -139,16 +181,28 @@ pub fn schedule(
                 store_free_at = at + longer + 6_000;
                 Fault::Partition(kind, rng.below(2) as u8, longer)
             }
+            10 if next_upgrade.is_some() => {
+                let m = previous.remove(0);
+                // Its close and start hold the schedule up; then a few
+                // seconds to settle before the next fault takes it.
+                busy.insert(m.clone(), at + 3_000);
+                Fault::Upgrade(m)
+            }
             _ if live.len() < members + 2 => {
                 let m = format!("m{next_id}");
                 next_id += 1;
                 live.push(m.clone());
                 Fault::Join(m)
             }
-            _ => {
-                let m = pick(&mut rng, &live);
+            _ if !free.is_empty() => {
+                let m = pick(&mut rng, &free);
                 busy.insert(m.clone(), at + longer);
                 Fault::Pause(m, longer)
+            }
+            // Everyone busy or waiting for an upgrade: nothing this slot.
+            _ => {
+                at += 4_000 + rng.below(5_000);
+                continue;
             }
         };
         faults.push((at, fault));
@@ -179,6 +233,75 @@ pub fn missing_required(faults: &[(u64, Fault)]) -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    fn plan(
+        seed: u64,
+        seconds: u64,
+        nodes: u8,
+        sink: bool,
+        network_partitions: bool,
+        upgrade: bool,
+    ) -> Plan {
+        Plan {
+            seed,
+            seconds,
+            members: 3,
+            nodes,
+            session_ms: 4_000,
+            sink,
+            network_partitions,
+            upgrade,
+        }
+    }
+
+    /// Every member of the start is upgraded, in order, and none is
+    /// killed, made to leave, paused or cut off before.
+    #[test]
+    fn an_upgrade_run_upgrades_each_member_of_the_start_untouched_before() {
+        for seed in 0..200 {
+            let faults = schedule(&plan(seed, 40, 1, false, false, true));
+            let upgraded: Vec<String> = faults
+                .iter()
+                .filter_map(|(_, f)| match f {
+                    Fault::Upgrade(m) => Some(m.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                upgraded,
+                ["m1", "m2", "m3"],
+                "seed {seed}: {:?}",
+                lines(&faults)
+            );
+            for m in &upgraded {
+                let upgrade = faults
+                    .iter()
+                    .position(|(_, f)| matches!(f, Fault::Upgrade(x) if x == m));
+                let touched = faults.iter().position(|(_, f)| {
+                    matches!(f, Fault::Kill(x) | Fault::Leave(x) | Fault::Pause(x, _)
+                        | Fault::Cut(x, _) if x == m)
+                });
+                assert!(
+                    touched.is_none_or(|t| upgrade.is_some_and(|u| t > u)),
+                    "seed {seed}: {m} touched before its upgrade: {:?}",
+                    lines(&faults)
+                );
+            }
+            assert!(
+                faults.iter().any(|(_, f)| matches!(f, Fault::Leave(_))),
+                "seed {seed}"
+            );
+            let first_join = faults.iter().position(|(_, f)| matches!(f, Fault::Join(_)));
+            let last_upgrade = faults
+                .iter()
+                .rposition(|(_, f)| matches!(f, Fault::Upgrade(_)));
+            assert!(
+                first_join.is_some_and(|j| last_upgrade.is_some_and(|u| j < u)),
+                "seed {seed}: {:?}",
+                lines(&faults)
+            );
+        }
+    }
+
     fn lines(faults: &[(u64, Fault)]) -> Vec<String> {
         faults.iter().map(|(at, f)| format!("{at} {f}")).collect()
     }
@@ -192,22 +315,23 @@ mod tests {
                 (1, true, false),
                 (3, false, true),
             ] {
-                let a = schedule(seed, 120, 3, nodes, 4_000, required, network_partitions);
-                let b = schedule(seed, 120, 3, nodes, 4_000, required, network_partitions);
+                let plan = plan(seed, 120, nodes, required, network_partitions, false);
+                let a = schedule(&plan);
+                let b = schedule(&plan);
                 assert_eq!(lines(&a), lines(&b));
                 assert!(!a.is_empty());
             }
         }
         assert_ne!(
-            lines(&schedule(1, 120, 3, 1, 4_000, false, false)),
-            lines(&schedule(2, 120, 3, 1, 4_000, false, false))
+            lines(&schedule(&plan(1, 120, 1, false, false, false))),
+            lines(&schedule(&plan(2, 120, 1, false, false, false)))
         );
     }
 
     #[test]
     fn a_long_enough_sink_run_holds_every_required_fault() {
         for seed in 0..200 {
-            let faults = schedule(seed, 120, 3, 1, 4_000, true, false);
+            let faults = schedule(&plan(seed, 120, 1, true, false, false));
             assert!(missing_required(&faults).is_empty(), "seed {seed}");
         }
     }
@@ -217,7 +341,7 @@ mod tests {
     #[test]
     fn a_partition_run_holds_each_partition_and_store_faults_never_overlap() {
         for seed in 0..200 {
-            let faults = schedule(seed, 60, 3, 3, 4_000, false, true);
+            let faults = schedule(&plan(seed, 60, 3, false, true, false));
             for name in ["isolate", "split", "cut a follower"] {
                 assert!(
                     lines(&faults).iter().any(|l| l.contains(name)),

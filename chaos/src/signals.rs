@@ -12,5 +12,6 @@ pub fn signal_pid(pid: u32, name: &str) {
     // A process already gone needs no signal.
     let _ = Command::new("kill")
         .args([format!("-{name}"), pid.to_string()])
+        .stderr(std::process::Stdio::null())
         .status();
 }
