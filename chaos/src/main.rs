@@ -210,6 +210,10 @@ struct RunArgs {
     /// upgrade); members that join run this one.
     #[arg(long, value_name = "PROGRAM")]
     previous: Option<std::path::PathBuf>,
+    /// Members m1 to mN are never killed, made to leave, paused or cut
+    /// off: in a soak, processes that live the whole run.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    spare: usize,
 }
 
 /// Where `--sink` sends the messages.
@@ -294,6 +298,7 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         sink: sink.is_some(),
         network_partitions: args.network_partitions,
         upgrade: args.previous.is_some(),
+        spare: args.spare,
     });
     let sink_note = sink.as_ref().map_or(String::new(), |s| {
         format!(" sink=postgres table={}", s.table)

@@ -56,6 +56,10 @@ pub struct Plan {
     /// `--previous`: the members at the start run the previous release,
     /// and each is upgraded in turn.
     pub upgrade: bool,
+    /// `--spare N`: members `m1` to `mN` are never killed, made to leave,
+    /// paused or cut off (they live through every store fault): in a soak,
+    /// processes that run the whole hour.
+    pub spare: usize,
 }
 
 /// The faults of a run of `seconds`, drawn from `seed`: one every 4–9 s,
@@ -82,7 +86,9 @@ pub fn schedule(plan: &Plan) -> Vec<(u64, Fault)> {
         sink: required,
         network_partitions,
         upgrade,
+        spare,
     } = *plan;
+    let spared: Vec<String> = (1..=spare.min(members)).map(|i| format!("m{i}")).collect();
     let mut rng = SplitMix64::new(seed);
     // One of `from`, which the callers make sure is not empty.
     let pick = |rng: &mut SplitMix64, from: &[String]| rng.pick(from).cloned().unwrap_or_default();
@@ -124,7 +130,7 @@ pub fn schedule(plan: &Plan) -> Vec<(u64, Fault)> {
         // upgrade.
         let free: Vec<String> = live
             .iter()
-            .filter(|m| idle(m) && !previous.contains(m))
+            .filter(|m| idle(m) && !previous.contains(m) && !spared.contains(m))
             .cloned()
             .collect();
         let next_upgrade = previous.first().filter(|m| idle(m)).cloned();
@@ -250,6 +256,29 @@ mod tests {
             sink,
             network_partitions,
             upgrade,
+            spare: 0,
+        }
+    }
+
+    #[test]
+    fn spared_members_are_never_touched() {
+        for seed in 0..200 {
+            let faults = schedule(&Plan {
+                spare: 1,
+                ..plan(seed, 600, 3, false, true, false)
+            });
+            assert!(
+                !faults
+                    .iter()
+                    .any(|(_, f)| matches!(f, Fault::Kill(m) | Fault::Leave(m)
+                    | Fault::Pause(m, _) | Fault::Cut(m, _) if m == "m1")),
+                "seed {seed}: {:?}",
+                lines(&faults)
+            );
+            assert!(
+                faults.iter().any(|(_, f)| matches!(f, Fault::Kill(_))),
+                "seed {seed}"
+            );
         }
     }
 

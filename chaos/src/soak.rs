@@ -29,8 +29,9 @@ pub struct Sample {
     pub oldest_age_s: u64,
     /// Watches the store holds, every node's summed (None: not read).
     pub store_watches: Option<u64>,
-    /// The store's request counter, summed (None: not read).
-    store_requests: Option<u64>,
+    /// Each node's request counter and uptime in seconds, in the order of
+    /// the store's nodes (None: that node did not answer).
+    store_counters: Vec<Option<(u64, u64)>>,
     /// Requests per second since the previous sample.
     pub store_requests_per_s: Option<u64>,
 }
@@ -76,15 +77,8 @@ impl Run {
                 oldest = Some((running.started_at, kib));
             }
         }
-        let (watches, requests) = store_counters(&self.store).await;
-        let per_s = match (requests, previous.and_then(|p| p.store_requests)) {
-            // A node restarted in between starts its counters afresh.
-            (Some(now), Some(before)) if now >= before => previous.map(|p| {
-                let seconds = at_s.saturating_sub(p.at_s).max(1);
-                (now - before) / seconds
-            }),
-            _ => None,
-        };
+        let (watches, counters) = store_counters(&self.store).await;
+        let per_s = previous.and_then(|p| requests_per_s(p, at_s, &counters));
         Sample {
             at_s,
             members: rss.len(),
@@ -95,7 +89,7 @@ impl Run {
             oldest_rss_kib: oldest.map_or(0, |(_, kib)| kib),
             oldest_age_s: oldest.map_or(0, |(since, _)| since.elapsed().as_secs()),
             store_watches: watches,
-            store_requests: requests,
+            store_counters: counters,
             store_requests_per_s: per_s,
         }
     }
@@ -157,11 +151,33 @@ fn open_fds(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64)
 }
 
-/// The store's watches and its request counter, summed over the nodes
-/// that answer; `None` where no node did.
-async fn store_counters(store: &Store) -> (Option<u64>, Option<u64>) {
+/// The store's requests per second between `previous` and now (`at_s`),
+/// from each node's counter: a node that started since (a store fault
+/// restarts nodes, and its counters with them) counts everything it
+/// served since its start. `None` if no node answered either time.
+fn requests_per_s(previous: &Sample, at_s: u64, now: &[Option<(u64, u64)>]) -> Option<u64> {
+    let seconds = at_s.saturating_sub(previous.at_s).max(1);
+    let mut served = None;
+    for (i, node) in now.iter().enumerate() {
+        let Some((count, uptime_s)) = *node else {
+            continue;
+        };
+        let before = previous.store_counters.get(i).copied().flatten();
+        let since = match before {
+            Some((then, _)) if uptime_s >= seconds && count >= then => count - then,
+            _ => count,
+        };
+        *served.get_or_insert(0) += since;
+    }
+    served.map(|n| n / seconds)
+}
+
+/// The store's watches, summed over the nodes that answer, and each
+/// node's request counter and uptime (seconds).
+async fn store_counters(store: &Store) -> (Option<u64>, Vec<Option<(u64, u64)>>) {
     let mut watches = None;
-    let mut requests = None;
+    let mut counters = Vec::new();
+    let now_s = crate::lines::wall_ms() / 1_000;
     for server in &store.servers {
         let (query, watch_key, request_key) = match store.kind {
             StoreKind::ZooKeeper => ("mntr\n".to_owned(), "zk_watch_count", "zk_packets_received"),
@@ -172,6 +188,7 @@ async fn store_counters(store: &Store) -> (Option<u64>, Option<u64>) {
             ),
         };
         let Some(text) = ask(server, &query).await else {
+            counters.push(None);
             continue;
         };
         let sum_of = |key: &str| -> Option<u64> {
@@ -186,11 +203,15 @@ async fn store_counters(store: &Store) -> (Option<u64>, Option<u64>) {
         if let Some(w) = sum_of(watch_key) {
             *watches.get_or_insert(0) += w;
         }
-        if let Some(r) = sum_of(request_key) {
-            *requests.get_or_insert(0) += r;
-        }
+        let uptime_s = match store.kind {
+            StoreKind::ZooKeeper => sum_of("zk_uptime").map(|ms| ms / 1_000),
+            StoreKind::Etcd => {
+                sum_of("process_start_time_seconds").map(|t| now_s.saturating_sub(t))
+            }
+        };
+        counters.push(sum_of(request_key).zip(uptime_s));
     }
-    (watches, requests)
+    (watches, counters)
 }
 
 /// Sends `query` to `server` and reads the answer to its end (2 s at most).
@@ -223,7 +244,7 @@ mod tests {
             oldest_rss_kib: rss,
             oldest_age_s: at_s,
             store_watches: Some(4),
-            store_requests: None,
+            store_counters: Vec::new(),
             store_requests_per_s: rate,
         }
     }
@@ -243,6 +264,19 @@ mod tests {
         assert!(line.contains("store_requests_per_s 40->42"), "{line}");
         assert!(line.contains("over_s=120"), "{line}");
         assert_eq!(summary(&[]), None);
+    }
+
+    #[test]
+    fn a_node_restarted_since_counts_from_its_start() {
+        let mut before = sample(60, 10_000, None);
+        before.store_counters = vec![Some((1_000, 600)), Some((5_000, 600)), None];
+        // Node 1 went on, node 2 restarted 30 s ago, node 3 is back.
+        let now = [Some((1_600, 660)), Some((300, 30)), Some((60, 10))];
+        assert_eq!(
+            requests_per_s(&before, 120, &now),
+            Some((600 + 300 + 60) / 60)
+        );
+        assert_eq!(requests_per_s(&before, 120, &[None, None, None]), None);
     }
 
     #[test]
