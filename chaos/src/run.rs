@@ -113,8 +113,27 @@ pub struct Run {
 
 impl Run {
     /// Starts member `id` behind a proxy of its own, and waits until it
-    /// joined (30 s at most).
+    /// joined (30 s at most). A member that cannot join, because the store
+    /// does not answer it in time during a store fault (its start is
+    /// bounded: it exits saying so), is started again, 5 times at most:
+    /// that is the store's fault, not the member's.
     pub async fn start_member(&mut self, id: &str) -> Result<(), String> {
+        let mut attempt = 1;
+        loop {
+            match self.start_member_once(id).await {
+                Ok(()) => return Ok(()),
+                Err(e) if attempt < 5 => {
+                    println!("          {e}; starting it again");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                Err(e) => return Err(format!("{e}, {attempt} times")),
+            }
+        }
+    }
+
+    /// One attempt of `start_member`; on failure, its processes are gone.
+    async fn start_member_once(&mut self, id: &str) -> Result<(), String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut proxy = Command::new(&exe)
             .args(["proxy", "--to", &self.store.servers.join(",")])
@@ -192,10 +211,18 @@ impl Run {
         let log = self.log.clone();
         let member = id.to_owned();
         std::thread::spawn(move || read_member(member, stdout, log, ready_tx));
-        tokio::time::timeout(Duration::from_secs(30), ready_rx)
-            .await
-            .map_err(|_| format!("member {id} did not join within 30 s"))?
-            .map_err(|_| format!("member {id} exited before joining"))?;
+        let joined = match tokio::time::timeout(Duration::from_secs(30), ready_rx).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(format!("member {id} exited before joining")),
+            Err(_) => Err(format!("member {id} did not join within 30 s")),
+        };
+        if let Err(e) = joined {
+            let _ = process.kill();
+            let _ = process.wait();
+            let _ = proxy.kill();
+            let _ = proxy.wait();
+            return Err(e);
+        }
         self.members.insert(
             id.to_owned(),
             Running {

@@ -152,24 +152,25 @@ fn open_fds(pid: u32) -> u64 {
 }
 
 /// The store's requests per second between `previous` and now (`at_s`),
-/// from each node's counter: a node that started since (a store fault
-/// restarts nodes, and its counters with them) counts everything it
-/// served since its start. `None` if no node answered either time.
+/// summed over its nodes: a node that ran throughout, by its counter's
+/// difference; one that started since (a store fault restarts nodes, and
+/// their counters with them), by what it served since its start over its
+/// uptime. `None` if no node answered.
 fn requests_per_s(previous: &Sample, at_s: u64, now: &[Option<(u64, u64)>]) -> Option<u64> {
     let seconds = at_s.saturating_sub(previous.at_s).max(1);
-    let mut served = None;
+    let mut rate = None;
     for (i, node) in now.iter().enumerate() {
         let Some((count, uptime_s)) = *node else {
             continue;
         };
         let before = previous.store_counters.get(i).copied().flatten();
-        let since = match before {
-            Some((then, _)) if uptime_s >= seconds && count >= then => count - then,
-            _ => count,
+        let node_rate = match before {
+            Some((then, _)) if uptime_s >= seconds && count >= then => (count - then) / seconds,
+            _ => count / uptime_s.max(1),
         };
-        *served.get_or_insert(0) += since;
+        *rate.get_or_insert(0) += node_rate;
     }
-    served.map(|n| n / seconds)
+    rate
 }
 
 /// The store's watches, summed over the nodes that answer, and each
@@ -267,14 +268,14 @@ mod tests {
     }
 
     #[test]
-    fn a_node_restarted_since_counts_from_its_start() {
+    fn a_node_restarted_since_counts_at_its_rate_since_its_start() {
         let mut before = sample(60, 10_000, None);
         before.store_counters = vec![Some((1_000, 600)), Some((5_000, 600)), None];
         // Node 1 went on, node 2 restarted 30 s ago, node 3 is back.
         let now = [Some((1_600, 660)), Some((300, 30)), Some((60, 10))];
         assert_eq!(
             requests_per_s(&before, 120, &now),
-            Some((600 + 300 + 60) / 60)
+            Some(600 / 60 + 300 / 30 + 60 / 10)
         );
         assert_eq!(requests_per_s(&before, 120, &[None, None, None]), None);
     }
