@@ -50,7 +50,7 @@ impl Run {
             }
             Fault::KillLeader(ms) => {
                 let service = self.store.service();
-                let leader = services(&["leader", service]).await?;
+                let leader = self.wait_for_leader().await?.to_string();
                 services(&["node", service, "kill", &leader]).await?;
                 let ms = *ms;
                 tokio::spawn(async move {

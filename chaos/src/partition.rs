@@ -105,14 +105,12 @@ impl Run {
         // The follower the partition is about: the one more members are
         // connected to alone, so that the minority side has some; the
         // seed's pick between equals.
-        let alone_on = |node: u8| {
-            self.members
-                .values()
-                .filter(|r| r.killed_at.is_none() && r.node == Some(node))
-                .count()
-        };
         let followers: Vec<u8> = (1..=3).filter(|n| *n != leader).collect();
-        let pick = match alone_on(followers[0]).cmp(&alone_on(followers[1])) {
+        let pick = match self
+            .alone_on(followers[0])
+            .len()
+            .cmp(&self.alone_on(followers[1]).len())
+        {
             std::cmp::Ordering::Greater => 0,
             std::cmp::Ordering::Less => 1,
             std::cmp::Ordering::Equal => pick,
@@ -122,12 +120,7 @@ impl Run {
             services(&["link", service, "cut", &a.to_string(), &b.to_string()]).await?;
         }
         let from = wall_ms();
-        let members = self
-            .members
-            .iter_mut()
-            .filter(|(_, r)| r.killed_at.is_none() && r.node == Some(minority))
-            .filter_map(|(id, r)| matches!(r.process.try_wait(), Ok(None)).then(|| id.clone()))
-            .collect::<Vec<_>>();
+        let members = self.alone_on(minority);
         println!(
             "          leader {leader}, node {minority} without a quorum{}",
             if members.is_empty() {
@@ -165,6 +158,15 @@ impl Run {
             }
         });
         Ok(())
+    }
+
+    /// The live members connected to `node` alone.
+    fn alone_on(&mut self, node: u8) -> Vec<String> {
+        self.members
+            .iter_mut()
+            .filter(|(_, r)| r.killed_at.is_none() && r.node == Some(node))
+            .filter_map(|(id, r)| matches!(r.process.try_wait(), Ok(None)).then(|| id.clone()))
+            .collect()
     }
 
     /// The node that leads the store, once exactly one does (an election
