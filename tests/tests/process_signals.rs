@@ -43,6 +43,8 @@ struct Consumer {
     child: Child,
     messages: mpsc::UnboundedReceiver<HandedOut>,
     events: mpsc::UnboundedReceiver<Told>,
+    /// One value once it paused after `--pause-after` messages.
+    paused: mpsc::UnboundedReceiver<()>,
 }
 
 fn wall_ms() -> u128 {
@@ -74,6 +76,7 @@ fn spawn_consumer(args: &[String]) -> Consumer {
     let stdout = child.stdout.take().expect("its stdout");
     let (messages_tx, messages) = mpsc::unbounded_channel();
     let (events_tx, events) = mpsc::unbounded_channel();
+    let (paused_tx, paused) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
@@ -103,6 +106,7 @@ fn spawn_consumer(args: &[String]) -> Consumer {
                             .is_ok(),
                     )
                 })(),
+                [at, "paused"] => at.parse::<u128>().ok().map(|_| paused_tx.send(()).is_ok()),
                 _ => None,
             };
             match sent {
@@ -116,10 +120,12 @@ fn spawn_consumer(args: &[String]) -> Consumer {
         child,
         messages,
         events,
+        paused,
     }
 }
 
-/// Lets the consumer process read its assignment changes.
+/// Lets the consumer process read its assignment changes, and ask for
+/// messages again if it paused.
 fn read_events(consumer: &mut Consumer) {
     let stdin = consumer.child.stdin.as_mut().expect("its stdin");
     stdin
@@ -130,10 +136,16 @@ fn read_events(consumer: &mut Consumer) {
 
 /// A consumer process frozen with SIGSTOP, with messages buffered and its
 /// assignment change unread, for longer than its session timeout, while
-/// another member claims its partition; then continued with SIGCONT. It
-/// must hand out nothing more under its old claim, neither a message nor
-/// the assignment: the check is made at the moment of handing out, so it
-/// cannot race the process's own task noticing that the session lapsed.
+/// another member claims its partition; then continued with SIGCONT, and
+/// at once asking for its next message. It must hand out nothing more
+/// under its old claim, neither a message nor the assignment: the check is
+/// made at the moment of handing out, so it cannot race the process's own
+/// task noticing that the session lapsed.
+///
+/// The process is stopped while it waits between two messages (after
+/// `--pause-after`), not in the middle of handing one out: a stop that
+/// fell between a hand-out's lease check and its stamp would show a
+/// message handed out while the lease held as stamped after SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_woken_past_its_session_hands_out_nothing_under_its_old_claim_on_zookeeper() {
     let zookeeper = ZooKeeper::new("sigstop").await;
@@ -175,6 +187,7 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         ("--member", "a".to_owned()),
         ("--session-ms", common::SESSION.as_millis().to_string()),
         ("--delay-ms", "2".to_owned()),
+        ("--pause-after", "50".to_owned()),
     ] {
         args.extend([flag.to_owned(), value]);
     }
@@ -200,8 +213,14 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         );
     }
 
+    // It waits for the test between two messages: nothing is being handed
+    // out when it stops.
+    match tokio::time::timeout(Duration::from_secs(30), consumer.paused.recv()).await {
+        Ok(Some(_)) => {}
+        Ok(None) => first("exited before pausing").await,
+        Err(_) => first("did not pause within 30 s after its 50th message").await,
+    }
     signal(&consumer.child, "STOP");
-    let stopped_ms = wall_ms();
 
     // Another member takes the partition once the frozen one's session
     // expired on the server.
@@ -228,7 +247,8 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
     });
 
     signal(&consumer.child, "CONT");
-    // Its assignment change has waited unread all along: it may read it now.
+    // Its assignment change has waited unread all along, and its next
+    // message unasked: it may read and ask now.
     let go_ms = wall_ms();
     read_events(&mut consumer);
     // What it hands out now, for as long as its own task needs to catch up
@@ -276,12 +296,15 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         b_token.0
     );
 
-    // Handed out before SIGSTOP took effect is fine; anything stamped well
-    // after it was handed out after SIGCONT.
-    let stale: Vec<HandedOut> = before
+    // It paused after its 50th message: everything after that was handed
+    // out after SIGCONT.
+    assert!(
+        after.iter().all(|m| m.at_ms >= go_ms),
+        "the consumer process handed out messages while it should have waited: {after:?}"
+    );
+    let stale: Vec<HandedOut> = after
         .iter()
-        .chain(&after)
-        .filter(|m| m.token == old_token && m.at_ms > stopped_ms + 1_000)
+        .filter(|m| m.token == old_token)
         .copied()
         .collect();
     assert!(

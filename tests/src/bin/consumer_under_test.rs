@@ -16,6 +16,18 @@
 //! ```text
 //! <wall clock ms> event <assigned|suspended|resumed|revoking|revoked|lost> <partition> <fencing token>
 //! ```
+//!
+//! With `--pause-after N`, once it has handed out and acknowledged `N`
+//! messages it prints
+//!
+//! ```text
+//! <wall clock ms> paused
+//! ```
+//!
+//! and asks for no further message until that line arrives on its standard
+//! input. A test that stops the process after `paused` knows that no
+//! hand-out was under way when it stopped: the lease check and the stamp
+//! of a message cannot fall on either side of the stop.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -25,6 +37,7 @@ use tenure::core::Config;
 use tenure::etcd::EtcdBackend;
 use tenure::tokio::{AssignmentEvent, Backend, Events, GroupMember, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
+use tokio::sync::watch;
 
 struct Args {
     store: String,
@@ -36,6 +49,7 @@ struct Args {
     member: String,
     session_ms: u64,
     delay_ms: u64,
+    pause_after: Option<u64>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -49,6 +63,7 @@ fn parse() -> Result<Args, String> {
         member: String::new(),
         session_ms: 3000,
         delay_ms: 2,
+        pause_after: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,6 +83,7 @@ fn parse() -> Result<Args, String> {
             "--member" => args.member = value,
             "--session-ms" => args.session_ms = number()?,
             "--delay-ms" => args.delay_ms = number()?,
+            "--pause-after" => args.pause_after = Some(number()?),
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
@@ -96,11 +112,20 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
         .split();
-    tokio::spawn(print_events(streams.events));
+    let go = go_on_a_line();
+    tokio::spawn(print_events(streams.events, go.clone()));
     let mut messages = streams
         .messages
         .ok_or("a member with Kafka hands out messages")?;
-    while let Some(message) = messages.next().await {
+    let mut handed_out = 0_u64;
+    loop {
+        if args.pause_after == Some(handed_out) {
+            print(format_args!("{} paused", wall_ms()))?;
+            wait_for_go(go.clone()).await?;
+        }
+        let Some(message) = messages.next().await else {
+            break;
+        };
         let at = wall_ms();
         print(format_args!(
             "{at} {} {} {}",
@@ -108,6 +133,7 @@ async fn run() -> Result<(), String> {
         ))?;
         tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
         message.ack();
+        handed_out += 1;
     }
     // The messages end with the member: nothing left to close.
     member.kill();
@@ -122,14 +148,31 @@ fn print(line: std::fmt::Arguments<'_>) -> Result<(), String> {
         .map_err(|e| format!("stdout: {e}"))
 }
 
+/// Turns `true` once a line (or the end) arrives on standard input.
+fn go_on_a_line() -> watch::Receiver<bool> {
+    let (go_tx, go) = watch::channel(false);
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        // An unreadable standard input lets the process go on too: what
+        // it waits for can then never come.
+        let _ = std::io::stdin().read_line(&mut line);
+        go_tx.send_replace(true);
+    });
+    go
+}
+
+/// Waits until `go` turns `true`.
+async fn wait_for_go(mut go: watch::Receiver<bool>) -> Result<(), String> {
+    go.wait_for(|go| *go)
+        .await
+        .map(|_| ())
+        .map_err(|_| "stdin: its reader is gone".to_owned())
+}
+
 /// Once a line arrives on standard input, prints every assignment change
 /// the moment it is handed out.
-async fn print_events(mut events: Events) -> Result<(), String> {
-    let mut line = String::new();
-    tokio::task::spawn_blocking(move || std::io::stdin().read_line(&mut line))
-        .await
-        .map_err(|e| format!("stdin: {e}"))?
-        .map_err(|e| format!("stdin: {e}"))?;
+async fn print_events(mut events: Events, go: watch::Receiver<bool>) -> Result<(), String> {
+    wait_for_go(go).await?;
     while let Some(event) = events.next().await {
         let at = wall_ms();
         let (kind, partition, token) = match &event {
