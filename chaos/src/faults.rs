@@ -66,18 +66,27 @@ impl Run {
         Ok(())
     }
 
-    /// The member the schedule names, which must be running.
+    /// The member the schedule names, which must be running: one that
+    /// ended on its own (a crash) stops the run, which says so.
     fn running(&mut self, id: &str) -> Result<&mut crate::run::Running, String> {
-        self.members
+        let running = self
+            .members
             .get_mut(id)
-            .ok_or(format!("the schedule names {id}, which is not running"))
+            .ok_or(format!("the schedule names {id}, which is not running"))?;
+        match running.process.try_wait() {
+            Ok(None) => Ok(running),
+            Ok(Some(status)) => Err(format!(
+                "member {id} ended on its own ({status}) while the schedule had it running"
+            )),
+            Err(e) => Err(format!("cannot look at member {id}'s process: {e}")),
+        }
     }
 
     /// Lets everything go: continues whatever is stopped, heals every
     /// partition and brings every store node back.
     pub async fn let_go(&mut self) -> Result<(), String> {
-        for running in self.members.values() {
-            if running.killed_at.is_none() {
+        for running in self.members.values_mut() {
+            if running.killed_at.is_none() && !running.has_ended() {
                 signal(&running.process, "CONT");
                 signal(&running.proxy, "CONT");
             }

@@ -382,6 +382,7 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
                     continue;
                 }
                 tokio::time::sleep_until((started + Duration::from_secs(sample_s)).into()).await;
+                run.reap();
                 let sample = run.sample(sample_s, samples.last()).await;
                 println!("  sample {sample}");
                 samples.push(sample);
@@ -393,6 +394,7 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
                 };
                 tokio::time::sleep_until((started + Duration::from_millis(at)).into()).await;
                 println!("  {:>6.1}s: {fault}", started.elapsed().as_secs_f64());
+                run.reap();
                 run.inject(fault).await?;
             }
             // No fault left, and no sample (the first arm takes every

@@ -165,7 +165,7 @@ impl Run {
         self.members
             .iter_mut()
             .filter(|(_, r)| r.killed_at.is_none() && r.node == Some(node))
-            .filter_map(|(id, r)| matches!(r.process.try_wait(), Ok(None)).then(|| id.clone()))
+            .filter_map(|(id, r)| (!r.has_ended()).then(|| id.clone()))
             .collect()
     }
 

@@ -24,6 +24,14 @@ pub struct Running {
     pub started_at: Instant,
 }
 
+impl Running {
+    /// Whether the member process has ended (killed, left, or failed);
+    /// collects its exit if so, so that it does not linger as a zombie.
+    pub fn has_ended(&mut self) -> bool {
+        !matches!(self.process.try_wait(), Ok(None))
+    }
+}
+
 /// Which of the store's nodes a member connects to, as `--connect` says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Connect {
@@ -252,12 +260,27 @@ impl Run {
         self.start_member(id).await
     }
 
+    /// Lets go of what the members that ended (killed, left) leave
+    /// behind: their exits are collected and their proxies stopped, so
+    /// that an hour's run does not pile up finished processes and idle
+    /// proxies. Their records stay, for the audit.
+    pub fn reap(&mut self) {
+        for running in self.members.values_mut() {
+            if running.has_ended() {
+                // Once collected, its pid may be reused: never signalled
+                // again (`has_ended` keeps every later look away from it).
+                let _ = running.proxy.kill();
+                let _ = running.proxy.wait();
+            }
+        }
+    }
+
     /// Closes the group: every live member closes (SIGTERM) and commits;
     /// one that has not within 30 s is killed. Returns when it started.
     pub async fn close_group(&mut self) -> u64 {
         let closing_at = wall_ms();
-        for running in self.members.values() {
-            if running.killed_at.is_none() {
+        for running in self.members.values_mut() {
+            if running.killed_at.is_none() && !running.has_ended() {
                 signal(&running.process, "TERM");
             }
         }

@@ -64,7 +64,7 @@ impl Run {
         let mut fds = Vec::new();
         let mut oldest: Option<(Instant, u64)> = None;
         for running in self.members.values_mut() {
-            if running.killed_at.is_some() || !matches!(running.process.try_wait(), Ok(None)) {
+            if running.killed_at.is_some() || running.has_ended() {
                 continue;
             }
             let pid = running.process.id();
