@@ -310,7 +310,10 @@ impl EtcdBackend {
     }
 
     /// How long [`Backend::start`] (and each new lease after an expiry)
-    /// waits for a server (default [`DEFAULT_CONNECT_TIMEOUT`]).
+    /// waits for a server (default [`DEFAULT_CONNECT_TIMEOUT`]). The lease
+    /// grant is tried up to three times within it, each try with a third
+    /// of it, while no server answers: a try that reached a node cut off
+    /// from the quorum gives way to one that may reach another.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
         self

@@ -14,7 +14,7 @@ use tenure_core::Event;
 use tenure_tokio::session::OpenError;
 use tenure_tokio::BackendError;
 
-use crate::ops::{bad_endpoint, lease_not_found};
+use crate::ops::{answered, bad_endpoint, lease_not_found};
 use crate::{Config, Current, Shared};
 
 /// The pause between two attempts to reach the server while suspended.
@@ -43,7 +43,13 @@ pub(crate) async fn connect(
             .with_connect_timeout(config.connect_timeout)
             // Lets the channel notice a dead connection (and fail the
             // requests on it) rather than wait for TCP to give up.
-            .with_keep_alive(HTTP2_PING_INTERVAL, request_timeout),
+            .with_keep_alive(HTTP2_PING_INTERVAL, request_timeout)
+            // A node cut off from the quorum answers every request at once
+            // with "no leader" instead of holding it until it gives up:
+            // the member's requests (a join's lease grant among them) go
+            // to another node, its keep-alives fail fast, and its watches
+            // are registered again elsewhere, as etcd's own sessions do.
+            .with_require_leader(true),
     );
     // The client connects lazily; building it only checks the URLs.
     let client = match tokio::time::timeout(
@@ -92,6 +98,15 @@ pub(crate) async fn connect(
 /// How long to wait before asking again for a previous process's lease.
 const RESUME_RETRY: Duration = Duration::from_millis(100);
 
+/// How many tries the first lease grant gets within the connect timeout,
+/// each with an equal share of it. A grant sent to a node that has lost
+/// the quorum but not yet noticed waits until that node gives up; a
+/// later try may reach another node.
+const GRANT_TRIES: u32 = 3;
+
+/// The pause between two tries of a lease grant.
+const GRANT_RETRY: Duration = Duration::from_millis(100);
+
 /// The lease `lease` of a previous process and the keys attached to it,
 /// if it is still alive with the TTL this member needs (static
 /// membership); `None` to grant a new one.
@@ -131,16 +146,34 @@ async fn resumed(config: &Config, client: &Client, lease: i64) -> Option<(Curren
     Some((current, answer.keys().to_vec()))
 }
 
-/// Grants a lease of the configured TTL, within the connect timeout.
+/// Grants a lease of the configured TTL, within the connect timeout: tried
+/// again while the store does not answer ([`GRANT_TRIES`]), never after
+/// it refused.
 async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError> {
     let ttl = config.ttl_secs();
     let mut client = client.clone();
-    let granted =
-        match tokio::time::timeout(config.connect_timeout, client.lease_grant(ttl, None)).await {
-            Err(_) => return Err(ConnectError::Timeout(config.connect_timeout)),
-            Ok(Err(e)) => return Err(ConnectError::Client(e)),
-            Ok(Ok(granted)) => granted,
-        };
+    let deadline = tokio::time::Instant::now() + config.connect_timeout;
+    let per_try = config.connect_timeout / GRANT_TRIES;
+    let granted = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let failure =
+            match tokio::time::timeout(per_try.min(left), client.lease_grant(ttl, None)).await {
+                Ok(Ok(granted)) => break granted,
+                // An answer (a refusal, rights the user lacks) or a
+                // refused certificate: asking again changes nothing.
+                Ok(Err(e)) if answered(&e) || config.security.explain(&e).is_some() => {
+                    return Err(ConnectError::Client(e))
+                }
+                Ok(Err(e)) => ConnectError::Client(e),
+                Err(_) => ConnectError::Timeout(config.connect_timeout),
+            };
+        // A grant left unanswered may have been granted all the same: that
+        // lease has no keys and ends by itself after its TTL.
+        if tokio::time::Instant::now() + GRANT_RETRY >= deadline {
+            return Err(failure);
+        }
+        tokio::time::sleep(GRANT_RETRY).await;
+    };
     let current = Current::new(granted.id(), granted.ttl());
     if current.ttl < config.session_timeout {
         // The member stops consuming by its own timeout's arithmetic; with a

@@ -1,11 +1,15 @@
 //! The 3-node ZooKeeper ensemble and the 3-node etcd cluster of
-//! `scripts/services`: which node leads, and one node killed and started
-//! again, by the script that runs them.
+//! `scripts/services`: which node leads, one node killed and started
+//! again, and one node cut off from the others, by the script that runs
+//! them.
 
 use std::process::Command;
 
 /// The script that starts, kills and restarts the servers.
 const SERVICES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/services");
+
+/// How long a cluster may take to elect a leader after a fault.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One of the 3-node stores.
 #[derive(Clone, Copy, Debug)]
@@ -72,6 +76,31 @@ impl Cluster {
             .unwrap_or_else(|_| panic!("`scripts/services leader` said {said:?}"))
     }
 
+    /// The number of the node that leads, once one does: after a fault, an
+    /// election may be under way for a while.
+    pub fn wait_for_leader(self) -> u8 {
+        let deadline = std::time::Instant::now() + LEADER_WAIT;
+        loop {
+            let output = Command::new(SERVICES)
+                .args(["leader", self.service()])
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {SERVICES}: {e}"));
+            let said = String::from_utf8_lossy(&output.stdout);
+            if let (true, Ok(leader)) = (output.status.success(), said.trim().parse()) {
+                return leader;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no node of {} leads after {LEADER_WAIT:?}: {}",
+                self.service(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            // `scripts/services leader` asks every node once; an election
+            // takes a few of etcd's heartbeats.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// Kills `node` (SIGKILL) and returns its number, once it is gone.
     pub fn kill(self, node: Node) -> u8 {
         let number = match node {
@@ -87,6 +116,23 @@ impl Cluster {
         self.run(&["node", self.service(), "start", &number.to_string()]);
     }
 
+    /// Cuts node `number` off from the other two (their peer traffic is
+    /// dropped both ways; clients still reach every node), until the
+    /// returned guard is dropped. Needs root, as `scripts/services link`
+    /// does.
+    pub fn cut_off(self, number: u8) -> CutOff {
+        for other in (1..=3u8).filter(|n| *n != number) {
+            self.run(&[
+                "link",
+                self.service(),
+                "cut",
+                &number.to_string(),
+                &other.to_string(),
+            ]);
+        }
+        CutOff { cluster: self }
+    }
+
     /// One node fault at a time on this cluster, among the tests of one
     /// binary (they run at once): two nodes down would leave no quorum.
     pub async fn exclusive(self) -> tokio::sync::MutexGuard<'static, ()> {
@@ -95,6 +141,35 @@ impl Cluster {
         match self {
             Cluster::ZooKeeper => ZOOKEEPER.lock().await,
             Cluster::Etcd => ETCD.lock().await,
+        }
+    }
+}
+
+/// A node cut off from the others ([`Cluster::cut_off`]): every link is
+/// healed when it is dropped, a failed test's included, and the drop
+/// returns once a node leads again (a cut node may have called elections
+/// that the heal lets disrupt the leader).
+#[derive(Debug)]
+pub struct CutOff {
+    cluster: Cluster,
+}
+
+impl Drop for CutOff {
+    fn drop(&mut self) {
+        let healed = Command::new(SERVICES)
+            .args(["link", self.cluster.service(), "heal"])
+            .output();
+        match healed {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => eprintln!(
+                "`scripts/services link {} heal` failed: {}",
+                self.cluster.service(),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+            Err(e) => eprintln!("cannot run {SERVICES}: {e}"),
+        }
+        if !std::thread::panicking() {
+            self.cluster.wait_for_leader();
         }
     }
 }
