@@ -53,7 +53,7 @@ pub async fn finish(
         audit.duplicates,
         audit.max_unowned_ms
     );
-    print_failover(&audit.failover_ms, "message", run.session_ms);
+    print_failover(&audit.failover, "message", run);
     if committed != ends {
         println!("committed {committed:?}, log ends {ends:?}");
     }
@@ -69,22 +69,56 @@ pub async fn finish(
 }
 
 /// The failover line: for every partition a killed member held, the time
-/// from the SIGKILL to its next owner's first `what`, past the session.
-pub fn print_failover(failover_ms: &[i64], what: &str, session_ms: u64) {
-    let mut failover = failover_ms.to_vec();
+/// from the SIGKILL to its next owner's first `what`, past the session;
+/// then the slowest, with the store outages (single node restarted) that
+/// fell within it, which restart every session's countdown on the server.
+pub fn print_failover(failovers: &[Failover], what: &str, run: &Run) {
+    let mut failover: Vec<i64> = failovers.iter().map(|f| f.past_session_ms).collect();
     failover.sort_unstable();
-    if failover.is_empty() {
+    let Some(slowest) = failovers.iter().max_by_key(|f| f.past_session_ms) else {
         println!("failover: no kill of a member holding partitions in this schedule");
         return;
-    }
+    };
     let at = |q: f64| failover[((failover.len() - 1) as f64 * q).round() as usize];
     println!(
         "failover_ms_past_session median={} p99={} samples={} (kill to the next owner's \
-         first {what}, minus the {session_ms} ms session timeout)",
+         first {what}, minus the {} ms session timeout)",
         at(0.5),
         at(0.99),
-        failover.len()
+        failover.len(),
+        run.session_ms
     );
+    let taken_over_at = slowest
+        .killed_at
+        .saturating_add_signed(slowest.past_session_ms)
+        .saturating_add(run.session_ms);
+    let within: Vec<&(u64, u64)> = run
+        .outages
+        .iter()
+        .filter(|(from, to)| *to > slowest.killed_at && *from < taken_over_at)
+        .collect();
+    let down_ms: u64 = within.iter().map(|(from, to)| to - from).sum();
+    println!(
+        "  slowest: {}'s partition {}, {} ms past the session; store outages within it: {} \
+         ({down_ms} ms down)",
+        slowest.member,
+        slowest.partition,
+        slowest.past_session_ms,
+        within.len()
+    );
+}
+
+/// One partition's failover after its member was killed.
+pub struct Failover {
+    /// The member killed.
+    pub member: String,
+    /// A partition it held then.
+    pub partition: u32,
+    /// When it was killed (wall ms).
+    pub killed_at: u64,
+    /// From the kill to the next owner's first output, less the session
+    /// timeout.
+    pub past_session_ms: i64,
 }
 
 #[derive(Default)]
@@ -94,7 +128,7 @@ struct Audit {
     shared_tokens: usize,
     duplicates: usize,
     max_unowned_ms: u64,
-    failover_ms: Vec<i64>,
+    failover: Vec<Failover>,
     /// The first few violations, for the reader.
     findings: Vec<String>,
 }
@@ -158,7 +192,7 @@ fn audit(log: &Log, run: &Run, ends: &[i64], from: u64, until: u64) -> Audit {
     }
     audit.max_unowned_ms = max_unowned_ms(log, run, ends.len() as u32, from, until);
     // Failover: the next owner's first message.
-    audit.failover_ms = failover_ms(log, run, |id, p, killed_at| {
+    audit.failover = failovers(log, run, |id, p, killed_at| {
         log.messages
             .iter()
             .filter(|(member, at, mp, ..)| member != id && *mp == p && *at > killed_at)
@@ -221,23 +255,28 @@ fn max_unowned_ms(log: &Log, run: &Run, partitions: u32, from: u64, until: u64) 
 /// For every partition a killed member held at its kill, the time from the
 /// kill to `first(member, partition, killed_at)` (the next owner's first
 /// output, wall ms), minus the session timeout.
-pub fn failover_ms(
+pub fn failovers(
     log: &Log,
     run: &Run,
     first: impl Fn(&str, u32, u64) -> Option<u64>,
-) -> Vec<i64> {
-    let mut failover = Vec::new();
+) -> Vec<Failover> {
+    let mut failovers = Vec::new();
     for (id, running) in &run.members {
         let Some(killed_at) = running.killed_at else {
             continue;
         };
         for p in held_at(log, id, killed_at) {
             if let Some(first) = first(id, p, killed_at) {
-                failover.push(first as i64 - killed_at as i64 - run.session_ms as i64);
+                failovers.push(Failover {
+                    member: id.clone(),
+                    partition: p,
+                    killed_at,
+                    past_session_ms: first as i64 - killed_at as i64 - run.session_ms as i64,
+                });
             }
         }
     }
-    failover
+    failovers
 }
 
 /// The partitions `id` held at `at`, by its own assignment changes.

@@ -40,8 +40,11 @@
 //!
 //! A second line gives the failover figure: for every partition a killed
 //! member held, the time from the SIGKILL to the first message from its
-//! next owner, minus the session timeout. The run exits non-zero on any
-//! violation (lost, stale, shared tokens, offsets not at the end).
+//! next owner, minus the session timeout; and a third names the slowest,
+//! with the single node's restarts that fell within it (a restarted
+//! ZooKeeper starts every session's timeout afresh). The run exits
+//! non-zero on any violation (lost, stale, shared tokens, offsets not at
+//! the end).
 //!
 //! ## `--sink postgres`: exactly once into PostgreSQL
 //!

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tenure::postgres::tokio_postgres::{self, Client, NoTls};
 
-use crate::audit::{failover_ms, print_failover};
+use crate::audit::{failovers, print_failover, Failover};
 use crate::run::{Run, SinkSetup};
 use crate::store::{EXACTLY_ONCE_PREFIX, OFFSETS_TABLE};
 use crate::transcript::{lock, Log};
@@ -32,7 +32,7 @@ struct SinkAudit {
     fenced_writes_refused: usize,
     fenced_messages: u64,
     failures: usize,
-    failover_ms: Vec<i64>,
+    failover: Vec<Failover>,
     /// The first few violations, for the reader.
     findings: Vec<String>,
 }
@@ -158,7 +158,7 @@ pub async fn finish(run: &mut Run, sink: &SinkSetup, ends: &[i64]) -> Result<boo
         audit.fenced_messages,
         audit.failures
     );
-    print_failover(&audit.failover_ms, "row written", run.session_ms);
+    print_failover(&audit.failover, "row written", run);
     if !audit.offsets_at_end {
         println!("offsets table {next:?}, log ends {ends:?}");
     }
@@ -307,7 +307,7 @@ fn audit(log: &Log, run: &Run, ends: &[i64], next: &[i64], rows: &[Row]) -> Sink
         }
     }
     // Failover: the first row written after the kill.
-    audit.failover_ms = failover_ms(log, run, |_, p, killed_at| {
+    audit.failover = failovers(log, run, |_, p, killed_at| {
         rows.iter()
             .filter(|row| row.partition == p && row.written_ms > killed_at)
             .map(|row| row.written_ms)
