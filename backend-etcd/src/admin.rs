@@ -3,6 +3,7 @@
 //! group's unleased keys deleted.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::time::Duration;
 
 use crate::ops::bad_endpoint;
@@ -22,6 +23,22 @@ use tenure_core::{FencingToken, Offset, TopicPartition};
 /// etcd's default bound on the operations of one transaction
 /// (`--max-txn-ops`).
 const MAX_TXN_OPS: usize = 128;
+
+/// The pause before a request refused by a node without a leader goes
+/// again (to whichever node the client picks next).
+const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
+
+/// Whether etcd refused `error`'s request because the node it reached has
+/// no leader (asked for with require-leader): the node did nothing with
+/// it, and another node may answer.
+fn no_leader(error: &etcd_client::Error) -> bool {
+    matches!(
+        error,
+        etcd_client::Error::GRpcStatus(status)
+            if status.code() == tonic::Code::Unavailable
+                && status.message().contains("no leader")
+    )
+}
 
 /// Reads and writes the records of the groups under one key prefix of an
 /// etcd cluster (a [`GroupAdmin`]).
@@ -86,7 +103,14 @@ impl EtcdAdmin {
         let options = security.apply(
             ConnectOptions::new()
                 .with_connect_timeout(timeout)
-                .with_timeout(timeout),
+                .with_timeout(timeout)
+                // A node cut off from the quorum answers "no leader" at once
+                // rather than holding a request (or a watch) until the
+                // timeout: the request goes again, to another endpoint
+                // (`request`), and a watch on that node ends, so that the
+                // monitor opens it again elsewhere instead of waiting on a
+                // node that hears nothing.
+                .with_require_leader(true),
         );
         let client =
             match tokio::time::timeout(timeout, Client::connect(&list, Some(options))).await {
@@ -137,6 +161,40 @@ impl EtcdAdmin {
         self.guarded_txns(group, &keys, ops, guard, what).await
     }
 
+    /// Sends the request `send` makes (`what` names it in errors) until it
+    /// is answered, within the timeout: a refusal from a node without a
+    /// leader sends it again, after [`NO_LEADER_RETRY`], as the node did
+    /// nothing with it; any other failure is final.
+    async fn request<T, Fut>(
+        &self,
+        what: &str,
+        mut send: impl FnMut(Client) -> Fut,
+    ) -> Result<T, AdminError>
+    where
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, send(self.client.clone())).await {
+                Err(_) => {
+                    return Err(AdminError::Unreachable {
+                        store: self.store(),
+                        detail: format!("{what}: no answer within {:?}", self.timeout),
+                    })
+                }
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(error))
+                    if no_leader(&error)
+                        && tokio::time::Instant::now() + NO_LEADER_RETRY < deadline =>
+                {
+                    tokio::time::sleep(NO_LEADER_RETRY).await;
+                }
+                Ok(Err(error)) => return Err(self.refused(what.to_owned(), error)),
+            }
+        }
+    }
+
     fn refused(&self, operation: String, error: etcd_client::Error) -> AdminError {
         if let Some(refusal) = self.security.explain(&error) {
             return refusal.into_admin_error(self.store());
@@ -178,18 +236,12 @@ impl EtcdAdmin {
         if keys_only {
             options = options.with_keys_only();
         }
-        let mut client = self.client.clone();
-        let response =
-            match tokio::time::timeout(self.timeout, client.get(prefix, Some(options))).await {
-                Err(_) => {
-                    return Err(AdminError::Unreachable {
-                        store: self.store(),
-                        detail: format!("reading {prefix}: no answer within {:?}", self.timeout),
-                    })
-                }
-                Ok(Err(error)) => return Err(self.refused(format!("reading {prefix}"), error)),
-                Ok(Ok(response)) => response,
-            };
+        let response = self
+            .request(&format!("reading {prefix}"), |mut client| {
+                let options = options.clone();
+                async move { client.get(prefix, Some(options)).await }
+            })
+            .await?;
         Ok(response
             .kvs()
             .iter()
@@ -238,17 +290,14 @@ impl EtcdAdmin {
                         Some(GetOptions::new().with_prefix().with_keys_only()),
                     )]),
             };
-            let mut client = self.client.clone();
-            let response = match tokio::time::timeout(self.timeout, client.txn(txn)).await {
-                Err(_) => {
-                    return Err(AdminError::Unreachable {
-                        store: self.store(),
-                        detail: format!("{what}: no answer within {:?}", self.timeout),
-                    })
-                }
-                Ok(Err(error)) => return Err(self.refused(what.to_owned(), error)),
-                Ok(Ok(response)) => response,
-            };
+            // Sent again after "no leader" only: the writes are
+            // idempotent, and such a refusal did nothing.
+            let response = self
+                .request(what, |mut client| {
+                    let txn = txn.clone();
+                    async move { client.txn(txn).await }
+                })
+                .await?;
             if !response.succeeded() {
                 let live = response
                     .op_responses()
@@ -312,18 +361,16 @@ impl GroupAdmin for EtcdAdmin {
         // One prefix watch over every group: each event carries its key,
         // and nothing is read while nothing changes.
         let base = format!("{}/", self.prefix);
-        let mut client = self.client.clone();
-        let opening = client.watch(base.clone(), Some(WatchOptions::new().with_prefix()));
-        let stream = match tokio::time::timeout(self.timeout, opening).await {
-            Err(_) => {
-                return Err(AdminError::Unreachable {
-                    store: self.store(),
-                    detail: format!("watching {base}: no answer within {:?}", self.timeout),
-                })
-            }
-            Ok(Err(error)) => return Err(self.refused(format!("watching {base}"), error)),
-            Ok(Ok(stream)) => stream,
-        };
+        let stream = self
+            .request(&format!("watching {base}"), |mut client| {
+                let base = base.clone();
+                async move {
+                    client
+                        .watch(base, Some(WatchOptions::new().with_prefix()))
+                        .await
+                }
+            })
+            .await?;
         let store = self.store();
         let changes = stream.flat_map(move |response| {
             let changes: Vec<Result<StoreChange, AdminError>> = match response {
