@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
-use crate::ops::bad_endpoint;
+use crate::ops::{bad_endpoint, no_leader};
 use crate::EtcdSecurity;
 use crate::Keys;
 use async_trait::async_trait;
@@ -27,18 +27,6 @@ const MAX_TXN_OPS: usize = 128;
 /// The pause before a request refused by a node without a leader goes
 /// again (to whichever node the client picks next).
 const NO_LEADER_RETRY: Duration = Duration::from_millis(50);
-
-/// Whether etcd refused `error`'s request because the node it reached has
-/// no leader (asked for with require-leader): the node did nothing with
-/// it, and another node may answer.
-fn no_leader(error: &etcd_client::Error) -> bool {
-    matches!(
-        error,
-        etcd_client::Error::GRpcStatus(status)
-            if status.code() == tonic::Code::Unavailable
-                && status.message().contains("no leader")
-    )
-}
 
 /// Reads and writes the records of the groups under one key prefix of an
 /// etcd cluster (a [`GroupAdmin`]).

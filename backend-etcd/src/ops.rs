@@ -38,6 +38,18 @@ pub(crate) fn lease_not_found(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether etcd refused `error`'s request because the node it reached has
+/// no leader (asked for with require-leader): the node did nothing with
+/// it, and another node may answer.
+pub(crate) fn no_leader(error: &etcd_client::Error) -> bool {
+    matches!(
+        error,
+        etcd_client::Error::GRpcStatus(status)
+            if status.code() == tonic::Code::Unavailable
+                && status.message().contains("no leader")
+    )
+}
+
 /// Whether the client refused to connect for the endpoints it was given
 /// (rather than for a server that does not answer).
 pub(crate) fn bad_endpoint(error: &etcd_client::Error) -> bool {
