@@ -46,10 +46,10 @@ impl ZooKeeper {
         &self.raw
     }
 
-    /// A chroot of its own on the 3-node ensemble of `scripts/services`,
-    /// with node `first` first in the connect string: a client connects to
-    /// the first server it is given, so that is the node its members talk
-    /// to until it fails.
+    /// A chroot of its own on the 3-node ensemble of `scripts/services`.
+    /// Members are given every node and the client picks one at random
+    /// (it shuffles its servers); node `first` is the one a doomed
+    /// member's proxy stands in front of.
     pub async fn on_cluster(test: &str, first: u8) -> ZooKeeper {
         let mut servers = super::cluster::Cluster::ZooKeeper.servers();
         let at = usize::from(first.saturating_sub(1)) % servers.len();
@@ -80,6 +80,17 @@ impl ZooKeeper {
     }
 }
 
+impl ZooKeeper {
+    /// The data and stat of `path`, as of every write acknowledged before
+    /// the call: on an ensemble the test's own client may sit on another
+    /// node than the member that wrote, and a follower can lag behind
+    /// what its leader already acknowledged, so the read follows a sync.
+    async fn read(&self, path: &str) -> Option<(Vec<u8>, zk::Stat)> {
+        self.raw.sync(path).await.ok()?;
+        self.raw.get_data(path).await.ok()
+    }
+}
+
 #[async_trait]
 impl Stores for ZooKeeper {
     fn backend(&self) -> Box<dyn Backend> {
@@ -97,13 +108,13 @@ impl Stores for ZooKeeper {
 
     async fn owner(&self, group: &str, partition: &TopicPartition) -> Option<String> {
         let path = Layout::new("", group).owner(partition);
-        let (data, _) = self.raw.get_data(&path).await.ok()?;
+        let (data, _) = self.read(&path).await?;
         String::from_utf8(data).ok()
     }
 
     async fn committed(&self, group: &str, partition: &TopicPartition) -> Option<Offset> {
         let path = Layout::new("", group).offset(partition);
-        let (data, _) = self.raw.get_data(&path).await.ok()?;
+        let (data, _) = self.read(&path).await?;
         parse_offset(&path, &data).ok()
     }
 
@@ -111,7 +122,7 @@ impl Stores for ZooKeeper {
     /// connection with its session id and negotiated timeout).
     async fn granted_session_timeout(&self, group: &str, member: &str) -> Option<Duration> {
         let path = Layout::new("", group).member(&MemberId::new(member).ok()?);
-        let (_, stat) = self.raw.get_data(&path).await.ok()?;
+        let (_, stat) = self.read(&path).await?;
         let sid = format!("sid=0x{:x},", stat.ephemeral_owner);
         let mut stream = TcpStream::connect(&self.address).await.ok()?;
         stream.write_all(b"cons").await.ok()?;
