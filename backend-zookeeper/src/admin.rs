@@ -209,6 +209,20 @@ impl ZooKeeperAdmin {
         }
     }
 
+    /// Brings this session's server up to date with the ensemble's leader
+    /// before a look at `path`: a follower answers reads from what it has
+    /// applied, which can lag behind a write another client was already
+    /// told is done, and a follower cut off from its leader answers from
+    /// what it had until it notices. After the sync, reads on this session
+    /// see every write committed before it; on a cut-off node the sync
+    /// waits, and the look with it, instead of answering stale.
+    async fn caught_up(&self, path: &str) -> Result<(), AdminError> {
+        match self.client.sync(path).await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(error) => Err(self.refused(format!("syncing {path}"), error)),
+        }
+    }
+
     /// The children of `path`, sorted; none when it does not exist.
     async fn children(&self, path: &str) -> Result<Vec<String>, AdminError> {
         match self.client.list_children(path).await {
@@ -264,8 +278,11 @@ impl ZooKeeperAdmin {
     /// whose layout is `layout` is registered now.
     async fn refuse_if_live(&self, group: &str, layout: &Layout) -> Result<(), AdminError> {
         // A multi-op can check a node's data version but not whether it has
-        // children: a look just before the write is all there is.
-        let live = self.children(&layout.ids()).await?;
+        // children: a look just before the write is all there is, after a
+        // sync so that it sees a registration made through another node.
+        let ids = layout.ids();
+        self.caught_up(&ids).await?;
+        let live = self.children(&ids).await?;
         if live.is_empty() {
             Ok(())
         } else {
@@ -422,7 +439,9 @@ impl GroupAdmin for ZooKeeperAdmin {
     }
 
     async fn groups(&self) -> Result<Vec<String>, AdminError> {
-        self.children(&Layout::groups("")).await
+        let root = Layout::groups("");
+        self.caught_up(&root).await?;
+        self.children(&root).await
     }
 
     async fn watch(&self) -> Result<StoreChanges, AdminError> {
@@ -447,6 +466,7 @@ impl GroupAdmin for ZooKeeperAdmin {
         tenure_core::types::validate_path_element("group", group)?;
         let layout = Layout::new("", group);
         let base = layout.group();
+        self.caught_up(base).await?;
         match self.client.check_stat(base).await {
             Ok(Some(_)) => {}
             Ok(None) => {
