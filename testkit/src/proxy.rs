@@ -125,12 +125,100 @@ async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>
             changed = mode.changed() => if changed.is_err() { return },
             read = client_read.read(&mut up), if current.forward => match read {
                 Ok(0) | Err(_) => return,
-                Ok(n) => if server_write.write_all(&up[..n]).await.is_err() { return },
+                Ok(n) => {
+                    if !passes(&mut mode, generation, Direction::Up).await
+                        || server_write.write_all(&up[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
             },
             read = server_read.read(&mut down), if current.forward && current.answers => match read {
                 Ok(0) | Err(_) => return,
-                Ok(n) => if client_write.write_all(&down[..n]).await.is_err() { return },
+                Ok(n) => {
+                    if !passes(&mut mode, generation, Direction::Down).await
+                        || client_write.write_all(&down[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
             },
         }
+    }
+}
+
+/// Which way bytes go through a connection of the proxy.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// From the client to the server.
+    Up,
+    /// From the server to the client: an answer.
+    Down,
+}
+
+/// Whether bytes just read may go on, once the mode allows it: false when
+/// the connection is to close. The mode is looked at again after the read,
+/// because the read may have taken bytes written after the mode changed (a
+/// doomed member's goodbye, sent once the proxy is down, must never reach
+/// the server); while it holds them back, they wait as they would in the
+/// kernel's buffers.
+async fn passes(mode: &mut watch::Receiver<Mode>, generation: u64, direction: Direction) -> bool {
+    loop {
+        let current = *mode.borrow_and_update();
+        if current.generation != generation {
+            return false;
+        }
+        let open = match direction {
+            Direction::Up => current.forward,
+            Direction::Down => current.forward && current.answers,
+        };
+        if open {
+            return true;
+        }
+        if mode.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// How long the server side waits for bytes that must not come.
+    const QUIET: Duration = Duration::from_millis(50);
+
+    /// A client's bytes written once the proxy is down (a killed member's
+    /// goodbye) never reach the server. The pipe's wait for bytes and its
+    /// wait for a new mode can both be ready when it wakes; it must not
+    /// forward what it read then. Many rounds, since each is a race.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bytes_written_after_down_never_reach_the_server() {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_address = server.local_addr().expect("address").to_string();
+        let mut forwarded = 0;
+        for round in 0..200 {
+            let proxy = Proxy::start(&server_address).await;
+            let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+            let (mut upstream, _) = server.accept().await.expect("accept");
+            // The connection works before the cut.
+            client.write_all(b"hello").await.expect("write");
+            let mut hello = [0u8; 5];
+            upstream.read_exact(&mut hello).await.expect("read");
+
+            proxy.down();
+            // Refused writes are fine: the proxy may have closed already.
+            let _ = client.write_all(b"goodbye").await;
+            let mut late = [0u8; 16];
+            match tokio::time::timeout(QUIET, upstream.read(&mut late)).await {
+                Ok(Ok(n)) if n > 0 => {
+                    forwarded += 1;
+                    eprintln!("round {round}: {n} bytes reached the server after down");
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(forwarded, 0, "rounds that let bytes through after down");
     }
 }
