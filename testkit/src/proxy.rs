@@ -22,6 +22,16 @@ struct Mode {
     generation: u64,
 }
 
+impl Mode {
+    /// Whether bytes going `direction` flow in this mode.
+    fn lets(self, direction: Direction) -> bool {
+        match direction {
+            Direction::Up => self.forward,
+            Direction::Down => self.forward && self.answers,
+        }
+    }
+}
+
 /// The proxy; it stops when dropped.
 pub struct Proxy {
     /// Where clients connect (`127.0.0.1:port`).
@@ -123,7 +133,7 @@ async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>
         }
         tokio::select! {
             changed = mode.changed() => if changed.is_err() { return },
-            read = client_read.read(&mut up), if current.forward => match read {
+            read = client_read.read(&mut up), if current.lets(Direction::Up) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     if !passes(&mut mode, generation, Direction::Up).await
@@ -133,7 +143,7 @@ async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>
                     }
                 }
             },
-            read = server_read.read(&mut down), if current.forward && current.answers => match read {
+            read = server_read.read(&mut down), if current.lets(Direction::Down) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
                     if !passes(&mut mode, generation, Direction::Down).await
@@ -168,11 +178,7 @@ async fn passes(mode: &mut watch::Receiver<Mode>, generation: u64, direction: Di
         if current.generation != generation {
             return false;
         }
-        let open = match direction {
-            Direction::Up => current.forward,
-            Direction::Down => current.forward && current.answers,
-        };
-        if open {
+        if current.lets(direction) {
             return true;
         }
         if mode.changed().await.is_err() {

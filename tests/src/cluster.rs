@@ -55,6 +55,22 @@ impl Cluster {
         }
     }
 
+    /// The address of node `number` (1–3).
+    pub fn server(self, number: u8) -> String {
+        let servers = self.servers();
+        let index = usize::from(number.saturating_sub(1));
+        servers
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| panic!("{} has no node {number}", self.service()))
+    }
+
+    /// The number of a node that does not lead: the first other than
+    /// `leader`.
+    pub fn follower_of(leader: u8) -> u8 {
+        (1..=3u8).find(|n| *n != leader).unwrap_or(1)
+    }
+
     fn run(self, args: &[&str]) -> String {
         let output = Command::new(SERVICES)
             .args(args)

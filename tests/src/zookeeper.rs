@@ -78,9 +78,7 @@ impl ZooKeeper {
             raw,
         }
     }
-}
 
-impl ZooKeeper {
     /// The data and stat of `path`, as of every write acknowledged before
     /// the call: on an ensemble the test's own client may sit on another
     /// node than the member that wrote, and a follower can lag behind

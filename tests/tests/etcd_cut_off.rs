@@ -39,7 +39,7 @@ async fn cut_a_follower(test: &str) -> (Etcd, FollowerCut) {
     let turn = CLUSTER.exclusive().await;
     let etcd = Etcd::on_cluster(test).await;
     let leader = CLUSTER.wait_for_leader();
-    let follower = (1..=3u8).find(|n| *n != leader).unwrap_or(1);
+    let follower = Cluster::follower_of(leader);
     let cut = CLUSTER.cut_off(follower);
     let cut = FollowerCut {
         leader,
@@ -73,8 +73,7 @@ async fn members_join_while_a_node_is_cut_off_from_the_quorum() {
         })
         .await;
     // Read through the leader: the cut node cannot answer.
-    let leader_endpoint = &CLUSTER.servers()[usize::from(cut.leader - 1)];
-    let observer = etcd.read_through(leader_endpoint).await;
+    let observer = etcd.read_through(&CLUSTER.server(cut.leader)).await;
     common::store_agrees(&observer, &group, &monitor).await;
     for member in members {
         let _ = member.close().await.expect("close");
@@ -89,7 +88,7 @@ async fn members_join_while_a_node_is_cut_off_from_the_quorum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_goes_past_a_node_cut_off_from_the_quorum() {
     let (etcd, cut) = cut_a_follower("cut-off-admin").await;
-    let cut_endpoint = CLUSTER.servers()[usize::from(cut.follower - 1)].clone();
+    let cut_endpoint = CLUSTER.server(cut.follower);
 
     // The cut node says it has no leader once it has noticed the cut (an
     // election timeout after it): until then, a request waits on it.

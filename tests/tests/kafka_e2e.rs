@@ -140,7 +140,7 @@ async fn a_hundred_thousand_messages_on_an_etcd_cluster_losing_a_follower() {
     let stores = common::etcd::Etcd::on_cluster("e2e-follower").await;
     // Members speak to every node (the client balances over them); this
     // one is a follower when it dies.
-    let follower = (1..=3).find(|n| *n != cluster.leader()).unwrap_or(1);
+    let follower = Cluster::follower_of(cluster.leader());
     a_hundred_thousand_messages(
         &stores,
         "an etcd cluster losing a follower",

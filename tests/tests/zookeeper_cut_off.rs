@@ -35,10 +35,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 async fn the_admin_never_reads_a_cut_off_follower_behind() {
     let _turn = CLUSTER.exclusive().await;
     let leader = CLUSTER.wait_for_leader();
-    let follower = (1..=3u8).find(|n| *n != leader).unwrap_or(1);
-    let servers = CLUSTER.servers();
-    let node = |number: u8| servers[usize::from(number - 1)].clone();
-    let chroot = server::fresh_chroot_at(&servers.join(","), "cut-off-admin").await;
+    let follower = Cluster::follower_of(leader);
+    let chroot = server::fresh_chroot_at(&CLUSTER.servers().join(","), "cut-off-admin").await;
+    let node = |number: u8| CLUSTER.server(number);
 
     let timeout = Duration::from_secs(10);
     let through_leader = ZooKeeperAdmin::connect(&format!("{}{chroot}", node(leader)), timeout)
