@@ -15,16 +15,18 @@ use etcd_client::{
 use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
     ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
-    StoreError, StoreRequest, TopicPartition,
+    StoreError, TopicPartition,
 };
+use tenure_tokio::store::{each_failed, MemberList, Registrations, StoreOps, Watch, Wire};
 
-use crate::{Current, Shared};
-use tenure_tokio::session::{self, each_failed, Registrations, StoreOps, Watch};
+use crate::client::{Current, GroupClient};
 
-/// One command's view of the store: the lease it was issued under.
-struct Ctx {
-    shared: Arc<Shared>,
-    current: Current,
+/// One command's view of the store: the lease it was issued under, and the
+/// member's wire.
+pub(crate) struct Ctx {
+    pub(crate) group: Arc<GroupClient>,
+    pub(crate) current: Current,
+    pub(crate) wire: Wire,
 }
 
 /// Whether the server said that a lease does not exist.
@@ -120,22 +122,22 @@ impl Ctx {
         self.current.lease
     }
 
-    fn session(&self) -> SessionId {
-        self.current.session
-    }
-
-    /// Runs one request once it has its turn (`RequestTurns`), bounded
-    /// by the request timeout from when it is sent: unanswered, it fails
-    /// with ConnectionLoss.
+    /// Runs one request once it has its turn on the wire, bounded by the
+    /// request timeout from when it is sent: unanswered, it fails with
+    /// ConnectionLoss. Its answer does not count as the store hearing from
+    /// the session: only a lease's renewal does.
     async fn call<T, F, Fut>(&self, request: F) -> Result<T, StoreError>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let _turn = self.shared.state.turns().take().await;
-        self.shared.count(1);
-        let timeout = self.shared.config.request_timeout();
-        match tokio::time::timeout(timeout, request(self.shared.client.clone())).await {
+        let timeout = self.group.config.request_timeout();
+        let client = self.group.client.clone();
+        let sent = self
+            .wire
+            .send(|| tokio::time::timeout(timeout, request(client)))
+            .await;
+        match sent {
             Err(_) => Err(StoreError::ConnectionLoss),
             Ok(result) => result.map_err(store_error),
         }
@@ -148,7 +150,7 @@ impl Ctx {
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
                 key,
-                self.shared.member.id.as_str(),
+                self.group.member.id.as_str(),
                 Some(PutOptions::new().with_lease(self.lease())),
             )])
             .or_else([TxnOp::get(key, None)])
@@ -157,8 +159,8 @@ impl Ctx {
     /// The transaction of one commit: the offset written only while the
     /// owner key is the claim `token` and carries our lease.
     fn commit_txn(&self, partition: &TopicPartition, offset: Offset, token: FencingToken) -> Txn {
-        let owner = self.shared.keys.owner(partition);
-        let key = self.shared.keys.offset(partition);
+        let owner = self.group.keys.owner(partition);
+        let key = self.group.keys.offset(partition);
         Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
@@ -193,35 +195,12 @@ impl Ctx {
     }
 }
 
-/// Carries out the claims or offset reads `commands` together under
-/// `current`, the lease they were issued under.
-pub(crate) async fn execute_batch(
-    shared: Arc<Shared>,
-    current: Current,
-    commands: Vec<StoreRequest>,
-) {
-    let ctx = Ctx {
-        shared: shared.clone(),
-        current,
-    };
-    session::execute_batch(&shared.state, ctx, commands).await
-}
-
-/// Carries out `command` under `current`, the lease it was issued under.
-pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: StoreRequest) {
-    let ctx = Ctx {
-        shared: shared.clone(),
-        current,
-    };
-    session::execute(&shared.state, ctx, command).await
-}
-
 #[async_trait]
 impl StoreOps for Ctx {
     /// Creates the registration if there is none; otherwise says whose lease
     /// holds it. One transaction: the answer is about the record the compare saw.
     async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
-        let key = self.shared.keys.member(&info.id);
+        let key = self.group.keys.member(&info.id);
         let data = tenure_tokio::registration_record(info);
         let txn = Txn::new()
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -250,7 +229,7 @@ impl StoreOps for Ctx {
     }
 
     async fn deregister(&self) -> Result<(), StoreError> {
-        let key = self.shared.keys.member(&self.shared.member.id);
+        let key = self.group.keys.member(&self.group.member.id);
         self.txn(release_txn(self, key, None)).await.map(|_| ())
     }
 
@@ -269,14 +248,14 @@ impl StoreOps for Ctx {
         // renewed it no earlier than TTL - remaining before `sent`.
         let remaining = Duration::from_secs(u64::try_from(response.ttl()).unwrap_or(0));
         if let Some(renewed) = sent.checked_sub(self.current.ttl.saturating_sub(remaining)) {
-            self.shared.state.last_heard().heard(renewed);
+            self.wire.heard(renewed);
         }
         Ok(())
     }
 
-    async fn watch_members(&self) -> Result<(Vec<MemberInfo>, Watch), StoreError> {
+    async fn watch_members(&self) -> Result<(MemberList, Watch), StoreError> {
         let (members, revision) = read_members(self).await?;
-        let prefix = self.shared.keys.members();
+        let prefix = self.group.keys.members();
         // One notification per WatchMembers, whatever changed.
         let watch = watch(self, prefix, true, revision + 1, |_| true);
         Ok((members, watch))
@@ -285,8 +264,8 @@ impl StoreOps for Ctx {
     /// Creates the owner key if there is none; otherwise reads it, in the same
     /// transaction.
     async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
-        self.shared.config.hooks.before_owner_read().await;
-        let key = self.shared.keys.owner(partition);
+        self.group.config.hooks.before_owner_read().await;
+        let key = self.group.keys.owner(partition);
         let response = self.txn(self.claim_txn(&key)).await?;
         claimed(&key, &response, response.header().map(|h| h.revision()))
     }
@@ -303,7 +282,7 @@ impl StoreOps for Ctx {
         }
         let keys: Vec<String> = partitions
             .iter()
-            .map(|p| self.shared.keys.owner(p))
+            .map(|p| self.group.keys.owner(p))
             .collect();
         let claims: Vec<Txn> = keys.iter().map(|key| self.claim_txn(key)).collect();
         let response = match self.txn_of_txns(claims).await {
@@ -324,7 +303,7 @@ impl StoreOps for Ctx {
         &self,
         partition: &TopicPartition,
     ) -> Result<(bool, Option<Watch>), StoreError> {
-        let key = self.shared.keys.owner(partition);
+        let key = self.group.keys.owner(partition);
         let response = self.get(&key, None).await?;
         // Absent: no watch (etcd's watches are on keys, not on nodes that
         // may appear).
@@ -349,8 +328,8 @@ impl StoreOps for Ctx {
         partition: &TopicPartition,
         token: Option<FencingToken>,
     ) -> Result<(), StoreError> {
-        self.shared.config.hooks.before_release().await;
-        let key = self.shared.keys.owner(partition);
+        self.group.config.hooks.before_release().await;
+        let key = self.group.keys.owner(partition);
         self.txn(release_txn(self, key, token)).await.map(|_| ())
     }
 
@@ -359,10 +338,10 @@ impl StoreOps for Ctx {
         &self,
         releases: &[(TopicPartition, Option<FencingToken>)],
     ) -> Vec<Result<(), StoreError>> {
-        self.shared.config.hooks.before_release().await;
+        self.group.config.hooks.before_release().await;
         let txns = releases
             .iter()
-            .map(|(p, token)| release_txn(self, self.shared.keys.owner(p), *token))
+            .map(|(p, token)| release_txn(self, self.group.keys.owner(p), *token))
             .collect();
         match self.txn_of_txns(txns).await {
             Ok(response) => nested(&response, releases.len(), "releases")
@@ -374,7 +353,7 @@ impl StoreOps for Ctx {
     }
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
-        let key = self.shared.keys.offset(partition);
+        let key = self.group.keys.offset(partition);
         let response = self.get(&key, None).await?;
         match response.kvs().first() {
             None => Ok(None),
@@ -391,7 +370,7 @@ impl StoreOps for Ctx {
         }
         let keys: Vec<String> = partitions
             .iter()
-            .map(|p| self.shared.keys.offset(p))
+            .map(|p| self.group.keys.offset(p))
             .collect();
         // Reads alone: the transaction is one consistent read of them all.
         let txn = Txn::new().and_then(
@@ -477,9 +456,9 @@ impl StoreOps for Ctx {
 /// registration, which the filter leaves whole, says whether some were
 /// deleted meanwhile, and then the keys alone at the same revision say
 /// which.
-async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
+async fn read_members(ctx: &Ctx) -> Result<(MemberList, i64), StoreError> {
     let before = ctx
-        .shared
+        .group
         .registrations
         .lock()
         .map(|mut r| r.take())
@@ -488,7 +467,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
         Some((revision, registrations)) => (registrations, Some(revision)),
         None => (Registrations::default(), None),
     };
-    let prefix = ctx.shared.keys.members();
+    let prefix = ctx.group.keys.members();
     let mut options = GetOptions::new().with_prefix();
     if let Some(since) = since {
         options = options.with_min_mod_revision(since + 1);
@@ -498,7 +477,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key());
         let id = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
-        registrations.read(&ctx.shared.state, id, &key, kv.value());
+        registrations.read(id, &key, kv.value());
     }
     if i64::try_from(registrations.len()) != Ok(response.count()) {
         // Some were deleted since: the keys there are at the same revision.
@@ -514,8 +493,8 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, i64), StoreError> {
             .collect();
         registrations.retain(|id| listed.contains(id.as_bytes()));
     }
-    let members = registrations.members();
-    if let Ok(mut kept) = ctx.shared.registrations.lock() {
+    let members = registrations.list();
+    if let Ok(mut kept) = ctx.group.registrations.lock() {
         *kept = Some((revision, registrations));
     }
     Ok((members, revision))
@@ -602,12 +581,11 @@ fn nested(
 
 /// Watches `key` (a prefix if `prefix`) from revision `from` until an event
 /// `fires` accepts, or history is lost to compaction (so such an event may
-/// have been missed): the watch fires. It ends without firing when the
-/// session it was set under ends (or the backend shuts down): nobody waits
-/// for it any more, and it is cancelled. The watch rides on the backend's
-/// one watch stream, which registers it again from the revision after the
-/// last event seen when the stream breaks, so nothing is missed across
-/// disconnects.
+/// have been missed): the watch fires. The session loop drops it when the
+/// session it was set under ends, which cancels it. The watch rides on the
+/// backend's one watch stream, which registers it again from the revision
+/// after the last event seen when the stream breaks, so nothing is missed
+/// across disconnects.
 fn watch(
     ctx: &Ctx,
     key: String,
@@ -615,15 +593,7 @@ fn watch(
     from: i64,
     fires: impl FnMut(&etcd_client::Event) -> bool + Send + 'static,
 ) -> Watch {
-    let shared = ctx.shared.clone();
-    let session = ctx.session();
-    let mut registration = shared.watches.add(key, prefix, from, Box::new(fires));
-    Box::pin(async move {
-        // Returning drops the registration, which cancels the watch if it
-        // has not fired.
-        tokio::select! {
-            () = shared.state.session_ended(session) => false,
-            fired = registration.fired() => fired,
-        }
-    })
+    let mut registration = ctx.group.watches.add(key, prefix, from, Box::new(fires));
+    // Dropping the registration cancels the watch if it has not fired.
+    Box::pin(async move { registration.fired().await })
 }

@@ -1,34 +1,154 @@
-//! Granting leases and keeping them alive: suspension when keep-alives go
-//! unanswered, resumption when they are answered again, expiry when the
-//! server says the lease is gone (or it must be by now), after which a new
-//! lease is granted.
+//! Granting leases: the backend's settings, and the [`Connector`] that
+//! grants a member's first lease (or resumes one a previous process left)
+//! with them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Client, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions,
-};
-use tenure_core::Event;
-use tenure_tokio::session::OpenError;
-use tenure_tokio::BackendError;
+use async_trait::async_trait;
+use etcd_client::{Client, ConnectOptions, LeaseTimeToLiveOptions};
+use tenure_tokio::store::{Connected, Connector, Hooks, OpenError};
+use tenure_tokio::{BackendError, Joining};
 
+use crate::client::{Current, GroupClient};
 use crate::ops::{answered, bad_endpoint, lease_not_found};
-use crate::{Config, Current, Shared};
+use crate::security::EtcdSecurity;
+use crate::{watches, Keys, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 
-/// The pause between two attempts to reach the server while suspended.
-const RETRY_WHILE_SUSPENDED: Duration = Duration::from_millis(500);
 /// HTTP/2 pings on an idle connection: etcd refuses them more often than
 /// every 5 s by default (`--grpc-keepalive-min-time`).
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The shortest request timeout derived from the session timeout.
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Why a connection attempt failed.
 type ConnectError = OpenError<etcd_client::Error>;
 
+/// What a (re)connection needs.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    /// The endpoints as given (comma-separated), for errors and logs.
+    pub(crate) endpoints: String,
+    pub(crate) prefix: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// `None`: derived from the session timeout.
+    pub(crate) request_timeout: Option<Duration>,
+    /// Credentials and TLS, for a secured cluster.
+    pub(crate) security: EtcdSecurity,
+    pub(crate) hooks: Hooks,
+    /// Requests sent to etcd so far, across leases.
+    pub(crate) requests: Arc<AtomicU64>,
+    /// Static membership: a lease outlives the backend (nothing revokes it
+    /// when the backend is dropped), for a restarted process to resume.
+    pub(crate) detached: bool,
+}
+
+impl Config {
+    /// The settings of a backend for `endpoints`, before the member starts
+    /// it.
+    pub(crate) fn new(endpoints: String) -> Config {
+        Config {
+            endpoints,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            // The member's, set when it starts the backend.
+            session_timeout: Duration::ZERO,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: None,
+            security: EtcdSecurity::new(),
+            hooks: Hooks::default(),
+            requests: Arc::new(AtomicU64::new(0)),
+            detached: false,
+        }
+    }
+
+    /// How the store is named in errors and logs.
+    pub(crate) fn store(&self) -> String {
+        match self.security.user_name() {
+            Some(user) => format!("etcd at {} as {user}", self.endpoints),
+            None => format!("etcd at {}", self.endpoints),
+        }
+    }
+
+    /// The lease TTL to ask for: the session timeout in whole seconds,
+    /// rounded up, at least 1.
+    pub(crate) fn ttl_secs(&self) -> i64 {
+        let t = self.session_timeout;
+        let secs = t.as_secs() + u64::from(t.subsec_nanos() > 0);
+        i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
+    }
+
+    /// How long one request may go unanswered before it fails with
+    /// `ConnectionLoss`.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.request_timeout
+            .unwrap_or_else(|| (self.session_timeout / 2).max(MIN_REQUEST_TIMEOUT))
+    }
+
+    pub(crate) fn endpoint_list(&self) -> Vec<String> {
+        self.endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Connector for Config {
+    type Client = GroupClient;
+
+    fn request_counter(&self) -> Arc<AtomicU64> {
+        self.requests.clone()
+    }
+
+    async fn connect(&mut self, joining: &Joining) -> Result<Connected<GroupClient>, BackendError> {
+        self.session_timeout = joining.session_timeout;
+        let endpoints = self.endpoint_list();
+        if endpoints.is_empty() {
+            return Err(BackendError::Config(format!(
+                "{}: no endpoint given",
+                self.store()
+            )));
+        }
+        if let Some(problem) = endpoints.iter().find_map(|e| endpoint_problem(e)) {
+            return Err(BackendError::Config(format!("{}: {problem}", self.store())));
+        }
+        self.detached = joining.static_membership;
+        let keys = Keys::new(&self.prefix, &joining.group);
+        let before = Instant::now();
+        let resume = joining.resume.as_ref().map(|ticket| ticket.id);
+        let (client, current, held) = connect(self, &endpoints, resume).await?;
+        let (watches, watching) = watches::Watches::new(watches::Link {
+            client: client.clone(),
+            request_timeout: self.request_timeout(),
+            requests: self.requests.clone(),
+        });
+        // It ends by itself once the backend and every watch are gone.
+        tokio::spawn(watching);
+        tracing::info!(
+            store = %self.store(),
+            lease = %format_args!("{:x}", current.lease),
+            ttl = ?current.ttl,
+            "etcd lease granted"
+        );
+        let claims_held = held.map(|held| keys.owned_partitions(&held));
+        let group = GroupClient::new(self.clone(), keys, joining.member.clone(), client, watches);
+        let connected = Connected::new(group, current, before);
+        Ok(match claims_held {
+            // The claims the previous process left under the lease.
+            Some(claims) => connected.resumed(claims),
+            None => connected,
+        })
+    }
+}
+
 /// Builds a client for `endpoints` and grants the first lease, within the
 /// connect timeout.
-pub(crate) async fn connect(
+async fn connect(
     config: &Config,
     endpoints: &[String],
     resume: Option<i64>,
@@ -149,7 +269,7 @@ async fn resumed(config: &Config, client: &Client, lease: i64) -> Option<(Curren
 /// Grants a lease of the configured TTL, within the connect timeout: tried
 /// again while the store does not answer ([`GRANT_TRIES`]), never after
 /// it refused.
-async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError> {
+pub(crate) async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError> {
     let ttl = config.ttl_secs();
     let mut client = client.clone();
     let deadline = tokio::time::Instant::now() + config.connect_timeout;
@@ -198,189 +318,60 @@ async fn grant(config: &Config, client: &Client) -> Result<Current, ConnectError
     Ok(current)
 }
 
-/// How keeping one lease alive ended.
-enum Ended {
-    /// The lease is gone (the server said so, or it must be by now).
-    Expired,
-    /// The backend shuts down.
-    Closing,
-}
-
-/// Keeps the current lease, and every lease granted after it, alive until
-/// shutdown.
-pub(crate) async fn follow(shared: Arc<Shared>) {
-    loop {
-        let Some(current) = shared.state.current() else {
-            return;
-        };
-        match keep_alive(&shared, current).await {
-            Ended::Closing => return,
-            Ended::Expired => {
-                tracing::warn!(
-                    lease = %format_args!("{:x}", current.lease),
-                    "etcd lease expired; granting a new one"
-                );
-                shared.state.expired();
-                if !reopen(&shared, current).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// An open keep-alive stream of one lease.
-struct Stream {
-    keeper: LeaseKeeper,
-    answers: LeaseKeepAliveStream,
-}
-
-/// What one keep-alive round trip said.
-enum Renewal {
-    /// The lease lives on.
-    Alive,
-    /// The server says the lease does not exist.
-    Gone,
-    /// No answer (timeout, broken stream, no connection).
-    Unanswered(String),
-}
-
-/// One keep-alive: on the open stream, or on a new one.
-async fn renew(client: &Client, lease: i64, stream: &mut Option<Stream>) -> Renewal {
-    match stream {
-        None => {
-            let mut client = client.clone();
-            match client.lease_keep_alive(lease).await {
-                // Opening the stream sends a keep-alive and waits for its
-                // answer; a TTL of 0 fails with "lease not found".
-                Ok((keeper, answers)) => {
-                    *stream = Some(Stream { keeper, answers });
-                    Renewal::Alive
-                }
-                Err(e) if lease_not_found(&e) => Renewal::Gone,
-                Err(e) => Renewal::Unanswered(e.to_string()),
-            }
-        }
-        Some(open) => {
-            if let Err(e) = open.keeper.keep_alive().await {
-                return Renewal::Unanswered(e.to_string());
-            }
-            match open.answers.message().await {
-                Ok(Some(answer)) if answer.ttl() > 0 => Renewal::Alive,
-                Ok(Some(_)) => Renewal::Gone,
-                Ok(None) => Renewal::Unanswered("keep-alive stream closed".to_owned()),
-                Err(e) if lease_not_found(&e) => Renewal::Gone,
-                Err(e) => Renewal::Unanswered(e.to_string()),
-            }
-        }
-    }
-}
-
-/// Renews `current` every TTL/3 until it expires or the backend shuts down;
-/// reports suspension and resumption on the way.
-async fn keep_alive(shared: &Shared, current: Current) -> Ended {
-    let interval = (current.ttl / 3).max(Duration::from_millis(100));
-    // Keep-alives are answered by the leader at once (no consensus round):
-    // half the interval unanswered is a connection in trouble.
-    let patience = interval / 2;
-    let mut stream: Option<Stream> = None;
-    let mut suspended = false;
-    loop {
-        if shared.state.is_closing() {
-            return Ended::Closing;
-        }
-        // Unheard of for a whole TTL: the server has dropped the lease, or
-        // is about to (a new lease revokes it first to make sure).
-        if suspended && shared.state.last_heard().get() + current.ttl <= Instant::now() {
-            return Ended::Expired;
-        }
-        let sent = Instant::now();
-        let renewal =
-            tokio::time::timeout(patience, renew(&shared.client, current.lease, &mut stream))
-                .await
-                .unwrap_or_else(|_| Renewal::Unanswered(format!("no answer within {patience:?}")));
-        let next = match renewal {
-            Renewal::Alive => {
-                // The server renewed the lease after we sent the keep-alive.
-                shared.state.last_heard().heard(sent);
-                if suspended {
-                    suspended = false;
-                    tracing::info!("etcd answers keep-alives again; session resumed");
-                    shared.state.send(Event::SessionResumed);
-                }
-                sent + interval
-            }
-            Renewal::Gone => return Ended::Expired,
-            Renewal::Unanswered(why) => {
-                stream = None;
-                if !suspended {
-                    suspended = true;
-                    tracing::warn!(%why, "etcd lease keep-alive unanswered; session suspended");
-                    shared.state.send(Event::SessionSuspended {
-                        last_heard: shared.state.last_heard().get(),
-                    });
-                }
-                (sent + RETRY_WHILE_SUSPENDED).max(Instant::now())
-            }
-        };
-        // Until the next keep-alive, watch the stream: a break shows at once.
-        let deadline = tokio::time::Instant::from_std(next);
-        match stream.as_mut() {
-            None => tokio::time::sleep_until(deadline).await,
-            Some(open) => match tokio::time::timeout_at(deadline, open.answers.message()).await {
-                Err(_) => {}
-                // A stray answer (of a keep-alive that timed out before).
-                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {}
-                Ok(Ok(Some(_))) => return Ended::Expired,
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    stream = None;
-                    tokio::time::sleep_until(deadline).await;
-                }
-            },
-        }
-    }
-}
-
-/// Grants a new lease after `old` expired, retrying until it works or the
-/// backend shuts down; sends `SessionEstablished`. Returns whether it did.
-async fn reopen(shared: &Shared, old: Current) -> bool {
-    let request_timeout = shared.config.request_timeout();
-    let revoked = &AtomicBool::new(false);
-    let granted = shared.state.reopen("etcd", || async move {
-        // The expiry may have been concluded here, from silence, while the
-        // server still counts down: revoke so that the old keys go now, and
-        // grant no new lease before they have.
-        if !revoked.load(Ordering::SeqCst) {
-            let mut client = shared.client.clone();
-            let revoke =
-                tokio::time::timeout(request_timeout, client.lease_revoke(old.lease)).await;
-            let gone = match revoke {
-                Ok(Ok(_)) => true,
-                Ok(Err(e)) => lease_not_found(&e),
-                Err(_) => false,
-            };
-            if !gone {
-                return Err(ConnectError::Timeout(request_timeout)
-                    .into_backend_error(shared.config.store()));
-            }
-            revoked.store(true, Ordering::SeqCst);
-        }
-        grant(&shared.config, &shared.client)
-            .await
-            .map_err(|e| e.into_backend_error(shared.config.store()))
-    });
-    let Some((current, before)) = granted.await else {
-        return false;
+/// What is wrong with an endpoint URL, if anything. The client itself would
+/// take a port that is not a number for no port at all (and dial port 80).
+fn endpoint_problem(endpoint: &str) -> Option<String> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or(endpoint);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let (host, port) = match authority.strip_prefix('[') {
+        // [v6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, port)) => (host, Some(port.strip_prefix(':').unwrap_or(port))),
+            None => return Some(format!("invalid endpoint {endpoint:?}: unclosed '['")),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
     };
-    if shared.state.is_closing() {
-        let mut client = shared.client.clone();
-        let _ = tokio::time::timeout(request_timeout, client.lease_revoke(current.lease)).await;
-        return false;
+    if host.is_empty() {
+        return Some(format!("invalid endpoint {endpoint:?}: no host"));
     }
-    tracing::info!(
-        lease = %format_args!("{:x}", current.lease),
-        "new etcd lease granted"
-    );
-    shared.state.established(current, before);
-    true
+    match port.map(str::parse::<u16>) {
+        Some(Ok(0)) | Some(Err(_)) => Some(format!(
+            "invalid endpoint {endpoint:?}: the port is not a number from 1 to 65535"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint_problem;
+
+    #[test]
+    fn endpoints_are_checked() {
+        for good in [
+            "http://127.0.0.1:2379",
+            "https://etcd:2379",
+            "etcd:2379",
+            "http://[::1]:2379",
+            "http://etcd",
+        ] {
+            assert_eq!(endpoint_problem(good), None, "{good}");
+        }
+        for bad in [
+            "127.0.0.1:notaport",
+            "http://etcd:0",
+            "http://:2379",
+            "http://[::1:2379",
+            "http://etcd:99999",
+        ] {
+            assert!(endpoint_problem(bad).is_some(), "{bad}");
+        }
+    }
 }

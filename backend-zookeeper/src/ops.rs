@@ -4,25 +4,25 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use async_trait::async_trait;
 use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
     ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
-    StoreError, StoreRequest, TopicPartition,
+    StoreError, TopicPartition,
 };
-use tenure_tokio::session::{self, each_failed, Registrations, StoreOps, Watch};
+use tenure_tokio::store::{each_failed, MemberList, Registrations, StoreOps, Watch, Wire};
 use zookeeper_client as zk;
 
-use crate::{Current, Shared};
+use crate::client::GroupClient;
 
 /// One command's view of the store: the client of the session the command
-/// was issued under.
-struct Ctx {
-    shared: Arc<Shared>,
-    client: zk::Client,
-    session: SessionId,
+/// was issued under, and the member's wire.
+pub(crate) struct Ctx {
+    pub(crate) group: Arc<GroupClient>,
+    pub(crate) client: zk::Client,
+    pub(crate) session: SessionId,
+    pub(crate) wire: Wire,
 }
 
 /// Maps a client error to the core's terms.
@@ -91,37 +91,26 @@ fn parent(path: &str) -> Option<&str> {
 }
 
 impl Ctx {
-    /// Runs one read, once it has its turn (`RequestTurns`). Its answer
-    /// does not count as the store hearing from the session: a follower
-    /// answers reads from what it has, even one that lost its leader and
-    /// has not noticed yet (up to the ensemble's `syncLimit` ticks), while
-    /// the leader, which expires sessions, hears nothing of it.
+    /// Runs one read, once it has its turn on the wire. Its answer does
+    /// not count as the store hearing from the session: a follower answers
+    /// reads from what it has, even one that lost its leader and has not
+    /// noticed yet (up to the ensemble's `syncLimit` ticks), while the
+    /// leader, which expires sessions, hears nothing of it.
     async fn call<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
-        let _turn = self.shared.state.turns().take().await;
-        self.count(1);
-        request().await
+        self.wire.send(request).await
     }
 
     /// Runs one write (or `sync`), once it has its turn. A write goes
     /// through the leader, so its answer proves the session alive there
-    /// when it was sent. The client sends a request when its future is
-    /// made, so the time is taken before `request` is called: it is then a
-    /// moment at or before the server heard the request.
+    /// when it was sent.
     async fn call_leader<T, F>(&self, request: impl FnOnce() -> F) -> Result<T, zk::Error>
     where
         F: Future<Output = Result<T, zk::Error>>,
     {
-        let _turn = self.shared.state.turns().take().await;
-        self.count(1);
-        let sent = Instant::now();
-        let result = request().await;
-        if answered(&result) {
-            self.shared.state.last_heard().heard(sent);
-        }
-        result
+        self.wire.send_to_leader(request, answered).await
     }
 
     /// Sends the writes of `writer` as one `multi`, once it has its turn.
@@ -129,14 +118,9 @@ impl Ctx {
         &self,
         mut writer: zk::MultiWriter<'_>,
     ) -> Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError> {
-        let _turn = self.shared.state.turns().take().await;
-        self.count(1);
-        let sent = Instant::now();
-        let result = writer.commit().await;
-        if multi_answered(&result) {
-            self.shared.state.last_heard().heard(sent);
-        }
-        result
+        self.wire
+            .send_to_leader(|| writer.commit(), multi_answered)
+            .await
     }
 
     /// Sends `writer`, the `multi` of the writes of the requests `decided`
@@ -174,8 +158,8 @@ impl Ctx {
         partitions: &[TopicPartition],
         paths: &[String],
     ) -> Option<Vec<Result<ClaimOutcome, StoreError>>> {
-        let data = self.shared.member.id.as_str().as_bytes();
-        let options = zk::CreateMode::Ephemeral.with_acls(self.shared.config.security.acls());
+        let data = self.group.member.id.as_str().as_bytes();
+        let options = zk::CreateMode::Ephemeral.with_acls(self.group.config.security.acls());
         let mut writer = self.client.new_multi_writer();
         for path in paths {
             if writer.add_create(path, data, &options).is_err() {
@@ -255,7 +239,7 @@ impl Ctx {
         partitions: &[TopicPartition],
         paths: &[String],
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
-        self.shared.config.hooks.before_owner_read().await;
+        self.group.config.hooks.before_owner_read().await;
         let Ok(reads) = read_all(self, paths).await else {
             return self.claim_each(partitions).await;
         };
@@ -320,13 +304,6 @@ impl Ctx {
             .collect()
     }
 
-    fn count(&self, requests: u64) {
-        self.shared
-            .config
-            .requests
-            .fetch_add(requests, std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// Creates the persistent ancestors of `path` (NodeExists is success):
     /// those above the group's node open (they are every group's), the
     /// group's own under its ACL.
@@ -340,14 +317,13 @@ impl Ctx {
     /// Creates `dir` and its missing ancestors, as persistent nodes.
     async fn make_dirs(&self, dir: &str) -> Result<(), zk::Error> {
         // Without credentials every node is open: one request makes them all.
-        let groups = self::parent(self.shared.layout.group());
-        if let (Some(groups), Some(_)) = (groups, self.shared.config.security.digest_credentials())
-        {
+        let groups = self::parent(self.group.layout.group());
+        if let (Some(groups), Some(_)) = (groups, self.group.config.security.digest_credentials()) {
             let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
             self.call_leader(|| self.client.mkdir(groups, &open))
                 .await?;
         }
-        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
+        let options = zk::CreateMode::Persistent.with_acls(self.group.config.security.acls());
         self.call_leader(|| self.client.mkdir(dir, &options)).await
     }
 
@@ -358,7 +334,7 @@ impl Ctx {
         data: &[u8],
         mode: zk::CreateMode,
     ) -> Result<zk::Stat, zk::Error> {
-        let options = mode.with_acls(self.shared.config.security.acls());
+        let options = mode.with_acls(self.group.config.security.acls());
         match self
             .call_leader(|| self.client.create(path, data, &options))
             .await
@@ -373,30 +349,6 @@ impl Ctx {
     }
 }
 
-/// Carries out `command` under `current`, the session it was issued under.
-pub(crate) async fn execute(shared: Arc<Shared>, current: Current, command: StoreRequest) {
-    let ctx = Ctx {
-        shared: shared.clone(),
-        client: current.client,
-        session: current.session,
-    };
-    session::execute(&shared.state, ctx, command).await
-}
-
-/// Carries out the claims or offset reads `commands` together under `current`.
-pub(crate) async fn execute_batch(
-    shared: Arc<Shared>,
-    current: Current,
-    commands: Vec<StoreRequest>,
-) {
-    let ctx = Ctx {
-        shared: shared.clone(),
-        client: current.client,
-        session: current.session,
-    };
-    session::execute_batch(&shared.state, ctx, commands).await
-}
-
 /// Turns a one-shot watcher into a watch that fires on a change of the
 /// node, not on a change of the session (which ends the watch).
 fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
@@ -406,7 +358,7 @@ fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
 #[async_trait]
 impl StoreOps for Ctx {
     async fn register(&self, info: &MemberInfo) -> Result<RegisterOutcome, StoreError> {
-        let path = self.shared.layout.member(&info.id);
+        let path = self.group.layout.member(&info.id);
         let data = tenure_tokio::registration_record(info);
         match self.create(&path, &data, zk::CreateMode::Ephemeral).await {
             Ok(_) => Ok(RegisterOutcome::Registered),
@@ -428,7 +380,7 @@ impl StoreOps for Ctx {
     }
 
     async fn deregister(&self) -> Result<(), StoreError> {
-        let path = self.shared.layout.member(&self.shared.member.id);
+        let path = self.group.layout.member(&self.group.member.id);
         delete_if_ours(self, &path, None, false).await
     }
 
@@ -438,7 +390,7 @@ impl StoreOps for Ctx {
         // cut off from its leader). The server then answers the check from
         // a state at least as new as the sync: the registration is there
         // unless the session ended.
-        let path = self.shared.layout.member(&self.shared.member.id);
+        let path = self.group.layout.member(&self.group.member.id);
         self.call_leader(|| self.client.sync(&path))
             .await
             .map_err(store_error)?;
@@ -448,20 +400,20 @@ impl StoreOps for Ctx {
             .map_err(store_error)
     }
 
-    async fn watch_members(&self) -> Result<(Vec<MemberInfo>, Watch), StoreError> {
+    async fn watch_members(&self) -> Result<(MemberList, Watch), StoreError> {
         let (members, watcher) = read_members(self).await?;
         Ok((members, fires_on_change(watcher)))
     }
 
     async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
-        let path = self.shared.layout.owner(partition);
-        let data = self.shared.member.id.as_str().as_bytes();
+        let path = self.group.layout.owner(partition);
+        let data = self.group.member.id.as_str().as_bytes();
         match self.create(&path, data, zk::CreateMode::Ephemeral).await {
             Ok(stat) => Ok(ClaimOutcome::Created {
                 token: token_of(&stat),
             }),
             Err(zk::Error::NodeExists) => {
-                self.shared.config.hooks.before_owner_read().await;
+                self.group.config.hooks.before_owner_read().await;
                 // NoNode here is the race where the owner released between our
                 // create and this read: reported as such, the core claims again.
                 let (data, stat) = self
@@ -486,7 +438,7 @@ impl StoreOps for Ctx {
         }
         let paths: Vec<String> = partitions
             .iter()
-            .map(|p| self.shared.layout.owner(p))
+            .map(|p| self.group.layout.owner(p))
             .collect();
         match self.create_owners(partitions, &paths).await {
             Some(outcomes) => outcomes,
@@ -498,7 +450,7 @@ impl StoreOps for Ctx {
         &self,
         partition: &TopicPartition,
     ) -> Result<(bool, Option<Watch>), StoreError> {
-        let path = self.shared.layout.owner(partition);
+        let path = self.group.layout.owner(partition);
         // On an absent node this is an `exists` watch: it fires when the
         // node is created, which the core takes as "look again".
         let (stat, watcher) = self
@@ -513,7 +465,7 @@ impl StoreOps for Ctx {
         partition: &TopicPartition,
         token: Option<FencingToken>,
     ) -> Result<(), StoreError> {
-        let path = self.shared.layout.owner(partition);
+        let path = self.group.layout.owner(partition);
         delete_if_ours(self, &path, token, true).await
     }
 
@@ -529,7 +481,7 @@ impl StoreOps for Ctx {
         }
         let paths: Vec<String> = releases
             .iter()
-            .map(|(p, _)| self.shared.layout.owner(p))
+            .map(|(p, _)| self.group.layout.owner(p))
             .collect();
         let reads = match read_all(self, &paths).await {
             Err(zk::Error::Unimplemented) => return self.release_each(releases).await,
@@ -556,14 +508,14 @@ impl StoreOps for Ctx {
             }
         }
         if decided.iter().any(Option::is_none) {
-            self.shared.config.hooks.before_release().await;
+            self.group.config.hooks.before_release().await;
         }
         self.write_undecided(writer, decided, self.release_each(releases))
             .await
     }
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
-        let path = self.shared.layout.offset(partition);
+        let path = self.group.layout.offset(partition);
         match self.call(|| self.client.get_data(&path)).await {
             Ok((data, _)) => parse_offset(&path, &data).map(Some),
             Err(zk::Error::NoNode) => Ok(None),
@@ -580,7 +532,7 @@ impl StoreOps for Ctx {
         }
         let paths: Vec<String> = partitions
             .iter()
-            .map(|p| self.shared.layout.offset(p))
+            .map(|p| self.group.layout.offset(p))
             .collect();
         let reads = match read_all(self, &paths).await {
             // A server before multi-reads (3.6).
@@ -605,7 +557,7 @@ impl StoreOps for Ctx {
         offset: Offset,
         token: FencingToken,
     ) -> Result<(), StoreError> {
-        let owner_path = self.shared.layout.owner(partition);
+        let owner_path = self.group.layout.owner(partition);
         let owner = match self.call(|| self.client.check_stat(&owner_path)).await {
             Ok(Some(stat)) => stat,
             Ok(None) => return Err(StoreError::NotOwner),
@@ -614,7 +566,7 @@ impl StoreOps for Ctx {
         if owner_session(&owner) != Some(self.session) || token_of(&owner) != token {
             return Err(StoreError::NotOwner);
         }
-        let path = self.shared.layout.offset(partition);
+        let path = self.group.layout.offset(partition);
         let data = encode_offset(offset);
         let existing = self
             .call(|| self.client.check_stat(&path))
@@ -634,7 +586,7 @@ impl StoreOps for Ctx {
                 None => writer.add_create(
                     &path,
                     &data,
-                    &zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls()),
+                    &zk::CreateMode::Persistent.with_acls(self.group.config.security.acls()),
                 ),
             });
         built.map_err(store_error)?;
@@ -663,11 +615,11 @@ impl StoreOps for Ctx {
         }
         let owners: Vec<String> = commits
             .iter()
-            .map(|(p, _, _)| self.shared.layout.owner(p))
+            .map(|(p, _, _)| self.group.layout.owner(p))
             .collect();
         let offsets: Vec<String> = commits
             .iter()
-            .map(|(p, _, _)| self.shared.layout.offset(p))
+            .map(|(p, _, _)| self.group.layout.offset(p))
             .collect();
         let paths: Vec<String> = owners.iter().chain(&offsets).cloned().collect();
         let mut owner_reads = match read_all(self, &paths).await {
@@ -680,7 +632,7 @@ impl StoreOps for Ctx {
         // by the multi.
         let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(commits.len());
         let mut writer = self.client.new_multi_writer();
-        let options = zk::CreateMode::Persistent.with_acls(self.shared.config.security.acls());
+        let options = zk::CreateMode::Persistent.with_acls(self.group.config.security.acls());
         let reads = owner_reads.into_iter().zip(offset_reads);
         for (i, ((_, offset, token), (owner, existing))) in commits.iter().zip(reads).enumerate() {
             let owner = match owner {
@@ -716,8 +668,8 @@ impl StoreOps for Ctx {
     }
 }
 
-async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher), StoreError> {
-    let ids = ctx.shared.layout.ids();
+async fn read_members(ctx: &Ctx) -> Result<(MemberList, zk::OneshotWatcher), StoreError> {
+    let ids = ctx.group.layout.ids();
     let listed = match ctx.call(|| ctx.client.get_and_watch_children(&ids)).await {
         Err(zk::Error::NoNode) => {
             // No member has registered yet: make the parent so that it can
@@ -730,7 +682,7 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
         other => other,
     };
     let (children, stat, watcher) = listed.map_err(store_error)?;
-    let before = take_listed(&ctx.shared.listed);
+    let before = take_listed(&ctx.group.listed);
     let mut registrations = match before {
         Some(before) if before.still_describes(&stat, &children) => before.registrations,
         _ => Registrations::default(),
@@ -750,16 +702,16 @@ async fn read_members(ctx: &Ctx) -> Result<(Vec<MemberInfo>, zk::OneshotWatcher)
     .map_err(store_error)?;
     for ((id, path), read) in new.into_iter().zip(&paths).zip(reads) {
         match read {
-            Ok((data, _)) => registrations.read(&ctx.shared.state, id.clone(), path, &data),
+            Ok((data, _)) => registrations.read(id.clone(), path, &data),
             // A member that left between the listing and the read is simply
             // not a member any more.
             Err(zk::Error::NoNode) => registrations.gone(id.clone()),
             Err(e) => return Err(store_error(e)),
         }
     }
-    let members = registrations.members();
+    let members = registrations.list();
     put_listed(
-        &ctx.shared.listed,
+        &ctx.group.listed,
         Listed {
             parent: stat.czxid,
             child_version: stat.cversion,
@@ -863,7 +815,7 @@ async fn read_each(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> 
     // Requests go out when their futures are made: ask for every
     // registration at once, then collect the answers. Reads: their answers
     // are not heard from the leader (see `Ctx::call`).
-    ctx.count(paths.len() as u64);
+    ctx.wire.count(paths.len() as u64);
     let pending: Vec<_> = paths.iter().map(|p| ctx.client.get_data(p)).collect();
     let mut reads = Vec::with_capacity(paths.len());
     for read in pending {
@@ -891,7 +843,7 @@ async fn delete_if_ours(
         return Ok(());
     }
     if release {
-        ctx.shared.config.hooks.before_release().await;
+        ctx.group.config.hooks.before_release().await;
     }
     // The version guards against the record changing between the read and
     // the delete.

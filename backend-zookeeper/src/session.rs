@@ -1,18 +1,116 @@
-//! Opening sessions and following their state: suspension, resumption,
-//! expiry (after which a new client is built: an expired ZooKeeper session is
-//! terminal for its client).
+//! Opening sessions: the backend's settings, and the [`Connector`] that
+//! opens a member's first session (or resumes one a previous process left)
+//! with them.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use tenure_core::records::{Layout, Watched};
-use tenure_core::Event;
 use tenure_core::TopicPartition;
-use tenure_tokio::session::OpenError;
-use tenure_tokio::{BackendError, SessionTicket};
+use tenure_tokio::store::{Connected, Connector, Hooks, OpenError};
+use tenure_tokio::{BackendError, Joining, SessionTicket};
 use zookeeper_client as zk;
 
-use crate::{session_id, Config, Current, Shared};
+use crate::client::{Current, GroupClient};
+use crate::DEFAULT_CONNECT_TIMEOUT;
+
+/// What a (re)connection needs: the backend's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) connect_string: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    /// Who every session authenticates as, and TLS.
+    pub(crate) security: crate::ZooKeeperSecurity,
+    /// Static membership: sessions are detached (a dropped client leaves
+    /// its session to run out rather than close it), for a restarted
+    /// process to resume.
+    pub(crate) detached: bool,
+    pub(crate) hooks: Hooks,
+    /// Requests sent to ZooKeeper so far, across sessions.
+    pub(crate) requests: Arc<AtomicU64>,
+}
+
+impl Config {
+    /// The settings of a backend for `connect_string`, before the member
+    /// starts it.
+    pub(crate) fn new(connect_string: String) -> Config {
+        Config {
+            connect_string,
+            // The member's, set when it starts the backend.
+            session_timeout: Duration::ZERO,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            security: crate::ZooKeeperSecurity::new(),
+            detached: false,
+            hooks: Hooks::default(),
+            requests: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// How the store is named in errors and logs.
+    pub(crate) fn store(&self) -> String {
+        self.security.store(&self.connect_string)
+    }
+
+    /// This configuration with sessions that close with their client.
+    pub(crate) fn attached(&self) -> Config {
+        Config {
+            detached: false,
+            ..self.clone()
+        }
+    }
+}
+
+#[async_trait]
+impl Connector for Config {
+    type Client = GroupClient;
+
+    fn request_counter(&self) -> Arc<AtomicU64> {
+        self.requests.clone()
+    }
+
+    async fn connect(&mut self, joining: &Joining) -> Result<Connected<GroupClient>, BackendError> {
+        self.session_timeout = joining.session_timeout;
+        self.security.check()?;
+        self.detached = joining.static_membership;
+        let before = Instant::now();
+        let (client, resumed) = match &joining.resume {
+            Some(ticket) => match resume(self, ticket).await {
+                Some(client) => (client, true),
+                None => (connect(self).await?, false),
+            },
+            None => (connect(self).await?, false),
+        };
+        // The client applies the chroot of the connect string.
+        let layout = Layout::new("", &joining.group);
+        // Credentials that do not match the group's ACL would fail every
+        // request, each reported on its own: say it once, before joining.
+        if let Err(zk::Error::NoAuth) = client.list_children(&layout.ids()).await {
+            return Err(BackendError::Denied {
+                store: self.store(),
+                detail: format!(
+                    "the znodes of group {:?} were created under an ACL these credentials do \
+                     not satisfy; use the digest credentials the group's members use \
+                     (ZooKeeperSecurity::digest)",
+                    joining.group
+                ),
+            });
+        }
+        let claims_held = match resumed {
+            // The claims the previous process left under the session.
+            true => Some(claims_held(&client, &layout).await),
+            false => None,
+        };
+        let group = GroupClient::new(self.clone(), layout, joining.member.clone());
+        let connected = Connected::new(group, Current::new(client), before);
+        Ok(match claims_held {
+            Some(claims) => connected.resumed(claims),
+            None => connected,
+        })
+    }
+}
 
 /// Why a connection attempt failed.
 type ConnectError = OpenError<zk::Error>;
@@ -161,66 +259,4 @@ async fn check_session(config: &Config, client: zk::Client) -> Result<zk::Client
         );
     }
     Ok(client)
-}
-
-/// Follows the state of the current session and of every session opened
-/// after it, until shutdown.
-pub(crate) async fn follow(shared: Arc<Shared>, mut watcher: zk::StateWatcher) {
-    let mut suspended = false;
-    loop {
-        // Anything that reconnects after this moment was heard by the
-        // server after it.
-        let waiting_since = Instant::now();
-        let state = watcher.changed().await;
-        if shared.state.is_closing() {
-            return;
-        }
-        match state {
-            zk::SessionState::Disconnected => {
-                if !suspended {
-                    suspended = true;
-                    let last_heard = shared.state.last_heard().get();
-                    tracing::warn!("connection to ZooKeeper lost; session suspended");
-                    shared.state.send(Event::SessionSuspended { last_heard });
-                }
-            }
-            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                shared.state.last_heard().heard(waiting_since);
-                if suspended {
-                    suspended = false;
-                    tracing::info!("connection to ZooKeeper back; session resumed");
-                    shared.state.send(Event::SessionResumed);
-                }
-            }
-            zk::SessionState::Expired | zk::SessionState::AuthFailed => {
-                suspended = false;
-                tracing::warn!(%state, "ZooKeeper session ended; opening a new one");
-                shared.state.expired();
-                let Some(next) = reopen(&shared).await else {
-                    return;
-                };
-                watcher = next;
-            }
-            zk::SessionState::Closed => return,
-        }
-    }
-}
-
-/// Opens a new session after an expiry, retrying until it works or the
-/// backend shuts down; sends `SessionEstablished`.
-async fn reopen(shared: &Shared) -> Option<zk::StateWatcher> {
-    let (client, before) = shared
-        .state
-        .reopen("ZooKeeper", || connect(&shared.config))
-        .await?;
-    if shared.state.is_closing() {
-        return None;
-    }
-    let session = session_id(&client);
-    let watcher = client.state_watcher();
-    tracing::info!(session = %client.session_id(), "new ZooKeeper session established");
-    shared
-        .state
-        .established(Current { client, session }, before);
-    Some(watcher)
 }

@@ -89,6 +89,23 @@ impl Joining {
     }
 }
 
+/// Checks what every backend checks before it opens its first session:
+/// that it was not started before, and a session timeout the store can
+/// keep.
+pub(crate) fn check_start(started: bool, session_timeout: Duration) -> Result<(), BackendError> {
+    if started {
+        return Err(BackendError::Config(
+            "the backend has been started already".to_owned(),
+        ));
+    }
+    if session_timeout.is_zero() {
+        return Err(BackendError::Config(
+            "session timeout must be greater than zero".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// A store session as another process needs it to resume it (static
 /// membership): its id and what proves the right to it. Its `Debug` shows
 /// no secret.

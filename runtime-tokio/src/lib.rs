@@ -21,7 +21,7 @@ pub mod exactly_once;
 mod member;
 mod membership;
 mod memory;
-pub mod session;
+pub mod store;
 mod streams;
 mod telemetry;
 mod values;

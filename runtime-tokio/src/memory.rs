@@ -14,8 +14,7 @@ use tenure_core::records::Layout;
 use tenure_core::{Event, MemberInfo, SessionId, StoreError, StoreRequest};
 use tokio::task::JoinHandle;
 
-use crate::backend::{Backend, BackendError, EventSender, Joining};
-use crate::session::check_start;
+use crate::backend::{check_start, Backend, BackendError, EventSender, Joining};
 
 /// An in-memory coordination store. Clone it to share it between the
 /// members of one process; each member gets its own [`MemoryBackend`].
