@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::Backend;
 use crate::membership::StateFile;
-use crate::streams::{EventSender, HeldClaims, ProblemSender};
+use crate::streams::{AssignmentSender, HeldClaims, ProblemSender};
 use crate::telemetry::Telemetry;
 use crate::values::*;
 use tenure_kafka::{DataEvent, DataPlane};
@@ -58,7 +58,7 @@ pub(crate) struct Driver {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) store: mpsc::UnboundedReceiver<Event>,
     pub(crate) inputs: mpsc::UnboundedReceiver<Input>,
-    pub(crate) events: EventSender,
+    pub(crate) events: AssignmentSender,
     pub(crate) errors: ProblemSender,
     pub(crate) view: watch::Sender<View>,
     /// The member's deadline for handing out messages, for the data
@@ -166,116 +166,16 @@ impl Driver {
             }
             tokio::select! {
                 event = self.store.recv() => match event {
-                    Some(event) => {
-                        self.handle(event);
-                        // What else the store said already is handled before
-                        // the outputs are carried out and the view
-                        // published: a burst of results (a cold start's
-                        // claims) then costs one publication per batch, not
-                        // one per result. Bounded, so that the other inputs
-                        // and timers keep their turn.
-                        for _ in 1..STORE_EVENTS_PER_STEP {
-                            match self.store.try_recv() {
-                                Ok(event) => self.handle(event),
-                                Err(_) => break,
-                            }
-                        }
-                    }
+                    Some(event) => self.on_store(event),
                     None => {
                         tracing::error!(member = %self.member.id(), "the backend's event stream ended");
                         return MemberEnd::StoreGone;
                     }
                 },
                 input = self.inputs.recv() => match input {
-                    Some(Input::Processed(partition, token, offset)) => {
-                        self.processed(partition, token, offset);
-                    }
-                    Some(Input::Drained(partition, token)) => self.drained(partition, token),
-                    Some(Input::Counts(counts)) => self.set_partition_counts(counts),
                     #[cfg(feature = "testing")]
                     Some(Input::Freeze(length)) => tokio::time::sleep(length).await,
-                    Some(Input::Paused(reply)) => {
-                        let paused = self.data.as_ref().map(|data| data.paused().clone());
-                        let _ = reply.send(paused.unwrap_or_default());
-                    }
-                    Some(Input::Position(partition, reply)) => {
-                        let position = self.data.as_ref().and_then(|data| data.position(&partition));
-                        let _ = reply.send(position);
-                    }
-                    Some(Input::Committed(partition, reply)) => {
-                        let token = self.member.owned_token(&partition);
-                        let _ = reply.send(token.map(|token| (token, self.member.committed(&partition))));
-                    }
-                    Some(Input::SetPaused(partition, paused, done)) => {
-                        // Owned and not fetched yet: the pause waits for
-                        // the claim's fetch under its token.
-                        let owned = self.member.owned_token(&partition);
-                        if let Some(data) = self.data.as_mut() {
-                            match paused {
-                                true => data.pause_claim(&partition, owned),
-                                false => data.set_paused(&partition, false),
-                            }
-                        }
-                        let _ = done.send(());
-                    }
-                    Some(Input::Seek(partition, token, offset, done)) => {
-                        let moved = self
-                            .data
-                            .as_mut()
-                            .is_some_and(|data| data.seek(&partition, token, offset));
-                        // A forward move counts as processed: tell the core.
-                        if moved {
-                            if let Some(data) = self.data.as_mut() {
-                                for event in data.flush() {
-                                    self.on_data(event);
-                                }
-                            }
-                        }
-                        let _ = done.send(moved);
-                    }
-                    Some(Input::Commit(reply)) => {
-                        // What the application acknowledged, not only what
-                        // the data plane reported so far.
-                        if let Some(data) = self.data.as_mut() {
-                            for event in data.flush() {
-                                self.on_data(event);
-                            }
-                        }
-                        self.member.commit_now(now());
-                        self.commit_requests.push(reply);
-                    }
-                    Some(Input::Close(done)) if !self.leave_on_close => {
-                        // Static membership: commit what was acknowledged,
-                        // stop fetching, and leave the session (and every
-                        // claim under it) to the next process.
-                        self.closing.push(done);
-                        if self.detaching.is_none() {
-                            let flushed = self.data.as_mut().map(DataPlane::flush);
-                            for event in flushed.into_iter().flatten() {
-                                self.on_data(event);
-                            }
-                            if let Some(data) = self.data.as_mut() {
-                                data.shutdown();
-                            }
-                            let (reply, report) = oneshot::channel();
-                            self.member.commit_now(now());
-                            self.commit_requests.push(reply);
-                            self.detaching = Some(report);
-                        }
-                    }
-                    Some(Input::Close(done)) => {
-                        self.closing.push(done);
-                        self.close_report.get_or_insert_with(CommitReport::default);
-                                        self.member.shutdown(now());
-                        if self.data.is_none() {
-                            // A closing application without Kafka holds
-                            // nothing: drains it has not reported are done.
-                            self.auto_drain = true;
-                            for (partition, token) in std::mem::take(&mut self.awaiting_drain) {
-                                self.drained(partition, token);
-                            }
-                        }
-                    }
+                    Some(input) => self.on_input(input),
                     // The handle is gone without closing: stop like a crash.
                     None => return MemberEnd::Killed,
                 },
@@ -283,12 +183,7 @@ impl Driver {
                     self.member.handle_timeout(now());
                 }
                 report = detached(&mut self.detaching), if self.detaching.is_some() => {
-                    self.backend.detach().await;
-                    let report = report.unwrap_or_default();
-                    for done in self.closing.drain(..) {
-                        let _ = done.send(report.clone());
-                    }
-                    return MemberEnd::Closed;
+                    return self.on_detached(report).await;
                 }
                 event = next_data(&mut self.data), if self.data.is_some() => match event {
                     Some(event) => self.on_data(event),
@@ -300,6 +195,135 @@ impl Driver {
                     self.errors.report_dropped();
                 }
             }
+        }
+    }
+
+    /// What the store said: `event`, and what else it said already, up to
+    /// [`STORE_EVENTS_PER_STEP`] in all. They are handled before the
+    /// outputs are carried out and the view published: a burst of results
+    /// (a cold start's claims) then costs one publication per batch, not
+    /// one per result. Bounded, so that the other inputs and timers keep
+    /// their turn.
+    fn on_store(&mut self, event: Event) {
+        self.handle(event);
+        for _ in 1..STORE_EVENTS_PER_STEP {
+            match self.store.try_recv() {
+                Ok(event) => self.handle(event),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// What the application (through its handle) or the data plane asks.
+    fn on_input(&mut self, input: Input) {
+        match input {
+            Input::Processed(partition, token, offset) => {
+                self.processed(partition, token, offset);
+            }
+            Input::Drained(partition, token) => self.drained(partition, token),
+            Input::Counts(counts) => self.set_partition_counts(counts),
+            #[cfg(feature = "testing")]
+            Input::Freeze(_) => {}
+            Input::Paused(reply) => {
+                let paused = self.data.as_ref().map(|data| data.paused().clone());
+                let _ = reply.send(paused.unwrap_or_default());
+            }
+            Input::Position(partition, reply) => {
+                let position = self
+                    .data
+                    .as_ref()
+                    .and_then(|data| data.position(&partition));
+                let _ = reply.send(position);
+            }
+            Input::Committed(partition, reply) => {
+                let token = self.member.owned_token(&partition);
+                let _ = reply.send(token.map(|token| (token, self.member.committed(&partition))));
+            }
+            Input::SetPaused(partition, paused, done) => {
+                // Owned and not fetched yet: the pause waits for the
+                // claim's fetch under its token.
+                let owned = self.member.owned_token(&partition);
+                if let Some(data) = self.data.as_mut() {
+                    match paused {
+                        true => data.pause_claim(&partition, owned),
+                        false => data.set_paused(&partition, false),
+                    }
+                }
+                let _ = done.send(());
+            }
+            Input::Seek(partition, token, offset, done) => {
+                let moved = self
+                    .data
+                    .as_mut()
+                    .is_some_and(|data| data.seek(&partition, token, offset));
+                // A forward move counts as processed: tell the core.
+                if moved {
+                    self.flush_data();
+                }
+                let _ = done.send(moved);
+            }
+            Input::Commit(reply) => {
+                // What the application acknowledged, not only what the
+                // data plane reported so far.
+                self.flush_data();
+                self.member.commit_now(now());
+                self.commit_requests.push(reply);
+            }
+            Input::Close(done) if !self.leave_on_close => self.close_detaching(done),
+            Input::Close(done) => self.close_leaving(done),
+        }
+    }
+
+    /// Static membership: commits what was acknowledged, stops fetching,
+    /// and leaves the session (and every claim under it) to the next
+    /// process.
+    fn close_detaching(&mut self, done: oneshot::Sender<CommitReport>) {
+        self.closing.push(done);
+        if self.detaching.is_some() {
+            return;
+        }
+        self.flush_data();
+        if let Some(data) = self.data.as_mut() {
+            data.shutdown();
+        }
+        let (reply, report) = oneshot::channel();
+        self.member.commit_now(now());
+        self.commit_requests.push(reply);
+        self.detaching = Some(report);
+    }
+
+    /// Leaves the group: the member drains, commits and releases every
+    /// partition, then ends.
+    fn close_leaving(&mut self, done: oneshot::Sender<CommitReport>) {
+        self.closing.push(done);
+        self.close_report.get_or_insert_with(CommitReport::default);
+        self.member.shutdown(now());
+        if self.data.is_none() {
+            // A closing application without Kafka holds nothing: drains it
+            // has not reported are done.
+            self.auto_drain = true;
+            for (partition, token) in std::mem::take(&mut self.awaiting_drain) {
+                self.drained(partition, token);
+            }
+        }
+    }
+
+    /// A static member's final commits are answered: it leaves its
+    /// session to the next process, and ends.
+    async fn on_detached(&mut self, report: Option<CommitReport>) -> MemberEnd {
+        self.backend.detach().await;
+        let report = report.unwrap_or_default();
+        for done in self.closing.drain(..) {
+            let _ = done.send(report.clone());
+        }
+        MemberEnd::Closed
+    }
+
+    /// Hands the core what the data plane has heard so far.
+    fn flush_data(&mut self) {
+        let flushed = self.data.as_mut().map(DataPlane::flush);
+        for event in flushed.into_iter().flatten() {
+            self.on_data(event);
         }
     }
 

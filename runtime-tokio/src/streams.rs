@@ -321,7 +321,7 @@ impl Stream for PartitionStreams {
 /// The member's side of the [`Events`] channel: it never waits, and
 /// coalesces by the overflow rule.
 #[derive(Debug)]
-pub(crate) struct EventSender {
+pub(crate) struct AssignmentSender {
     sender: mpsc::Sender<AssignmentEvent>,
     /// The latest change of each partition that found the channel full.
     overflow: BTreeMap<TopicPartition, AssignmentEvent>,
@@ -350,12 +350,12 @@ pub(crate) fn channels(
     lease: Lease,
     claims: HeldClaims,
     end: EndWatch,
-) -> ((EventSender, Events), (ProblemSender, Errors)) {
+) -> ((AssignmentSender, Events), (ProblemSender, Errors)) {
     let (events_tx, events_rx) = mpsc::channel(EVENTS_CAPACITY);
     let (errors_tx, errors_rx) = mpsc::channel(ERRORS_CAPACITY);
     (
         (
-            EventSender {
+            AssignmentSender {
                 sender: events_tx,
                 overflow: BTreeMap::new(),
             },
@@ -378,7 +378,7 @@ fn partition_of(event: &AssignmentEvent) -> &TopicPartition {
     claim_of(event).0
 }
 
-impl EventSender {
+impl AssignmentSender {
     /// Sends `event`, or keeps it as its partition's latest change while
     /// the channel is full.
     pub(crate) fn send(&mut self, event: AssignmentEvent) {
@@ -519,7 +519,7 @@ mod tests {
     }
 
     /// Events of a member whose session holds for an hour.
-    fn events_channel() -> (Member, EventSender, Events) {
+    fn events_channel() -> (Member, AssignmentSender, Events) {
         let (lease, lease_rx) = tokio::sync::watch::channel(Some(
             std::time::Instant::now() + std::time::Duration::from_secs(3600),
         ));
@@ -530,7 +530,7 @@ mod tests {
 
     /// An events channel with every place taken by `assigned(i, 1)`, each
     /// of a claim that holds.
-    fn full_events() -> (Member, EventSender, Events) {
+    fn full_events() -> (Member, AssignmentSender, Events) {
         let (member, mut sender, events) = events_channel();
         for i in 0..EVENTS_CAPACITY as u32 {
             member.hold(i, 1);
