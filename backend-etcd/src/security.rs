@@ -207,12 +207,19 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// The error the runtime sees, naming `store`.
-    pub(crate) fn into_backend_error(self, store: String) -> BackendError {
+    /// The error the runtime sees, naming `store`, with the client's
+    /// `error` it explains as its source.
+    pub(crate) fn into_backend_error(
+        self,
+        store: String,
+        error: etcd_client::Error,
+    ) -> BackendError {
         match self {
-            Refusal::Credentials(detail) | Refusal::Certificate(detail) => {
-                BackendError::Denied { store, detail }
-            }
+            Refusal::Credentials(detail) | Refusal::Certificate(detail) => BackendError::Denied {
+                store,
+                detail,
+                source: Some(tenure_core::ClientError::new(error)),
+            },
         }
     }
 
@@ -234,7 +241,7 @@ fn certificates(pem: &[u8], what: &str) -> Result<(), BackendError> {
     let mut count = 0;
     for certificate in CertificateDer::pem_slice_iter(pem) {
         certificate
-            .map_err(|e| BackendError::Config(format!("{what} is not readable PEM: {e}")))?;
+            .map_err(|e| BackendError::invalid_setting(format!("{what} is not readable PEM"), e))?;
         count += 1;
     }
     if count == 0 {
@@ -247,9 +254,6 @@ fn certificates(pem: &[u8], what: &str) -> Result<(), BackendError> {
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, BackendError> {
     std::fs::read(path).map_err(|e| {
-        BackendError::Config(format!(
-            "cannot read the etcd {what} {}: {e}",
-            path.display()
-        ))
+        BackendError::invalid_setting(format!("cannot read the etcd {what} {}", path.display()), e)
     })
 }

@@ -192,7 +192,7 @@ async fn connect(
         }
         Ok(Err(e)) => {
             if let Some(refusal) = config.security.explain(&e) {
-                return Err(refusal.into_backend_error(config.store()));
+                return Err(refusal.into_backend_error(config.store(), e));
             }
             return Err(ConnectError::Client(e).into_backend_error(config.store()));
         }
@@ -205,12 +205,12 @@ async fn connect(
     }
     // The client connects lazily: a certificate the CA did not sign, or
     // rights the user lacks, show here, at the first request.
-    let current = grant(config, &client).await.map_err(|e| match &e {
-        ConnectError::Client(error) => match config.security.explain(error) {
-            Some(refusal) => refusal.into_backend_error(config.store()),
-            None => e.into_backend_error(config.store()),
+    let current = grant(config, &client).await.map_err(|e| match e {
+        ConnectError::Client(error) => match config.security.explain(&error) {
+            Some(refusal) => refusal.into_backend_error(config.store(), error),
+            None => ConnectError::Client(error).into_backend_error(config.store()),
         },
-        _ => e.into_backend_error(config.store()),
+        e => e.into_backend_error(config.store()),
     })?;
     Ok((client, current, None))
 }

@@ -333,10 +333,10 @@ mod tls {
 
     fn read(path: &Path, what: &str) -> Result<String, BackendError> {
         std::fs::read_to_string(path).map_err(|e| {
-            BackendError::Config(format!(
-                "cannot read the ZooKeeper {what} at {}: {e}",
-                path.display()
-            ))
+            BackendError::invalid_setting(
+                format!("cannot read the ZooKeeper {what} at {}", path.display()),
+                e,
+            )
         })
     }
 
@@ -359,8 +359,9 @@ mod tls {
         /// certificate or several (a bundle; feature `tls`).
         pub fn ca_pem(self, pem: &[u8]) -> Result<ZooKeeperSecurity, BackendError> {
             let what = "the ZooKeeper CA PEM given";
-            let pem = std::str::from_utf8(pem)
-                .map_err(|e| BackendError::Config(format!("{what} is not PEM (not text: {e})")))?;
+            let pem = std::str::from_utf8(pem).map_err(|e| {
+                BackendError::invalid_setting(format!("{what} is not PEM (not text)"), e)
+            })?;
             self.with_ca(pem.to_owned(), what.to_owned())
         }
 
@@ -393,7 +394,7 @@ mod tls {
             let mut count = 0;
             for certificate in CertificateDer::pem_slice_iter(pem.as_bytes()) {
                 certificate.map_err(|e| {
-                    BackendError::Config(format!("{what} is not readable PEM: {e}"))
+                    BackendError::invalid_setting(format!("{what} is not readable PEM"), e)
                 })?;
                 count += 1;
             }
@@ -404,7 +405,7 @@ mod tls {
             }
             zk::TlsOptions::new()
                 .with_pem_ca(&pem)
-                .map_err(|e| BackendError::Config(format!("{what} cannot be used: {e}")))?;
+                .map_err(|e| BackendError::invalid_setting(format!("{what} cannot be used"), e))?;
             let tls = self.tls.get_or_insert_with(Tls::default);
             tls.ca = Some(pem);
             tls.ca_source = Some(what);
@@ -441,7 +442,7 @@ mod tls {
             let what = "the ZooKeeper client certificate and key given";
             let text = |pem: &[u8]| {
                 std::str::from_utf8(pem).map(str::to_owned).map_err(|e| {
-                    BackendError::Config(format!("{what} are not PEM (not text: {e})"))
+                    BackendError::invalid_setting(format!("{what} are not PEM (not text)"), e)
                 })
             };
             self.with_identity(text(cert)?, text(key)?, what)
@@ -463,7 +464,7 @@ mod tls {
             }
             zk::TlsOptions::new()
                 .with_pem_identity(&cert, &key)
-                .map_err(|e| BackendError::Config(format!("{what} cannot be used: {e}")))?;
+                .map_err(|e| BackendError::invalid_setting(format!("{what} cannot be used"), e))?;
             self.tls.get_or_insert_with(Tls::default).identity = Some((cert, key));
             Ok(self)
         }

@@ -96,6 +96,7 @@ impl Connector for Config {
                      (ZooKeeperSecurity::digest)",
                     joining.group
                 ),
+                source: None,
             });
         }
         let claims_held = match resumed {

@@ -844,8 +844,12 @@ async fn start_errors_name_the_address_and_are_bounded() {
     )
     .await
     {
-        Err(BackendError::Config(message)) => {
-            assert!(message.contains("127.0.0.1:notaport"), "{message}")
+        Err(error @ BackendError::InvalidSetting { .. }) => {
+            let message = error.to_string();
+            assert!(message.contains("127.0.0.1:notaport"), "{message}");
+            // The client's own refusal is the cause.
+            let cause = std::error::Error::source(&error).expect("a cause");
+            assert!(message.ends_with(&cause.to_string()), "{message} / {cause}");
         }
         other => panic!("bad connect string: {other:?}"),
     }

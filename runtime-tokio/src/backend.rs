@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{Event, MemberInfo, StoreRequest};
+use tenure_core::{ClientError, Event, MemberInfo, StoreRequest};
 use tokio::sync::mpsc;
 
 /// Where a backend sends everything the store tells a member: session
@@ -118,6 +118,30 @@ pub struct SessionTicket {
     pub secret: Vec<u8>,
 }
 
+impl BackendError {
+    /// `what` is wrong with a setting, because of `source`.
+    pub fn invalid_setting(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> BackendError {
+        BackendError::InvalidSetting {
+            what: what.into(),
+            source: ClientError::new(source),
+        }
+    }
+
+    /// Whether starting again cannot help: the configuration must change
+    /// (a setting, the session timeout) before a session can open.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            BackendError::Config(_)
+                | BackendError::InvalidSetting { .. }
+                | BackendError::SessionTimeout { .. }
+        )
+    }
+}
+
 impl std::fmt::Debug for SessionTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionTicket")
@@ -132,16 +156,31 @@ impl std::fmt::Debug for SessionTicket {
 #[non_exhaustive]
 pub enum BackendError {
     /// The store could not be reached or refused the session.
-    #[error("cannot connect to {store}: {detail}")]
+    #[error("cannot connect to {store}: {source}")]
     Connect {
         /// Which store ("ZooKeeper at 127.0.0.1:2181", ...).
         store: String,
-        /// What went wrong.
-        detail: String,
+        /// What went wrong: no answer in time, or the client's own error
+        /// (reached by `source()` and downcast through
+        /// [`ClientError::get_ref`]).
+        #[source]
+        source: ClientError,
     },
-    /// The backend's own configuration is unusable (bad address, chroot...).
+    /// The backend's own configuration is unusable (a missing chroot, no
+    /// endpoint...).
     #[error("invalid backend configuration: {0}")]
     Config(String),
+    /// A setting that names something the backend cannot use: a file that
+    /// cannot be read, a certificate that does not parse, an address the
+    /// client refuses. The cause is the error's source.
+    #[error("invalid backend configuration: {what}: {source}")]
+    InvalidSetting {
+        /// The setting, and what is wrong with it.
+        what: String,
+        /// Why: the reader's, parser's or client's own error.
+        #[source]
+        source: ClientError,
+    },
     /// The store granted a shorter session than the member's session
     /// timeout. The member would go on consuming after the store had
     /// expired its session and handed its partitions on, so it does not
@@ -168,6 +207,9 @@ pub enum BackendError {
         store: String,
         /// What was refused, and what to check.
         detail: String,
+        /// The client's own error, where the refusal came as one.
+        #[source]
+        source: Option<ClientError>,
     },
 }
 

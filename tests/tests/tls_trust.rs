@@ -116,11 +116,17 @@ async fn refused(
 /// Bytes that are not a CA certificate are refused at once, saying so.
 fn not_a_ca(pem: &[u8]) {
     match ZooKeeperSecurity::new().ca_pem(pem) {
-        Err(BackendError::Config(detail)) => assert!(detail.contains("certificate"), "{detail}"),
+        Err(error @ (BackendError::Config(_) | BackendError::InvalidSetting { .. })) => {
+            let detail = error.to_string();
+            assert!(detail.contains("certificate"), "{detail}")
+        }
         other => panic!("ZooKeeper took {pem:?} as a CA: {other:?}"),
     }
     match EtcdSecurity::new().ca_pem(pem) {
-        Err(BackendError::Config(detail)) => assert!(detail.contains("certificate"), "{detail}"),
+        Err(error @ (BackendError::Config(_) | BackendError::InvalidSetting { .. })) => {
+            let detail = error.to_string();
+            assert!(detail.contains("certificate"), "{detail}")
+        }
         other => panic!("etcd took {pem:?} as a CA: {other:?}"),
     }
     match KafkaSecurity::new().tls_ca_pem(pem, None) {

@@ -167,12 +167,23 @@ fn tls_settings_that_cannot_work_are_said_before_connecting() {
     // Files that are not what they are said to be.
     let key_as_ca = ZooKeeperSecurity::new().ca_file(var("TENURE_ZOOKEEPER_TLS_KEY"));
     assert!(
-        matches!(key_as_ca, Err(BackendError::Config(_))),
+        matches!(
+            key_as_ca,
+            Err(BackendError::Config(_) | BackendError::InvalidSetting { .. })
+        ),
         "{key_as_ca:?}"
     );
     let missing = ZooKeeperSecurity::new().ca_file("/nonexistent/ca.pem");
     match missing {
-        Err(BackendError::Config(detail)) => assert!(detail.contains("/nonexistent/ca.pem")),
-        other => panic!("expected Config, got {other:?}"),
+        Err(BackendError::InvalidSetting { what, source }) => {
+            assert!(what.contains("/nonexistent/ca.pem"), "{what}");
+            // The reader's own error is kept as the cause.
+            let io = source.get_ref().downcast_ref::<std::io::Error>();
+            assert_eq!(
+                io.map(std::io::Error::kind),
+                Some(std::io::ErrorKind::NotFound)
+            );
+        }
+        other => panic!("expected InvalidSetting, got {other:?}"),
     }
 }

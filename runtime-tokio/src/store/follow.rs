@@ -9,7 +9,6 @@ use tenure_core::{ClientError, Event, Operation, StoreError};
 
 use super::shared::Shared;
 use super::{SessionChange, SessionKeeper, StoreClient};
-use crate::backend::BackendError;
 
 /// Follows the current session, and every session opened after it, until
 /// the member closes.
@@ -93,11 +92,7 @@ async fn reopen<C: StoreClient>(shared: &Shared<C>, expired: &C::Session) -> Opt
                     "cannot open a new session; retrying in {:?}",
                     backoff.next()
                 );
-                let permanent = matches!(
-                    error,
-                    BackendError::Config(_) | BackendError::SessionTimeout { .. }
-                );
-                if permanent && !reported {
+                if error.is_permanent() && !reported {
                     reported = true;
                     shared.send(Event::StoreProblem {
                         operation: Operation::OpenSession,

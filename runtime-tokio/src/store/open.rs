@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tenure_core::ClientError;
+
 use crate::backend::BackendError;
 
 /// Why opening a session failed, before it becomes a [`BackendError`]; `E`
@@ -38,7 +40,7 @@ pub enum OpenError<E> {
     Denied(String),
     /// The client failed otherwise.
     #[error("{0}")]
-    Client(E),
+    Client(#[source] E),
 }
 
 impl<E: std::error::Error + Send + Sync + 'static> OpenError<E> {
@@ -46,18 +48,24 @@ impl<E: std::error::Error + Send + Sync + 'static> OpenError<E> {
     /// errors (retrying cannot help) apart from failures to connect.
     pub fn into_backend_error(self, store: String) -> BackendError {
         match self {
-            OpenError::BadAddress { .. } | OpenError::Unusable(_) => {
-                BackendError::Config(format!("{store}: {self}"))
-            }
+            OpenError::BadAddress { address, source } => BackendError::invalid_setting(
+                format!("{store}: invalid address {address:?}"),
+                source,
+            ),
+            OpenError::Unusable(_) => BackendError::Config(format!("{store}: {self}")),
             OpenError::ShorterSession { asked, granted } => BackendError::SessionTimeout {
                 store,
                 asked,
                 granted,
             },
-            OpenError::Denied(detail) => BackendError::Denied { store, detail },
+            OpenError::Denied(detail) => BackendError::Denied {
+                store,
+                detail,
+                source: None,
+            },
             OpenError::Timeout(_) | OpenError::Client(_) => BackendError::Connect {
                 store,
-                detail: self.to_string(),
+                source: ClientError::new(self),
             },
         }
     }
