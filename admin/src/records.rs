@@ -56,7 +56,7 @@ impl GroupRecords {
                         .map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
                 }),
             }),
-            Err(detail) => self.add_corrupt(path, detail),
+            Err(error) => self.add_corrupt(path, error.detail),
         }
     }
 

@@ -221,6 +221,7 @@ impl StoreOps for Ctx {
             Some(_) => Err(StoreError::Corrupt {
                 path: key,
                 detail: "member registration has no lease".to_owned(),
+                source: None,
             }),
             // The compare saw the key, the get in the same transaction did not:
             // cannot happen; treated as gone.

@@ -372,6 +372,7 @@ impl StoreOps for Ctx {
                     None => Err(StoreError::Corrupt {
                         path,
                         detail: "member registration is not ephemeral".to_owned(),
+                        source: None,
                     }),
                 }
             }

@@ -618,9 +618,19 @@ async fn corrupt_offsets_are_reported_and_left_alone() {
                 Err(StoreError::Corrupt {
                     path: reported,
                     detail,
+                    source,
                 }),
             ..
         } => {
+            // The parser's own error is kept as the cause.
+            let cause = source.expect("a cause");
+            assert!(
+                cause
+                    .get_ref()
+                    .downcast_ref::<std::num::ParseIntError>()
+                    .is_some(),
+                "{cause:?}"
+            );
             assert_eq!(reported, path, "the error names the znode");
             assert!(
                 detail.contains("garbage"),

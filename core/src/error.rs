@@ -40,6 +40,9 @@ pub enum ConfigError {
         pattern: String,
         /// What is wrong with it.
         detail: String,
+        /// The regular expression parser's error, if it refused it.
+        #[source]
+        source: Option<ClientError>,
     },
     /// A name is not usable.
     #[error(transparent)]
@@ -71,6 +74,10 @@ pub enum StoreError {
         path: String,
         /// What is wrong with it.
         detail: String,
+        /// The parser's own error, where one said so (not JSON, not a
+        /// number, not UTF-8).
+        #[source]
+        source: Option<ClientError>,
     },
     /// The store refused the request for want of rights: the credentials
     /// in use (or none) do not match the access control of the group's
@@ -321,6 +328,7 @@ mod transient_tests {
         assert!(store(StoreError::SessionExpired).is_transient());
         assert!(Error::SessionExpired { partitions: 3 }.is_transient());
         assert!(!store(StoreError::Corrupt {
+            source: None,
             path: "/x".to_owned(),
             detail: "garbage".to_owned()
         })

@@ -10,7 +10,7 @@
 //! - `offsets/<topic>/<partition>`: persistent, the next offset to consume
 //!   as ASCII decimal.
 
-use crate::error::StoreError;
+use crate::error::{ClientError, StoreError};
 use crate::protocol::ClaimOutcome;
 use crate::subscription::MemberInfo;
 use crate::subscription::Subscription;
@@ -144,18 +144,72 @@ pub struct Registration {
     pub timestamp_secs: Option<u64>,
 }
 
+/// Why a record cannot be read: what is wrong with it, and the parser's
+/// own error where one said so.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct RecordError {
+    /// What is wrong with the record.
+    pub detail: String,
+    /// The parser's error (JSON, a member id's check), if any.
+    #[source]
+    pub source: Option<ClientError>,
+}
+
+impl RecordError {
+    /// `detail` is wrong with the record, as no parser said.
+    fn plain(detail: impl Into<String>) -> RecordError {
+        RecordError {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// `detail` is wrong with the record, as `source` said.
+    fn caused(
+        detail: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> RecordError {
+        RecordError {
+            detail: detail.into(),
+            source: Some(ClientError::new(source)),
+        }
+    }
+
+    /// The store error of the record at `path` that holds this.
+    pub fn at(self, path: &str) -> StoreError {
+        StoreError::Corrupt {
+            path: path.to_owned(),
+            detail: self.detail,
+            source: self.source,
+        }
+    }
+}
+
+impl From<String> for RecordError {
+    fn from(detail: String) -> RecordError {
+        RecordError::plain(detail)
+    }
+}
+
+impl From<&str> for RecordError {
+    fn from(detail: &str) -> RecordError {
+        RecordError::plain(detail)
+    }
+}
+
 /// Reads a registration written by [`encode_registration`] (or by a Kafka
 /// 0.8 consumer, whose strategy is taken to be `range`).
-pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, String> {
+pub fn decode_registration(id: &str, data: &[u8]) -> Result<MemberInfo, RecordError> {
     decode_registration_record(id, data).map(|registration| registration.info)
 }
 
 /// Reads a registration with its host and timestamp. Kafka 0.8 writes the
 /// timestamp as a string of milliseconds, tenure and the Go package as a
 /// number of seconds; both are read.
-pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(data).map_err(|e| format!("not JSON: {e}"))?;
+pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration, RecordError> {
+    let value: serde_json::Value = serde_json::from_slice(data)
+        .map_err(|e| RecordError::caused(format!("not JSON: {e}"), e))?;
     let subscription = value
         .get("subscription")
         .and_then(|s| s.as_object())
@@ -181,7 +235,7 @@ pub fn decode_registration_record(id: &str, data: &[u8]) -> Result<Registration,
     // Any time after 1973 in milliseconds is above this; in seconds it is
     // a date thousands of years away.
     let timestamp_secs = timestamp.map(|t| if t > 100_000_000_000 { t / 1000 } else { t });
-    let id = MemberId::new(id).map_err(|e| e.to_string())?;
+    let id = MemberId::new(id).map_err(|e| RecordError::caused(e.to_string(), e))?;
     Ok(Registration {
         info: MemberInfo {
             id,
@@ -202,17 +256,13 @@ pub fn encode_offset(offset: Offset) -> Vec<u8> {
 
 /// Parses a committed offset: ASCII decimal, not negative.
 pub fn parse_offset(path: &str, data: &[u8]) -> Result<Offset, StoreError> {
-    let corrupt = |detail: String| StoreError::Corrupt {
-        path: path.to_owned(),
-        detail,
-    };
-    let text = std::str::from_utf8(data).map_err(|_| corrupt("offset is not UTF-8".to_owned()))?;
-    let offset: Offset = text
-        .trim()
-        .parse()
-        .map_err(|_| corrupt(format!("offset {text:?} is not a decimal number")))?;
+    let text = std::str::from_utf8(data)
+        .map_err(|e| RecordError::caused("offset is not UTF-8", e).at(path))?;
+    let offset: Offset = text.trim().parse().map_err(|e| {
+        RecordError::caused(format!("offset {text:?} is not a decimal number"), e).at(path)
+    })?;
     if offset < 0 {
-        return Err(corrupt(format!("offset {offset} is negative")));
+        return Err(RecordError::plain(format!("offset {offset} is negative")).at(path));
     }
     Ok(offset)
 }
@@ -236,17 +286,47 @@ pub fn held_claim(
             session,
             token,
         }),
-        None => Err(StoreError::Corrupt {
-            path: path.to_owned(),
-            detail: "owner record belongs to no session (a znode that is not ephemeral, an etcd key with no lease)"
-                .to_owned(),
-        }),
+        None => Err(RecordError::plain(
+            "owner record belongs to no session (a znode that is not ephemeral, an etcd key with no lease)",
+        )
+        .at(path)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_corrupt_record_keeps_the_parsers_error_as_its_cause() {
+        let error = parse_offset("/o/t/0", b"12x").expect_err("not a number");
+        let cause = std::error::Error::source(&error).expect("a cause");
+        let parse = cause
+            .downcast_ref::<ClientError>()
+            .and_then(|c| c.get_ref().downcast_ref::<std::num::ParseIntError>());
+        assert!(parse.is_some(), "{cause:?}");
+        assert!(
+            error
+                .to_string()
+                .contains("\"12x\" is not a decimal number"),
+            "{error}"
+        );
+
+        let error = decode_registration("m1", b"{").expect_err("not JSON");
+        let cause = std::error::Error::source(&error).expect("a cause");
+        let json = cause
+            .downcast_ref::<ClientError>()
+            .and_then(|c| c.get_ref().downcast_ref::<serde_json::Error>());
+        assert!(json.is_some(), "{cause:?}");
+        let at = error.at("/ids/m1");
+        assert!(
+            std::error::Error::source(&at).is_some(),
+            "kept in the store error"
+        );
+
+        let error = crate::subscription::TopicPattern::new("(").expect_err("not a regex");
+        assert!(std::error::Error::source(&error).is_some(), "{error}");
+    }
 
     fn member(subscription: Subscription) -> MemberInfo {
         MemberInfo {

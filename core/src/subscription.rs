@@ -160,15 +160,20 @@ impl TopicPattern {
     /// Compiles `pattern`; an empty one or one that does not parse is
     /// refused.
     pub fn new(pattern: &str) -> Result<TopicPattern, ConfigError> {
-        let bad = |detail: String| ConfigError::BadPattern {
-            pattern: pattern.to_owned(),
-            detail,
-        };
         if pattern.trim().is_empty() {
-            return Err(bad("it is empty".to_owned()));
+            return Err(ConfigError::BadPattern {
+                pattern: pattern.to_owned(),
+                detail: "it is empty".to_owned(),
+                source: None,
+            });
         }
-        let whole =
-            regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| bad(e.to_string()))?;
+        let whole = regex_lite::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            ConfigError::BadPattern {
+                pattern: pattern.to_owned(),
+                detail: e.to_string(),
+                source: Some(crate::error::ClientError::new(e)),
+            }
+        })?;
         Ok(TopicPattern {
             source: pattern.to_owned(),
             whole,

@@ -463,6 +463,7 @@ impl Sim {
                     _ => Err(StoreError::Corrupt {
                         path: "owners".into(),
                         detail: "garbage".into(),
+                        source: None,
                     }),
                 };
                 let ours = match &result {
@@ -499,6 +500,7 @@ impl Sim {
                     _ => Err(StoreError::Corrupt {
                         path: "offsets".into(),
                         detail: "not a number".into(),
+                        source: None,
                     }),
                 },
             },

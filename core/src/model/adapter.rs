@@ -369,6 +369,7 @@ fn register(
                 None => Err(StoreError::Corrupt {
                     path,
                     detail: "member registration is not ephemeral".to_owned(),
+                    source: None,
                 }),
             },
             // Gone between the create and the read: try again.

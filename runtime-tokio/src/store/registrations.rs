@@ -79,12 +79,9 @@ impl Registrations {
     pub fn read(&mut self, id: String, path: &str, data: &[u8]) {
         let entry = match tenure_core::records::decode_registration(&id, data) {
             Ok(info) => Entry::Member(info),
-            Err(detail) => {
-                tracing::warn!(%path, %detail, "ignoring corrupt member registration");
-                self.unreadable.push(StoreError::Corrupt {
-                    path: path.to_owned(),
-                    detail,
-                });
+            Err(error) => {
+                tracing::warn!(%path, %error, "ignoring corrupt member registration");
+                self.unreadable.push(error.at(path));
                 Entry::Unreadable
             }
         };

@@ -73,6 +73,7 @@ impl StoreOps for ScriptedOps {
             StoreError::Corrupt {
                 path: "/ids/x".to_owned(),
                 detail: "not JSON".to_owned(),
+                source: None,
             },
         ));
         Ok((list, never()))

@@ -375,7 +375,7 @@ pub async fn corrupt_data(store: &dyn Store) {
     let expected_path = store.offset_path(G, 0);
     for attempt in ["first", "second"] {
         match a.read_offset(0).await {
-            Err(StoreError::Corrupt { path, detail }) => {
+            Err(StoreError::Corrupt { path, detail, .. }) => {
                 assert_eq!(path, expected_path, "{name}: the error names the record");
                 // The detail shows the data: still the garbage written, so
                 // the first read left it as it was.
