@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 
-use crate::ops::{bad_endpoint, no_leader};
+use crate::errors::{bad_endpoint, no_leader};
+use crate::keys::Keys;
 use crate::EtcdSecurity;
-use crate::Keys;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,

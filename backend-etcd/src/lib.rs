@@ -47,6 +47,10 @@
 
 mod admin;
 mod client;
+mod errors;
+mod group;
+mod keeper;
+mod keys;
 mod ops;
 mod security;
 mod session;
@@ -60,18 +64,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{MemberId, StoreRequest, TopicPartition};
+use tenure_core::StoreRequest;
 use tenure_tokio::store::StoreBackend;
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
 use crate::session::Config;
-
-/// How long [`Backend::start`] waits for a server to grant the first lease
-/// when no other bound is set.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The key prefix when none is set.
-pub const DEFAULT_PREFIX: &str = "/tenure";
+pub use crate::session::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
 
 // Test hooks are public only with the `testing` feature, which the
 // workspace's tests turn on: production builds cannot set them.
@@ -170,66 +168,10 @@ impl Backend for EtcdBackend {
     }
 }
 
-/// The keys of one group.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Keys {
-    base: String,
-}
-
-impl Keys {
-    pub(crate) fn new(prefix: &str, group: &str) -> Keys {
-        Keys {
-            base: format!("{}/{group}", prefix.trim_end_matches('/')),
-        }
-    }
-
-    /// The prefix of every key of the group (with its trailing `/`).
-    pub(crate) fn all(&self) -> String {
-        format!("{}/", self.base)
-    }
-
-    /// The prefix of every member registration (with its trailing `/`).
-    pub(crate) fn members(&self) -> String {
-        format!("{}/members/", self.base)
-    }
-
-    /// A member's registration.
-    pub(crate) fn member(&self, id: &MemberId) -> String {
-        format!("{}/members/{id}", self.base)
-    }
-
-    /// The partitions of the owner records among `keys`.
-    pub(crate) fn owned_partitions(&self, keys: &[Vec<u8>]) -> Vec<TopicPartition> {
-        let owners = format!("{}/owners/", self.base);
-        keys.iter()
-            .filter_map(|key| {
-                let key = std::str::from_utf8(key).ok()?;
-                let (topic, partition) = key.strip_prefix(&owners)?.split_once('/')?;
-                Some(TopicPartition::new(topic, partition.parse().ok()?))
-            })
-            .collect()
-    }
-
-    /// A partition's owner record.
-    pub(crate) fn owner(&self, partition: &TopicPartition) -> String {
-        format!(
-            "{}/owners/{}/{}",
-            self.base, partition.topic, partition.partition
-        )
-    }
-
-    /// A partition's committed offset.
-    pub(crate) fn offset(&self, partition: &TopicPartition) -> String {
-        format!(
-            "{}/offsets/{}/{}",
-            self.base, partition.topic, partition.partition
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Keys, DEFAULT_PREFIX};
+    use crate::keys::Keys;
+    use crate::DEFAULT_PREFIX;
     use tenure_core::{MemberId, TopicPartition};
 
     /// The keys are part of the record format (docs/stores.md, "Record

@@ -4,17 +4,22 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, LeaseTimeToLiveOptions};
-use tenure_tokio::store::{Connected, Connector, Hooks, OpenError};
-use tenure_tokio::{BackendError, Joining};
+use tenure_core::SessionId;
+use tenure_tokio::store::{Hooks, OpenError};
+use tenure_tokio::BackendError;
 
-use crate::client::{Current, GroupClient};
-use crate::ops::{answered, bad_endpoint, lease_not_found};
+use crate::errors::{answered, bad_endpoint, lease_not_found};
 use crate::security::EtcdSecurity;
-use crate::{watches, Keys, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX};
+
+/// How long [`Backend::start`](tenure_tokio::Backend::start) waits for a
+/// server to grant the first lease when no other bound is set.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The key prefix when none is set.
+pub const DEFAULT_PREFIX: &str = "/tenure";
 
 /// HTTP/2 pings on an idle connection: etcd refuses them more often than
 /// every 5 s by default (`--grpc-keepalive-min-time`).
@@ -24,7 +29,7 @@ const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(5);
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why a connection attempt failed.
-type ConnectError = OpenError<etcd_client::Error>;
+pub(crate) type ConnectError = OpenError<etcd_client::Error>;
 
 /// What a (re)connection needs.
 #[derive(Clone, Debug)]
@@ -97,58 +102,31 @@ impl Config {
     }
 }
 
-#[async_trait]
-impl Connector for Config {
-    type Client = GroupClient;
+/// The live lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Current {
+    /// The lease id.
+    pub(crate) lease: i64,
+    /// The lease id as the core's session id.
+    pub(crate) session: SessionId,
+    /// The TTL the server granted.
+    pub(crate) ttl: Duration,
+}
 
-    fn request_counter(&self) -> Arc<AtomicU64> {
-        self.requests.clone()
-    }
-
-    async fn connect(&mut self, joining: &Joining) -> Result<Connected<GroupClient>, BackendError> {
-        self.session_timeout = joining.session_timeout;
-        let endpoints = self.endpoint_list();
-        if endpoints.is_empty() {
-            return Err(BackendError::Config(format!(
-                "{}: no endpoint given",
-                self.store()
-            )));
+impl Current {
+    /// The lease `lease`, granted for `granted_secs` seconds.
+    pub(crate) fn new(lease: i64, granted_secs: i64) -> Current {
+        Current {
+            lease,
+            session: SessionId(lease as u64),
+            ttl: Duration::from_secs(u64::try_from(granted_secs).unwrap_or(0)),
         }
-        if let Some(problem) = endpoints.iter().find_map(|e| endpoint_problem(e)) {
-            return Err(BackendError::Config(format!("{}: {problem}", self.store())));
-        }
-        self.detached = joining.static_membership;
-        let keys = Keys::new(&self.prefix, &joining.group);
-        let before = Instant::now();
-        let resume = joining.resume.as_ref().map(|ticket| ticket.id);
-        let (client, current, held) = connect(self, &endpoints, resume).await?;
-        let (watches, watching) = watches::Watches::new(watches::Link {
-            client: client.clone(),
-            request_timeout: self.request_timeout(),
-            requests: self.requests.clone(),
-        });
-        // It ends by itself once the backend and every watch are gone.
-        tokio::spawn(watching);
-        tracing::info!(
-            store = %self.store(),
-            lease = %format_args!("{:x}", current.lease),
-            ttl = ?current.ttl,
-            "etcd lease granted"
-        );
-        let claims_held = held.map(|held| keys.owned_partitions(&held));
-        let group = GroupClient::new(self.clone(), keys, joining.member.clone(), client, watches);
-        let connected = Connected::new(group, current, before);
-        Ok(match claims_held {
-            // The claims the previous process left under the lease.
-            Some(claims) => connected.resumed(claims),
-            None => connected,
-        })
     }
 }
 
 /// Builds a client for `endpoints` and grants the first lease, within the
 /// connect timeout.
-async fn connect(
+pub(crate) async fn connect(
     config: &Config,
     endpoints: &[String],
     resume: Option<i64>,
@@ -320,7 +298,7 @@ pub(crate) async fn grant(config: &Config, client: &Client) -> Result<Current, C
 
 /// What is wrong with an endpoint URL, if anything. The client itself would
 /// take a port that is not a number for no port at all (and dial port 80).
-fn endpoint_problem(endpoint: &str) -> Option<String> {
+pub(crate) fn endpoint_problem(endpoint: &str) -> Option<String> {
     let rest = endpoint
         .strip_prefix("http://")
         .or_else(|| endpoint.strip_prefix("https://"))

@@ -1,70 +1,26 @@
-//! The ZooKeeper client of a joined member: its sessions as the runtime's
-//! session loop follows them (a [`StoreClient`]), and how a session ends —
+//! The ZooKeeper client of a joined member as the runtime's session loop
+//! uses it: the [`Connector`] that opens its first session, and the
+//! [`StoreClient`] that opens the next, follows each, and ends it —
 //! closed, left to a restarted process, or dropped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
-use tenure_core::{MemberInfo, SessionId};
-use tenure_tokio::store::{SessionChange, SessionKeeper, StoreClient, Wire};
-use tenure_tokio::{BackendError, SessionTicket};
+use tenure_core::SessionId;
+use tenure_tokio::store::{Connected, Connector, SessionChange, SessionKeeper, StoreClient, Wire};
+use tenure_tokio::{BackendError, Joining, SessionTicket};
 use zookeeper_client as zk;
 
-use crate::ops::{Ctx, Listed};
-use crate::session::{connect, resume, Config};
+use crate::group::GroupClient;
+use crate::ops::Ctx;
+use crate::session::{claims_held, connect, resume, Config, Current};
 
 /// How long a close waits for the server to confirm that the session is
 /// closed.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A live client and its session.
-#[derive(Clone, Debug)]
-pub(crate) struct Current {
-    pub(crate) client: zk::Client,
-    pub(crate) session: SessionId,
-}
-
-impl Current {
-    /// The session `client` holds.
-    pub(crate) fn new(client: zk::Client) -> Current {
-        let session = SessionId(client.session_id().0 as u64);
-        Current { client, session }
-    }
-}
-
-/// What a joined member's requests share: the settings, the group's
-/// layout, the member, and the member list as last read.
-///
-/// Claims, releases and commits of a partition hold its lock (the session
-/// loop takes it). A commit reads the owner node, then writes in a multi
-/// guarded by the node's version. An owner node's version is 0 whoever
-/// created it, so the guard cannot tell our node from one re-created after
-/// our own release (by another member, or by our own next claim). Other
-/// members' deletions need our session to end, which fails the multi; our
-/// own release or claim in between is what the lock excludes.
-#[derive(Debug)]
-pub(crate) struct GroupClient {
-    pub(crate) config: Config,
-    pub(crate) layout: Layout,
-    pub(crate) member: MemberInfo,
-    /// The member list as last read, for the next read to read only the
-    /// registrations made since.
-    pub(crate) listed: Mutex<Option<Listed>>,
-}
-
-impl GroupClient {
-    /// The client of `member` of the group laid out as `layout`.
-    pub(crate) fn new(config: Config, layout: Layout, member: MemberInfo) -> GroupClient {
-        GroupClient {
-            config,
-            layout,
-            member,
-            listed: Mutex::new(None),
-        }
-    }
-}
 
 #[async_trait]
 impl StoreClient for GroupClient {
@@ -154,6 +110,56 @@ impl StoreClient for GroupClient {
     /// background (or, detached, is left to run out).
     fn abandon(&self, current: Current) {
         drop(current);
+    }
+}
+
+#[async_trait]
+impl Connector for Config {
+    type Client = GroupClient;
+
+    fn request_counter(&self) -> Arc<AtomicU64> {
+        self.requests.clone()
+    }
+
+    async fn connect(&mut self, joining: &Joining) -> Result<Connected<GroupClient>, BackendError> {
+        self.session_timeout = joining.session_timeout;
+        self.security.check()?;
+        self.detached = joining.static_membership;
+        let before = Instant::now();
+        let (client, resumed) = match &joining.resume {
+            Some(ticket) => match resume(self, ticket).await {
+                Some(client) => (client, true),
+                None => (connect(self).await?, false),
+            },
+            None => (connect(self).await?, false),
+        };
+        // The client applies the chroot of the connect string.
+        let layout = Layout::new("", &joining.group);
+        // Credentials that do not match the group's ACL would fail every
+        // request, each reported on its own: say it once, before joining.
+        if let Err(zk::Error::NoAuth) = client.list_children(&layout.ids()).await {
+            return Err(BackendError::Denied {
+                store: self.store(),
+                detail: format!(
+                    "the znodes of group {:?} were created under an ACL these credentials do \
+                     not satisfy; use the digest credentials the group's members use \
+                     (ZooKeeperSecurity::digest)",
+                    joining.group
+                ),
+                source: None,
+            });
+        }
+        let claims_held = match resumed {
+            // The claims the previous process left under the session.
+            true => Some(claims_held(&client, &layout).await),
+            false => None,
+        };
+        let group = GroupClient::new(self.clone(), layout, joining.member.clone());
+        let connected = Connected::new(group, Current::new(client), before);
+        Ok(match claims_held {
+            Some(claims) => connected.resumed(claims),
+            None => connected,
+        })
     }
 }
 

@@ -34,6 +34,7 @@
 
 mod admin;
 mod client;
+mod group;
 mod ops;
 mod security;
 mod session;
@@ -51,10 +52,7 @@ use tenure_tokio::store::StoreBackend;
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
 use crate::session::Config;
-
-/// How long [`Backend::start`] waits for a server to answer when no other
-/// bound is set.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub use crate::session::DEFAULT_CONNECT_TIMEOUT;
 
 // Test hooks are public only with the `testing` feature, which the
 // workspace's tests turn on: production builds cannot set them.

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure_core::records::{encode_offset, held_claim, parse_offset};
@@ -14,7 +14,7 @@ use tenure_core::{
 use tenure_tokio::store::{each_failed, MemberList, Registrations, StoreOps, Watch, Wire};
 use zookeeper_client as zk;
 
-use crate::client::GroupClient;
+use crate::group::{put_listed, take_listed, GroupClient, Listed};
 
 /// One command's view of the store: the client of the session the command
 /// was issued under, and the member's wire.
@@ -720,55 +720,6 @@ async fn read_members(ctx: &Ctx) -> Result<(MemberList, zk::OneshotWatcher), Sto
         },
     );
     Ok((members, watcher))
-}
-
-/// The member list as a listing found it: the members' node (its creation),
-/// its child version then, and the registrations listed.
-#[derive(Debug)]
-pub(crate) struct Listed {
-    parent: i64,
-    child_version: i32,
-    registrations: Registrations,
-}
-
-impl Listed {
-    /// Whether a registration read for this listing still holds for a new
-    /// listing of `children` with the node's `stat`. A registration is
-    /// written once, at its creation, and every creation and deletion of a
-    /// child counts one in the node's child version: when the count since
-    /// is exactly the names that came and went, no registration that stayed
-    /// listed was deleted and made again (with other contents) meanwhile.
-    fn still_describes(&self, stat: &zk::Stat, children: &[String]) -> bool {
-        if stat.czxid != self.parent {
-            return false;
-        }
-        let changes = i64::from(stat.cversion) - i64::from(self.child_version);
-        let came = children
-            .iter()
-            .filter(|id| !self.registrations.contains(id))
-            .count();
-        let listed: HashSet<&str> = children.iter().map(String::as_str).collect();
-        let went = self
-            .registrations
-            .ids()
-            .filter(|id| !listed.contains(id))
-            .count();
-        usize::try_from(changes).is_ok_and(|changes| changes == came + went)
-    }
-}
-
-/// Takes the last listing out for the length of a read.
-fn take_listed(listed: &Mutex<Option<Listed>>) -> Option<Listed> {
-    // Nothing holding the lock panics; were it poisoned, the listing is
-    // only a saving: read everything.
-    listed.lock().map(|mut l| l.take()).unwrap_or(None)
-}
-
-/// Keeps a listing for the next read.
-fn put_listed(listed: &Mutex<Option<Listed>>, value: Listed) {
-    if let Ok(mut l) = listed.lock() {
-        *l = Some(value);
-    }
 }
 
 /// One node's data and stat, or why it could not be read.

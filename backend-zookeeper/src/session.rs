@@ -6,15 +6,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use tenure_core::records::{Layout, Watched};
-use tenure_core::TopicPartition;
-use tenure_tokio::store::{Connected, Connector, Hooks, OpenError};
-use tenure_tokio::{BackendError, Joining, SessionTicket};
+use tenure_core::{SessionId, TopicPartition};
+use tenure_tokio::store::{Hooks, OpenError};
+use tenure_tokio::{BackendError, SessionTicket};
 use zookeeper_client as zk;
 
-use crate::client::{Current, GroupClient};
-use crate::DEFAULT_CONNECT_TIMEOUT;
+/// How long [`Backend::start`](tenure_tokio::Backend::start) waits for a
+/// server to answer when no other bound is set.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a (re)connection needs: the backend's settings.
 #[derive(Clone, Debug)]
@@ -63,53 +63,18 @@ impl Config {
     }
 }
 
-#[async_trait]
-impl Connector for Config {
-    type Client = GroupClient;
+/// A live client and its session.
+#[derive(Clone, Debug)]
+pub(crate) struct Current {
+    pub(crate) client: zk::Client,
+    pub(crate) session: SessionId,
+}
 
-    fn request_counter(&self) -> Arc<AtomicU64> {
-        self.requests.clone()
-    }
-
-    async fn connect(&mut self, joining: &Joining) -> Result<Connected<GroupClient>, BackendError> {
-        self.session_timeout = joining.session_timeout;
-        self.security.check()?;
-        self.detached = joining.static_membership;
-        let before = Instant::now();
-        let (client, resumed) = match &joining.resume {
-            Some(ticket) => match resume(self, ticket).await {
-                Some(client) => (client, true),
-                None => (connect(self).await?, false),
-            },
-            None => (connect(self).await?, false),
-        };
-        // The client applies the chroot of the connect string.
-        let layout = Layout::new("", &joining.group);
-        // Credentials that do not match the group's ACL would fail every
-        // request, each reported on its own: say it once, before joining.
-        if let Err(zk::Error::NoAuth) = client.list_children(&layout.ids()).await {
-            return Err(BackendError::Denied {
-                store: self.store(),
-                detail: format!(
-                    "the znodes of group {:?} were created under an ACL these credentials do \
-                     not satisfy; use the digest credentials the group's members use \
-                     (ZooKeeperSecurity::digest)",
-                    joining.group
-                ),
-                source: None,
-            });
-        }
-        let claims_held = match resumed {
-            // The claims the previous process left under the session.
-            true => Some(claims_held(&client, &layout).await),
-            false => None,
-        };
-        let group = GroupClient::new(self.clone(), layout, joining.member.clone());
-        let connected = Connected::new(group, Current::new(client), before);
-        Ok(match claims_held {
-            Some(claims) => connected.resumed(claims),
-            None => connected,
-        })
+impl Current {
+    /// The session `client` holds.
+    pub(crate) fn new(client: zk::Client) -> Current {
+        let session = SessionId(client.session_id().0 as u64);
+        Current { client, session }
     }
 }
 

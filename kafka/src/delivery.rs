@@ -24,7 +24,7 @@ use std::time::Instant;
 use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
-use crate::ledger::{Fetched, Passed};
+use crate::batch::{Fetched, Passed};
 use crate::message::Message;
 use crate::telemetry::Tally;
 

@@ -8,11 +8,12 @@ use rskafka::client::Client;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition};
 use tokio::sync::mpsc;
 
+use crate::batch::{Fetched, Passed};
 use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
 use crate::event::DataEvent;
-use crate::ledger::{BatchLedger, Fetched, LedgerCell, Passed};
+use crate::ledger::{BatchLedger, LedgerCell};
 use crate::message::{Header, Message, Timestamp};
 use crate::telemetry::PartitionMetrics;
 use tenure_core::credentials::error_chain;

@@ -10,31 +10,6 @@ use std::time::Duration;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
 use crate::event::DataEvent;
-use crate::message::Message;
-use crate::telemetry::Tally;
-
-/// What one fetch of a partition brought: its messages, and how far the
-/// fetch went past the last of them.
-#[derive(Debug)]
-pub(crate) struct Fetched {
-    pub(crate) messages: Vec<Message>,
-    /// Offsets past the last message that hold nothing to hand out
-    /// (transaction markers, records of aborted transactions): once the
-    /// messages before them are handed out, they count as handed out, so
-    /// that the committed offset can reach the log's end.
-    pub(crate) passed: Option<Passed>,
-    /// The batch's metrics, recorded as it is handed out.
-    pub(crate) tally: Option<Tally>,
-}
-
-/// Offsets a fetch went past without a message, up to `last`.
-#[derive(Debug)]
-pub(crate) struct Passed {
-    pub(crate) ledger: Arc<LedgerCell>,
-    pub(crate) token: FencingToken,
-    pub(crate) generation: u64,
-    pub(crate) last: Offset,
-}
 
 /// Which messages of a partition the application holds.
 #[derive(Debug)]

@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod batch;
 mod config;
 mod delivery;
 mod error;
