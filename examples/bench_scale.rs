@@ -25,7 +25,6 @@
 //! members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=…
 //! ```
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

@@ -12,7 +12,6 @@
 //! group cleanly: drains, commits, releases its partitions. The store is
 //! the only thing that differs between the two.
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::process::ExitCode;
@@ -118,8 +117,9 @@ async fn produce(
         .into_iter()
         .find(|t| t.name == topic)
         .map_or(partitions as usize, |t| t.partitions.len());
-    let now = rskafka::chrono::DateTime::from_timestamp_millis(common::lines::wall_ms() as i64)
-        .unwrap_or_default();
+    let now =
+        rskafka::chrono::DateTime::from_timestamp_millis(tenure_chaos_lines::wall_ms() as i64)
+            .unwrap_or_default();
     for partition in 0..existing {
         // Spread evenly: partition p gets the messages n with n % count == p.
         let share = (count + existing - 1 - partition) / existing;

@@ -27,7 +27,6 @@
 //! table is redrawn in place; otherwise a snapshot is printed every second.
 //! It ends by itself after about the duration.
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -37,9 +36,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use clap::Parser;
-use common::lines::say;
 use tenure::core::{FencingToken, FetchFrom, MemberId, Offset, TopicPartition};
 use tenure::tokio::{AssignmentEvent, Backend, GroupMember, MemoryStore, View};
+use tenure_chaos_lines::say;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};

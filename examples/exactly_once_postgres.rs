@@ -34,14 +34,12 @@
 //! <error>` for a failed attempt (retried); and, after a clean close,
 //! `closed` with the counts.
 
-#[path = "common/mod.rs"]
 mod common;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use common::lines::{close_printing_events, print_event, say, wall_ms};
 use common::{flag_or_server, Store};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::client::ClientBuilder;
@@ -50,6 +48,7 @@ use tenure::core::{Config, FencingToken, TopicPartition};
 use tenure::postgres::{MessageTable, PostgresSink, PostgresSinkError};
 use tenure::tokio::exactly_once::{ExactlyOnce, Fence, Report, Stage, TransactionalSink, Written};
 use tenure::tokio::{Backend, GroupMember, KafkaConfig, Message};
+use tenure_chaos_lines::{close_printing_events, print_event, say, wall_ms};
 
 /// Exactly once from a Kafka topic into PostgreSQL: one row per message,
 /// each partition's next offset and fencing token in a second table, one

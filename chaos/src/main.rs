@@ -101,10 +101,6 @@
 
 mod audit;
 mod faults;
-// The lines a member prints, one copy for `chaos member` and the
-// `exactly_once_postgres` example.
-#[path = "../../examples/common/lines.rs"]
-mod lines;
 mod member;
 mod partition;
 mod producer;
@@ -123,11 +119,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::lines::wall_ms;
 use crate::producer::Producer;
 use crate::run::{Connect, Run, SinkSetup};
 use crate::schedule::schedule;
 use crate::store::{Store, StoreKind};
+use tenure_chaos_lines::wall_ms;
 
 /// A chaos run: members of one group as separate processes against the
 /// servers of `scripts/services`, under a schedule of faults drawn from a

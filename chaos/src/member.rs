@@ -8,8 +8,8 @@ use tenure::etcd::EtcdBackend;
 use tenure::tokio::{Backend, GroupMember, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
 
-use crate::lines::{close_printing_events, print_event, say, wall_ms};
 use crate::store::{StoreKind, CHAOS_PREFIX};
+use tenure_chaos_lines::{close_printing_events, print_event, say, wall_ms};
 
 /// A member's flags, as the chaos run passes them.
 #[derive(clap::Args)]

@@ -21,11 +21,7 @@
 //! A partition healed before a new leader was seen expired nothing.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
-use crate::lines::wall_ms;
-use crate::run::Run;
-use crate::store::services;
 use crate::transcript::Log;
 
 /// Which links a partition cuts.
@@ -90,128 +86,6 @@ pub struct Window {
     /// down: the cut, or when the leader is isolated, when a new leader
     /// was seen (unset if none was before the heal).
     pub majority_from: Arc<OnceLock<u64>>,
-}
-
-impl Run {
-    /// Cuts the links of a `kind` partition for `ms`, then heals them.
-    pub async fn partition(
-        &mut self,
-        kind: PartitionKind,
-        pick: u8,
-        ms: u64,
-    ) -> Result<(), String> {
-        let service = self.store.service();
-        let leader = self.wait_for_leader().await?;
-        // The follower the partition is about: the one more members are
-        // connected to alone, so that the minority side has some; the
-        // seed's pick between equals.
-        let followers: Vec<u8> = (1..=3).filter(|n| *n != leader).collect();
-        let pick = match self
-            .alone_on(followers[0])
-            .len()
-            .cmp(&self.alone_on(followers[1]).len())
-        {
-            std::cmp::Ordering::Greater => 0,
-            std::cmp::Ordering::Less => 1,
-            std::cmp::Ordering::Equal => pick,
-        };
-        let (links, minority) = kind.plan(leader, pick);
-        for (a, b) in &links {
-            services(&["link", service, "cut", &a.to_string(), &b.to_string()]).await?;
-        }
-        let from = wall_ms();
-        let members = self.alone_on(minority);
-        println!(
-            "          leader {leader}, node {minority} without a quorum{}",
-            if members.is_empty() {
-                String::new()
-            } else {
-                format!(", connected to it alone: {}", members.join(" "))
-            }
-        );
-        let majority_from = Arc::new(OnceLock::new());
-        match kind {
-            PartitionKind::IsolateLeader => {
-                let seen = majority_from.clone();
-                tokio::spawn(async move {
-                    if let Some(at) = new_leader_seen(service, leader, from + ms).await {
-                        let _ = seen.set(at);
-                    }
-                });
-            }
-            PartitionKind::Split | PartitionKind::CutFollower => {
-                let _ = majority_from.set(from);
-            }
-        }
-        self.partitions.push(Window {
-            kind,
-            from,
-            until: from + ms,
-            minority,
-            members,
-            majority_from,
-        });
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            if let Err(e) = services(&["link", service, "heal"]).await {
-                eprintln!("chaos: {e}");
-            }
-        });
-        Ok(())
-    }
-
-    /// The live members connected to `node` alone.
-    fn alone_on(&mut self, node: u8) -> Vec<String> {
-        self.members
-            .iter_mut()
-            .filter(|(_, r)| r.killed_at.is_none() && r.node == Some(node))
-            .filter_map(|(id, r)| (!r.has_ended()).then(|| id.clone()))
-            .collect()
-    }
-
-    /// The node that leads the store, once exactly one does (an election
-    /// may be under way after an earlier fault): 30 s at most.
-    pub async fn wait_for_leader(&self) -> Result<u8, String> {
-        let service = self.store.service();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(n) = services(&["leader", service]).await {
-                return n
-                    .parse()
-                    .map_err(|_| format!("`scripts/services leader {service}` said {n:?}"));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no node of {service} led for 30 s"));
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    /// The nodes without a quorum now (a partition's, until its heal).
-    pub fn minority_now(&self) -> Vec<u8> {
-        let now = wall_ms();
-        self.partitions
-            .iter()
-            .filter(|w| w.from <= now && now < w.until)
-            .map(|w| w.minority)
-            .collect()
-    }
-}
-
-/// When (wall ms) a node other than `old` was first seen leading
-/// `service`, polled until `until`; `None` if none was.
-async fn new_leader_seen(service: &'static str, old: u8, until: u64) -> Option<u64> {
-    while wall_ms() < until {
-        let asked_at = wall_ms();
-        if let Ok(n) = services(&["leader", service]).await {
-            if n.parse::<u8>().is_ok_and(|n| n != old) {
-                // It led when it was asked, or sooner.
-                return Some(asked_at);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
 }
 
 /// The partitions' line: for every member connected to a minority node

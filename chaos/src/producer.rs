@@ -9,7 +9,7 @@ use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
 use tokio::task::JoinHandle;
 
-use crate::lines::wall_ms;
+use tenure_chaos_lines::wall_ms;
 
 /// The topic of the run, being written to.
 pub struct Producer {

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::lines::wall_ms;
 use crate::signals::signal;
 use crate::store::{Store, OFFSETS_TABLE};
 use crate::transcript::{read_member, SharedLog};
+use tenure_chaos_lines::wall_ms;
 
 /// A member process and its proxy.
 pub struct Running {

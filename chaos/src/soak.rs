@@ -178,7 +178,7 @@ fn requests_per_s(previous: &Sample, at_s: u64, now: &[Option<(u64, u64)>]) -> O
 async fn store_counters(store: &Store) -> (Option<u64>, Vec<Option<(u64, u64)>>) {
     let mut watches = None;
     let mut counters = Vec::new();
-    let now_s = crate::lines::wall_ms() / 1_000;
+    let now_s = tenure_chaos_lines::wall_ms() / 1_000;
     for server in &store.servers {
         let (query, watch_key, request_key) = match store.kind {
             StoreKind::ZooKeeper => ("mntr\n".to_owned(), "zk_watch_count", "zk_packets_received"),

@@ -1,12 +1,11 @@
-//! What the examples share. Each includes it with
-//! `#[path = "common/mod.rs"] mod common;` (cargo takes no example from a
-//! subdirectory's `mod.rs`), and uses what it needs of it.
+//! What the examples share. Each includes it with `mod common;` (an
+//! example's root file finds `common/mod.rs` beside it; cargo takes no
+//! example from a folder without a `main.rs`), and uses what it needs of
+//! it.
 
 #![allow(dead_code)]
 
 use std::process::ExitCode;
-
-pub mod lines;
 
 /// A coordination store, as `--store` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -4,15 +4,15 @@
 //! <token>` for each assignment change, `closed` after a clean close, and
 //! lines of each kind of member's own (`chaos member`'s `m` for a message
 //! handed out, `exactly_once_postgres`'s `f` and `x` for a write refused or
-//! failed). One copy for both kinds of member: `examples/common/mod.rs`
-//! brings it to the examples, and the chaos crate includes it by its path.
+//! failed). One copy for both kinds of member: the chaos tool and the
+//! facade's examples depend on this crate.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tenure::tokio::{AssignmentEvent, Events};
+use tenure_tokio::{AssignmentEvent, Events};
 
 /// Milliseconds since the Unix epoch: the clock every process of a chaos
 /// run shares.
