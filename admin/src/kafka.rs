@@ -5,18 +5,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rskafka::client::partition::{OffsetAt, PartitionClient, UnknownTopicHandling};
+use rskafka::client::partition::PartitionClient;
 /// The Kafka client [`describe`](crate::describe) and
 /// [`plan_reset`](crate::plan_reset) take ([`tenure_kafka::connect`] makes
 /// one).
 pub use rskafka::client::Client as KafkaClient;
 use tenure_core::{Offset, TopicPartition};
+use tenure_kafka::lookup::{log_bounds, offset_for_millis, partition_client, LOOKUP_TIMEOUT};
 
 use crate::error::AdminError;
-
-/// How long one Kafka request of an admin operation may take: the client
-/// retries by itself, so an unreachable leader would otherwise hang the tool.
-const KAFKA_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The bounds of one partition's log: the data plane's type, one for the
 /// member's `watermarks` and the operator's tooling alike.
@@ -27,7 +24,7 @@ pub async fn log_offsets(
     client: &KafkaClient,
     topic: &str,
 ) -> Result<BTreeMap<u32, LogOffsets>, AdminError> {
-    let listed = bounded(topic, None, client.list_topics()).await?;
+    let listed = listed_topics(client, LOOKUP_TIMEOUT, topic).await?;
     let Some(found) = listed.into_iter().find(|t| t.name == topic) else {
         return Err(AdminError::UnknownTopic {
             topic: topic.to_owned(),
@@ -41,19 +38,7 @@ pub async fn log_offsets(
         let partition = TopicPartition::new(topic, number);
         let client = partition_client(client, &partition).await?;
         lookups.spawn(async move {
-            let start = bounded(
-                &partition.topic,
-                Some(&partition),
-                client.get_offset(OffsetAt::Earliest),
-            )
-            .await?;
-            let end = bounded(
-                &partition.topic,
-                Some(&partition),
-                client.get_offset(OffsetAt::Latest),
-            )
-            .await?;
-            Ok::<_, AdminError>((number, LogOffsets { start, end }))
+            Ok::<_, AdminError>((number, log_bounds(&client, &partition).await?))
         });
     }
     let mut offsets = BTreeMap::new();
@@ -74,62 +59,24 @@ pub async fn offset_at_time(
     partition: &TopicPartition,
     millis: i64,
 ) -> Result<Option<Offset>, AdminError> {
-    let Some(time) = chrono::DateTime::from_timestamp_millis(millis) else {
-        return Ok(None);
-    };
-    let client = partition_client(client, partition).await?;
-    let offset = bounded(
-        &partition.topic,
-        Some(partition),
-        client.get_offset(OffsetAt::Timestamp(time)),
-    )
-    .await?;
-    // Kafka answers -1 when no message is that recent.
-    Ok((offset >= 0).then_some(offset))
+    Ok(offset_for_millis(client, partition, millis).await?)
 }
 
-async fn partition_client(
+/// The topics Kafka knows, asked within `limit` (`about` names what the
+/// caller looks for, in the error).
+async fn listed_topics(
     client: &KafkaClient,
-    partition: &TopicPartition,
-) -> Result<PartitionClient, AdminError> {
-    bounded(
-        &partition.topic,
-        Some(partition),
-        client.partition_client(
-            partition.topic.to_string(),
-            partition.partition as i32,
-            UnknownTopicHandling::Error,
-        ),
-    )
-    .await
-}
-
-/// Runs one Kafka request within [`KAFKA_REQUEST_TIMEOUT`], naming the topic
-/// or partition in its error.
-async fn bounded<T>(
-    topic: &str,
-    partition: Option<&TopicPartition>,
-    request: impl std::future::Future<Output = Result<T, rskafka::client::error::Error>>,
-) -> Result<T, AdminError> {
-    bounded_by(KAFKA_REQUEST_TIMEOUT, topic, partition, request).await
-}
-
-/// [`bounded`], within `limit`.
-async fn bounded_by<T>(
     limit: Duration,
-    topic: &str,
-    partition: Option<&TopicPartition>,
-    request: impl std::future::Future<Output = Result<T, rskafka::client::error::Error>>,
-) -> Result<T, AdminError> {
-    let what = partition.map_or_else(|| format!("topic {topic}"), |p| format!("partition {p}"));
-    match tokio::time::timeout(limit, request).await {
-        Ok(Ok(value)) => Ok(value),
+    about: &str,
+) -> Result<Vec<rskafka::topic::Topic>, AdminError> {
+    match tokio::time::timeout(limit, client.list_topics()).await {
+        Ok(Ok(listed)) => Ok(listed),
         Ok(Err(error)) => Err(AdminError::KafkaRequest {
-            what,
+            what: format!("topic {about}"),
             detail: error.to_string(),
         }),
         Err(_) => Err(AdminError::KafkaRequest {
-            what,
+            what: format!("topic {about}"),
             detail: format!("no answer within {limit:?}"),
         }),
     }
@@ -188,7 +135,7 @@ impl LogReader {
             return read;
         }
         let limit = self.limit;
-        let listed = match bounded_by(limit, "every topic", None, client.list_topics()).await {
+        let listed = match listed_topics(client, limit, "every topic").await {
             Ok(listed) => listed,
             Err(error) => {
                 for topic in topics {
@@ -223,19 +170,8 @@ impl LogReader {
                         Some(existing) => existing.clone(),
                         None => std::sync::Arc::new(partition_client(client, &partition).await?),
                     };
-                    let start = bounded(
-                        &partition.topic,
-                        Some(&partition),
-                        partition_client.get_offset(OffsetAt::Earliest),
-                    )
-                    .await?;
-                    let end = bounded(
-                        &partition.topic,
-                        Some(&partition),
-                        partition_client.get_offset(OffsetAt::Latest),
-                    )
-                    .await?;
-                    Ok((partition_client, LogOffsets { start, end }))
+                    let log = log_bounds(&partition_client, &partition).await?;
+                    Ok((partition_client, log))
                 }
                 .await;
                 (partition, result)

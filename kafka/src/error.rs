@@ -18,10 +18,21 @@ pub enum KafkaError {
     /// No bootstrap broker was given.
     #[error("no Kafka bootstrap broker given")]
     NoBootstrap,
-    /// The security settings cannot be used (a CA or key file that cannot
-    /// be read, say).
+    /// The security settings cannot be used (a trust store with no CA,
+    /// a certificate file with none in it, say).
     #[error("Kafka security settings: {0}")]
     Config(String),
+    /// A security setting names something that cannot be used: a file
+    /// that cannot be read, PEM that does not parse, a key or certificate
+    /// TLS refuses. The cause is the error's source.
+    #[error("Kafka security settings: {what}: {source}")]
+    InvalidSetting {
+        /// The setting, and what is wrong with it.
+        what: String,
+        /// Why: the reader's, parser's or TLS library's own error.
+        #[source]
+        source: tenure_core::ClientError,
+    },
     /// The brokers refused this member's SASL credentials, or their TLS
     /// certificate is not trusted.
     #[error("Kafka at {bootstrap}: {detail}")]
@@ -30,6 +41,9 @@ pub enum KafkaError {
         bootstrap: String,
         /// What was refused, and what to check.
         detail: String,
+        /// The client's error that said so.
+        #[source]
+        source: Option<ClientError>,
     },
     /// The brokers did not answer.
     #[error("Kafka at {bootstrap} does not answer: {detail}")]
@@ -92,8 +106,12 @@ pub enum KafkaError {
     Lookup {
         /// The partition.
         partition: TopicPartition,
-        /// What the client said.
+        /// What the client said, or how long it stayed silent.
         detail: String,
+        /// The client's error; `None` when it gave none (it did not answer
+        /// in time).
+        #[source]
+        source: Option<ClientError>,
     },
     /// With the initial-offset policy `InitialOffset::None`: the partition
     /// has no committed offset (and the application gave none), so it is
@@ -118,6 +136,18 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// `what` is wrong with a security setting, because of `source`.
+    #[cfg(feature = "tls")]
+    pub(crate) fn invalid_setting(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> KafkaError {
+        KafkaError::InvalidSetting {
+            what: what.into(),
+            source: tenure_core::ClientError::new(source),
+        }
+    }
+
     /// Whether the problem may clear by itself while the member goes on (a
     /// broker that does not answer, a failed fetch, which is retried, a
     /// topic not created yet, which is waited for); `false` for what needs

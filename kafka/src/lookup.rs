@@ -40,7 +40,16 @@ pub async fn log_offsets(
     client: &Client,
     partition: &TopicPartition,
 ) -> Result<LogOffsets, KafkaError> {
-    let client = partition_client(client, partition).await?;
+    log_bounds(&partition_client(client, partition).await?, partition).await
+}
+
+/// The bounds of `partition`'s log, asked of its partition client
+/// ([`partition_client`]): for a caller that asks again and again, and
+/// keeps the client.
+pub async fn log_bounds(
+    client: &PartitionClient,
+    partition: &TopicPartition,
+) -> Result<LogOffsets, KafkaError> {
     let start = bounded(partition, client.get_offset(OffsetAt::Earliest)).await?;
     let end = bounded(partition, client.get_offset(OffsetAt::Latest)).await?;
     Ok(LogOffsets { start, end })
@@ -77,7 +86,8 @@ pub async fn offset_for_millis(
     Ok((offset >= 0).then_some(offset))
 }
 
-async fn partition_client(
+/// A client of `partition`'s leader, found within [`LOOKUP_TIMEOUT`].
+pub async fn partition_client(
     client: &Client,
     partition: &TopicPartition,
 ) -> Result<PartitionClient, KafkaError> {
@@ -103,10 +113,12 @@ async fn bounded<T>(
         Ok(Err(error)) => Err(KafkaError::Lookup {
             partition: partition.clone(),
             detail: error.to_string(),
+            source: Some(std::sync::Arc::new(error)),
         }),
         Err(_) => Err(KafkaError::Lookup {
             partition: partition.clone(),
             detail: format!("no answer within {LOOKUP_TIMEOUT:?}"),
+            source: None,
         }),
     }
 }

@@ -44,13 +44,14 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         .build();
     let failed = |error: rskafka::client::error::Error| {
         let detail = error_chain(&error);
+        let source = Arc::new(error);
         config
             .security
-            .explain(&bootstrap, &detail)
+            .explain(&bootstrap, &detail, &source)
             .unwrap_or_else(|| KafkaError::Unreachable {
                 bootstrap: bootstrap.clone(),
                 detail,
-                source: Some(Arc::new(error)),
+                source: Some(source),
             })
     };
     // The retries end at the deadline with their cause; this bound, a

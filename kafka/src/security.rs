@@ -17,7 +17,7 @@ use rskafka::client::{
 
 use tenure_core::credentials::Password;
 
-use crate::error::KafkaError;
+use crate::error::{ClientError, KafkaError};
 /// A SASL mechanism Kafka brokers offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -155,17 +155,17 @@ impl KafkaSecurity {
         let ca_path = ca.as_ref();
         let what = format!("the CA file {}", ca_path.display());
         let pem = std::fs::read(ca_path)
-            .map_err(|e| KafkaError::Config(format!("cannot read {what}: {e}")))?;
+            .map_err(|e| KafkaError::invalid_setting(format!("cannot read {what}"), e))?;
         let roots = tls::roots_from_pem(&pem, &what)?;
         let client = match client {
             None => None,
             Some((cert, key)) => {
                 let read = |path: &Path, what: &str| {
                     std::fs::read(path).map_err(|e| {
-                        KafkaError::Config(format!(
-                            "cannot read the {what} {}: {e}",
-                            path.display()
-                        ))
+                        KafkaError::invalid_setting(
+                            format!("cannot read the {what} {}", path.display()),
+                            e,
+                        )
                     })
                 };
                 let cert_what = format!("client certificate {}", cert.display());
@@ -234,17 +234,16 @@ impl KafkaSecurity {
         client: Option<tls::Identity>,
         ca: String,
     ) -> Result<KafkaSecurity, KafkaError> {
-        let bad = |detail: String| KafkaError::Config(detail);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| bad(format!("TLS: {e}")))?
+            .map_err(|e| KafkaError::invalid_setting("TLS", e))?
             .with_root_certificates(roots);
         let config = match client {
             None => builder.with_no_client_auth(),
-            Some((chain, key)) => builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| bad(format!("the client certificate cannot be used: {e}")))?,
+            Some((chain, key)) => builder.with_client_auth_cert(chain, key).map_err(|e| {
+                KafkaError::invalid_setting("the client certificate cannot be used", e)
+            })?,
         };
         self.tls = Some(Arc::new(config));
         self.ca = Some(ca);
@@ -298,10 +297,16 @@ impl KafkaSecurity {
 
     /// What a failed connection means, in words that say what to check:
     /// refused credentials, or a broker certificate the CA did not sign.
-    pub(crate) fn explain(&self, bootstrap: &str, error: &str) -> Option<KafkaError> {
+    pub(crate) fn explain(
+        &self,
+        bootstrap: &str,
+        error: &str,
+        source: &ClientError,
+    ) -> Option<KafkaError> {
         let refused = |detail: String| KafkaError::Refused {
             bootstrap: bootstrap.to_owned(),
             detail,
+            source: Some(source.clone()),
         };
         let lower = error.to_ascii_lowercase();
         if lower.contains("sasl") || lower.contains("authentication") {
@@ -350,17 +355,17 @@ mod tls {
         pem: &[u8],
         what: &str,
     ) -> Result<rustls::RootCertStore, KafkaError> {
-        let bad = |detail: String| KafkaError::Config(detail);
         let mut roots = rustls::RootCertStore::empty();
         for certificate in CertificateDer::pem_slice_iter(pem) {
-            let certificate =
-                certificate.map_err(|e| bad(format!("{what} is not readable PEM: {e}")))?;
-            roots
-                .add(certificate)
-                .map_err(|e| bad(format!("{what} holds an unusable certificate: {e}")))?;
+            let certificate = certificate.map_err(|e| {
+                KafkaError::invalid_setting(format!("{what} is not readable PEM"), e)
+            })?;
+            roots.add(certificate).map_err(|e| {
+                KafkaError::invalid_setting(format!("{what} holds an unusable certificate"), e)
+            })?;
         }
         if roots.is_empty() {
-            return Err(bad(format!(
+            return Err(KafkaError::Config(format!(
                 "{what} holds no certificate (no `-----BEGIN CERTIFICATE-----` block)"
             )));
         }
@@ -394,15 +399,19 @@ mod tls {
         key: &[u8],
         key_what: &str,
     ) -> Result<Identity, KafkaError> {
-        let bad = |detail: String| KafkaError::Config(detail);
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| bad(format!("the {cert_what} is not readable PEM: {e}")))?;
+            .map_err(|e| {
+                KafkaError::invalid_setting(format!("the {cert_what} is not readable PEM"), e)
+            })?;
         if chain.is_empty() {
-            return Err(bad(format!("the {cert_what} holds no certificate")));
+            return Err(KafkaError::Config(format!(
+                "the {cert_what} holds no certificate"
+            )));
         }
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| bad(format!("the {key_what} holds no usable private key: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+            KafkaError::invalid_setting(format!("the {key_what} holds no usable private key"), e)
+        })?;
         Ok((chain, key))
     }
 }

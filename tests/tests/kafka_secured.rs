@@ -99,8 +99,11 @@ fn a_ca_pem_without_a_certificate_is_refused_saying_so() {
         ),
     ] {
         match KafkaSecurity::new().tls_ca_pem(pem, None) {
-            Err(KafkaError::Config(detail)) => assert!(detail.contains(says), "{detail}"),
-            other => panic!("expected a Config error saying {says:?}, got {other:?}"),
+            Err(error @ (KafkaError::Config(_) | KafkaError::InvalidSetting { .. })) => {
+                let detail = error.to_string();
+                assert!(detail.contains(says), "{detail}")
+            }
+            other => panic!("expected a settings error saying {says:?}, got {other:?}"),
         }
     }
 }
@@ -265,8 +268,16 @@ async fn a_wrong_password_and_an_untrusted_certificate_are_refused_saying_what_t
     )
     .await;
     // A CA file that is not there is a configuration error, said at once.
-    assert!(matches!(
-        KafkaSecurity::new().tls("/nonexistent/ca.pem", None),
-        Err(KafkaError::Config(_))
-    ));
+    match KafkaSecurity::new().tls("/nonexistent/ca.pem", None) {
+        Err(KafkaError::InvalidSetting { what, source }) => {
+            assert!(what.contains("/nonexistent/ca.pem"), "{what}");
+            // The reader's own error is kept as the cause.
+            let io = source.get_ref().downcast_ref::<std::io::Error>();
+            assert_eq!(
+                io.map(std::io::Error::kind),
+                Some(std::io::ErrorKind::NotFound)
+            );
+        }
+        other => panic!("a CA file that is not there: {other:?}"),
+    }
 }

@@ -1,213 +1,24 @@
-//! Groups watched over time: a task that follows the store's changes
-//! through its watch (reading a group only when it changed), reads the
-//! log offsets of the groups' topics from Kafka on an interval, keeps a
-//! window of samples per partition, judges them ([`crate::health`]) and
-//! publishes an [`Overview`] after every change.
+//! What a [`Monitor`](super::Monitor) knows of the groups it watches, as
+//! state: the records as last read, windows of samples per partition, the
+//! timeline of joins, claims and handoffs, and the judgement of each group
+//! ([`crate::health`]). It does no I/O and reads no clock: the monitor's
+//! task reads the store, Kafka and the time, and hands them in.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures_util::StreamExt;
 use tenure_core::TopicPartition;
-use tokio::sync::watch;
-use tokio::time::Instant;
 
+use super::config::{GroupFilter, MonitorConfig};
 use crate::error::AdminError;
 use crate::health::{evaluate, Sample, Status};
-use crate::kafka::{KafkaClient, LogOffsets, LogRead, LogReader};
+use crate::kafka::{LogOffsets, LogRead};
 use crate::overview::{
     CorruptEntry, GroupHealth, MemberHealth, Overview, PartitionHealth, TimelineEntry, TimelineKind,
 };
 use crate::records::GroupRecords;
 use crate::selection::group_topics;
-use crate::store::{GroupAdmin, StoreChange};
-
-/// Makes a connection to the store: called at the start and after every
-/// lost watch (an expired session is terminal for a ZooKeeper client).
-pub type Connector = Box<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn GroupAdmin>, AdminError>> + Send>>
-        + Send
-        + Sync,
->;
-
-/// Which groups a [`Monitor`] watches.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GroupFilter {
-    /// Every group in the store, as groups appear and disappear.
-    All,
-    /// These groups (a named group without records is shown as ERROR).
-    Named(BTreeSet<String>),
-}
-
-impl GroupFilter {
-    fn selects(&self, group: &str) -> bool {
-        match self {
-            GroupFilter::All => true,
-            GroupFilter::Named(names) => names.contains(group),
-        }
-    }
-}
-
-/// How a [`Monitor`] watches.
-#[derive(Clone, Debug)]
-pub struct MonitorConfig {
-    groups: GroupFilter,
-    kafka_interval: Duration,
-    window: usize,
-    unowned_after: Duration,
-    settle: Duration,
-    timeline: usize,
-    reconnect: Duration,
-}
-
-impl Default for MonitorConfig {
-    fn default() -> Self {
-        MonitorConfig {
-            groups: GroupFilter::All,
-            kafka_interval: Duration::from_secs(10),
-            window: 10,
-            unowned_after: Duration::from_secs(30),
-            settle: Duration::from_millis(200),
-            timeline: 500,
-            reconnect: Duration::from_secs(1),
-        }
-    }
-}
-
-impl MonitorConfig {
-    /// Every group in the store, a refresh from Kafka every 10 s, a window
-    /// of 10 samples, partitions flagged after 30 s unowned.
-    pub fn new() -> MonitorConfig {
-        MonitorConfig::default()
-    }
-
-    /// Which groups to watch (default: all).
-    pub fn with_groups(mut self, groups: GroupFilter) -> Self {
-        self.groups = groups;
-        self
-    }
-
-    /// How often log offsets are read from Kafka and each partition
-    /// sampled (default 10 s; at least 100 ms). A window spans this times
-    /// [`MonitorConfig::with_window`].
-    pub fn with_kafka_interval(mut self, interval: Duration) -> Self {
-        self.kafka_interval = interval.max(Duration::from_millis(100));
-        self
-    }
-
-    /// How many samples a partition is judged on (default 10, Burrow's;
-    /// at least 2).
-    pub fn with_window(mut self, samples: usize) -> Self {
-        self.window = samples.max(2);
-        self
-    }
-
-    /// After how long unowned a partition is listed in
-    /// [`GroupHealth::unowned_too_long`] (default 30 s: set it to the
-    /// members' session timeout).
-    pub fn with_unowned_after(mut self, after: Duration) -> Self {
-        self.unowned_after = after;
-        self
-    }
-
-    /// How long the changes of a group gather before it is read again
-    /// (default 200 ms): a burst of commits costs one read.
-    pub fn with_settle(mut self, settle: Duration) -> Self {
-        self.settle = settle;
-        self
-    }
-
-    /// How many timeline entries a group keeps (default 500).
-    pub fn with_timeline(mut self, entries: usize) -> Self {
-        self.timeline = entries;
-        self
-    }
-
-    /// How long to wait before connecting again after the store was lost
-    /// (default 1 s).
-    pub fn with_reconnect(mut self, wait: Duration) -> Self {
-        self.reconnect = wait;
-        self
-    }
-
-    /// The groups watched.
-    pub fn groups(&self) -> &GroupFilter {
-        &self.groups
-    }
-
-    /// How often Kafka is read.
-    pub fn kafka_interval(&self) -> Duration {
-        self.kafka_interval
-    }
-
-    /// The samples per window.
-    pub fn window(&self) -> usize {
-        self.window
-    }
-}
-
-/// Watches groups in a store and Kafka's logs, and judges them. The work
-/// runs on a task of its own, stopped when the monitor is dropped; readers
-/// take the latest [`Overview`] ([`Monitor::overview`]) or wait for the
-/// next ([`Monitor::updates`]), never holding the task up.
-pub struct Monitor {
-    updates: watch::Receiver<Arc<Overview>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl std::fmt::Debug for Monitor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Monitor").finish_non_exhaustive()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Monitor {
-    /// Starts watching: connects with `connect` (again after a lost
-    /// store), reads Kafka through `kafka` (without it, no partition has a
-    /// lag or a sample, and each is OK: "no sample yet").
-    pub fn start(
-        connect: Connector,
-        kafka: Option<Arc<KafkaClient>>,
-        config: MonitorConfig,
-    ) -> Monitor {
-        let (publish, updates) = watch::channel(Arc::new(Overview {
-            kafka_interval_ms: millis_of(config.kafka_interval),
-            window: config.window,
-            updated_ms: now_ms(),
-            store_error: Some("connecting".to_owned()),
-            ..Overview::default()
-        }));
-        // A request may take the interval, within 1 to 15 s.
-        let limit = config
-            .kafka_interval
-            .clamp(Duration::from_secs(1), Duration::from_secs(15));
-        let state = State::new(config);
-        let reader = LogReader::new(kafka, limit);
-        let task = tokio::spawn(run(connect, reader, state, publish));
-        Monitor { updates, task }
-    }
-
-    /// The latest overview.
-    pub fn overview(&self) -> Arc<Overview> {
-        self.updates.borrow().clone()
-    }
-
-    /// A receiver of overviews: it holds the latest one only, so a slow
-    /// reader skips overviews and never slows the monitor down.
-    pub fn updates(&self) -> watch::Receiver<Arc<Overview>> {
-        self.updates.clone()
-    }
-}
 
 /// What the monitor knows of one group.
 #[derive(Default)]
@@ -224,7 +35,8 @@ struct GroupState {
     timeline: VecDeque<TimelineEntry>,
 }
 
-struct State {
+/// The groups a monitor watches, and what it judged of them.
+pub(crate) struct Watched {
     config: MonitorConfig,
     store: String,
     store_error: Option<String>,
@@ -243,132 +55,16 @@ struct State {
     stale: BTreeSet<String>,
 }
 
-async fn run(
-    connect: Connector,
-    mut reader: LogReader,
-    mut state: State,
-    publish: watch::Sender<Arc<Overview>>,
-) {
-    let mut kafka_tick = tokio::time::interval(state.config.kafka_interval);
-    kafka_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let lost = watch_store(&connect, &mut reader, &mut state, &publish, &mut kafka_tick).await;
-        state.lost_store(lost);
-        state.publish(&publish);
-        wait_reconnect(&mut state, &mut reader, &mut kafka_tick, &publish).await;
-    }
-}
-
-/// Connects, watches and reads the store, and follows its changes and
-/// Kafka's logs until the store is lost; returns why.
-async fn watch_store(
-    connect: &Connector,
-    reader: &mut LogReader,
-    state: &mut State,
-    publish: &watch::Sender<Arc<Overview>>,
-    kafka_tick: &mut tokio::time::Interval,
-) -> String {
-    let admin = match connect().await {
-        Ok(admin) => admin,
-        Err(error) => return error.to_string(),
-    };
-    state.store = admin.store();
-    let mut changes = match admin.watch().await {
-        Ok(changes) => changes,
-        Err(error) => return error.to_string(),
-    };
-    // The watch is set before everything is read: no change between the
-    // read and the watch can be missed.
-    if let Err(error) = state.read_all(admin.as_ref()).await {
-        return error.to_string();
-    }
-    state.publish(publish);
-
-    let mut dirty: BTreeSet<String> = BTreeSet::new();
-    let mut resync = false;
-    let mut settle_at: Option<Instant> = None;
-    loop {
-        tokio::select! {
-            change = changes.next() => match change {
-                Some(Ok(StoreChange::Group(group))) => {
-                    if state.config.groups.selects(&group) {
-                        dirty.insert(group);
-                        settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
-                    }
-                }
-                Some(Ok(StoreChange::Disconnected)) => {
-                    // Stale until the client is back (then a Resync) or its
-                    // session ends (then the stream fails).
-                    state.lost_store(format!(
-                        "the connection to {} was lost; reconnecting",
-                        state.store
-                    ));
-                    state.publish(publish);
-                }
-                Some(Ok(StoreChange::Resync)) => {
-                    resync = true;
-                    settle_at.get_or_insert_with(|| Instant::now() + state.config.settle);
-                }
-                Some(Err(error)) => return error.to_string(),
-                None => return "the store's watch ended".to_owned(),
-            },
-            () = sleep_until(settle_at), if settle_at.is_some() => {
-                settle_at = None;
-                let result = if std::mem::take(&mut resync) {
-                    dirty.clear();
-                    state.read_all(admin.as_ref()).await
-                } else {
-                    state.read_groups(admin.as_ref(), std::mem::take(&mut dirty)).await
-                };
-                if let Err(error) = result {
-                    return error.to_string();
-                }
-                state.publish(publish);
-            }
-            _ = kafka_tick.tick() => {
-                state.refresh_kafka(reader).await;
-                state.publish(publish);
-            }
-        }
-    }
-}
-
-/// Waits before connecting again, refreshing from Kafka meanwhile (the
-/// logs keep growing while the store is away).
-async fn wait_reconnect(
-    state: &mut State,
-    reader: &mut LogReader,
-    kafka_tick: &mut tokio::time::Interval,
-    publish: &watch::Sender<Arc<Overview>>,
-) {
-    let until = Instant::now() + state.config.reconnect;
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => return,
-            _ = kafka_tick.tick() => {
-                state.refresh_kafka(reader).await;
-                state.publish(publish);
-            }
-        }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-impl State {
-    fn new(config: MonitorConfig) -> State {
+impl Watched {
+    /// Nothing read yet, watching as `config` says.
+    pub(crate) fn new(config: MonitorConfig) -> Watched {
         let mut groups = BTreeMap::new();
         if let GroupFilter::Named(names) = &config.groups {
             for name in names {
                 groups.insert(name.clone(), GroupState::default());
             }
         }
-        State {
+        Watched {
             config,
             store: String::new(),
             store_error: None,
@@ -381,7 +77,23 @@ impl State {
         }
     }
 
-    fn lost_store(&mut self, error: String) {
+    /// How the monitor watches.
+    pub(crate) fn config(&self) -> &MonitorConfig {
+        &self.config
+    }
+
+    /// The store is `store` (as it names itself), from now on.
+    pub(crate) fn found_store(&mut self, store: String) {
+        self.store = store;
+    }
+
+    /// The store, as it names itself.
+    pub(crate) fn store(&self) -> &str {
+        &self.store
+    }
+
+    /// The store cannot be read or watched, because of `error`.
+    pub(crate) fn lost_store(&mut self, error: String) {
         tracing::warn!(store = %self.store, %error, "the store cannot be watched; connecting again");
         self.store_error = Some(error);
         self.all_stale();
@@ -392,74 +104,81 @@ impl State {
         self.stale.extend(self.groups.keys().cloned());
     }
 
-    /// Reads every selected group (and, watching all, finds the groups).
-    async fn read_all(&mut self, admin: &dyn GroupAdmin) -> Result<(), AdminError> {
-        let names: BTreeSet<String> = match &self.config.groups {
-            GroupFilter::All => {
-                let found: BTreeSet<String> = admin.groups().await?.into_iter().collect();
+    /// The groups a read of every group reads: the named ones, or, watching
+    /// all, those `found` in the store (the others are forgotten).
+    pub(crate) fn groups_to_read(&mut self, found: Option<BTreeSet<String>>) -> BTreeSet<String> {
+        match (&self.config.groups, found) {
+            (GroupFilter::All, Some(found)) => {
                 self.groups.retain(|name, _| found.contains(name));
                 found
             }
-            GroupFilter::Named(names) => names.clone(),
-        };
-        self.read_groups(admin, names).await?;
+            (GroupFilter::All, None) => self.groups.keys().cloned().collect(),
+            (GroupFilter::Named(names), _) => names.clone(),
+        }
+    }
+
+    /// Every group was read: what is found from now on is new, and the
+    /// store is back if it was lost.
+    pub(crate) fn read_all(&mut self) {
         self.started = true;
         if self.store_error.take().is_some() {
             self.all_stale();
         }
-        Ok(())
     }
 
-    /// Reads `names` again and notes what changed.
-    async fn read_groups(
+    /// What a read of group `name` at `now` (ms since the epoch) found,
+    /// noting what changed. A store that cannot be reached or refused the
+    /// read fails it: the read stops there.
+    pub(crate) fn group_read(
         &mut self,
-        admin: &dyn GroupAdmin,
-        names: BTreeSet<String>,
+        name: String,
+        read: Result<GroupRecords, AdminError>,
+        now: u64,
     ) -> Result<(), AdminError> {
-        let now = now_ms();
-        for name in names {
-            self.stale.insert(name.clone());
-            match admin.records(&name).await {
-                Ok(records) => {
-                    let started = self.started;
-                    let group = self.groups.entry(name).or_insert_with(|| GroupState {
-                        // New since the start: its first read is news.
-                        records: started.then(GroupRecords::default),
-                        ..GroupState::default()
-                    });
-                    group.read_error = None;
-                    group.update(records, now, self.config.timeline);
+        self.stale.insert(name.clone());
+        match read {
+            Ok(records) => {
+                let started = self.started;
+                let group = self.groups.entry(name).or_insert_with(|| GroupState {
+                    // New since the start: its first read is news.
+                    records: started.then(GroupRecords::default),
+                    ..GroupState::default()
+                });
+                group.read_error = None;
+                group.update(records, now, self.config.timeline);
+            }
+            Err(AdminError::UnknownGroup { .. }) => match self.config.groups {
+                GroupFilter::All => {
+                    self.groups.remove(&name);
                 }
-                Err(AdminError::UnknownGroup { .. }) => match self.config.groups {
-                    GroupFilter::All => {
-                        self.groups.remove(&name);
-                    }
-                    _ => {
-                        let group = self.groups.entry(name).or_default();
-                        group.update(GroupRecords::default(), now, self.config.timeline);
-                        group.read_error = Some(format!("no records in {}", admin.store()));
-                    }
-                },
-                Err(error @ (AdminError::Unreachable { .. } | AdminError::Denied { .. })) => {
-                    return Err(error)
+                _ => {
+                    let group = self.groups.entry(name).or_default();
+                    group.update(GroupRecords::default(), now, self.config.timeline);
+                    group.read_error = Some(format!("no records in {}", self.store));
                 }
-                Err(error) => {
-                    self.groups.entry(name).or_default().read_error = Some(error.to_string());
-                }
+            },
+            Err(error @ (AdminError::Unreachable { .. } | AdminError::Denied { .. })) => {
+                return Err(error)
+            }
+            Err(error) => {
+                self.groups.entry(name).or_default().read_error = Some(error.to_string());
             }
         }
         Ok(())
     }
 
-    /// Reads the logs of every watched topic and samples every partition.
-    async fn refresh_kafka(&mut self, reader: &mut LogReader) {
-        let topics: BTreeSet<String> = self
-            .groups
+    /// The topics of every group read.
+    pub(crate) fn topics(&self) -> BTreeSet<String> {
+        self.groups
             .values()
             .filter_map(|g| g.records.as_ref())
             .flat_map(group_topics)
-            .collect();
-        let read = reader.read(&topics).await;
+            .collect()
+    }
+
+    /// What a read of the topics' logs at `now` found: every partition is
+    /// sampled.
+    pub(crate) fn logs_read(&mut self, read: LogRead, now: u64) {
         self.kafka_error = read
             .topic_errors
             .iter()
@@ -472,7 +191,6 @@ impl State {
                     .map(|(partition, error)| format!("partition {partition}: {error}"))
             });
         self.logs = read;
-        let now = now_ms();
         let window = self.config.window;
         for group in self.groups.values_mut() {
             group.sample(&self.logs, now, window);
@@ -480,15 +198,9 @@ impl State {
         self.all_stale();
     }
 
-    /// Publishes a new overview.
-    fn publish(&mut self, publish: &watch::Sender<Arc<Overview>>) {
-        publish.send_replace(Arc::new(self.overview()));
-    }
-
-    /// The overview to publish: the stale groups judged again, the others
+    /// The overview at `now`: the stale groups judged again, the others
     /// as they were.
-    fn overview(&mut self) -> Overview {
-        let now = now_ms();
+    pub(crate) fn overview(&mut self, now: u64) -> Overview {
         let window_span = self.config.kafka_interval * self.config.window as u32;
         let groups = &self.groups;
         self.judged.retain(|name, _| groups.contains_key(name));
@@ -835,13 +547,7 @@ fn partition_of_path(path: &str) -> Option<TopicPartition> {
     Some(TopicPartition::new(topic, number.parse().ok()?))
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, millis_of)
-}
-
-fn millis_of(duration: Duration) -> u64 {
+pub(crate) fn millis_of(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -905,6 +611,72 @@ mod tests {
         }
         assert_eq!(group.timeline.len(), 3);
         assert_eq!(group.timeline.back().map(|e| e.at_ms), Some(9));
+    }
+
+    #[test]
+    fn a_partition_is_judged_unowned_too_long_by_the_time_handed_in() {
+        let groups = GroupFilter::Named(["g".to_owned()].into());
+        let config = MonitorConfig::new()
+            .with_groups(groups)
+            .with_unowned_after(Duration::from_secs(5));
+        let mut watched = Watched::new(config);
+        // The partition's committed offset keeps it in the group after
+        // its owner lets go.
+        let mut released = GroupRecords::default();
+        released.offsets.insert(TopicPartition::new("t", 0), 10);
+        let mut records = released.clone();
+        owned(&mut records, 0, "a", 1);
+        let read = watched.groups_to_read(None);
+        assert_eq!(read, ["g".to_owned()].into());
+        watched
+            .group_read("g".to_owned(), Ok(records), 1_000)
+            .expect("read");
+        watched.read_all();
+        let judged = |overview: &Overview| {
+            let group = &overview.groups[0];
+            (group.unowned, group.unowned_too_long.len())
+        };
+        let overview = watched.overview(1_000);
+        assert_eq!(overview.updated_ms, 1_000, "the time handed in");
+        assert_eq!(judged(&overview), (0, 0));
+
+        // Released at 2 s; judged at 3 s, then again at 8 s.
+        watched
+            .group_read("g".to_owned(), Ok(released), 2_000)
+            .expect("read");
+        assert_eq!(judged(&watched.overview(3_000)), (1, 0));
+        // Unchanged groups are judged again when Kafka's logs are read.
+        watched.logs_read(LogRead::default(), 8_000);
+        assert_eq!(judged(&watched.overview(8_000)), (1, 1), "5 s unowned");
+    }
+
+    #[test]
+    fn an_unreachable_store_stops_a_read_and_an_unknown_named_group_is_an_error() {
+        let groups = GroupFilter::Named(["g".to_owned()].into());
+        let mut watched = Watched::new(MonitorConfig::new().with_groups(groups));
+        watched.found_store("the store".to_owned());
+        let unknown = AdminError::UnknownGroup {
+            group: "g".to_owned(),
+            store: "the store".to_owned(),
+        };
+        watched
+            .group_read("g".to_owned(), Err(unknown), 1)
+            .expect("an unknown group is no reason to stop");
+        let overview = watched.overview(1);
+        assert!(
+            overview.groups[0]
+                .reason
+                .contains("no records in the store"),
+            "{}",
+            overview.groups[0].reason
+        );
+        let unreachable = AdminError::Unreachable {
+            store: "the store".to_owned(),
+            detail: "down".to_owned(),
+        };
+        assert!(watched
+            .group_read("g".to_owned(), Err(unreachable), 2)
+            .is_err());
     }
 
     #[test]
