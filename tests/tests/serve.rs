@@ -65,7 +65,10 @@ async fn a_group_judged_from_outside<F: std::future::Future<Output = String>>(
     let settled = serve
         .until("the group consuming and OK", |o| {
             group_of(o, &group).is_some_and(|g| {
+                // Both members consuming: each owns its share (right
+                // after the joins, the first may hold them all).
                 g.members.len() == 2
+                    && g.members.iter().all(|m| m.partitions == 2)
                     && g.partitions.len() == 4
                     && g.unowned == 0
                     && g.total_lag == Some(0)
