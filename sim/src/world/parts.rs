@@ -1,0 +1,246 @@
+//! What the simulated world is made of: the members' processes and
+//! applications, their links to the store, the faults and the actions on
+//! the timeline, and the world itself.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::time::{Duration, Instant};
+
+use crate::app::{Holdings, Told};
+use crate::check::Story;
+use tenure_core::assignment::PartitionCounts;
+use tenure_core::model::store::Store;
+use tenure_core::protocol::{Event, Member, StoreRequest};
+use tenure_core::records::Layout;
+use tenure_core::rng::SplitMix64;
+use tenure_core::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
+
+use super::{SimConfig, SimReport};
+
+/// One in-flight store command of a member, remembered so that a dropped
+/// connection can fail it.
+#[derive(Clone, Debug)]
+pub(super) struct Pending {
+    pub(super) command: StoreRequest,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Batch {
+    pub(super) partition: TopicPartition,
+    pub(super) token: FencingToken,
+    pub(super) first: Offset,
+    pub(super) end: Offset,
+    pub(super) done_at: Instant,
+}
+
+/// The application of one member: fetches, processes in batches, acks.
+#[derive(Clone, Debug, Default)]
+pub(super) struct App {
+    pub(super) holdings: Holdings,
+    pub(super) batches: Vec<Batch>,
+    /// Processing time per batch; longer than the processing timeout while
+    /// the slow-drain fault is on.
+    pub(super) batch_time: Duration,
+    /// What the member's application events have told so far.
+    pub(super) story: Story,
+}
+
+/// One member process.
+pub(super) struct Node {
+    pub(super) id: MemberId,
+    pub(super) member: Option<Member>,
+    pub(super) incarnation: u32,
+    pub(super) session: Option<SessionId>,
+    /// The session a crashed static member left, for its next process to
+    /// resume.
+    pub(super) resumable: Option<SessionId>,
+    pub(super) connected: bool,
+    pub(super) epoch: u64,
+    pub(super) last_contact: Instant,
+    pub(super) paused_until: Option<Instant>,
+    pub(super) leaving: bool,
+    pub(super) gone: bool,
+    pub(super) in_flight: BTreeMap<RequestId, Pending>,
+    /// The claims, offset reads, commits and releases the member's steps
+    /// at this instant gave, sent together when the instant is over.
+    pub(super) gathered: Vec<StoreRequest>,
+    pub(super) last_request_arrival: Instant,
+    pub(super) last_reply_delivery: Instant,
+    pub(super) app: App,
+    /// What a driver would have published after the member's last step,
+    /// with the member's change count then ([`Member::changes`]).
+    pub(super) published: Option<(u64, Published)>,
+}
+
+/// What a driver publishes of a member: assigned, owned (with tokens),
+/// fetching, settled.
+pub(super) type Published = (
+    BTreeSet<TopicPartition>,
+    Vec<(TopicPartition, FencingToken)>,
+    Vec<TopicPartition>,
+    bool,
+);
+
+pub(super) fn published(member: &Member) -> Published {
+    (
+        member.assigned().clone(),
+        member.owned().map(|(p, t)| (p.clone(), t)).collect(),
+        member.fetching().map(|(p, _)| p.clone()).collect(),
+        member.is_settled(),
+    )
+}
+
+impl Node {
+    /// The connection this node has now.
+    pub(super) fn link(&self) -> Link {
+        Link {
+            incarnation: self.incarnation,
+            epoch: self.epoch,
+        }
+    }
+
+    pub(super) fn running(&self, now: Instant) -> bool {
+        self.member.is_some() && !self.gone && self.paused_until.is_none_or(|t| now >= t)
+    }
+}
+
+/// One connection of one process of a node: what travels over it is lost
+/// when the process restarts (a new incarnation) or the connection breaks
+/// (a new epoch).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Link {
+    pub(super) incarnation: u32,
+    pub(super) epoch: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Fault {
+    Disconnect {
+        node: usize,
+        length: Duration,
+    },
+    Reconnect {
+        node: usize,
+        epoch: u64,
+    },
+    ClientExpiry {
+        node: usize,
+        epoch: u64,
+    },
+    Pause {
+        node: usize,
+        length: Duration,
+    },
+    Wake {
+        node: usize,
+    },
+    Crash {
+        node: usize,
+        restart_after: Duration,
+        /// A static member: the restarted process resumes the session if
+        /// it is still alive.
+        resume: bool,
+    },
+    Restart {
+        node: usize,
+    },
+    SlowDrain {
+        node: usize,
+        length: Duration,
+    },
+    FastDrain {
+        node: usize,
+    },
+    Join,
+    Leave {
+        node: usize,
+    },
+    GrowPartitions {
+        topic: usize,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Action {
+    /// A store command reaches the server.
+    Request {
+        node: usize,
+        link: Link,
+        session: SessionId,
+        command: StoreRequest,
+    },
+    /// Requests of one kind of one step reach the server in one request
+    /// (a `multi`): their writes land together or not at all.
+    Batch {
+        node: usize,
+        link: Link,
+        session: SessionId,
+        commands: Vec<StoreRequest>,
+    },
+    /// The second round trip of a claim that met an existing record.
+    ReadOwner {
+        node: usize,
+        link: Link,
+        id: RequestId,
+        partition: TopicPartition,
+    },
+    /// A reply reaches the member (dropped if the connection changed).
+    Reply {
+        node: usize,
+        link: Link,
+        event: Event,
+    },
+    /// A watch notification reaches the member's session.
+    Watch {
+        node: usize,
+        session: SessionId,
+        event: Event,
+    },
+    /// A local event (session change, application progress).
+    Local {
+        node: usize,
+        incarnation: u32,
+        event: Input,
+    },
+    Fault(Fault),
+}
+
+/// What a member is handed: what its store said, or what its application
+/// did.
+#[derive(Clone, Debug)]
+pub(super) enum Input {
+    Store(Event),
+    App(Told),
+    Counts(PartitionCounts),
+    Shutdown,
+}
+
+pub(super) struct World {
+    pub(super) config: SimConfig,
+    pub(super) rng: SplitMix64,
+    pub(super) start: Instant,
+    pub(super) now: Instant,
+    pub(super) quiet_at: Instant,
+    pub(super) end_at: Instant,
+    pub(super) seq: u64,
+    pub(super) queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    pub(super) actions: BTreeMap<u64, Action>,
+    pub(super) store: Store,
+    pub(super) layout: Layout,
+    pub(super) nodes: Vec<Node>,
+    pub(super) counts: PartitionCounts,
+    pub(super) hw: BTreeMap<TopicPartition, Offset>,
+    pub(super) processed: BTreeMap<TopicPartition, Vec<u32>>,
+    pub(super) committed: BTreeMap<TopicPartition, Offset>,
+    /// The newest token any member's claim took effect with, per partition.
+    pub(super) claimed_tokens: BTreeMap<TopicPartition, FencingToken>,
+    pub(super) session_owner: BTreeMap<SessionId, usize>,
+    pub(super) server_lag: Duration,
+    pub(super) next_produce: Instant,
+    pub(super) next_app_tick: Instant,
+    pub(super) report: SimReport,
+}
+
+pub(super) const APP_TICK: Duration = Duration::from_millis(25);
+pub(super) const PRODUCE_EVERY: Duration = Duration::from_millis(100);
+pub(super) const BATCH: Offset = 4;

@@ -1,0 +1,242 @@
+//! Building the world: its members, their processes and sessions, and the
+//! world's own bookkeeping (the timeline, delays, violations).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::{Duration, Instant};
+
+use crate::check::Story;
+use tenure_core::assignment::PartitionCounts;
+use tenure_core::model::store::Store;
+use tenure_core::protocol::{Event, Member};
+use tenure_core::records::Layout;
+use tenure_core::rng::SplitMix64;
+use tenure_core::types::{MemberId, SessionId, TopicPartition};
+
+use super::parts::{Action, App, Input, Node, World};
+use super::{SimConfig, SimReport, Violation};
+
+impl World {
+    pub(super) fn new(config: SimConfig) -> Result<World, String> {
+        // Virtual time starts at an arbitrary instant; only differences
+        // matter, so runs are identical whatever the real clock says.
+        let start = Instant::now();
+        let mut rng = SplitMix64::new(config.seed);
+        let server_lag = Duration::from_millis(rng.below(300));
+        let quiet_at = start + config.chaos;
+        let end_at = quiet_at
+            + config.convergence_bound()
+            + config.commit_interval * 4
+            + Duration::from_secs(2);
+        let mut counts = PartitionCounts::new();
+        for (topic, n) in &config.topics {
+            assignment_topic_check(topic)?;
+            counts.insert(topic.clone(), *n);
+        }
+        let mut world = World {
+            rng,
+            start,
+            now: start,
+            quiet_at,
+            end_at,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            actions: BTreeMap::new(),
+            store: Store::new(),
+            layout: Layout::new("", "sim"),
+            nodes: Vec::new(),
+            counts,
+            hw: BTreeMap::new(),
+            processed: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            claimed_tokens: BTreeMap::new(),
+            session_owner: BTreeMap::new(),
+            server_lag,
+            next_produce: start,
+            next_app_tick: start,
+            report: SimReport {
+                seed: config.seed,
+                ..SimReport::default()
+            },
+            config,
+        };
+        world.sync_logs();
+        for _ in 0..world.config.members.max(1) {
+            world.add_node()?;
+        }
+        if world.config.faults || world.config.churn {
+            world.schedule_chaos();
+        }
+        Ok(world)
+    }
+
+    pub(super) fn at(&mut self, time: Instant, action: Action) {
+        self.seq += 1;
+        self.queue.push(Reverse((time, self.seq)));
+        self.actions.insert(self.seq, action);
+    }
+
+    /// Hands `event` to the member running on node `index` at `time`. It
+    /// goes to the process running now: if the node restarts before `time`,
+    /// the new process never sees it, as a real one never sees what its
+    /// predecessor was told.
+    pub(super) fn local(&mut self, time: Instant, index: usize, event: Input) {
+        let incarnation = self.nodes[index].incarnation;
+        self.at(
+            time,
+            Action::Local {
+                node: index,
+                incarnation,
+                event,
+            },
+        );
+    }
+
+    pub(super) fn delay(&mut self) -> Duration {
+        let max = self.config.max_delay.as_micros() as u64;
+        Duration::from_micros(1 + self.rng.below(max.max(1)))
+    }
+
+    pub(super) fn elapsed(&self) -> Duration {
+        self.now.saturating_duration_since(self.start)
+    }
+
+    pub(super) fn violation(&mut self, property: &'static str, detail: String) {
+        // One violation of a kind is enough to replay; more would drown it.
+        if self
+            .report
+            .violations
+            .iter()
+            .any(|v| v.property == property)
+        {
+            return;
+        }
+        self.report.violations.push(Violation {
+            seed: self.config.seed,
+            step: self.report.steps,
+            at: self.elapsed(),
+            property,
+            detail,
+        });
+    }
+
+    pub(super) fn sync_logs(&mut self) {
+        for (topic, n) in &self.counts {
+            for p in 0..*n {
+                let tp = TopicPartition::new(topic, p);
+                self.hw.entry(tp.clone()).or_insert(0);
+                self.processed.entry(tp).or_default();
+            }
+        }
+    }
+
+    // ----- membership of the simulation -----
+
+    pub(super) fn add_node(&mut self) -> Result<usize, String> {
+        let index = self.nodes.len();
+        let id = format!("m{index:02}");
+        let node = Node {
+            id: MemberId::new(&id).map_err(|e| e.to_string())?,
+            member: None,
+            incarnation: 0,
+            session: None,
+            resumable: None,
+            connected: false,
+            epoch: 0,
+            last_contact: self.now,
+            paused_until: None,
+            leaving: false,
+            gone: false,
+            in_flight: BTreeMap::new(),
+            gathered: Vec::new(),
+            last_request_arrival: self.now,
+            last_reply_delivery: self.now,
+            published: None,
+            app: App {
+                batch_time: Duration::from_millis(30),
+                ..App::default()
+            },
+        };
+        self.nodes.push(node);
+        self.start_member(index)?;
+        Ok(index)
+    }
+
+    pub(super) fn start_member(&mut self, index: usize) -> Result<(), String> {
+        let config = self.config.member_config(self.nodes[index].id.as_str())?;
+        let seed = self.rng.next_u64();
+        let member = Member::new(config, seed, self.now).map_err(|e| e.to_string())?;
+        let node = &mut self.nodes[index];
+        node.member = Some(member);
+        node.published = None;
+        node.incarnation += 1;
+        node.in_flight.clear();
+        node.gathered.clear();
+        node.app.holdings.clear();
+        node.app.batches.clear();
+        node.app.story = Story::default();
+        match node.resumable.take() {
+            Some(session) if self.store.session_alive(session) => {
+                self.resume_session(index, session)
+            }
+            _ => self.open_session(index),
+        }
+        let counts = self.counts.clone();
+        self.local(self.now, index, Input::Counts(counts));
+        Ok(())
+    }
+
+    pub(super) fn open_session(&mut self, index: usize) {
+        let session = self
+            .store
+            .open_session(self.now, self.config.session_timeout);
+        self.session_owner.insert(session, index);
+        self.establish(index, session);
+    }
+
+    /// A static member's new process resumes the session its previous one
+    /// left: the session, then the claims it holds.
+    pub(super) fn resume_session(&mut self, index: usize, session: SessionId) {
+        self.report.resumed_sessions += 1;
+        let _ = self.store.touch(session, self.now);
+        let partitions: Vec<TopicPartition> = self
+            .store
+            .ephemerals(session)
+            .iter()
+            .filter_map(|path| match self.layout.classify(path) {
+                Some(tenure_core::records::Watched::Owner(partition)) => Some(partition),
+                _ => None,
+            })
+            .collect();
+        self.establish(index, session);
+        let now = self.now;
+        self.local(now, index, Input::Store(Event::ClaimsHeld { partitions }));
+    }
+
+    /// The node's client is connected under `session`, and says so.
+    pub(super) fn establish(&mut self, index: usize, session: SessionId) {
+        let now = self.now;
+        let node = &mut self.nodes[index];
+        node.session = Some(session);
+        node.connected = true;
+        node.epoch += 1;
+        node.last_contact = now;
+        self.local(
+            now,
+            index,
+            Input::Store(Event::SessionEstablished { session }),
+        );
+    }
+
+    pub(super) fn active_nodes(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].gone && !self.nodes[i].leaving)
+            .collect()
+    }
+
+    // ----- chaos -----
+}
+
+fn assignment_topic_check(topic: &str) -> Result<(), String> {
+    tenure_core::types::validate_topic(topic).map_err(|e| e.to_string())
+}
