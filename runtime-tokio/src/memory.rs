@@ -67,6 +67,18 @@ impl MemoryStore {
         tenure_core::records::parse_offset(&path, &data).ok()
     }
 
+    /// The record at `path` as the store holds it: its data, the session
+    /// it belongs to (ephemeral records) and the transaction that created
+    /// it (a claim's fencing token); `None` if there is none. For tests
+    /// only (`path` is a full path such as
+    /// `/consumers/<group>/owners/<topic>/<p>`). Feature `testing`.
+    #[cfg(feature = "testing")]
+    pub fn record_for_test(&self, path: &str) -> Option<(Vec<u8>, Option<SessionId>, u64)> {
+        let shared = self.lock();
+        let (data, stat) = shared.store.get(path).ok()?;
+        Some((data, stat.ephemeral_owner, stat.czxid))
+    }
+
     /// Writes `data` at `path` as a persistent record, creating its parents
     /// and replacing any data already there, and fires the watches that
     /// writing it triggers. For tests only: it bypasses every check the

@@ -148,17 +148,6 @@ impl Cluster {
         }
         CutOff { cluster: self }
     }
-
-    /// One node fault at a time on this cluster, among the tests of one
-    /// binary (they run at once): two nodes down would leave no quorum.
-    pub async fn exclusive(self) -> tokio::sync::MutexGuard<'static, ()> {
-        static ZOOKEEPER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        static ETCD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-        match self {
-            Cluster::ZooKeeper => ZOOKEEPER.lock().await,
-            Cluster::Etcd => ETCD.lock().await,
-        }
-    }
 }
 
 /// A node cut off from the others ([`Cluster::cut_off`]): every link is
