@@ -46,6 +46,15 @@ pub struct KafkaConfig {
     /// or those of open and aborted transactions too. Default:
     /// [`IsolationLevel::ReadCommitted`].
     pub isolation_level: IsolationLevel,
+    /// How long the application may leave a partition's messages waiting
+    /// (fetched and not taken, or taken and not acknowledged) without
+    /// taking or acknowledging one, before the member calls it stuck,
+    /// reports `Problem::ProcessingStalled` and leaves the group, so that
+    /// its partitions move to members that process them (Kafka's
+    /// `max.poll.interval.ms`). Counted per partition: with per-partition
+    /// streams, one stream left unread is enough. `None` turns it off.
+    /// Default: 5 minutes.
+    pub max_processing_stall: Option<Duration>,
 }
 
 /// Which records of transactional producers a member hands out (the Java
@@ -83,6 +92,7 @@ impl KafkaConfig {
             client_id: "tenure".to_owned(),
             security: KafkaSecurity::new(),
             isolation_level: IsolationLevel::ReadCommitted,
+            max_processing_stall: Some(Duration::from_secs(300)),
         }
     }
 }

@@ -20,6 +20,18 @@ pub enum DataEvent {
     /// A fetch under the claim `token` saw this log-end offset (high
     /// watermark); sent only when it moved.
     HighWatermark(TopicPartition, FencingToken, Offset),
+    /// The application has neither taken nor acknowledged a message of
+    /// the claim `token` for `stalled_for` (at least
+    /// [`KafkaConfig::max_processing_stall`](crate::KafkaConfig::max_processing_stall))
+    /// while messages waited for it. Told once per claim.
+    ProcessingStalled {
+        /// The partition.
+        partition: TopicPartition,
+        /// The claim.
+        token: FencingToken,
+        /// How long its messages waited without progress.
+        stalled_for: std::time::Duration,
+    },
     /// The application's start offset for the claim `token` could not be
     /// read (`StartOffsets` failed); it is asked again after a pause, and
     /// nothing is fetched until it answers.

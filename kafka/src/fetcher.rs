@@ -195,6 +195,11 @@ impl Fetcher {
                             last: next - 1,
                         }
                     });
+                    if let Some(last) = messages.last() {
+                        // Waiting for the application from now on (the
+                        // stall check reads it).
+                        self.ledger.fetched(last.offset, self.generation);
+                    }
                     if !messages.is_empty() || passed.is_some() {
                         let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
                         let fetched = Fetched {

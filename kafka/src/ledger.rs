@@ -35,6 +35,9 @@ struct Ledger {
     /// Where the current fetch started (an offset its policy resolved, or
     /// a seek's), for the position before anything is handed out.
     started_at: Option<Offset>,
+    /// The last message the current fetch brought for the application to
+    /// take (in its buffer, or in the fetcher's hands).
+    fetched_to: Option<Offset>,
 }
 
 /// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
@@ -104,6 +107,7 @@ impl LedgerCell {
         }
         ledger.paused = true;
         ledger.generation += 1;
+        ledger.fetched_to = None;
         true
     }
 
@@ -128,6 +132,7 @@ impl LedgerCell {
         }
         ledger.generation += 1;
         ledger.outstanding.clear();
+        ledger.fetched_to = None;
         ledger.started_at = Some(offset);
         ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
         if ledger.last_delivered > ledger.watermark {
@@ -143,6 +148,36 @@ impl LedgerCell {
         let mut ledger = self.lock();
         if ledger.generation == generation && ledger.last_delivered.is_none() {
             ledger.started_at = Some(offset);
+        }
+    }
+
+    /// The fetch of `generation` brought messages up to `last` for the
+    /// application to take.
+    pub(crate) fn fetched(&self, last: Offset, generation: u64) {
+        let mut ledger = self.lock();
+        if ledger.generation == generation && ledger.fetched_to < Some(last) {
+            ledger.fetched_to = Some(last);
+        }
+    }
+
+    /// What the application is doing with this claim: where it stands (it
+    /// moves with every message taken and every acknowledgement), and
+    /// whether messages wait for it (fetched and not taken, or taken and
+    /// not acknowledged).
+    fn activity(&self) -> Activity {
+        let ledger = self.lock();
+        let untaken = !ledger.paused
+            && !ledger.stopping
+            && ledger.fetched_to.is_some()
+            && ledger.fetched_to > ledger.last_delivered;
+        Activity {
+            progress: (
+                ledger.generation,
+                ledger.last_delivered,
+                ledger.outstanding.len(),
+                ledger.watermark,
+            ),
+            waiting: untaken || !ledger.outstanding.is_empty(),
         }
     }
 
@@ -233,6 +268,18 @@ impl LedgerCell {
     }
 }
 
+/// What the application is doing with one claim, as the stall check reads
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Activity {
+    /// Where it stands: the fetch, the last message taken, how many are
+    /// taken and not acknowledged, and the offset below which all are. Any
+    /// change is progress.
+    pub(crate) progress: (u64, Option<Offset>, usize, Option<Offset>),
+    /// Whether messages wait for the application.
+    pub(crate) waiting: bool,
+}
+
 /// The ledgers of the current claims, for the member's task.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Ledgers {
@@ -261,6 +308,7 @@ impl Ledgers {
                 generation: 0,
                 paused: false,
                 started_at: None,
+                fetched_to: None,
             }),
             wake: self.wake.clone(),
         });
@@ -276,6 +324,14 @@ impl Ledgers {
             ledger.stopping = true;
             ledger.drained = ledger.outstanding.is_empty();
         }
+    }
+
+    /// What the application is doing with each claim.
+    pub(crate) fn activities(&self) -> Vec<(TopicPartition, FencingToken, Activity)> {
+        self.lock()
+            .iter()
+            .map(|(partition, cell)| (partition.clone(), cell.token, cell.activity()))
+            .collect()
     }
 
     /// What changed since the last call: watermarks to report, then drains

@@ -44,6 +44,7 @@ mod message;
 mod metadata;
 mod plane;
 pub mod security;
+mod stall;
 mod telemetry;
 
 pub use bytes::Bytes;

@@ -20,6 +20,14 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
     if config.bootstrap.is_empty() {
         return Err(KafkaError::NoBootstrap);
     }
+    if config
+        .max_processing_stall
+        .is_some_and(|stall| stall.is_zero())
+    {
+        return Err(KafkaError::Config(
+            "max_processing_stall must be greater than zero (None turns the check off)".to_owned(),
+        ));
+    }
     let bootstrap = config.bootstrap.join(",");
     let unreachable = |detail: String| KafkaError::Unreachable {
         bootstrap: bootstrap.clone(),

@@ -16,6 +16,7 @@ use crate::event::DataEvent;
 use crate::fetcher::Fetcher;
 use crate::ledger::{LedgerCell, Ledgers, WATERMARK_READ_INTERVAL};
 use crate::metadata::{follow_topics, Subscribed};
+use crate::stall::StallWatch;
 use crate::telemetry::{PartitionMetrics, PlaneMetrics};
 
 /// How the application receives messages.
@@ -129,6 +130,10 @@ pub struct DataPlane {
     metrics: PlaneMetrics,
     /// Each partition's handles, registered at its first claim.
     partition_metrics: BTreeMap<TopicPartition, Arc<PartitionMetrics>>,
+    /// The application's progress on each claim, read at intervals
+    /// (`None`: [`KafkaConfig::max_processing_stall`] is off), and when it
+    /// is read next.
+    stall: Option<(StallWatch, Instant)>,
 }
 
 impl DataPlane {
@@ -147,6 +152,11 @@ impl DataPlane {
         lease: Lease,
     ) -> DataPlane {
         let (events_tx, events) = mpsc::unbounded_channel();
+        let stall = config.max_processing_stall.map(|limit| {
+            let watch = StallWatch::new(limit);
+            let first = Instant::now() + watch.interval();
+            (watch, first)
+        });
         let metadata = tokio::spawn(follow_topics(
             client.clone(),
             config.clone(),
@@ -171,6 +181,7 @@ impl DataPlane {
             metadata: Some(metadata),
             metrics: PlaneMetrics::default(),
             partition_metrics: BTreeMap::new(),
+            stall,
         }
     }
 
@@ -398,14 +409,33 @@ impl DataPlane {
                 tokio::time::sleep_until(read_at.into()).await;
                 wake.moved.notified().await;
             };
+            let stall_check = self.stall.as_ref().map(|(_, at)| *at);
             tokio::select! {
                 () = moved => {
                     self.watermarks_read = Instant::now();
                     self.ledgers.changes(&mut self.pending);
                 }
                 () = wake.drained.notified() => self.ledgers.changes(&mut self.pending),
+                () = sleep_until(stall_check), if stall_check.is_some() => self.check_stalls(),
                 event = self.events.recv() => return event,
             }
+        }
+    }
+
+    /// Reads the application's progress on each claim, and tells of the
+    /// claims whose messages waited the processing-stall bound without it.
+    fn check_stalls(&mut self) {
+        let Some((watch, next)) = self.stall.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        *next = now + watch.interval();
+        for (partition, token, stalled_for) in watch.check(now, self.ledgers.activities()) {
+            self.pending.push_back(DataEvent::ProcessingStalled {
+                partition,
+                token,
+                stalled_for,
+            });
         }
     }
 
@@ -423,5 +453,12 @@ impl DataPlane {
 impl Drop for DataPlane {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }

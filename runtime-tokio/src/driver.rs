@@ -98,6 +98,9 @@ pub(crate) struct Driver {
     /// What the view last published was built from: the member's change
     /// count, session, registration and whether it closed.
     pub(crate) published: Option<(u64, Option<SessionId>, bool, bool)>,
+    /// Why the member is leaving the group on its own (a stuck
+    /// application), for the end it reports once it has left.
+    pub(crate) leaving: Option<MemberEnd>,
 }
 
 /// How many events from the store one step of the loop handles at most
@@ -162,7 +165,7 @@ impl Driver {
                 for done in self.closing.drain(..) {
                     let _ = done.send(report.clone());
                 }
-                return MemberEnd::Closed;
+                return self.leaving.take().unwrap_or(MemberEnd::Closed);
             }
             tokio::select! {
                 event = self.store.recv() => match event {
@@ -308,6 +311,32 @@ impl Driver {
         }
     }
 
+    /// The application left `partition`'s messages waiting for
+    /// `stalled_for` without progress: the member reports it and leaves
+    /// the group (whether or not it is static: its partitions must move
+    /// to members that process them), as Kafka's consumer leaves its group
+    /// after `max.poll.interval.ms`.
+    fn processing_stalled(
+        &mut self,
+        partition: TopicPartition,
+        token: FencingToken,
+        stalled_for: std::time::Duration,
+    ) {
+        tracing::error!(member = %self.member.id(), %partition, ?stalled_for, "the application stopped processing; leaving the group");
+        self.report(Problem::ProcessingStalled {
+            partition,
+            token,
+            stalled_for,
+        });
+        // Already on its way out (a close, a detach, an earlier stall).
+        if self.leaving.is_some() || self.close_report.is_some() || self.detaching.is_some() {
+            return;
+        }
+        self.leaving = Some(MemberEnd::ProcessingStalled);
+        self.close_report.get_or_insert_with(CommitReport::default);
+        self.member.shutdown(now());
+    }
+
     /// A static member's final commits are answered: it leaves its
     /// session to the next process, and ends.
     async fn on_detached(&mut self, report: Option<CommitReport>) -> MemberEnd {
@@ -341,6 +370,11 @@ impl Driver {
                 tracing::warn!(member = %self.member.id(), %problem, "kafka");
                 self.report(Problem::Kafka(problem));
             }
+            DataEvent::ProcessingStalled {
+                partition,
+                token,
+                stalled_for,
+            } => self.processing_stalled(partition, token, stalled_for),
             DataEvent::StartOffsetFailed {
                 partition,
                 token,

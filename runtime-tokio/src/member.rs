@@ -271,6 +271,7 @@ impl GroupMemberBuilder {
             detaching: None,
             registration_taken: taken_tx,
             published: None,
+            leaving: None,
         };
         let task = tokio::spawn(
             async move {

@@ -233,6 +233,15 @@ pub enum MemberEnd {
     /// The member's task panicked (a bug: please report it with the log).
     #[error("the member's task panicked")]
     Panicked,
+    /// The application left a partition's messages waiting without taking
+    /// or acknowledging one for the processing-stall bound
+    /// ([`crate::KafkaConfig::max_processing_stall`]): the member reported
+    /// [`Problem::ProcessingStalled`], committed what was acknowledged and
+    /// left the group, so that its partitions move to members that process
+    /// them. Anything the stuck application writes later is fenced by its
+    /// claims' tokens, which no longer own anything.
+    #[error("the application stopped processing; the member left the group")]
+    ProcessingStalled,
 }
 
 /// A problem a member reports while it runs; it keeps working after each.
@@ -264,6 +273,22 @@ pub enum Problem {
         /// What the application's function returned.
         source: tenure_kafka::StartOffsetError,
     },
+    /// The application has neither taken nor acknowledged a message of
+    /// `partition` for `stalled_for` while messages waited for it (see
+    /// [`crate::KafkaConfig::max_processing_stall`]): the member leaves the
+    /// group, and ends with [`MemberEnd::ProcessingStalled`].
+    #[error(
+        "the application took or acknowledged no message of {partition} (claim {token:?}) for \
+         {stalled_for:?} while messages waited; leaving the group so that its partitions move on"
+    )]
+    ProcessingStalled {
+        /// The partition whose messages waited.
+        partition: TopicPartition,
+        /// Its claim.
+        token: FencingToken,
+        /// How long they waited without progress.
+        stalled_for: std::time::Duration,
+    },
     /// The member's task ended on its own (not by
     /// [`crate::MemberHandle::close`]): the last item of the error stream
     /// before it ends. Nothing more is handed out.
@@ -291,6 +316,9 @@ impl Problem {
             Problem::StateFile(_) => false,
             // The application's store may come back; the member asks again.
             Problem::StartOffset { .. } => true,
+            // The member leaves the group: someone must look at the
+            // application.
+            Problem::ProcessingStalled { .. } => false,
             Problem::Ended(_) | Problem::Dropped { .. } => false,
         }
     }

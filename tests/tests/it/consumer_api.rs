@@ -710,3 +710,194 @@ async fn a_killed_member_ends_its_error_stream_with_the_reason() {
         "a closed member's errors say it ended: {problems:?}"
     );
 }
+
+/// A KafkaConfig whose members call an application stuck after `stall`.
+fn stalling_after(stall: Duration) -> KafkaConfig {
+    let mut config = KafkaConfig::new(&kafka::bootstrap());
+    config.max_processing_stall = Some(stall);
+    config
+}
+
+/// Waits until every partition of `topic` below `partitions` has `count`
+/// committed in `group`.
+async fn all_committed(
+    zookeeper: &ZooKeeper,
+    group: &str,
+    topic: &str,
+    partitions: u32,
+    count: i64,
+) {
+    let deadline = tokio::time::Instant::now() + common::SESSION + WAIT;
+    for p in 0..partitions {
+        let tp = TopicPartition::new(topic, p);
+        while zookeeper.committed(group, &tp).await != Some(count) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "partition {p} never fully committed: {:?}",
+                zookeeper.committed(group, &tp).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Reads `errors` until a `ProcessingStalled` comes, within [`WAIT`].
+async fn stalled(
+    errors: &mut tenure::tokio::Errors,
+) -> (TopicPartition, tenure::core::FencingToken, Duration) {
+    loop {
+        match tokio::time::timeout(WAIT, errors.next()).await {
+            Ok(Some(Problem::ProcessingStalled {
+                partition,
+                token,
+                stalled_for,
+            })) => return (partition, token, stalled_for),
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the error stream ended with no ProcessingStalled"),
+            Err(_) => panic!("no ProcessingStalled within {WAIT:?}"),
+        }
+    }
+}
+
+/// An application that stops taking messages (a deadlock, a hung call):
+/// once its messages have waited `max_processing_stall`, its member says
+/// so, leaves the group and ends saying why, and another member takes every
+/// partition and consumes it to the end; what the stuck application
+/// acknowledges afterwards commits nothing, and the token it holds is older
+/// than the claim the partition moved to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_application_is_noticed_and_its_partitions_move_on() {
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("stuck");
+    kafka::create_topic(&client, &topic, 4).await;
+    for p in 0..4 {
+        kafka::produce(&client, &topic, p, 20).await;
+    }
+    let zookeeper = ZooKeeper::new("stuck").await;
+    let group = common::group("stuck");
+    let stall = Duration::from_secs(2);
+
+    // Alone, the stuck member claims every partition; its application
+    // takes one message and nothing after it.
+    let stuck = GroupMember::builder(common::config_for(&group, "stuck", &topic))
+        .kafka(stalling_after(stall))
+        .join(zookeeper.backend())
+        .await
+        .expect("the stuck member joins");
+    let (stuck, streams) = stuck.split();
+    let mut stuck_messages = streams.messages.expect("a member with Kafka");
+    let mut stuck_errors = streams.errors;
+    let held = next_message(&mut stuck_messages).await;
+
+    // A member that processes everything it is given.
+    let healthy = GroupMember::builder(common::config_for(&group, "healthy", &topic))
+        .kafka(stalling_after(stall))
+        .join(zookeeper.backend())
+        .await
+        .expect("the healthy member joins");
+    let (healthy, streams) = healthy.split();
+    let mut messages = streams.messages.expect("a member with Kafka");
+    let consumer = tokio::spawn(async move {
+        let mut tokens = BTreeMap::new();
+        while let Some(message) = messages.next().await {
+            tokens.insert(message.partition, message.token);
+            message.ack();
+        }
+        tokens
+    });
+
+    let (partition, _, stalled_for) = stalled(&mut stuck_errors).await;
+    assert!(stalled_for >= stall, "called stuck after {stalled_for:?}");
+    assert_eq!(partition.topic.as_ref(), topic, "{partition}");
+    assert_eq!(
+        tokio::time::timeout(WAIT + common::SESSION, stuck.ended()).await,
+        Ok(MemberEnd::ProcessingStalled),
+        "the stuck member left and says why"
+    );
+    all_committed(&zookeeper, &group, &topic, 4, 20).await;
+
+    // The stuck application wakes up: its acknowledgement commits nothing,
+    // and what it writes elsewhere is fenced by a token older than the
+    // claim that consumed the partition after it.
+    let (held_partition, held_offset, held_token) = (held.partition, held.offset, held.token);
+    held.ack();
+    drop(stuck_messages);
+    let tp = TopicPartition::new(&topic, held_partition);
+    assert_eq!(zookeeper.committed(&group, &tp).await, Some(20));
+    let report = healthy.close().await.expect("the healthy member closes");
+    assert!(report.all_written(), "{report:?}");
+    let tokens = tokio::time::timeout(WAIT, consumer)
+        .await
+        .expect("the healthy stream ends")
+        .expect("the consumer");
+    assert!(
+        tokens.get(&held_partition).is_some_and(|t| *t > held_token),
+        "partition {held_partition} (held at {held_offset} under {held_token:?}) moved to a newer claim: {tokens:?}"
+    );
+}
+
+/// With a stream per partition, a stall counts per partition: an
+/// application that reads every partition but one is stuck on that one,
+/// and its member leaves the group all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_partition_stream_left_unread_is_a_stuck_application() {
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("stuck-stream");
+    kafka::create_topic(&client, &topic, 2).await;
+    for p in 0..2 {
+        kafka::produce(&client, &topic, p, 10).await;
+    }
+    let zookeeper = ZooKeeper::new("stuck-stream").await;
+    let group = common::group("stuck-stream");
+    let member = GroupMember::builder(common::config_for(&group, "m1", &topic))
+        .kafka(stalling_after(Duration::from_secs(2)))
+        .per_partition_streams(true)
+        .join(zookeeper.backend())
+        .await
+        .expect("join");
+    let (member, mut streams) = member.split();
+    let mut partition_streams = streams
+        .partition_streams
+        .take()
+        .expect("streams per partition");
+    let mut left_unread = None;
+    let mut reader = None;
+    for _ in 0..2 {
+        let stream = tokio::time::timeout(WAIT, partition_streams.next())
+            .await
+            .expect("a stream per partition")
+            .expect("a stream");
+        if stream.partition.partition == 0 {
+            left_unread = Some(stream);
+        } else {
+            let mut stream = stream;
+            reader = Some(tokio::spawn(async move {
+                while let Some(message) = stream.next().await {
+                    message.ack();
+                }
+            }));
+        }
+    }
+    let (partition, _, _) = stalled(&mut streams.errors).await;
+    assert_eq!(
+        partition.partition, 0,
+        "the partition whose stream waits unread"
+    );
+    assert_eq!(
+        tokio::time::timeout(WAIT + common::SESSION, member.ended()).await,
+        Ok(MemberEnd::ProcessingStalled)
+    );
+    assert_eq!(
+        zookeeper
+            .committed(&group, &TopicPartition::new(&topic, 1))
+            .await,
+        Some(10),
+        "the partition read to its end was committed as the member left"
+    );
+    drop(left_unread);
+    if let Some(reader) = reader {
+        let _ = tokio::time::timeout(WAIT, reader).await;
+    }
+}
