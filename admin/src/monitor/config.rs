@@ -1,10 +1,10 @@
-//! How a [`Monitor`](super::Monitor) watches: which groups, how often it
+//! How a [`Monitor`](super::Monitor)(super::Monitor) watches: which groups, how often it
 //! reads Kafka, how long its windows are.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// Which groups a [`Monitor`] watches.
+/// Which groups a [`Monitor`](super::Monitor) watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GroupFilter {
@@ -23,7 +23,7 @@ impl GroupFilter {
     }
 }
 
-/// How a [`Monitor`] watches.
+/// How a [`Monitor`](super::Monitor) watches.
 #[derive(Clone, Debug)]
 pub struct MonitorConfig {
     pub(crate) groups: GroupFilter,
@@ -78,7 +78,7 @@ impl MonitorConfig {
     }
 
     /// After how long unowned a partition is listed in
-    /// [`GroupHealth::unowned_too_long`] (default 30 s: set it to the
+    /// [`GroupHealth::unowned_too_long`](crate::overview::GroupHealth::unowned_too_long) (default 30 s: set it to the
     /// members' session timeout).
     pub fn with_unowned_after(mut self, after: Duration) -> Self {
         self.unowned_after = after;

@@ -1,5 +1,5 @@
 //! An exhaustive search of every state a small group can reach: a few real
-//! [`Member`]s on the store model ([`tenure_core::model`]), with every order in
+//! [`Member`](tenure_core::protocol::Member)s on the store model ([`tenure_core::model`]), with every order in
 //! which store requests, replies and watch notifications can arrive, and
 //! every placement of a bounded number of faults (lost messages,
 //! disconnections long enough for the session to expire, restarts). In
@@ -22,7 +22,7 @@
 //!
 //! A step is one of:
 //! - deliver a message in flight (a request is applied by the store
-//!   through the [`adapter`], a reply or notification is handed to its
+//!   through the [`adapter`](tenure_core::model::adapter), a reply or notification is handed to its
 //!   member): the oldest one, or, spending one of
 //!   [`ExploreConfig::reorders`], any other deliverable one. A connection's
 //!   requests are applied in the order they were sent, as ZooKeeper applies
@@ -30,7 +30,7 @@
 //!   notification waits while its member is disconnected, as ZooKeeper and
 //!   etcd deliver them after a reconnect;
 //! - advance the time to the next deadline: the earliest of the members'
-//!   timers ([`Member::poll_timeout`]), the next ping of a connected client
+//!   timers ([`Member::poll_timeout`](tenure_core::protocol::Member::poll_timeout)), the next ping of a connected client
 //!   (a third of the session timeout on), the moment a disconnected client
 //!   gives its session up, and the session deadlines in the store, rounded
 //!   up to a grid ([`ExploreConfig::quantum`]); connected clients ping as

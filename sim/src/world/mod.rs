@@ -1,5 +1,5 @@
 //! A deterministic simulation of a whole group: N members, each driven by
-//! its own [`Member`], one in-memory store, one log per partition and an
+//! its own [`Member`](tenure_core::protocol::Member), one in-memory store, one log per partition and an
 //! application that processes and acknowledges, all on a virtual clock and
 //! all from one seed.
 //!
