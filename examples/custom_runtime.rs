@@ -35,6 +35,12 @@ fn join(store: &mut Store, name: &str, now: Instant) -> Result<Node, String> {
     let session = store.open_session(now, config.session_timeout());
     let mut inbox = VecDeque::new();
     inbox.push_back(Event::SessionEstablished { session });
+    // The store counted the session from the moment it opened: the member
+    // hands out messages only on the strength of what the store vouches for.
+    inbox.push_back(Event::SessionRenewed {
+        sent: now,
+        counted_after: Duration::ZERO,
+    });
     Ok(Node {
         member,
         session,
@@ -106,6 +112,9 @@ fn main() -> Result<(), String> {
                                 adapter::claim_read_owner(&store, &layout, id, &partition)
                             }
                         };
+                        // One store node, its own leader: what it
+                        // answers renews the session.
+                        node.inbox.extend(adapter::renewal(now, &reply));
                         node.inbox.push_back(reply);
                     }
                     // What the member tells its application: claims,

@@ -36,6 +36,18 @@ impl StoreClient for GroupClient {
         session.session
     }
 
+    /// A follower counts a request as its session's activity, and the
+    /// leader, which expires sessions, hears of it only with the
+    /// follower's answer to its next ping: within half a tick. A server
+    /// grants no session shorter than two ticks (ZooKeeper's
+    /// `minSessionTimeout` default), so half a tick is at most a quarter of
+    /// the granted session; a third leaves room for the ping's own delay.
+    /// The member's heartbeat comes a third of the session after the last
+    /// renewal, so each answered heartbeat proves the one before it.
+    fn counted_after(&self, session: &Current) -> Duration {
+        session.client.session_timeout() / 3
+    }
+
     fn keeper(&self, session: &Current) -> Keeper {
         Keeper {
             watcher: session.client.state_watcher(),

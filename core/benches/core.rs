@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundRobin, Sticky};
+use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::Output;
 use tenure_core::{
@@ -162,6 +163,11 @@ impl Harness {
         h.event(Event::SessionEstablished {
             session: SessionId(1),
         });
+        // The store counts a session from the moment it opened.
+        h.event(Event::SessionRenewed {
+            sent: h.now(),
+            counted_after: Duration::ZERO,
+        });
         let now = h.now();
         h.member.set_partition_counts(now, counts);
         h.drain();
@@ -207,7 +213,11 @@ impl Harness {
                 other => panic!("an output the bench does not know: {other:?}"),
             };
             if let Some(answer) = answer {
+                // Answered at once: the store heard the session now.
                 let now = self.now();
+                if let Some(renewal) = adapter::renewal(now, &answer) {
+                    self.member.handle_event(now, renewal);
+                }
                 self.member.handle_event(now, answer);
             }
         }

@@ -30,6 +30,12 @@
 //!   backend that cannot carry it out answers [`StoreRequest::failed`]. A
 //!   request issued under a session that has ended must fail with
 //!   [`StoreError::SessionExpired`], never run under the next session.
+//! - Say when the store's leader renewed the session
+//!   ([`Event::SessionRenewed`]: the session opened, a write or a sync
+//!   answered, a keep-alive answered), and how late the leader may count
+//!   it. The member hands out messages only on the strength of these: an
+//!   answer alone renews nothing, since a follower answers reads its leader
+//!   never hears of.
 //! - Call [`Member::handle_timeout`] once the moment of [`Output::Timeout`]
 //!   has come.
 //!
@@ -52,7 +58,9 @@
 //! let mut member = Member::new(config, 7, start)?;
 //! member.set_partition_counts(start, [("payments".to_owned(), 4)].into());
 //!
-//! let (mut now, mut inbox, mut claimed) = (start, vec![Event::SessionEstablished { session }], 0);
+//! // The session opened at `start`: the store counted it then.
+//! let opened = Event::SessionRenewed { sent: start, counted_after: Duration::ZERO };
+//! let (mut now, mut inbox, mut claimed) = (start, vec![Event::SessionEstablished { session }, opened], 0);
 //! while now < start + Duration::from_secs(1) {
 //!     for event in inbox.drain(..) {
 //!         member.handle_event(now, event);
@@ -67,10 +75,13 @@
 //!             // The store: every request answered, watches delivered.
 //!             Output::Store(request) => {
 //!                 let info = member.info().clone();
-//!                 inbox.push(match adapter::execute(&mut store, &layout, session, &info, request, 0, &mut fired) {
+//!                 let reply = match adapter::execute(&mut store, &layout, session, &info, request, 0, &mut fired) {
 //!                     Execution::Done(reply) => reply,
 //!                     Execution::ReadOwner { id, partition } => adapter::claim_read_owner(&store, &layout, id, &partition),
-//!                 });
+//!                 };
+//!                 // The lease counts only from what the store vouches for.
+//!                 inbox.extend(adapter::renewal(now, &reply));
+//!                 inbox.push(reply);
 //!             }
 //!             // The application.
 //!             Output::App(AppEvent::Claimed { .. }) => claimed += 1,

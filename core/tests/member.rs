@@ -2,11 +2,12 @@
 //! `Member` through a script of events on a virtual clock and checks the
 //! commands it emits.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
+use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::Output;
 use tenure_core::{
@@ -115,6 +116,9 @@ struct Harness {
     fetch_log: Vec<FetchCommand>,
     /// Every output of the latest `event` or `advance`, in its order.
     outputs: Vec<Output>,
+    /// When each store request was taken: the store (one node, its own
+    /// leader) renews the session then if it answers.
+    sent: HashMap<RequestId, Instant>,
 }
 
 impl Harness {
@@ -134,6 +138,7 @@ impl Harness {
             fetches: Vec::new(),
             fetch_log: Vec::new(),
             outputs: Vec::new(),
+            sent: HashMap::new(),
         }
     }
 
@@ -156,7 +161,10 @@ impl Harness {
                     self.fetches.push(fetch);
                 }
                 Output::App(event) => self.app_events.push(event),
-                Output::Store(request) => requests.push(request),
+                Output::Store(request) => {
+                    self.sent.insert(request.id, self.now);
+                    requests.push(request);
+                }
                 Output::Timeout(_) => return requests,
                 other => panic!("an output this harness does not know: {other:?}"),
             }
@@ -216,8 +224,35 @@ impl Harness {
         self.drain()
     }
 
+    /// Hands the member `event` as a single store node would: a result
+    /// comes after the renewal it vouches for, and a new session is
+    /// counted from the moment it opened.
     fn event(&mut self, event: Event) -> Vec<StoreRequest> {
-        self.input(|member, now| member.handle_event(now, event))
+        let renewal = self.renewal(&event);
+        self.input(|member, now| {
+            let opened = matches!(event, Event::SessionEstablished { .. });
+            if !opened {
+                renewal
+                    .into_iter()
+                    .for_each(|r| member.handle_event(now, r));
+            }
+            member.handle_event(now, event);
+            if opened {
+                member.handle_event(
+                    now,
+                    Event::SessionRenewed {
+                        sent: now,
+                        counted_after: Duration::ZERO,
+                    },
+                );
+            }
+        })
+    }
+
+    /// The renewal a single store node gives with `reply`, if any.
+    fn renewal(&mut self, reply: &Event) -> Option<Event> {
+        let sent = self.sent.remove(&reply.request_id()?)?;
+        adapter::renewal(sent, reply)
     }
 
     fn set_counts(&mut self, counts: PartitionCounts) -> Vec<StoreRequest> {
@@ -304,13 +339,14 @@ impl Harness {
                 ..
             } = command
             {
-                self.member.handle_event(
-                    self.now,
-                    Event::HeartbeatResult {
-                        id,
-                        result: result.clone(),
-                    },
-                );
+                let reply = Event::HeartbeatResult {
+                    id,
+                    result: result.clone(),
+                };
+                if let Some(renewal) = self.renewal(&reply) {
+                    self.member.handle_event(self.now, renewal);
+                }
+                self.member.handle_event(self.now, reply);
                 let more = self.drain();
                 out.extend(self.answer_heartbeats(more));
             } else {
@@ -1373,6 +1409,84 @@ fn a_suspended_session_holds_fetching_before_it_could_expire_and_resumes_where_i
     assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), false)]);
     assert!(h.starts().is_empty());
     assert_eq!(h.member.fetching().count(), 1);
+}
+
+#[test]
+fn an_answer_alone_does_not_renew_the_lease() {
+    let config = base_config();
+    let lease = config.session_timeout() - config.suspension_margin();
+    let mut h = Harness::new(config);
+    h.owning(1);
+    assert_eq!(h.member.consume_deadline(), Some(h.t0 + lease));
+    // A heartbeat answered with no word from the backend that the leader
+    // renewed the session (a follower answering from what it has).
+    let commands = h.advance(secs(4));
+    let beats = heartbeats(&commands);
+    assert_eq!(beats.len(), 1, "{commands:?}");
+    h.input(|member, now| {
+        member.handle_event(
+            now,
+            Event::HeartbeatResult {
+                id: beats[0],
+                result: Ok(()),
+            },
+        )
+    });
+    assert_eq!(h.member.consume_deadline(), Some(h.t0 + lease));
+    h.advance(lease - h.elapsed());
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), true)]);
+}
+
+#[test]
+fn a_renewal_the_leader_counts_late_renews_the_lease_once_a_later_one_proves_it() {
+    let config = base_config();
+    let lease = config.session_timeout() - config.suspension_margin();
+    // A ZooKeeper follower reports activity at its leader's next ping.
+    let counted_after = config.session_timeout() / 3;
+    let mut h = Harness::new(config);
+    h.owning(1);
+    let renewed = |h: &mut Harness, counted_after| {
+        let sent = h.now;
+        h.event(Event::SessionRenewed {
+            sent,
+            counted_after,
+        });
+    };
+    h.advance(secs(3));
+    renewed(&mut h, counted_after);
+    // The leader may count nothing of it before the member's lease ends:
+    // the lease still leans on the session's opening.
+    assert_eq!(h.member.consume_deadline(), Some(h.t0 + lease));
+    // Too soon after to prove it.
+    h.advance(secs(3));
+    renewed(&mut h, counted_after);
+    assert_eq!(h.member.consume_deadline(), Some(h.t0 + lease));
+    // Sent a whole delay after the first: the first is counted.
+    h.advance(secs(1));
+    renewed(&mut h, counted_after);
+    assert_eq!(h.member.consume_deadline(), Some(h.t0 + secs(3) + lease));
+    // Consumption goes on past the first lease, held at the proven one.
+    h.advance(secs(2));
+    assert!(h.holds().is_empty());
+    h.advance(secs(3) + lease - h.elapsed());
+    assert_eq!(h.holds(), vec![(tp(0), FencingToken(100), true)]);
+}
+
+#[test]
+fn heartbeats_follow_the_latest_renewal_not_the_counted_one() {
+    let config = base_config();
+    let interval = config.session_timeout() / 3;
+    let mut h = Harness::new(config);
+    h.owning(1);
+    h.advance(secs(1));
+    h.event(Event::SessionRenewed {
+        sent: h.now,
+        counted_after: interval,
+    });
+    // Due a third of the session after the latest renewal, although the
+    // leader may not have counted it: the next one is what proves it.
+    assert!(heartbeats(&h.advance(interval - ms(1))).is_empty());
+    assert_eq!(heartbeats(&h.advance(ms(1))).len(), 1);
 }
 
 #[test]

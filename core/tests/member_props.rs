@@ -3,17 +3,18 @@
 //! lost connections, fencing, expiry, corrupt data), application progress
 //! and time, with the member's safety rules checked after every step.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
+use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
 use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Error, Event, FencingToken, FetchCommand, Member, MemberId,
-    MemberInfo, Offset, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
+    MemberInfo, Offset, RequestId, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -127,6 +128,9 @@ struct Sim {
     /// Bumped on every expiry; requests remember the epoch they were sent in.
     epoch: u64,
     pending: Vec<(StoreRequest, u64)>,
+    /// When each request was taken: the store (one node, its own leader)
+    /// renews the session then if it answers.
+    sent: HashMap<RequestId, Instant>,
     next_token: u64,
     /// Tokens of claims answered as ours under the current session.
     granted: BTreeMap<TopicPartition, BTreeSet<FencingToken>>,
@@ -162,6 +166,7 @@ impl Sim {
             next_session: 1,
             epoch: 0,
             pending: Vec::new(),
+            sent: HashMap::new(),
             next_token: 1,
             granted: BTreeMap::new(),
             dead: BTreeSet::new(),
@@ -182,7 +187,13 @@ impl Sim {
         FencingToken(self.next_token)
     }
 
+    /// Hands the member `event`, after the renewal a single store node
+    /// vouches for with it.
     fn feed(&mut self, event: Event) -> Result<(), TestCaseError> {
+        let sent = event.request_id().and_then(|id| self.sent.remove(&id));
+        if let Some(renewal) = sent.and_then(|sent| adapter::renewal(sent, &event)) {
+            self.member.handle_event(self.now, renewal);
+        }
         self.member.handle_event(self.now, event);
         self.collect()
     }
@@ -249,6 +260,7 @@ impl Sim {
                 Output::Fetch(fetch) => self.check_fetch(&fetch)?,
                 Output::Store(command) => {
                     self.check(&command)?;
+                    self.sent.insert(command.id, self.now);
                     self.pending.push((command, self.epoch));
                 }
                 _ => {}
@@ -556,6 +568,11 @@ impl Sim {
                     self.session = Some(session);
                     self.feed(Event::SessionEstablished {
                         session: SessionId(session),
+                    })?;
+                    // The store counts a session from the moment it opened.
+                    self.feed(Event::SessionRenewed {
+                        sent: self.now,
+                        counted_after: Duration::ZERO,
                     })?;
                 }
             }

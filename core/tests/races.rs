@@ -153,6 +153,12 @@ impl Scenario {
             now,
             Item::Deliver(index, Event::SessionEstablished { session }),
         );
+        // The store counts a session from the moment it opened.
+        let opened = Event::SessionRenewed {
+            sent: now,
+            counted_after: Duration::ZERO,
+        };
+        self.at(now, Item::Deliver(index, opened));
         let counts = [("t".to_owned(), 2u32)].into_iter().collect();
         if let Driver::Tenure(member) = &mut self.nodes[index].driver {
             member.set_partition_counts(now, counts);
@@ -252,6 +258,16 @@ impl Scenario {
         self.now = end;
     }
 
+    /// Sends the store's reply to node `index`, after the renewal it
+    /// vouches for: the store heard the session now.
+    fn reply(&mut self, index: usize, event: Event) {
+        let when = self.now + NET;
+        if let Some(renewal) = adapter::renewal(self.now, &event) {
+            self.at(when, Item::Deliver(index, renewal));
+        }
+        self.at(when, Item::Deliver(index, event));
+    }
+
     fn perform(&mut self, item: Item) {
         match item {
             Item::Deliver(index, event) => {
@@ -287,7 +303,7 @@ impl Scenario {
                 );
                 self.route_watches(fired);
                 match execution {
-                    Execution::Done(event) => self.at(self.now + NET, Item::Deliver(index, event)),
+                    Execution::Done(event) => self.reply(index, event),
                     Execution::ReadOwner { id, partition } => {
                         let when = self.now + self.nodes[index].read_owner_delay;
                         self.at(when, Item::ReadOwner(index, id, partition));
@@ -296,7 +312,7 @@ impl Scenario {
             }
             Item::ReadOwner(index, id, partition) => {
                 let event = adapter::claim_read_owner(&self.store, &self.layout, id, &partition);
-                self.at(self.now + NET, Item::Deliver(index, event));
+                self.reply(index, event);
             }
             Item::OriginalTry(index, partition) => {
                 let path = self.layout.owner(&partition);

@@ -150,6 +150,15 @@ impl Shared {
     }
 }
 
+/// The session renewed at `at`: the embedded store counts what it hears
+/// at once.
+fn renewed_at(at: std::time::Instant) -> Event {
+    Event::SessionRenewed {
+        sent: at,
+        counted_after: Duration::ZERO,
+    }
+}
+
 fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -188,12 +197,14 @@ impl Backend for MemoryBackend {
         tenure_core::types::validate_path_element("group", group)
             .map_err(|e| BackendError::Config(e.to_string()))?;
         let layout = Layout::new("", group);
+        let opened = now();
         let session = self.store.open(self.session_timeout, &events, &layout);
         self.session.store(session.0, Ordering::SeqCst);
         self.member = Some(member.clone());
         self.layout = Some(layout.clone());
         self.events = Some(events.clone());
         let _ = events.send(Event::SessionEstablished { session });
+        let _ = events.send(renewed_at(opened));
         // The client side of a session: ping well within the timeout, reap
         // sessions of members that are gone, and after an expiry open a new
         // session, as a ZooKeeper or etcd client would.
@@ -206,19 +217,26 @@ impl Backend for MemoryBackend {
             loop {
                 tick.tick().await;
                 let session = SessionId(current.load(Ordering::SeqCst));
+                let touched = now();
                 let alive = {
                     let mut shared = store.lock();
-                    let alive = shared.store.touch(session, now()).is_ok();
+                    let alive = shared.store.touch(session, touched).is_ok();
                     shared.reap();
                     alive
                 };
-                if !alive {
+                if alive {
+                    if events.send(renewed_at(touched)).is_err() {
+                        return;
+                    }
+                } else {
                     if events.send(Event::SessionExpired).is_err() {
                         return;
                     }
+                    let opened = now();
                     let renewed = store.open(timeout, &events, &layout);
                     current.store(renewed.0, Ordering::SeqCst);
                     let _ = events.send(Event::SessionEstablished { session: renewed });
+                    let _ = events.send(renewed_at(opened));
                 }
             }
         }));
@@ -243,7 +261,8 @@ impl Backend for MemoryBackend {
             let _ = events.send(command.failed(StoreError::SessionExpired));
             return;
         }
-        let _ = shared.store.touch(session, now());
+        let touched = now();
+        let _ = shared.store.touch(session, touched);
         let timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -269,6 +288,10 @@ impl Backend for MemoryBackend {
         // The reply goes out before the watch notifications its own write
         // fired, as ZooKeeper orders them.
         if let Some(reply) = reply {
+            // The store is its own leader: what it answers, it counted.
+            if let Some(renewal) = adapter::renewal(touched, &reply) {
+                let _ = events.send(renewal);
+            }
             let _ = events.send(reply);
         }
         shared.route(fired);

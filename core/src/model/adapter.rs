@@ -5,6 +5,8 @@
 //! Every command is carried out as the ZooKeeper backend carries it out, one
 //! store call after another, so the simulator exercises the same races.
 
+use std::time::{Duration, Instant};
+
 use super::store::{CreateMode, Op, OpError, OpResult, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
 use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreRequest};
@@ -333,6 +335,37 @@ pub fn claim_read_owner(
         Err(error) => Err(store_error(error)),
     };
     Event::ClaimResult { id, result }
+}
+
+/// What a single store node (its own leader) vouches for when it answers a
+/// request sent at `sent` with `reply`: the session renewed then
+/// ([`Event::SessionRenewed`], counted at once), if the store itself
+/// answered, rather than the connection failing or the session being gone.
+/// Send it before the reply. A backend for a replicated store reports
+/// renewals by what its requests went through instead.
+pub fn renewal(sent: Instant, reply: &Event) -> Option<Event> {
+    let answered = |error: Option<&StoreError>| {
+        matches!(
+            error,
+            None | Some(StoreError::NoNode | StoreError::NotOwner | StoreError::Corrupt { .. })
+        )
+    };
+    let by_store = match reply {
+        Event::RegisterResult { result, .. } => answered(result.as_ref().err()),
+        Event::DeregisterResult { result, .. } => answered(result.as_ref().err()),
+        Event::MembersResult { result, .. } => answered(result.as_ref().err()),
+        Event::HeartbeatResult { result, .. } => answered(result.as_ref().err()),
+        Event::ClaimResult { result, .. } => answered(result.as_ref().err()),
+        Event::OwnerWatchResult { result, .. } => answered(result.as_ref().err()),
+        Event::OffsetResult { result, .. } => answered(result.as_ref().err()),
+        Event::CommitResult { result, .. } => answered(result.as_ref().err()),
+        Event::ReleaseResult { result, .. } => answered(result.as_ref().err()),
+        _ => false,
+    };
+    by_store.then_some(Event::SessionRenewed {
+        sent,
+        counted_after: Duration::ZERO,
+    })
 }
 
 /// Turns a store watch event into the core event it means, if any.

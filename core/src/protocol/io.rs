@@ -54,14 +54,39 @@ pub enum Event {
         /// The partitions whose owner records the session holds.
         partitions: Vec<TopicPartition>,
     },
+    /// The store's leader renewed the session, or answered a request sent
+    /// under it, sent at `sent`: the session opened (at or after `sent`),
+    /// a write or a `sync` answered (ZooKeeper), a keep-alive answered
+    /// (etcd). Never a read: a follower answers reads from what it has,
+    /// even when cut off from its leader, which expires sessions.
+    ///
+    /// The member's lease counts only from these: it may hand out messages
+    /// until the latest renewal the leader is sure to have counted, plus
+    /// the session timeout, less the suspension margin. Ignored while the
+    /// session is suspended.
+    SessionRenewed {
+        /// When the renewing request was sent (at or before the moment the
+        /// store received it).
+        sent: Instant,
+        /// How long the leader may take to count it: zero where the leader
+        /// renews the session as it answers (etcd's keep-alives, a session
+        /// opened). A ZooKeeper follower reports its sessions' activity to
+        /// the leader with its answer to the leader's next ping (every half
+        /// tick), so an answer through a follower proves nothing counted
+        /// yet: the member counts this renewal once a later one, sent at
+        /// least `counted_after` after it, was answered (the follower sent
+        /// its report and that later request in order on one connection).
+        counted_after: Duration,
+    },
     /// The connection to the store is lost (or the session cannot be kept
     /// alive); the session may still be alive on the server.
     SessionSuspended {
-        /// A moment at or before the last time the server renewed the
-        /// session (ZooKeeper: any answered request; etcd: an answered
-        /// keep-alive). Consumption stops before that moment plus the
-        /// session timeout, less the suspension margin; replies stop
-        /// counting as renewals until [`Event::SessionResumed`].
+        /// A moment at or before the last time the store's leader renewed
+        /// the session (ZooKeeper: a write or a sync answered; etcd: an
+        /// answered keep-alive). Consumption stops before that moment plus
+        /// the session timeout, less the suspension margin, if it did not
+        /// already; [`Event::SessionRenewed`] counts for nothing until
+        /// [`Event::SessionResumed`].
         last_heard: Instant,
     },
     /// The connection is back and the session survived.

@@ -16,6 +16,7 @@
 mod io;
 mod partition;
 mod partitions;
+mod renewals;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
@@ -29,6 +30,7 @@ use partition::{
     PartitionRequest, PartitionState, PartitionTimer, Phase,
 };
 use partitions::Partitions;
+use renewals::Renewals;
 
 use crate::assignment::{AssignmentMemo, PartitionCounts};
 use crate::backoff;
@@ -50,9 +52,6 @@ enum Purpose {
 
 #[derive(Clone, Debug)]
 struct InFlight {
-    /// When the request was issued: a reply proves the server heard from
-    /// this session at or after this moment.
-    sent: Instant,
     purpose: Purpose,
 }
 
@@ -149,9 +148,9 @@ pub struct Member {
     requests: BTreeMap<RequestId, InFlight>,
 
     session: Option<SessionId>,
-    /// The latest moment the server is known to have heard from us under the
-    /// current session.
-    last_heard: Option<Instant>,
+    /// What the store's leader is sure to have counted of the current
+    /// session's activity, as the backend reported it.
+    renewals: Renewals,
     suspended: bool,
     registration: Step,
     members_watch: Step,
@@ -208,7 +207,7 @@ impl Member {
             outbox: Outbox::default(),
             requests: BTreeMap::new(),
             session: None,
-            last_heard: None,
+            renewals: Renewals::default(),
             suspended: false,
             registration: Step::Idle,
             members_watch: Step::Idle,
@@ -456,15 +455,23 @@ impl Member {
                     self.claims_held.extend(partitions);
                 }
             }
+            Event::SessionRenewed {
+                sent,
+                counted_after,
+            } => {
+                // Only the backend knows what renews its session (a write
+                // or a sync on ZooKeeper, a keep-alive on etcd; never a read
+                // a follower answers): the lease counts from its word alone.
+                if self.session.is_some() && !self.suspended {
+                    self.renewals.renewed(sent, counted_after);
+                }
+            }
             Event::SessionSuspended { last_heard } => {
-                // The backend knows best what keeps its session alive (any
-                // request on ZooKeeper, only keep-alives on etcd): take the
-                // earlier of its word and ours, and stop counting replies
-                // until the session is back.
+                // Take the earlier of the backend's word now and what was
+                // counted, and count no renewal until the session is back.
                 self.suspended = true;
                 if self.session.is_some() {
-                    self.last_heard =
-                        Some(self.last_heard.map_or(last_heard, |t| t.min(last_heard)));
+                    self.renewals.suspended(last_heard);
                 }
             }
             Event::SessionResumed => {
@@ -552,45 +559,25 @@ impl Member {
     fn request(&mut self, purpose: Purpose, op: StoreOp) -> RequestId {
         let id = RequestId(self.next_id);
         self.next_id += 1;
-        self.requests.insert(
-            id,
-            InFlight {
-                sent: self.now,
-                purpose,
-            },
-        );
+        self.requests.insert(id, InFlight { purpose });
         let session = self.session_tag();
         self.outbox.store(StoreRequest { id, session, op });
         id
     }
 
-    /// Takes the record of request `id`, if it is still awaited, and notes
-    /// when the server last heard from us if the store answered it.
-    fn answered<T>(&mut self, id: RequestId, result: &Result<T, StoreError>) -> Option<Purpose> {
-        let in_flight = self.requests.remove(&id)?;
-        let server_answered = match result {
-            Ok(_) => true,
-            Err(StoreError::NoNode | StoreError::NotOwner | StoreError::Corrupt { .. }) => true,
-            Err(_) => false,
-        };
-        if server_answered {
-            self.heard(in_flight.sent);
-        }
-        Some(in_flight.purpose)
+    /// Takes the record of request `id`, if it is still awaited. An answer
+    /// does not renew the lease by itself: a follower answers reads its
+    /// leader never hears of, and a write renews an etcd lease no more than
+    /// a read. The backend says what did ([`Event::SessionRenewed`]).
+    fn answered<T>(&mut self, id: RequestId, _result: &Result<T, StoreError>) -> Option<Purpose> {
+        Some(self.requests.remove(&id)?.purpose)
     }
 
-    fn heard(&mut self, at: Instant) {
-        if self.session.is_some() && !self.suspended {
-            self.last_heard = Some(self.last_heard.map_or(at, |t| t.max(at)));
-        }
-    }
-
-    /// The moment consumption must stop unless the server is heard from
-    /// again: the session could expire on the server at `last_heard +
-    /// session_timeout`, and the margin covers clock drift and delays.
-    /// Until when this member may hand out messages: the moment the store
-    /// last heard from its session, plus the session timeout, less the
-    /// suspension margin — while it is registered under that session.
+    /// Until when this member may hand out messages: the latest moment the
+    /// store's leader is sure to have counted its session's activity
+    /// ([`Event::SessionRenewed`]), plus the session timeout, less the
+    /// suspension margin (for clock drift and delays) — while it is
+    /// registered under that session.
     /// `None`: not now. A runtime checks it at the moment it hands a
     /// message out, so that a process that wakes from a pause longer than
     /// its session hands out nothing before it has caught up.
@@ -603,8 +590,8 @@ impl Member {
     }
 
     fn lease_end(&self) -> Option<Instant> {
-        let heard = self.last_heard?;
-        Some(heard + self.config.session_timeout() - self.config.suspension_margin())
+        let counted = self.renewals.counted()?;
+        Some(counted + self.config.session_timeout() - self.config.suspension_margin())
     }
 
     fn may_consume(&self) -> bool {
@@ -684,7 +671,7 @@ impl Member {
     fn reset_session(&mut self, session: Option<SessionId>) {
         self.session = session;
         self.claims_held.clear();
-        self.last_heard = None;
+        self.renewals = Renewals::default();
         self.suspended = false;
         self.registration = Step::Idle;
         self.registration_failures = 0;
@@ -874,14 +861,16 @@ impl Member {
     }
 
     /// When the session should next be confirmed, while the heartbeat is
-    /// idle: a third of the session timeout after the server last heard
-    /// from us (at once if it never did), while we hold claims.
+    /// idle: a third of the session timeout after the latest renewal (at
+    /// once if there was none), while we hold claims. A renewal the leader
+    /// counts late is proven counted by the next one.
     fn heartbeat_due(&self) -> Option<Instant> {
         if !self.partitions.any_holding() {
             return None;
         }
         Some(
-            self.last_heard
+            self.renewals
+                .latest()
                 .map_or(self.now, |t| t + self.config.session_timeout() / 3),
         )
     }
@@ -1651,11 +1640,13 @@ impl Member {
         canon.number(self.requests.len() as u64);
         for (&id, in_flight) in &self.requests {
             canon.request(index, id);
-            canon.time(in_flight.sent);
             canon.raw(&in_flight.purpose);
         }
         canon.maybe_session(self.session);
-        canon.maybe_time(self.last_heard);
+        canon.number(self.renewals.moments().count() as u64);
+        for moment in self.renewals.moments() {
+            canon.maybe_time(moment);
+        }
         canon.raw((self.suspended, self.members_stale));
         for s in [
             self.registration,

@@ -104,7 +104,7 @@ impl<C: Connector> Backend for StoreBackend<C> {
         let wire = Wire::new(self.connector.request_counter(), heard);
         let shared = Arc::new(Shared::new(client, session, joining.events, wire));
         tracing::info!(store = %shared.client.store(), session = %format_args!("{:#x}", id.0), "session established");
-        shared.send(Event::SessionEstablished { session: id });
+        shared.opened(id, heard);
         if let Some(partitions) = claims_held {
             // The claims the previous process left under the session: the
             // member keeps those it is assigned and releases the others.

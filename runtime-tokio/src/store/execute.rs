@@ -91,7 +91,7 @@ pub(crate) async fn execute<C: StoreClient>(
             (Event::CommitResult { id, result }, None)
         }
     };
-    shared.send(event);
+    shared.answer(event);
     if let Some((watch, notification)) = watch {
         // The watch must not keep the session open (at shutdown, say), nor
         // the partition's lock.
@@ -224,6 +224,6 @@ fn answer<C: StoreClient, T>(
                 "the store's batch of {what} answered fewer than it was given"
             ))))
         });
-        shared.send(event(id, result));
+        shared.answer(event(id, result));
     }
 }

@@ -32,6 +32,8 @@ pub(crate) async fn follow<C: StoreClient>(shared: Arc<Shared<C>>) {
                     tracing::info!(store = %shared.client.store(), "session resumed");
                     shared.send(Event::SessionResumed);
                 }
+                // After the resumption: a suspended member counts none.
+                shared.report_renewals();
             }
             SessionChange::Suspended { why } => {
                 if !suspended {

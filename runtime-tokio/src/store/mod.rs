@@ -43,7 +43,7 @@ mod wire;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{SessionId, TopicPartition};
@@ -130,6 +130,16 @@ pub trait StoreClient: Send + Sync + Sized + 'static {
 
     /// The core's id of `session`.
     fn session_id(session: &Self::Session) -> SessionId;
+
+    /// How long after the leader answered a request of `session` sent
+    /// through [`Wire::send_to_leader`] it may take to count it as the
+    /// session's activity: zero (the default) where the leader counts what
+    /// it answers. A ZooKeeper follower reports its sessions' activity to
+    /// the leader only with its answer to the leader's next ping.
+    fn counted_after(&self, session: &Self::Session) -> Duration {
+        let _ = session;
+        Duration::ZERO
+    }
 
     /// What follows `session` until it ends.
     fn keeper(&self, session: &Self::Session) -> Self::Keeper;

@@ -3,13 +3,14 @@
 //! locks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tenure_core::{ClientError, Event, Operation, SessionId, StoreError};
 use tokio::sync::watch;
 
 use super::locks::PartitionLocks;
+use super::wire::Renewals;
 use super::{StoreClient, Wire};
 use crate::backend::EventSender;
 
@@ -23,6 +24,8 @@ pub(crate) struct Shared<C: StoreClient> {
     /// end.
     current: watch::Sender<Option<C::Session>>,
     pub(crate) wire: Wire,
+    /// The renewals the member was told of last.
+    reported: Mutex<Renewals>,
     closing: AtomicBool,
     pub(crate) locks: PartitionLocks,
 }
@@ -35,6 +38,7 @@ impl<C: StoreClient> Shared<C> {
             client: Arc::new(client),
             events,
             current: watch::Sender::new(Some(first)),
+            reported: Mutex::new(wire.renewals()),
             wire,
             closing: AtomicBool::new(false),
             locks: PartitionLocks::default(),
@@ -55,9 +59,57 @@ impl<C: StoreClient> Shared<C> {
     /// holds it and tells the member.
     pub(crate) fn established(&self, session: C::Session, opened: Instant) {
         let id = C::session_id(&session);
-        self.wire.heard(opened);
         self.current.send_replace(Some(session));
+        self.opened(id, opened);
+    }
+
+    /// Tells the member that session `id` is open, and that the store
+    /// counted it from `opened` (the leader creates a session, or
+    /// revalidates a resumed one, itself).
+    pub(crate) fn opened(&self, id: SessionId, opened: Instant) {
+        self.wire.heard(opened);
         self.send(Event::SessionEstablished { session: id });
+        // Told whatever was told before: a new session starts with nothing
+        // counted in the member.
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        reported.counted = reported.counted.max(opened);
+        self.send(Event::SessionRenewed {
+            sent: opened,
+            counted_after: Duration::ZERO,
+        });
+    }
+
+    /// Sends a request's result to the member, after the renewals the
+    /// store's answers brought since the last report.
+    pub(crate) fn answer(&self, result: Event) {
+        self.report_renewals();
+        self.send(result);
+    }
+
+    /// Tells the member of the renewals the wire saw since the last
+    /// report ([`Event::SessionRenewed`]): the latest one counted at once,
+    /// and the latest request the leader answered, with the store's delay
+    /// in counting it.
+    pub(crate) fn report_renewals(&self) {
+        let now = self.wire.renewals();
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        if now.counted > reported.counted {
+            reported.counted = now.counted;
+            self.send(Event::SessionRenewed {
+                sent: now.counted,
+                counted_after: Duration::ZERO,
+            });
+        }
+        if now.leader_answered > reported.leader_answered {
+            let Some(session) = self.current() else {
+                return;
+            };
+            reported.leader_answered = now.leader_answered;
+            self.send(Event::SessionRenewed {
+                sent: now.leader_answered,
+                counted_after: self.client.counted_after(&session),
+            });
+        }
     }
 
     /// The session held is gone: holds none and tells the member. When

@@ -124,6 +124,9 @@ impl StoreClient for Scripted {
     fn session_id(session: &Session) -> SessionId {
         SessionId(session.0)
     }
+    fn counted_after(&self, _: &Session) -> Duration {
+        COUNTED_AFTER
+    }
     fn keeper(&self, _: &Session) -> ScriptedKeeper {
         ScriptedKeeper(self.changes.clone())
     }
@@ -203,11 +206,95 @@ fn request(id: u64, session: u64, op: StoreOp) -> StoreRequest {
     }
 }
 
-async fn next(events: &mut mpsc::UnboundedReceiver<Event>) -> Event {
+/// How late the scripted store's leader counts what it answers.
+const COUNTED_AFTER: Duration = Duration::from_secs(3);
+
+/// The next event, renewals included.
+async fn next_any(events: &mut mpsc::UnboundedReceiver<Event>) -> Event {
     tokio::time::timeout(Duration::from_secs(10), events.recv())
         .await
         .expect("an event within 10 s")
         .expect("the backend is alive")
+}
+
+/// The next event other than a renewal (they have their own test).
+async fn next(events: &mut mpsc::UnboundedReceiver<Event>) -> Event {
+    loop {
+        match next_any(events).await {
+            Event::SessionRenewed { .. } => continue,
+            event => return event,
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_member_hears_of_each_renewal_with_how_late_the_leader_counts_it() {
+    let before = Instant::now();
+    let (mut backend, changes, mut events, _) = started().await;
+    assert!(matches!(
+        next_any(&mut events).await,
+        Event::SessionEstablished { .. }
+    ));
+    // The session counts from its opening, at once.
+    let Event::SessionRenewed {
+        sent: opened,
+        counted_after: Duration::ZERO,
+    } = next_any(&mut events).await
+    else {
+        panic!("the opening is a renewal counted at once");
+    };
+    assert!(opened <= Instant::now());
+    // A leader's answer comes before its result, with the store's delay.
+    let sent = Instant::now();
+    backend.submit(request(1, 1, StoreOp::Heartbeat));
+    match next_any(&mut events).await {
+        Event::SessionRenewed {
+            sent: at,
+            counted_after,
+        } => {
+            assert!(at >= sent);
+            assert_eq!(counted_after, COUNTED_AFTER);
+        }
+        other => panic!("expected the heartbeat's renewal, got {other:?}"),
+    }
+    assert!(matches!(
+        next_any(&mut events).await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+    // A read's answer renews nothing (the scripted list reports a
+    // problem first).
+    backend.submit(request(2, 1, StoreOp::WatchMembers));
+    loop {
+        match next_any(&mut events).await {
+            Event::MembersResult { .. } => break,
+            Event::StoreProblem { .. } => {}
+            other => panic!("expected the member list, got {other:?}"),
+        }
+    }
+    // The keeper's word (a keep-alive answered) is counted at once, after
+    // the resumption it brings.
+    changes
+        .send(SessionChange::Suspended {
+            why: "a test".to_owned(),
+        })
+        .expect("the keeper listens");
+    assert!(matches!(
+        next_any(&mut events).await,
+        Event::SessionSuspended { .. }
+    ));
+    let heard = Instant::now();
+    changes
+        .send(SessionChange::Alive { heard })
+        .expect("the keeper listens");
+    assert!(matches!(next_any(&mut events).await, Event::SessionResumed));
+    assert_eq!(
+        next_any(&mut events).await,
+        Event::SessionRenewed {
+            sent: heard,
+            counted_after: Duration::ZERO
+        }
+    );
+    assert!(before <= opened);
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! The member's line to its store: every request takes a turn on it, is
-//! counted, and, when its answer proves the session alive on the store,
-//! moves the moment the store last heard from the member.
+//! counted, and, when its answer proves the session alive on the store's
+//! leader, moves the moment the store last heard from the member.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,7 +26,11 @@ pub struct Wire(Arc<Line>);
 #[derive(Debug)]
 struct Line {
     turns: RequestTurns,
+    /// Renewals the leader counted when it answered ([`Wire::heard`]).
     last_heard: LastHeard,
+    /// Requests the leader answered, which it may count later
+    /// ([`Wire::send_to_leader`]).
+    leader_answered: LastHeard,
     requests: Arc<AtomicU64>,
 }
 
@@ -38,6 +42,7 @@ impl Wire {
         Wire(Arc::new(Line {
             turns: RequestTurns::default(),
             last_heard: LastHeard::new(heard),
+            leader_answered: LastHeard::new(heard),
             requests,
         }))
     }
@@ -56,9 +61,12 @@ impl Wire {
     /// Sends one request that goes through the store's leader (a write, a
     /// sync) once it has its turn, and waits for its answer: one the store
     /// gave (`answered` says which) proves the session alive on the leader
-    /// when it was sent. A client sends a request when its future is made,
-    /// so the time is taken before `request` is called: it is at or before
-    /// the moment the store heard the request.
+    /// when it was sent, and the leader counts it as activity of the
+    /// session within the store's delay
+    /// ([`StoreClient::counted_after`](super::StoreClient::counted_after)).
+    /// A client sends a request when its future is made, so the time is
+    /// taken before `request` is called: it is at or before the moment the
+    /// store heard the request.
     pub async fn send_to_leader<F: Future>(
         &self,
         request: impl FnOnce() -> F,
@@ -69,7 +77,7 @@ impl Wire {
         let sent = Instant::now();
         let answer = request().await;
         if answered(&answer) {
-            self.heard(sent);
+            self.0.leader_answered.heard(sent);
         }
         answer
     }
@@ -80,16 +88,29 @@ impl Wire {
         self.0.requests.fetch_add(requests, Ordering::Relaxed);
     }
 
-    /// Notes that the store heard from the session at or after `at`.
+    /// Notes that the store's leader renewed the session at or after `at`,
+    /// and counted it then (an etcd keep-alive answered, a session opened
+    /// or revalidated).
     pub fn heard(&self, at: Instant) {
         self.0.last_heard.heard(at);
     }
 
-    /// A moment at or before the latest moment the store is known to have
-    /// heard from the session: what [`tenure_core::Event::SessionSuspended`]
-    /// reports.
+    /// A moment at or before the latest moment the store's leader is known
+    /// to have heard from the session, counted or not: what
+    /// [`tenure_core::Event::SessionSuspended`] reports (the member takes
+    /// the earlier of it and what it counted).
     pub fn last_heard(&self) -> Instant {
-        self.0.last_heard.get()
+        self.0.last_heard.get().max(self.0.leader_answered.get())
+    }
+
+    /// The latest renewal the leader counted when it answered, and the
+    /// latest request it answered: what the member is told in
+    /// [`tenure_core::Event::SessionRenewed`].
+    pub(crate) fn renewals(&self) -> Renewals {
+        Renewals {
+            counted: self.0.last_heard.get(),
+            leader_answered: self.0.leader_answered.get(),
+        }
     }
 
     /// What the requests are doing now; `None` when none waits or is
@@ -97,6 +118,15 @@ impl Wire {
     pub(crate) fn backlog(&self) -> Option<Backlog> {
         self.0.turns.backlog()
     }
+}
+
+/// The latest renewals of the member's sessions as the wire saw them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Renewals {
+    /// The latest renewal the leader counted as it answered.
+    pub(crate) counted: Instant,
+    /// When the latest request the leader answered was sent.
+    pub(crate) leader_answered: Instant,
 }
 
 /// A moment at or before the latest moment the store is known to have heard
@@ -326,6 +356,9 @@ mod tests {
             .await;
         assert!(written.is_ok());
         assert!(wire.last_heard() >= before, "an answered write is");
+        let renewals = wire.renewals();
+        assert_eq!(renewals.counted, opened, "counted only once proven");
+        assert!(renewals.leader_answered >= before);
         // Never backwards.
         wire.heard(opened - Duration::from_secs(1));
         assert!(wire.last_heard() >= before);

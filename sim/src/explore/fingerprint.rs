@@ -219,6 +219,14 @@ pub(super) fn write_event(canon: &mut Canon, node: usize, event: &Event) {
             canon.number(31);
             canon.time(*last_heard);
         }
+        Event::SessionRenewed {
+            sent,
+            counted_after,
+        } => {
+            canon.number(61);
+            canon.time(*sent);
+            canon.raw(counted_after);
+        }
         Event::ClaimsHeld { partitions } => {
             canon.number(60);
             canon.raw(partitions);

@@ -2,7 +2,7 @@
 //! time moving on, and driving the members through what follows.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::app::{Applied, Holdings, Told};
 use crate::check::{self, Seen, Story};
@@ -232,7 +232,7 @@ impl State {
                     }
                 }
                 if current {
-                    self.send(Msg::Reply { node, event });
+                    self.reply(node, vec![event]);
                 }
             }
             Execution::ReadOwner { id, partition } => {
@@ -295,7 +295,7 @@ impl State {
                     }
                 }
                 if current {
-                    self.send(Msg::Replies { node, events });
+                    self.reply(node, events);
                 }
             }
             Batched::Failed(events) => {
@@ -314,6 +314,25 @@ impl State {
                         });
                     }
                 }
+            }
+        }
+    }
+
+    /// Sends node `node` the replies of what the store served now, after
+    /// the renewal they vouch for: the store (one node, its own leader)
+    /// counted the session now.
+    fn reply(&mut self, node: usize, events: Vec<Event>) {
+        let renewal = events
+            .iter()
+            .find_map(|event| adapter::renewal(self.now, event));
+        match (renewal, events.len()) {
+            (None, 1) => {
+                let event = events.into_iter().next().expect("one event");
+                self.send(Msg::Reply { node, event });
+            }
+            (renewal, _) => {
+                let events = renewal.into_iter().chain(events).collect();
+                self.send(Msg::Replies { node, events });
             }
         }
     }
@@ -393,6 +412,17 @@ impl State {
         n.last_contact = self.now;
         let input = Input::Event(Event::SessionEstablished { session });
         self.drive(model, node, input, problems);
+        self.renewed_now(model, node, problems);
+    }
+
+    /// Tells node `node` the store counted its session now (opened, or
+    /// found alive on a reconnection).
+    fn renewed_now(&mut self, model: &Model, node: usize, problems: &mut Vec<Problem>) {
+        let renewal = Event::SessionRenewed {
+            sent: self.now,
+            counted_after: Duration::ZERO,
+        };
+        self.drive(model, node, Input::Event(renewal), problems);
     }
 
     pub(super) fn reconnect(&mut self, model: &Model, node: usize, problems: &mut Vec<Problem>) {
@@ -404,6 +434,7 @@ impl State {
                 n.last_contact = self.now;
                 let input = Input::Event(Event::SessionResumed);
                 self.drive(model, node, input, problems);
+                self.renewed_now(model, node, problems);
             }
             Some(_) => {
                 self.nodes[node].session = None;

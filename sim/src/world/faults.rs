@@ -220,6 +220,7 @@ impl World {
                 node.last_contact = now;
                 let _ = self.store.touch(session, now);
                 self.local(now, index, Input::Store(Event::SessionResumed));
+                self.renewed_now(index);
             }
             Some(_) => {
                 self.nodes[index].session = None;

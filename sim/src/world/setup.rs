@@ -226,6 +226,18 @@ impl World {
             index,
             Input::Store(Event::SessionEstablished { session }),
         );
+        self.renewed_now(index);
+    }
+
+    /// Tells node `index` the store counted its session now (opened, or
+    /// found alive on a reconnection).
+    pub(super) fn renewed_now(&mut self, index: usize) {
+        let now = self.now;
+        let renewal = Event::SessionRenewed {
+            sent: now,
+            counted_after: std::time::Duration::ZERO,
+        };
+        self.local(now, index, Input::Store(renewal));
     }
 
     pub(super) fn active_nodes(&self) -> Vec<usize> {

@@ -128,6 +128,10 @@ impl World {
                 );
             self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
         } else {
+            // The store (one node, its own leader) counted the session now.
+            if let Some(renewal) = events.iter().find_map(|e| adapter::renewal(now, e)) {
+                self.reply(index, renewal);
+            }
             for event in events {
                 self.reply(index, event);
             }
