@@ -221,7 +221,10 @@ async fn check_session(config: &Config, client: zk::Client) -> Result<zk::Client
             asked = ?config.session_timeout,
             granted = ?granted,
             "ZooKeeper granted a longer session timeout than the member's: the member stops \
-             consuming earlier than it must, and takeovers of its partitions wait longer"
+             consuming earlier than it must, takeovers of its partitions wait longer, and its \
+             heartbeats, a third of its own timeout apart, come too close together to prove \
+             that the leader counted the one before, so it may pause between them; ask for \
+             at least the server's minSessionTimeout"
         );
     }
     Ok(client)

@@ -12,7 +12,9 @@
 //! run covered before), `--seed S` (replays one seed),
 //! `--members M`, `--partitions P` (split over two topics), `--strategy
 //! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only), `--trace TEXT` (print
-//! every event, command and fault mentioning TEXT, e.g. `a/1`).
+//! every event, command and fault mentioning TEXT, e.g. `a/1`), `--ensemble` (a replicated
+//! ZooKeeper in place of one node, with `--counted-after-ms MS` and `--reads-renew` to model
+//! a backend that counts renewals otherwise).
 //! A violation prints its seed and the command that replays it; the last
 //! line is `seeds=N violations=V sim_seconds_per_wall_second=X` (with
 //! `first=S` when the run did not start at seed 0).
@@ -23,7 +25,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::{run, SimConfig, SimReport};
+use tenure_sim::{run, Ensemble, SimConfig, SimReport};
 
 /// Runs the deterministic simulator over many seeds and reports every
 /// violated property with the seed that replays it.
@@ -64,6 +66,19 @@ struct Args {
     /// Prints every event, command and fault mentioning TEXT (e.g. `a/1`).
     #[arg(long)]
     trace: Option<String>,
+    /// Runs every seed on a replicated ZooKeeper ensemble (followers that
+    /// report late and are cut off from their leader) instead of one node.
+    #[arg(long)]
+    ensemble: bool,
+    /// On the ensemble: how late the backend says the leader may count a
+    /// write or sync it answered, in milliseconds (default: a third of the
+    /// session, as the ZooKeeper backend says; 0 counts every answer at once).
+    #[arg(long = "counted-after-ms", requires = "ensemble")]
+    counted_after_ms: Option<u64>,
+    /// On the ensemble: the backend counts answers to reads as renewals
+    /// too (a follower's word taken for the leader's).
+    #[arg(long = "reads-renew", requires = "ensemble")]
+    reads_renew: bool,
 }
 
 fn parse_secs(text: &str) -> Result<Duration, String> {
@@ -122,6 +137,14 @@ fn config(args: &Args, seed: u64) -> SimConfig {
     }
     config.faults = args.faults;
     config.trace = args.trace.clone();
+    if args.ensemble {
+        let mut ensemble = Ensemble::zookeeper(config.session_timeout);
+        if let Some(ms) = args.counted_after_ms {
+            ensemble.counted_after = Duration::from_millis(ms);
+        }
+        ensemble.reads_renew = args.reads_renew;
+        config.ensemble = Some(ensemble);
+    }
     config
 }
 
@@ -143,6 +166,15 @@ fn replay_flags(args: &Args) -> String {
     }
     if !args.faults {
         flags += " --quiet-faults";
+    }
+    if args.ensemble {
+        flags += " --ensemble";
+    }
+    if let Some(ms) = args.counted_after_ms {
+        flags += &format!(" --counted-after-ms {ms}");
+    }
+    if args.reads_renew {
+        flags += " --reads-renew";
     }
     flags
 }

@@ -20,4 +20,4 @@ pub mod explore;
 pub mod world;
 
 pub use explore::{explore, replay, Counterexample, ExploreConfig, ExploreReport, Replay};
-pub use world::{run, SimConfig, SimReport, Violation};
+pub use world::{run, Ensemble, SimConfig, SimReport, Violation};

@@ -43,6 +43,12 @@ impl World {
                 73..=78 if self.config.churn => Some(Fault::GrowPartitions {
                     topic: self.rng.below(self.config.topics.len().max(1) as u64) as usize,
                 }),
+                79..=93 if self.config.faults && self.config.ensemble.is_some() => {
+                    Some(Fault::CutFollower {
+                        node,
+                        length: self.random_length(st * 4, remaining),
+                    })
+                }
                 _ => None,
             };
             if let Some(fault) = fault {
@@ -166,6 +172,9 @@ impl World {
                 self.nodes[node].leaving = true;
                 self.local(now, node, Input::Shutdown);
             }
+            Fault::CutFollower { node, length } => self.cut_follower(node, length),
+            Fault::HealFollower { node } => self.heal_follower(node),
+            Fault::FollowerDrops { node, epoch } => self.follower_drops(node, epoch),
             Fault::GrowPartitions { topic } => {
                 let Some((name, _)) = self.config.topics.get(topic) else {
                     return;
@@ -211,6 +220,8 @@ impl World {
 
     pub(super) fn reconnect(&mut self, index: usize) {
         let now = self.now;
+        // To another server, maybe: not on a cut-off follower.
+        self.leave_follower(index);
         self.trace(Some(index), &("reconnecting", self.nodes[index].session));
         match self.nodes[index].session {
             Some(session) if self.store.session_alive(session) => {

@@ -66,6 +66,15 @@ pub(super) struct Node {
     pub(super) gathered: Vec<StoreRequest>,
     pub(super) last_request_arrival: Instant,
     pub(super) last_reply_delivery: Instant,
+    /// On an ensemble: the follower counted activity of the node's
+    /// session since its last report to the leader.
+    pub(super) unreported: bool,
+    /// On an ensemble: the node's follower is cut off from its leader
+    /// until then.
+    pub(super) cut_until: Option<Instant>,
+    /// On an ensemble: a write of the node's session waits at its cut-off
+    /// follower, and every later request of the session with it.
+    pub(super) holding: bool,
     pub(super) app: App,
     /// What a driver would have published after the member's last step,
     /// with the member's change count then ([`Member::changes`]).
@@ -158,6 +167,21 @@ pub(super) enum Fault {
     GrowPartitions {
         topic: usize,
     },
+    /// The node's follower loses its leader for `length`.
+    CutFollower {
+        node: usize,
+        length: Duration,
+    },
+    /// The node's follower has its leader back.
+    HealFollower {
+        node: usize,
+    },
+    /// The node's follower, cut off for `syncLimit` ticks, drops its
+    /// clients.
+    FollowerDrops {
+        node: usize,
+        epoch: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -203,6 +227,9 @@ pub(super) enum Action {
         event: Input,
     },
     Fault(Fault),
+    /// The followers report their sessions' activity to the leader (an
+    /// ensemble only, every half tick).
+    Report,
 }
 
 /// What a member is handed: what its store said, or what its application

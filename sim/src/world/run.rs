@@ -66,7 +66,7 @@ impl World {
             let node = &self.nodes[index];
             if node.connected && node.running(now) {
                 if let Some(session) = node.session {
-                    if self.server_touch(session) {
+                    if self.contact(index, session) {
                         self.nodes[index].last_contact = now;
                     }
                 }
@@ -74,10 +74,11 @@ impl World {
         }
         // A server that expires a session closes its connection: the client
         // finds out at once (it reconnects and is told the session expired).
+        // A follower cut off from its leader has not heard of it.
         for index in 0..self.nodes.len() {
             let node = &self.nodes[index];
             let dead = node.session.is_some_and(|s| !self.store.session_alive(s));
-            if dead && node.connected && node.running(now) {
+            if dead && node.connected && node.running(now) && self.hears_expiry(index) {
                 self.disconnect(index);
                 self.reconnect(index);
             }
@@ -132,6 +133,7 @@ impl World {
         let now = self.now;
         match action {
             Action::Fault(fault) => self.apply_fault(fault),
+            Action::Report => self.report(),
             // Sent over a connection the node no longer has: lost with it, a
             // request never applied, a reply never delivered.
             Action::Request { node, link, .. }
@@ -141,16 +143,38 @@ impl World {
                 if self.nodes[node].link() != link => {}
             Action::Request {
                 node,
+                link,
                 session,
                 command,
-                ..
-            } => self.serve(node, session, command),
+            } => match self.held(node, std::iter::once(&command.op)) {
+                Some(until) => self.at(
+                    until,
+                    Action::Request {
+                        node,
+                        link,
+                        session,
+                        command,
+                    },
+                ),
+                None => self.serve(node, session, command),
+            },
             Action::Batch {
                 node,
+                link,
                 session,
                 commands,
-                ..
-            } => self.serve_batch(node, session, commands),
+            } => match self.held(node, commands.iter().map(|c| &c.op)) {
+                Some(until) => self.at(
+                    until,
+                    Action::Batch {
+                        node,
+                        link,
+                        session,
+                        commands,
+                    },
+                ),
+                None => self.serve_batch(node, session, commands),
+            },
             Action::ReadOwner {
                 node,
                 id,

@@ -67,6 +67,10 @@ impl World {
         if world.config.faults || world.config.churn {
             world.schedule_chaos();
         }
+        if let Some(ensemble) = &world.config.ensemble {
+            let first = world.start + ensemble.tick / 2;
+            world.at(first, Action::Report);
+        }
         Ok(world)
     }
 
@@ -151,6 +155,9 @@ impl World {
             gathered: Vec::new(),
             last_request_arrival: self.now,
             last_reply_delivery: self.now,
+            unreported: false,
+            cut_until: None,
+            holding: false,
             published: None,
             app: App {
                 batch_time: Duration::from_millis(30),

@@ -58,7 +58,7 @@ impl World {
 
     pub(super) fn serve(&mut self, index: usize, session: SessionId, command: StoreRequest) {
         let now = self.now;
-        self.server_touch(session);
+        self.contact(index, session);
         let commit = check::arriving_commit(&self.store, &self.layout, session, &command.op);
         let info = match &self.nodes[index].member {
             Some(member) => member.info().clone(),
@@ -128,8 +128,8 @@ impl World {
                 );
             self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
         } else {
-            // The store (one node, its own leader) counted the session now.
-            if let Some(renewal) = events.iter().find_map(|e| adapter::renewal(now, e)) {
+            // What the member's backend reports of the answers, first.
+            if let Some(renewal) = events.iter().find_map(|e| self.renewal(e)) {
                 self.reply(index, renewal);
             }
             for event in events {
@@ -147,7 +147,7 @@ impl World {
         session: SessionId,
         commands: Vec<StoreRequest>,
     ) {
-        self.server_touch(session);
+        self.contact(index, session);
         let info = match &self.nodes[index].member {
             Some(member) => member.info().clone(),
             None => return,

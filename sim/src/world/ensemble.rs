@@ -1,0 +1,169 @@
+//! A replicated ZooKeeper ensemble as it bears on sessions
+//! ([`Ensemble`](super::Ensemble)): followers that count a session's
+//! activity and report it to the leader every half tick, and that can be
+//! cut off from their leader.
+
+use tenure_core::model::adapter;
+use tenure_core::protocol::{Event, StoreOp};
+use tenure_core::types::SessionId;
+
+use super::parts::{Action, Fault, World};
+
+/// Whether a request goes through the leader (a write, or the `sync` that
+/// opens a heartbeat) rather than being answered by the follower.
+pub(super) fn goes_to_leader(op: &StoreOp) -> bool {
+    match op {
+        StoreOp::Register { .. }
+        | StoreOp::Deregister
+        | StoreOp::Heartbeat
+        | StoreOp::Claim { .. }
+        | StoreOp::Release { .. }
+        | StoreOp::CommitOffset { .. } => true,
+        StoreOp::WatchMembers | StoreOp::WatchOwner { .. } | StoreOp::ReadOffset { .. } => false,
+    }
+}
+
+/// Whether a result answers a request that went through the leader.
+fn answered_by_leader(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::RegisterResult { .. }
+            | Event::DeregisterResult { .. }
+            | Event::HeartbeatResult { .. }
+            | Event::ClaimResult { .. }
+            | Event::ReleaseResult { .. }
+            | Event::CommitResult { .. }
+    )
+}
+
+impl World {
+    /// Node `index`'s client is heard from under `session` (a request, a
+    /// ping) by the server it is connected to: one node renews the session
+    /// at once; an ensemble's follower counts it for its next report.
+    /// Whether the session is alive there.
+    pub(super) fn contact(&mut self, index: usize, session: SessionId) -> bool {
+        if self.config.ensemble.is_none() {
+            return self.server_touch(session);
+        }
+        let alive = self.store.session_alive(session);
+        if alive && self.nodes[index].session == Some(session) {
+            self.nodes[index].unreported = true;
+        }
+        alive
+    }
+
+    /// The renewal the member's backend reports with a reply served now,
+    /// if any: on one node, any answer of the store's; on an ensemble,
+    /// what went through the leader, with the backend's delay.
+    pub(super) fn renewal(&self, reply: &Event) -> Option<Event> {
+        let renewal = adapter::renewal(self.now, reply)?;
+        let Some(ensemble) = &self.config.ensemble else {
+            return Some(renewal);
+        };
+        (ensemble.reads_renew || answered_by_leader(reply)).then_some(Event::SessionRenewed {
+            sent: self.now,
+            counted_after: ensemble.counted_after,
+        })
+    }
+
+    /// Whether node `index`'s request must wait at its cut-off follower:
+    /// a write does, and every request after it.
+    pub(super) fn held<'a>(
+        &mut self,
+        index: usize,
+        mut ops: impl Iterator<Item = &'a StoreOp>,
+    ) -> Option<std::time::Instant> {
+        let node = &mut self.nodes[index];
+        let until = node.cut_until.filter(|t| *t > self.now)?;
+        if node.holding || ops.any(goes_to_leader) {
+            node.holding = true;
+            return Some(until);
+        }
+        None
+    }
+
+    /// Whether node `index`'s server hears of its session's expiry: a
+    /// follower cut off from its leader does not.
+    pub(super) fn hears_expiry(&self, index: usize) -> bool {
+        self.nodes[index].cut_until.is_none_or(|t| t <= self.now)
+    }
+
+    /// The followers report what they counted since their last report;
+    /// the leader renews those sessions now. Again in half a tick.
+    pub(super) fn report(&mut self) {
+        let Some(tick) = self.config.ensemble.as_ref().map(|e| e.tick) else {
+            return;
+        };
+        let now = self.now;
+        for index in 0..self.nodes.len() {
+            let node = &self.nodes[index];
+            if !node.unreported || node.cut_until.is_some_and(|t| t > now) {
+                continue;
+            }
+            self.nodes[index].unreported = false;
+            if let Some(session) = self.nodes[index].session {
+                self.server_touch(session);
+            }
+        }
+        self.at(now + tick / 2, Action::Report);
+    }
+
+    /// Cuts node `index`'s follower off from its leader for `length`.
+    pub(super) fn cut_follower(&mut self, index: usize, length: std::time::Duration) {
+        let Some(ensemble) = self.config.ensemble.clone() else {
+            return;
+        };
+        let Some(node) = self.nodes.get_mut(index) else {
+            return;
+        };
+        let cut = node.cut_until.is_some_and(|t| t > self.now);
+        if !node.connected || node.member.is_none() || node.gone || cut {
+            return;
+        }
+        self.report.faults += 1;
+        let now = self.now;
+        node.cut_until = Some(now + length);
+        let epoch = node.epoch;
+        self.trace(Some(index), &("follower cut off", length));
+        self.at(
+            now + length,
+            Action::Fault(Fault::HealFollower { node: index }),
+        );
+        let patience = ensemble.tick * ensemble.sync_limit;
+        if length > patience {
+            self.at(
+                now + patience,
+                Action::Fault(Fault::FollowerDrops { node: index, epoch }),
+            );
+        }
+    }
+
+    /// Node `index`'s follower has its leader back: what it held goes on.
+    /// (A node that reconnected meanwhile is on another server already.)
+    pub(super) fn heal_follower(&mut self, index: usize) {
+        self.leave_follower(index);
+    }
+
+    /// Node `index` is no longer on a cut-off follower.
+    pub(super) fn leave_follower(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        node.cut_until = None;
+        node.holding = false;
+    }
+
+    /// Node `index`'s follower gave up on its leader and dropped its
+    /// clients; the client connects to another server at once, which
+    /// revalidates the session with the leader.
+    pub(super) fn follower_drops(&mut self, index: usize, epoch: u64) {
+        if self.nodes[index].epoch != epoch || !self.nodes[index].connected {
+            return;
+        }
+        self.trace(Some(index), &"follower drops its clients");
+        self.disconnect(index);
+        self.leave_follower(index);
+        self.nodes[index].unreported = false;
+        let epoch = self.nodes[index].epoch;
+        let back = self.now + self.config.max_delay;
+        self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
+    }
+}
