@@ -3,7 +3,9 @@
 //! simulate -- --seeds 10000`) covers many more seeds; these keep a sample
 //! in every test run, and check that a seed replays exactly.
 
-use tenure_sim::{run, SimConfig};
+use std::time::Duration;
+
+use tenure_sim::{run, Ensemble, SimConfig};
 
 fn assert_clean(config: &SimConfig) {
     let report = run(config);
@@ -107,4 +109,36 @@ fn an_unknown_strategy_is_reported_with_its_seed() {
     assert_eq!(report.violations.len(), 1);
     let text = report.violations[0].to_string();
     assert!(text.contains("seed=5") && text.contains("nope"), "{text}");
+}
+
+fn on_an_ensemble(seed: u64, shape: impl FnOnce(&mut Ensemble)) -> SimConfig {
+    let mut config = SimConfig::new(seed);
+    let mut ensemble = Ensemble::zookeeper(config.session_timeout);
+    shape(&mut ensemble);
+    config.ensemble = Some(ensemble);
+    config
+}
+
+#[test]
+fn groups_on_a_replicated_zookeeper_keep_every_property() {
+    for seed in 1004..1012 {
+        assert_clean(&on_an_ensemble(seed, |_| {}));
+    }
+}
+
+#[test]
+fn the_ensemble_model_finds_a_lease_counted_from_unreported_activity() {
+    // Every answer counted at once, as the member once did: the leader,
+    // whose followers report late or not at all while cut off, expires
+    // sessions the member still counts on.
+    let found = (1004..1012)
+        .filter(|&seed| {
+            let config = on_an_ensemble(seed, |e| e.counted_after = Duration::ZERO);
+            run(&config)
+                .violations
+                .iter()
+                .any(|v| v.property == "exclusive ownership")
+        })
+        .count();
+    assert!(found > 0, "no seed of 1004..1012 found it");
 }

@@ -52,16 +52,21 @@ impl World {
         alive
     }
 
-    /// The renewal the member's backend reports with a reply served now,
-    /// if any: on one node, any answer of the store's; on an ensemble,
-    /// what went through the leader, with the backend's delay.
-    pub(super) fn renewal(&self, reply: &Event) -> Option<Event> {
+    /// The renewal node `index`'s backend reports with a reply served now,
+    /// if any: on one node, any answer of the store's, counted as it was
+    /// served; on an ensemble, what went through the leader, from when the
+    /// client sent it, with the backend's delay.
+    pub(super) fn renewal(&self, index: usize, reply: &Event) -> Option<Event> {
         let renewal = adapter::renewal(self.now, reply)?;
         let Some(ensemble) = &self.config.ensemble else {
             return Some(renewal);
         };
+        let sent = reply
+            .request_id()
+            .and_then(|id| self.nodes[index].in_flight.get(&id))
+            .map_or(self.now, |pending| pending.sent);
         (ensemble.reads_renew || answered_by_leader(reply)).then_some(Event::SessionRenewed {
-            sent: self.now,
+            sent,
             counted_after: ensemble.counted_after,
         })
     }
@@ -102,7 +107,8 @@ impl World {
             }
             self.nodes[index].unreported = false;
             if let Some(session) = self.nodes[index].session {
-                self.server_touch(session);
+                let renewed = self.server_touch(session);
+                self.trace(Some(index), &("reported to the leader", session, renewed));
             }
         }
         self.at(now + tick / 2, Action::Report);

@@ -165,6 +165,7 @@ impl World {
         for command in &commands {
             let pending = Pending {
                 command: command.clone(),
+                sent: self.now,
             };
             node.in_flight.insert(command.id, pending);
         }

@@ -7,7 +7,8 @@
 //! deliveries, dropped connections, requests with unknown outcome, session
 //! expiry seen by the client before the server, member crash and restart,
 //! pauses longer than the session timeout, late watch notifications,
-//! applications that drain slower than the processing timeout) and churn
+//! applications that drain slower than the processing timeout; on a
+//! replicated [`Ensemble`], followers cut off from their leader) and churn
 //! (joins, leaves, partitions added). Then everything heals, and the group
 //! must converge within [`SimConfig::convergence_bound`].
 //!

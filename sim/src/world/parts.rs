@@ -22,6 +22,9 @@ use super::{SimConfig, SimReport};
 #[derive(Clone, Debug)]
 pub(super) struct Pending {
     pub(super) command: StoreRequest,
+    /// When the member's client sent it: what its backend reports as a
+    /// renewal's moment.
+    pub(super) sent: Instant,
 }
 
 #[derive(Clone, Debug)]

@@ -129,7 +129,7 @@ impl World {
             self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
         } else {
             // What the member's backend reports of the answers, first.
-            if let Some(renewal) = events.iter().find_map(|e| self.renewal(e)) {
+            if let Some(renewal) = events.iter().find_map(|e| self.renewal(index, e)) {
                 self.reply(index, renewal);
             }
             for event in events {
