@@ -463,7 +463,7 @@ impl Member {
                 // or a sync on ZooKeeper, a keep-alive on etcd; never a read
                 // a follower answers): the lease counts from its word alone.
                 if self.session.is_some() && !self.suspended {
-                    self.renewals.renewed(sent, counted_after);
+                    self.renewals.renewed(self.now, sent, counted_after);
                 }
             }
             Event::SessionSuspended { last_heard } => {

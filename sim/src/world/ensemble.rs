@@ -65,9 +65,16 @@ impl World {
             .request_id()
             .and_then(|id| self.nodes[index].in_flight.get(&id))
             .map_or(self.now, |pending| pending.sent);
-        (ensemble.reads_renew || answered_by_leader(reply)).then_some(Event::SessionRenewed {
+        if answered_by_leader(reply) {
+            return Some(Event::SessionRenewed {
+                sent,
+                counted_after: ensemble.counted_after,
+            });
+        }
+        // A follower's answer taken for the leader's word, at once.
+        ensemble.reads_renew.then_some(Event::SessionRenewed {
             sent,
-            counted_after: ensemble.counted_after,
+            counted_after: std::time::Duration::ZERO,
         })
     }
 

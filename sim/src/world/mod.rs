@@ -92,8 +92,9 @@ pub struct Ensemble {
     /// late the leader may count it (ZooKeeper's backend: a third of the
     /// session). Zero models counting every answer at once.
     pub counted_after: Duration,
-    /// The backend also counts answers to reads as renewals (a follower's
-    /// answers taken as the leader's word), to show the model finds that.
+    /// The backend also counts answers to reads as renewals, at once (a
+    /// follower's answers taken for the leader's word), to show the model
+    /// finds that.
     pub reads_renew: bool,
 }
 
