@@ -223,13 +223,15 @@ impl World {
         // To another server, maybe: not on a cut-off follower.
         self.leave_follower(index);
         self.trace(Some(index), &("reconnecting", self.nodes[index].session));
-        match self.nodes[index].session {
-            Some(session) if self.store.session_alive(session) => {
+        // The server revalidates the session with the leader, which finds
+        // one past its deadline dead there and then.
+        let session = self.nodes[index].session;
+        match session {
+            Some(session) if self.server_touch(session) => {
                 let node = &mut self.nodes[index];
                 node.connected = true;
                 node.epoch += 1;
                 node.last_contact = now;
-                let _ = self.store.touch(session, now);
                 self.local(now, index, Input::Store(Event::SessionResumed));
                 self.renewed_now(index);
             }

@@ -182,10 +182,10 @@ impl World {
         node.app.holdings.clear();
         node.app.batches.clear();
         node.app.story = Story::default();
+        // The leader revalidates a resumed session: one past its deadline
+        // is found dead there and then, even before the expirer ran.
         match node.resumable.take() {
-            Some(session) if self.store.session_alive(session) => {
-                self.resume_session(index, session)
-            }
+            Some(session) if self.server_touch(session) => self.resume_session(index, session),
             _ => self.open_session(index),
         }
         let counts = self.counts.clone();
@@ -205,7 +205,6 @@ impl World {
     /// left: the session, then the claims it holds.
     pub(super) fn resume_session(&mut self, index: usize, session: SessionId) {
         self.report.resumed_sessions += 1;
-        let _ = self.store.touch(session, self.now);
         let partitions: Vec<TopicPartition> = self
             .store
             .ephemerals(session)
