@@ -157,6 +157,11 @@ pub struct Member {
     /// The member list changed while a read of it was in flight.
     members_stale: bool,
     heartbeat: Step,
+    /// When the heartbeat in flight was sent, and when the latest one the
+    /// store answered was: the next one is due a third of the session
+    /// after it even if the backend reports no renewal.
+    heartbeat_sent: Instant,
+    heartbeat_answered: Option<Instant>,
     /// Requests of each kind failed in a row, for their backoff.
     heartbeat_failures: u32,
     registration_failures: u32,
@@ -213,6 +218,8 @@ impl Member {
             members_watch: Step::Idle,
             members_stale: false,
             heartbeat: Step::Idle,
+            heartbeat_sent: now,
+            heartbeat_answered: None,
             heartbeat_failures: 0,
             registration_failures: 0,
             members_failures: 0,
@@ -679,6 +686,7 @@ impl Member {
         self.members_stale = false;
         self.members_failures = 0;
         self.heartbeat = Step::Idle;
+        self.heartbeat_answered = None;
         self.heartbeat_failures = 0;
         self.deregistration = Step::Idle;
     }
@@ -783,6 +791,11 @@ impl Member {
             Ok(()) => {
                 self.heartbeat = Step::Idle;
                 self.heartbeat_failures = 0;
+                // Kept only where it says more than the renewals do (a
+                // backend that reports none), so that states which differ
+                // in nothing else stay one.
+                let sent = self.heartbeat_sent;
+                self.heartbeat_answered = (self.renewals.latest() < Some(sent)).then_some(sent);
             }
             // A dead session is announced by the backend; until then keep
             // asking, without hammering a store that keeps saying no.
@@ -861,9 +874,10 @@ impl Member {
     }
 
     /// When the session should next be confirmed, while the heartbeat is
-    /// idle: a third of the session timeout after the latest renewal (at
-    /// once if there was none), while we hold claims. A renewal the leader
-    /// counts late is proven counted by the next one.
+    /// idle: a third of the session timeout after the latest renewal, or
+    /// the latest heartbeat answered, whichever came later (at once if
+    /// neither did), while we hold claims. A renewal the leader counts
+    /// late is proven counted by the next one.
     fn heartbeat_due(&self) -> Option<Instant> {
         if !self.partitions.any_holding() {
             return None;
@@ -871,6 +885,7 @@ impl Member {
         Some(
             self.renewals
                 .latest()
+                .max(self.heartbeat_answered)
                 .map_or(self.now, |t| t + self.config.session_timeout() / 3),
         )
     }
@@ -1398,6 +1413,7 @@ impl Member {
             Timer::Heartbeat => {
                 let id = self.request(Purpose::Heartbeat, StoreOp::Heartbeat);
                 self.heartbeat = Step::Pending(id);
+                self.heartbeat_sent = self.now;
             }
             // Consumption also ends with no deadline passing (the
             // registration found gone), so the lease is enforced after
@@ -1643,6 +1659,10 @@ impl Member {
             canon.raw(&in_flight.purpose);
         }
         canon.maybe_session(self.session);
+        if matches!(self.heartbeat, Step::Pending(_)) {
+            canon.time(self.heartbeat_sent);
+        }
+        canon.maybe_time(self.heartbeat_answered);
         canon.number(self.renewals.moments().count() as u64);
         for moment in self.renewals.moments() {
             canon.maybe_time(moment);

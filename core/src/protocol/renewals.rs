@@ -52,6 +52,13 @@ impl Renewals {
     /// it at the latest by the time it answers one sent `counted_after`
     /// later, promptly.
     pub(crate) fn renewed(&mut self, now: Instant, sent: Instant, counted_after: Duration) {
+        if counted_after.is_zero() {
+            // Counted as the leader answered: nothing to prove, early or
+            // late.
+            self.count(sent);
+            self.latest = Some(self.latest.map_or(sent, |l| l.max(sent)));
+            return;
+        }
         let prompt = now.saturating_duration_since(sent) <= counted_after / 2;
         if !prompt {
             self.late_answer = Some(self.late_answer.map_or(now, |l| l.max(now)));
@@ -78,7 +85,7 @@ impl Renewals {
         let proven_by_later = self
             .latest_prompt
             .is_some_and(|latest| sent + counted_after <= latest);
-        if counted_after.is_zero() || proven_by_later {
+        if proven_by_later {
             self.count(sent);
         } else if self.pending.len() < PENDING_AT_MOST {
             let index = self.pending.partition_point(|&(at, _)| at <= sent);

@@ -332,7 +332,9 @@ impl State {
                         )
                     }
                     Some(Msg::Replies { node, events }) => {
-                        format!("{verb} store -> m{node}: together {events:?}")
+                        let events: Vec<String> =
+                            events.iter().map(|e| event_text(model, e)).collect();
+                        format!("{verb} store -> m{node}: together [{}]", events.join(", "))
                     }
                     Some(Msg::ReadOwner {
                         node,
@@ -344,7 +346,7 @@ impl State {
                         id.0
                     ),
                     Some(Msg::Reply { node, event }) => {
-                        format!("{verb} store -> m{node}: {event:?}")
+                        format!("{verb} store -> m{node}: {}", event_text(model, event))
                     }
                     Some(Msg::Watch {
                         node,
@@ -392,5 +394,27 @@ impl State {
             }
         };
         format!("[t={at:?}] {what}")
+    }
+}
+
+/// An event in words, its moments counted from the model's start (so that
+/// a path reads, and compares, the same in every run).
+fn event_text(model: &Model, event: &Event) -> String {
+    let since = |at: &Instant| at.saturating_duration_since(model.epoch);
+    match event {
+        Event::SessionRenewed {
+            sent,
+            counted_after,
+        } => format!(
+            "SessionRenewed {{ sent: t={:?}, counted_after: {counted_after:?} }}",
+            since(sent)
+        ),
+        Event::SessionSuspended { last_heard } => {
+            format!(
+                "SessionSuspended {{ last_heard: t={:?} }}",
+                since(last_heard)
+            )
+        }
+        other => format!("{other:?}"),
     }
 }
