@@ -52,16 +52,17 @@ impl Renewals {
     /// it at the latest by the time it answers one sent `counted_after`
     /// later, promptly.
     pub(crate) fn renewed(&mut self, now: Instant, sent: Instant, counted_after: Duration) {
+        // `None` orders before any moment: `max` keeps the later one.
+        self.latest = self.latest.max(Some(sent));
         if counted_after.is_zero() {
             // Counted as the leader answered: nothing to prove, early or
             // late.
             self.count(sent);
-            self.latest = Some(self.latest.map_or(sent, |l| l.max(sent)));
             return;
         }
         let prompt = now.saturating_duration_since(sent) <= counted_after / 2;
         if !prompt {
-            self.late_answer = Some(self.late_answer.map_or(now, |l| l.max(now)));
+            self.late_answer = self.late_answer.max(Some(now));
         }
         let proves = prompt
             && self
@@ -73,14 +74,14 @@ impl Renewals {
             self.pending.retain(|&(at, delay)| {
                 let counted = at + delay <= sent;
                 if counted {
-                    proven = Some(proven.map_or(at, |p: Instant| p.max(at)));
+                    proven = proven.max(Some(at));
                 }
                 !counted
             });
             if let Some(at) = proven {
                 self.count(at);
             }
-            self.latest_prompt = Some(self.latest_prompt.map_or(sent, |l| l.max(sent)));
+            self.latest_prompt = self.latest_prompt.max(Some(sent));
         }
         let proven_by_later = self
             .latest_prompt
@@ -91,11 +92,10 @@ impl Renewals {
             let index = self.pending.partition_point(|&(at, _)| at <= sent);
             self.pending.insert(index, (sent, counted_after));
         }
-        self.latest = Some(self.latest.map_or(sent, |l| l.max(sent)));
     }
 
     fn count(&mut self, at: Instant) {
-        self.counted = Some(self.counted.map_or(at, |c| c.max(at)));
+        self.counted = self.counted.max(Some(at));
     }
 
     /// The connection to the store is lost; the backend vouches for no
