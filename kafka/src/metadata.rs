@@ -34,11 +34,12 @@ pub async fn connect(config: &KafkaConfig) -> Result<Arc<Client>, KafkaError> {
         detail,
         source: None,
     };
-    // Failures of the connection (a refused password, an untrusted
-    // certificate) are retried by the client until its deadline, and then
-    // reported with their cause, rather than retried for ever. The client
-    // counts only its pauses against that deadline, not the attempts (a
-    // failed TLS and SCRAM exchange takes a while on a loaded machine): half
+    // A refused password or an untrusted certificate ends the connection
+    // attempts at once, with its cause. Other failures of the connection (a
+    // broker not listening yet) are retried by the client until its
+    // deadline, and then reported with their cause, rather than retried for
+    // ever. The client counts only its pauses against that deadline, not
+    // the attempts (a TLS exchange takes a while on a loaded machine): half
     // the connect timeout leaves the other half for them.
     let backoff = rskafka::BackoffConfig {
         deadline: Some(config.connect_timeout / 2),

@@ -238,6 +238,9 @@ async fn refused(stores: &ZooKeeper, config: KafkaConfig, says: &str) {
     match joined {
         Err(JoinError::Kafka(KafkaError::Refused { detail, .. })) => {
             assert!(detail.contains(says), "{detail}");
+            // A refusal is final: said after the first answer, not after
+            // retrying until the connect deadline.
+            assert!(!detail.contains("retries failed"), "{detail}");
         }
         Err(other) => panic!("expected Refused naming {says:?}, got {other}"),
         Ok(_) => panic!("joined although it should be refused ({says})"),

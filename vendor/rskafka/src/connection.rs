@@ -54,6 +54,28 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether the broker answered and refused this client for good: its
+    /// SASL credentials, or (with TLS) a certificate the client does not
+    /// trust. Trying again cannot succeed until the configuration changes.
+    fn is_refusal(&self) -> bool {
+        match self {
+            Self::SaslFailed(crate::messenger::SaslError::ApiError(
+                crate::protocol::error::Error::SaslAuthenticationFailed,
+            )) => true,
+            #[cfg(feature = "transport-tls")]
+            Self::Transport {
+                error: transport::Error::IO(io),
+                ..
+            } => matches!(
+                io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+                Some(rustls::Error::InvalidCertificate(_))
+            ),
+            _ => false,
+        }
+    }
+}
+
 #[derive(Debug, Error)]
 pub struct MultiError(Vec<Box<dyn std::error::Error + Send + Sync>>);
 
@@ -490,6 +512,7 @@ where
     backoff
         .retry_with_backoff("broker_connect", || async {
             let mut errors = Vec::<Box<dyn std::error::Error + Send + Sync>>::new();
+            let mut refused = None;
             for broker in &brokers {
                 let conn = broker
                     .connect(
@@ -503,6 +526,11 @@ where
 
                 let connection = match conn {
                     Ok(transport) => transport,
+                    Err(e) if refused.is_none() && e.is_refusal() => {
+                        warn!(%e, "Broker refused the connection's credentials");
+                        refused = Some(e);
+                        continue;
+                    }
                     Err(e) => {
                         warn!(%e, "Failed to connect to broker");
                         errors.push(Box::new(e));
@@ -510,14 +538,20 @@ where
                     }
                 };
 
-                return ControlFlow::Break(connection);
+                return ControlFlow::Break(Ok(connection));
+            }
+            // Refused credentials or an untrusted certificate do not get
+            // better by trying again: when no broker could be reached
+            // otherwise, say so at once instead of at the deadline.
+            if let (Some(refusal), true) = (refused.take(), errors.is_empty()) {
+                return ControlFlow::Break(Err(refusal));
             }
             let err = Box::<dyn std::error::Error + Send + Sync>::from(MultiError(errors));
             let err: Arc<dyn std::error::Error + Send + Sync> = err.into();
             ControlFlow::Continue(ErrorOrThrottle::Error(err))
         })
         .await
-        .map_err(Error::RetryFailed)
+        .map_err(Error::RetryFailed)?
 }
 
 async fn metadata_request_with_retry<A>(
