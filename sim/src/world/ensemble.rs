@@ -101,24 +101,34 @@ impl World {
     }
 
     /// The followers report what they counted since their last report;
-    /// the leader renews those sessions now. Again in half a tick.
+    /// the leader renews those sessions now. Again in half a tick. The
+    /// ping to a cut-off follower waits in its connection.
     pub(super) fn report(&mut self) {
         let Some(tick) = self.config.ensemble.as_ref().map(|e| e.tick) else {
             return;
         };
         let now = self.now;
         for index in 0..self.nodes.len() {
-            let node = &self.nodes[index];
-            if !node.unreported || node.cut_until.is_some_and(|t| t > now) {
-                continue;
-            }
-            self.nodes[index].unreported = false;
-            if let Some(session) = self.nodes[index].session {
-                let renewed = self.server_touch(session);
-                self.trace(Some(index), &("reported to the leader", session, renewed));
+            if self.nodes[index].cut_until.is_some_and(|t| t > now) {
+                self.nodes[index].ping_waiting = true;
+            } else {
+                self.report_from(index);
             }
         }
         self.at(now + tick / 2, Action::Report);
+    }
+
+    /// Node `index`'s follower reports what it counted since its last
+    /// report, if anything; the leader renews the session now.
+    pub(super) fn report_from(&mut self, index: usize) {
+        if !self.nodes[index].unreported {
+            return;
+        }
+        self.nodes[index].unreported = false;
+        if let Some(session) = self.nodes[index].session {
+            let renewed = self.server_touch(session);
+            self.trace(Some(index), &("reported to the leader", session, renewed));
+        }
     }
 
     /// Cuts node `index`'s follower off from its leader for `length`.
@@ -151,9 +161,15 @@ impl World {
         }
     }
 
-    /// Node `index`'s follower has its leader back: what it held goes on.
-    /// (A node that reconnected meanwhile is on another server already.)
+    /// Node `index`'s follower has its leader back: what it held goes on,
+    /// and the leader's ping that waited is answered just after, with the
+    /// report. (A node that reconnected meanwhile is on another server
+    /// already.)
     pub(super) fn heal_follower(&mut self, index: usize) {
+        if self.nodes[index].ping_waiting && self.nodes[index].cut_until.is_some() {
+            // After the held requests, which are due at this instant too.
+            self.at(self.now, Action::ReportFrom { node: index });
+        }
         self.leave_follower(index);
     }
 
@@ -162,6 +178,7 @@ impl World {
         let node = &mut self.nodes[index];
         node.cut_until = None;
         node.holding = false;
+        node.ping_waiting = false;
     }
 
     /// Node `index`'s follower gave up on its leader and dropped its

@@ -79,8 +79,11 @@ pub struct SimConfig {
 /// leader's ping, every half tick. A follower can be cut off from its
 /// leader (a fault): it goes on answering reads while no write of the
 /// session waits, holds writes and syncs until the cut heals, reports
-/// nothing, and after `sync_limit` ticks drops its clients, which
-/// reconnect to another server (the leader revalidates the session).
+/// nothing until then (a ping the leader sent meanwhile waits in the
+/// connection, and is answered, with the report, just after the held
+/// requests reach the leader), and after `sync_limit` ticks drops its
+/// clients, which reconnect to another server (the leader revalidates the
+/// session).
 #[derive(Clone, Debug)]
 pub struct Ensemble {
     /// The ensemble's `tickTime`: at most half the session timeout, as a

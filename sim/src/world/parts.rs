@@ -78,6 +78,10 @@ pub(super) struct Node {
     /// On an ensemble: a write of the node's session waits at its cut-off
     /// follower, and every later request of the session with it.
     pub(super) holding: bool,
+    /// On an ensemble: a ping of the leader's waits in the connection to
+    /// the node's cut-off follower, ahead of anything the leader sends
+    /// later; the follower answers it, with its report, once the cut heals.
+    pub(super) ping_waiting: bool,
     pub(super) app: App,
     /// What a driver would have published after the member's last step,
     /// with the member's change count then ([`Member::changes`]).
@@ -233,6 +237,11 @@ pub(super) enum Action {
     /// The followers report their sessions' activity to the leader (an
     /// ensemble only, every half tick).
     Report,
+    /// Node `node`'s follower answers the leader's ping that waited out a
+    /// cut, with its report.
+    ReportFrom {
+        node: usize,
+    },
 }
 
 /// What a member is handed: what its store said, or what its application

@@ -134,6 +134,7 @@ impl World {
         match action {
             Action::Fault(fault) => self.apply_fault(fault),
             Action::Report => self.report(),
+            Action::ReportFrom { node } => self.report_from(node),
             // Sent over a connection the node no longer has: lost with it, a
             // request never applied, a reply never delivered.
             Action::Request { node, link, .. }

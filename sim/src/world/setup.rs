@@ -156,6 +156,7 @@ impl World {
             last_request_arrival: self.now,
             last_reply_delivery: self.now,
             unreported: false,
+            ping_waiting: false,
             cut_until: None,
             holding: false,
             published: None,
