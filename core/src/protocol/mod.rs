@@ -470,7 +470,12 @@ impl Member {
                 // or a sync on ZooKeeper, a keep-alive on etcd; never a read
                 // a follower answers): the lease counts from its word alone.
                 if self.session.is_some() && !self.suspended {
-                    self.renewals.renewed(self.now, sent, counted_after);
+                    self.renewals.renewed(
+                        self.now,
+                        sent,
+                        counted_after,
+                        self.config.session_timeout(),
+                    );
                 }
             }
             Event::SessionSuspended { last_heard } => {
