@@ -308,10 +308,11 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         Connect::Mixed => "mixed",
     };
     println!(
-        "chaos: store={} nodes={nodes} connect={connect} seconds={seconds} seed={seed} \
+        "chaos: store={} nodes={nodes}{} connect={connect} seconds={seconds} seed={seed} \
          members={initial} partitions={partitions} session_ms={session_ms}{sink_note} \
          (replay: --seed {seed}{}{})",
         kind.name(),
+        store.settings_note(),
         if args.connect == Connect::All {
             String::new()
         } else {

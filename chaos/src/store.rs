@@ -70,6 +70,20 @@ impl Store {
         })
     }
 
+    /// What the servers run with that bears on failover, for the run's
+    /// header: the etcd cluster's pre-vote, as `scripts/services` exports
+    /// it.
+    pub fn settings_note(&self) -> String {
+        match (self.kind, self.nodes) {
+            (StoreKind::Etcd, nodes) if nodes > 1 => format!(
+                " pre_vote={}",
+                std::env::var("TENURE_ETCD_CLUSTER_PRE_VOTE")
+                    .unwrap_or_else(|_| "unknown".to_owned())
+            ),
+            _ => String::new(),
+        }
+    }
+
     /// The service name `scripts/services` knows it by.
     pub fn service(&self) -> &'static str {
         match (self.kind, self.nodes) {

@@ -15,6 +15,27 @@ ETCD_CLUSTER_PORT="${TENURE_ETCD_CLUSTER_PORT:-23821}"
 
 ETCD_CLUSTER_TOKEN=tenure-etcdcluster
 
+# Whether the nodes run a pre-vote before an election: `off` (etcd 3.4's
+# default, what a cluster upgraded from it often still runs) lets a node
+# that comes back from a partition depose a working leader; `on` (3.5's
+# default) does not. TENURE_ETCD_PRE_VOTE picks it when the cluster
+# starts or restarts; the choice is kept in the state dir, so that a node
+# restarted alone (`node etcdcluster start N`) runs as its peers do.
+etcdcluster_pre_vote_file() { echo "$STATE/etcdcluster.pre-vote"; }
+
+# The choice for the nodes about to start: the variable if set, else the
+# one kept when they start on their data, else off.
+etcdcluster_pre_vote() {
+    local chosen="${TENURE_ETCD_PRE_VOTE:-}"
+    if [ -z "$chosen" ] && [ -n "${KEEP_DATA:-}" ] && [ -f "$(etcdcluster_pre_vote_file)" ]; then
+        chosen=$(cat "$(etcdcluster_pre_vote_file)")
+    fi
+    case "${chosen:-off}" in
+        on | off) echo "${chosen:-off}" ;;
+        *) die "TENURE_ETCD_PRE_VOTE must be on or off, not ${chosen:?}" ;;
+    esac
+}
+
 etcdcluster_port() { echo $((ETCD_CLUSTER_PORT + $1 - 1)); }
 etcdcluster_client_url() { echo "http://$HOST:$(etcdcluster_port "$1")"; }
 etcdcluster_peer_url() { echo "http://$HOST:$((ETCD_CLUSTER_PORT + 10 + $1 - 1))"; }
@@ -42,6 +63,7 @@ etcdcluster_describe() {
 
 etcdcluster_exports() {
     echo "export TENURE_ETCD_CLUSTER=$(etcdcluster_describe)"
+    echo "export TENURE_ETCD_CLUSTER_PRE_VOTE=$(KEEP_DATA=1 etcdcluster_pre_vote)"
 }
 
 # etcdctl against the given endpoints (comma-separated).
@@ -100,7 +122,7 @@ etcdcluster_leader() {
 }
 
 etcdcluster_node_start() {
-    local n=$1 name data i members=() as_node=()
+    local n=$1 name data i pre_vote members=() as_node=()
     name=$(node_name etcdcluster "$n")
     data=$(datadir "$name")
     if [ -n "${KEEP_DATA:-}" ]; then
@@ -118,9 +140,12 @@ etcdcluster_node_start() {
     for i in $(seq "$CLUSTER_SIZE"); do members+=("n$i=$(etcdcluster_peer_url "$i")"); done
     links_install etcdcluster
     read -r -a as_node <<<"$(run_as_node etcdcluster "$n" "$data")"
+    # A node that starts alone runs as its peers do.
+    pre_vote=$(KEEP_DATA=1 etcdcluster_pre_vote)
     launch "$name" "${as_node[@]}" etcd \
         --name "n$n" \
         --logger zap \
+        --pre-vote="$([ "$pre_vote" = on ] && echo true || echo false)" \
         --data-dir "$data" \
         --listen-client-urls "$(etcdcluster_client_url "$n")" \
         --advertise-client-urls "$(etcdcluster_client_url "$n")" \
@@ -132,6 +157,9 @@ etcdcluster_node_start() {
 }
 
 etcdcluster_start() {
-    local n
+    local n pre_vote
+    pre_vote=$(etcdcluster_pre_vote)
+    echo "$pre_vote" >"$(etcdcluster_pre_vote_file)"
+    say "etcdcluster: pre-vote $pre_vote"
     for n in $(seq "$CLUSTER_SIZE"); do etcdcluster_node_start "$n"; done
 }
