@@ -83,15 +83,7 @@ impl Renewals {
         self.latest = self.latest.max(Some(sent));
         // The leader answered a request sent at `sent`: the session lived
         // then, and so when the reports that came before arrived.
-        let mut confirmed = None;
-        self.unconfirmed.retain(|&(at, after)| {
-            let outlived = after <= sent;
-            if outlived {
-                confirmed = confirmed.max(Some(at));
-            }
-            !outlived
-        });
-        if let Some(at) = confirmed {
+        if let Some(at) = take_latest(&mut self.unconfirmed, |_, after| after <= sent) {
             self.count(at);
         }
         if counted_after.is_zero() {
@@ -112,14 +104,7 @@ impl Renewals {
         if proves {
             // Earlier renewals this one proves reported, by `report_by`.
             let report_by = now + round_trip;
-            let mut proven = None;
-            self.pending.retain(|&(at, delay)| {
-                let counted = at + delay <= sent;
-                if counted {
-                    proven = proven.max(Some(at));
-                }
-                !counted
-            });
+            let proven = take_latest(&mut self.pending, |at, delay| at + delay <= sent);
             if let Some(at) = proven {
                 self.reported(at, report_by, session);
             }
@@ -198,6 +183,23 @@ impl Renewals {
                 .flat_map(|&(at, after)| [Some(at), Some(after)]),
         )
     }
+}
+
+/// Removes the entries of `list` that `done` picks, and gives the latest
+/// of their moments.
+fn take_latest<T: Copy>(
+    list: &mut Vec<(Instant, T)>,
+    done: impl Fn(Instant, T) -> bool,
+) -> Option<Instant> {
+    let mut latest = None;
+    list.retain(|&(at, with)| {
+        let taken = done(at, with);
+        if taken {
+            latest = latest.max(Some(at));
+        }
+        !taken
+    });
+    latest
 }
 
 #[cfg(test)]
