@@ -38,12 +38,13 @@ impl StoreClient for GroupClient {
 
     /// A follower counts a request as its session's activity, and the
     /// leader, which expires sessions, hears of it only with the
-    /// follower's answer to its next ping: within half a tick. A server
-    /// grants no session shorter than two ticks (ZooKeeper's
+    /// follower's answer to its next ping, sent within half a tick. A
+    /// server grants no session shorter than two ticks (ZooKeeper's
     /// `minSessionTimeout` default), so half a tick is at most a quarter of
     /// the granted session; a third leaves room for the ping's own delay.
-    /// The member's heartbeat comes a third of the session after the last
-    /// renewal, so each answered heartbeat proves the one before it.
+    /// A request sent that long after a renewal's answer shows, when it is
+    /// answered, that the follower sent its report; one sent after that
+    /// answer shows the leader counted it.
     fn counted_after(&self, session: &Current) -> Duration {
         session.client.session_timeout() / 3
     }

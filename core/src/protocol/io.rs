@@ -74,10 +74,10 @@ pub enum Event {
         /// the leader with its answer to the leader's next ping (every half
         /// tick), so an answer through a follower proves nothing counted
         /// yet: the member counts this renewal once a later one, sent at
-        /// least `counted_after` after it, was answered within half that
-        /// (the follower sent its report and that later request in order
-        /// on one connection), and the session was sure to outlive the
-        /// report at the leader (see the stores chapter of the guide).
+        /// least `counted_after` after this one's answer, was answered (the
+        /// follower had sent its report), and then one sent after that
+        /// answer was answered too (the leader read the report first, and
+        /// kept the session). See the stores chapter of the guide.
         counted_after: Duration,
     },
     /// The connection to the store is lost (or the session cannot be kept

@@ -470,12 +470,7 @@ impl Member {
                 // or a sync on ZooKeeper, a keep-alive on etcd; never a read
                 // a follower answers): the lease counts from its word alone.
                 if self.session.is_some() && !self.suspended {
-                    self.renewals.renewed(
-                        self.now,
-                        sent,
-                        counted_after,
-                        self.config.session_timeout(),
-                    );
+                    self.renewals.renewed(self.now, sent, counted_after);
                 }
             }
             Event::SessionSuspended { last_heard } => {
@@ -879,19 +874,22 @@ impl Member {
     }
 
     /// When the session should next be confirmed, while the heartbeat is
-    /// idle: a third of the session timeout after the latest renewal, or
-    /// the latest heartbeat answered, whichever came later (at once if
-    /// neither did), while we hold claims. A renewal the leader counts
-    /// late is proven counted by the next one.
+    /// idle and we hold claims: a third of the session timeout after the
+    /// latest renewal, or the latest heartbeat answered, whichever came
+    /// later (at once if neither did); sooner where the leader counts
+    /// renewals late, so that each heartbeat helps prove the ones before
+    /// it ([`Renewals::next_due`]).
     fn heartbeat_due(&self) -> Option<Instant> {
         if !self.partitions.any_holding() {
             return None;
         }
+        let interval = self.config.session_timeout() / 3;
+        let answered = self.heartbeat_answered.map(|sent| sent + interval);
         Some(
             self.renewals
-                .latest()
-                .max(self.heartbeat_answered)
-                .map_or(self.now, |t| t + self.config.session_timeout() / 3),
+                .next_due(interval)
+                .max(answered)
+                .unwrap_or(self.now),
         )
     }
 
