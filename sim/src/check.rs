@@ -63,6 +63,39 @@ pub(crate) fn owns(
 /// application is recorded in the store as that member's live claim, with
 /// the same token, and no partition is fed by two members. Returns what
 /// breaks it, one line per problem.
+/// Members whose lease runs past the deadline the store (the leader, on
+/// an ensemble) keeps for their session, or on after the store ended it:
+/// a member may hand out only until its session could end on the store.
+pub(crate) fn leases_within_sessions<'a>(
+    store: &Store,
+    now: Instant,
+    running: impl IntoIterator<Item = Seen<'a>>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for seen in running {
+        let member = seen.member;
+        let (Some(session), Some(end)) = (member.session(), member.consume_deadline()) else {
+            continue;
+        };
+        if end <= now {
+            continue;
+        }
+        let id = &member.info().id;
+        match store.session_deadline(session) {
+            Some(deadline) if end <= deadline => {}
+            Some(deadline) => problems.push(format!(
+                "{id}: lease ends {:?} after the store's deadline for {session:?}",
+                end - deadline
+            )),
+            None => problems.push(format!(
+                "{id}: lease runs {:?} on, but the store ended {session:?}",
+                end - now
+            )),
+        }
+    }
+    problems
+}
+
 pub(crate) fn exclusive_ownership<'a>(
     store: &Store,
     layout: &Layout,

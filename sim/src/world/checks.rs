@@ -21,6 +21,21 @@ impl World {
         }
     }
 
+    pub(super) fn check_leases(&mut self) {
+        let now = self.now;
+        let running = self.nodes.iter().filter_map(|node| match &node.member {
+            Some(member) if node.running(now) => Some(Seen {
+                member,
+                session: node.session,
+            }),
+            _ => None,
+        });
+        let problems = check::leases_within_sessions(&self.store, now, running);
+        for problem in problems {
+            self.violation("lease within the session", problem);
+        }
+    }
+
     /// Whether every partition is owned and fetched by the member the final
     /// assignment names.
     pub(super) fn converged(&self) -> Result<(), String> {

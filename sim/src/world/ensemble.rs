@@ -78,6 +78,25 @@ impl World {
         })
     }
 
+    /// Node `index` was answered `events`: a cut that waited for an answer
+    /// through the leader comes now, before the follower's next report.
+    pub(super) fn answered(&mut self, index: usize, events: &[Event]) {
+        if !events.iter().any(answered_by_leader) {
+            return;
+        }
+        if let Some((length, again)) = self.nodes[index].cut_on_answer.take() {
+            self.cut_follower(index, length, again);
+        }
+    }
+
+    /// Node `index`'s follower forwards a request to its leader: behind the
+    /// report it sent before, which therefore arrives first.
+    pub(super) fn forward(&mut self, index: usize, op: &StoreOp) {
+        if self.config.ensemble.is_some() && goes_to_leader(op) {
+            self.deliver_report(index);
+        }
+    }
+
     /// Whether node `index`'s request must wait at its cut-off follower:
     /// a write does, and every request after it.
     pub(super) fn held<'a>(
@@ -119,20 +138,60 @@ impl World {
     }
 
     /// Node `index`'s follower reports what it counted since its last
-    /// report, if anything; the leader renews the session now.
+    /// report, if anything: the report is on its way to the leader, which
+    /// renews the session when it arrives. A flapping link is cut again
+    /// now, with the report on its way.
     pub(super) fn report_from(&mut self, index: usize) {
-        if !self.nodes[index].unreported {
-            return;
+        let node = &mut self.nodes[index];
+        let again = node.cut_again.take();
+        if node.unreported {
+            node.unreported = false;
+            if let Some(session) = node.session {
+                let number = self.seq;
+                node.report_in_flight = Some((number, session));
+                let when = self.now + self.delay();
+                self.at(
+                    when,
+                    Action::ReportArrives {
+                        node: index,
+                        number,
+                    },
+                );
+            }
         }
-        self.nodes[index].unreported = false;
-        if let Some(session) = self.nodes[index].session {
+        if let Some(length) = again {
+            self.cut_follower(index, length, None);
+        }
+    }
+
+    /// Node `index`'s report number `number` reaches the leader, unless a
+    /// cut holds it (then it arrives at the heal) or it arrived already,
+    /// ahead of a request the follower forwarded after it.
+    pub(super) fn report_arrives(&mut self, index: usize, number: u64) {
+        let node = &self.nodes[index];
+        let cut = node.cut_until.is_some_and(|t| t > self.now);
+        if !cut && node.report_in_flight.is_some_and(|(n, _)| n == number) {
+            self.deliver_report(index);
+        }
+    }
+
+    /// Node `index`'s follower's report on its way, if any, reaches the
+    /// leader now, which renews the session it names (if still alive).
+    pub(super) fn deliver_report(&mut self, index: usize) {
+        if let Some((_, session)) = self.nodes[index].report_in_flight.take() {
             let renewed = self.server_touch(session);
             self.trace(Some(index), &("reported to the leader", session, renewed));
         }
     }
 
-    /// Cuts node `index`'s follower off from its leader for `length`.
-    pub(super) fn cut_follower(&mut self, index: usize, length: std::time::Duration) {
+    /// Cuts node `index`'s follower off from its leader for `length`, and
+    /// again for `again` just after it heals.
+    pub(super) fn cut_follower(
+        &mut self,
+        index: usize,
+        length: std::time::Duration,
+        again: Option<std::time::Duration>,
+    ) {
         let Some(ensemble) = self.config.ensemble.clone() else {
             return;
         };
@@ -146,6 +205,7 @@ impl World {
         self.report.faults += 1;
         let now = self.now;
         node.cut_until = Some(now + length);
+        node.cut_again = again;
         let epoch = node.epoch;
         self.trace(Some(index), &("follower cut off", length));
         self.at(
@@ -166,9 +226,26 @@ impl World {
     /// report. (A node that reconnected meanwhile is on another server
     /// already.)
     pub(super) fn heal_follower(&mut self, index: usize) {
-        if self.nodes[index].ping_waiting && self.nodes[index].cut_until.is_some() {
+        // A heal due at another moment belongs to an earlier cut, which
+        // ended when the client left that follower.
+        if self.nodes[index].cut_until != Some(self.now) {
+            return;
+        }
+        // A report the cut caught on its way arrives first: the follower
+        // sent it before anything it held.
+        self.deliver_report(index);
+        if self.nodes[index].ping_waiting {
             // After the held requests, which are due at this instant too.
             self.at(self.now, Action::ReportFrom { node: index });
+        } else if let Some(length) = self.nodes[index].cut_again.take() {
+            let again = self.now;
+            let cut = Fault::CutFollower {
+                node: index,
+                length,
+                again: None,
+                on_answer: false,
+            };
+            self.at(again, Action::Fault(cut));
         }
         self.leave_follower(index);
     }
@@ -191,7 +268,11 @@ impl World {
         self.trace(Some(index), &"follower drops its clients");
         self.disconnect(index);
         self.leave_follower(index);
+        // The follower's connection to its leader is gone, and so is the
+        // report it had on the way.
         self.nodes[index].unreported = false;
+        self.nodes[index].report_in_flight = None;
+        self.nodes[index].cut_again = None;
         let epoch = self.nodes[index].epoch;
         let back = self.now + self.config.max_delay;
         self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));

@@ -44,9 +44,17 @@ impl World {
                     topic: self.rng.below(self.config.topics.len().max(1) as u64) as usize,
                 }),
                 79..=93 if self.config.faults && self.config.ensemble.is_some() => {
+                    let length = self.random_length(st * 4, remaining);
+                    let again = self
+                        .rng
+                        .chance(1, 3)
+                        .then(|| self.random_length(st * 4, remaining));
+                    let on_answer = self.rng.chance(1, 2);
                     Some(Fault::CutFollower {
                         node,
-                        length: self.random_length(st * 4, remaining),
+                        length,
+                        again,
+                        on_answer,
                     })
                 }
                 _ => None,
@@ -172,7 +180,22 @@ impl World {
                 self.nodes[node].leaving = true;
                 self.local(now, node, Input::Shutdown);
             }
-            Fault::CutFollower { node, length } => self.cut_follower(node, length),
+            Fault::CutFollower {
+                node,
+                length,
+                again,
+                on_answer: false,
+            } => self.cut_follower(node, length, again),
+            Fault::CutFollower {
+                node,
+                length,
+                again,
+                on_answer: true,
+            } => {
+                if let Some(node) = self.nodes.get_mut(node) {
+                    node.cut_on_answer = Some((length, again));
+                }
+            }
             Fault::HealFollower { node } => self.heal_follower(node),
             Fault::FollowerDrops { node, epoch } => self.follower_drops(node, epoch),
             Fault::GrowPartitions { topic } => {

@@ -82,6 +82,17 @@ pub(super) struct Node {
     /// the node's cut-off follower, ahead of anything the leader sends
     /// later; the follower answers it, with its report, once the cut heals.
     pub(super) ping_waiting: bool,
+    /// On an ensemble: the follower's report on its way to the leader,
+    /// with its number and the session it renews; a cut holds it until
+    /// the heal, and a request the follower forwards later arrives after
+    /// it.
+    pub(super) report_in_flight: Option<(u64, SessionId)>,
+    /// On an ensemble: the follower is cut off again just after the
+    /// current cut heals, for this long.
+    pub(super) cut_again: Option<Duration>,
+    /// On an ensemble: a cut (its length, and its length again) that
+    /// comes just after the node's next answer through the leader.
+    pub(super) cut_on_answer: Option<(Duration, Option<Duration>)>,
     pub(super) app: App,
     /// What a driver would have published after the member's last step,
     /// with the member's change count then ([`Member::changes`]).
@@ -174,10 +185,17 @@ pub(super) enum Fault {
     GrowPartitions {
         topic: usize,
     },
-    /// The node's follower loses its leader for `length`.
+    /// The node's follower loses its leader for `length`; with `again`,
+    /// the link flaps: just after the heal, as the follower sends the
+    /// report it owed, it is cut again for that long, with the report on
+    /// its way. With `on_answer`, the cut waits for the next answer of the
+    /// node's that went through the leader, and comes just after it,
+    /// before the follower reports that activity.
     CutFollower {
         node: usize,
         length: Duration,
+        again: Option<Duration>,
+        on_answer: bool,
     },
     /// The node's follower has its leader back.
     HealFollower {
@@ -241,6 +259,12 @@ pub(super) enum Action {
     /// cut, with its report.
     ReportFrom {
         node: usize,
+    },
+    /// Node `node`'s follower's report number `number` reaches the leader,
+    /// unless a cut holds it.
+    ReportArrives {
+        node: usize,
+        number: u64,
     },
 }
 

@@ -23,6 +23,7 @@ impl World {
             self.report.steps += 1;
             self.step();
             self.check_ownership();
+            self.check_leases();
             if self.now >= self.quiet_at {
                 self.check_convergence();
             }
@@ -135,6 +136,7 @@ impl World {
             Action::Fault(fault) => self.apply_fault(fault),
             Action::Report => self.report(),
             Action::ReportFrom { node } => self.report_from(node),
+            Action::ReportArrives { node, number } => self.report_arrives(node, number),
             // Sent over a connection the node no longer has: lost with it, a
             // request never applied, a reply never delivered.
             Action::Request { node, link, .. }

@@ -58,6 +58,7 @@ impl World {
 
     pub(super) fn serve(&mut self, index: usize, session: SessionId, command: StoreRequest) {
         let now = self.now;
+        self.forward(index, &command.op);
         self.contact(index, session);
         let commit = check::arriving_commit(&self.store, &self.layout, session, &command.op);
         let info = match &self.nodes[index].member {
@@ -132,6 +133,7 @@ impl World {
             if let Some(renewal) = events.iter().find_map(|e| self.renewal(index, e)) {
                 self.reply(index, renewal);
             }
+            self.answered(index, &events);
             for event in events {
                 self.reply(index, event);
             }
@@ -147,6 +149,9 @@ impl World {
         session: SessionId,
         commands: Vec<StoreRequest>,
     ) {
+        if let Some(command) = commands.first() {
+            self.forward(index, &command.op);
+        }
         self.contact(index, session);
         let info = match &self.nodes[index].member {
             Some(member) => member.info().clone(),
