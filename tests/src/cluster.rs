@@ -138,15 +138,27 @@ impl Cluster {
     /// does.
     pub fn cut_off(self, number: u8) -> CutOff {
         for other in (1..=3u8).filter(|n| *n != number) {
-            self.run(&[
-                "link",
-                self.service(),
-                "cut",
-                &number.to_string(),
-                &other.to_string(),
-            ]);
+            self.cut(number, other);
         }
         CutOff { cluster: self }
+    }
+
+    /// Cuts the link between nodes `one` and `other` alone (a partial
+    /// partition: each still reaches the third node, and clients reach
+    /// every node), until the returned guard is dropped. Needs root.
+    pub fn cut_link(self, one: u8, other: u8) -> CutOff {
+        self.cut(one, other);
+        CutOff { cluster: self }
+    }
+
+    fn cut(self, one: u8, other: u8) {
+        self.run(&[
+            "link",
+            self.service(),
+            "cut",
+            &one.to_string(),
+            &other.to_string(),
+        ]);
     }
 }
 

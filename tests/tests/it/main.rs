@@ -12,6 +12,7 @@
 mod cli;
 mod conformance;
 mod consumer_api;
+mod consumer_process;
 mod etcd_cluster;
 mod etcd_cut_off;
 mod etcd_group;
@@ -38,5 +39,6 @@ mod turns;
 mod zookeeper_auth;
 mod zookeeper_cluster;
 mod zookeeper_cut_off;
+mod zookeeper_follower_session;
 mod zookeeper_group;
 mod zookeeper_tls;

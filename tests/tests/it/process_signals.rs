@@ -6,133 +6,15 @@
 
 use tenure_tests as common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::etcd::Etcd;
 use common::kafka;
 use common::zookeeper::ZooKeeper;
 use common::Stores;
 use tenure::tokio::{GroupMember, KafkaConfig};
-use tokio::sync::mpsc;
 
-/// A message the consumer process handed out.
-#[derive(Clone, Copy, Debug)]
-struct HandedOut {
-    /// Wall clock, in milliseconds, the moment it was handed out.
-    at_ms: u128,
-    partition: u32,
-    offset: i64,
-    token: u64,
-}
-
-/// An assignment change the consumer process handed out.
-#[derive(Clone, Debug)]
-struct Told {
-    /// Wall clock, in milliseconds, the moment it was handed out.
-    at_ms: u128,
-    /// `assigned`, `suspended`, `resumed`, `revoking`, `revoked` or `lost`.
-    kind: String,
-    partition: u32,
-    token: u64,
-}
-
-/// What the consumer process prints, as it prints it.
-struct Consumer {
-    child: Child,
-    messages: mpsc::UnboundedReceiver<HandedOut>,
-    events: mpsc::UnboundedReceiver<Told>,
-    /// One value once it paused after `--pause-after` messages.
-    paused: mpsc::UnboundedReceiver<()>,
-}
-
-fn wall_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-}
-
-/// Sends `signal` (`STOP`, `CONT`, `KILL`) to `child`, as an operator's
-/// `kill` would.
-fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {} failed", child.id());
-}
-
-/// Starts the consumer process and a thread that parses what it prints.
-/// It reads no assignment change before [`read_events`].
-fn spawn_consumer(args: &[String]) -> Consumer {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_consumer-under-test"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the consumer process");
-    let stdout = child.stdout.take().expect("its stdout");
-    let (messages_tx, messages) = mpsc::unbounded_channel();
-    let (events_tx, events) = mpsc::unbounded_channel();
-    let (paused_tx, paused) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let sent = match fields.as_slice() {
-                [at, partition, offset, token] => (|| {
-                    Some(
-                        messages_tx
-                            .send(HandedOut {
-                                at_ms: at.parse().ok()?,
-                                partition: partition.parse().ok()?,
-                                offset: offset.parse().ok()?,
-                                token: token.parse().ok()?,
-                            })
-                            .is_ok(),
-                    )
-                })(),
-                [at, "event", kind, partition, token] => (|| {
-                    Some(
-                        events_tx
-                            .send(Told {
-                                at_ms: at.parse().ok()?,
-                                kind: (*kind).to_owned(),
-                                partition: partition.parse().ok()?,
-                                token: token.parse().ok()?,
-                            })
-                            .is_ok(),
-                    )
-                })(),
-                [at, "paused"] => at.parse::<u128>().ok().map(|_| paused_tx.send(()).is_ok()),
-                _ => None,
-            };
-            match sent {
-                None => panic!("the consumer process printed {line:?}"),
-                Some(false) => return,
-                Some(true) => {}
-            }
-        }
-    });
-    Consumer {
-        child,
-        messages,
-        events,
-        paused,
-    }
-}
-
-/// Lets the consumer process read its assignment changes, and ask for
-/// messages again if it paused.
-fn read_events(consumer: &mut Consumer) {
-    let stdin = consumer.child.stdin.as_mut().expect("its stdin");
-    stdin
-        .write_all(b"go\n")
-        .and_then(|()| stdin.flush())
-        .expect("write to the consumer process");
-}
+use crate::consumer_process::{read_events, signal, spawn_consumer, wall_ms, HandedOut, Told};
 
 /// A consumer process frozen with SIGSTOP, with messages buffered and its
 /// assignment change unread, for longer than its session timeout, while
