@@ -1,38 +1,35 @@
 //! The guarantees checked as the world runs and at its end: exclusive
-//! ownership, convergence, and the final ledgers.
+//! ownership, leases within sessions, convergence, and the final ledgers.
 
 use crate::check::{self, Seen};
 
 use super::parts::World;
 
 impl World {
-    pub(super) fn check_ownership(&mut self) {
+    /// The members running now, with the sessions their clients hold.
+    fn running(&self) -> impl Iterator<Item = Seen<'_>> {
         let now = self.now;
-        let running = self.nodes.iter().filter_map(|node| match &node.member {
+        self.nodes.iter().filter_map(move |node| match &node.member {
             Some(member) if node.running(now) => Some(Seen {
                 member,
                 session: node.session,
             }),
             _ => None,
-        });
-        let problems = check::exclusive_ownership(&self.store, &self.layout, running);
-        for problem in problems {
-            self.violation("exclusive ownership", problem);
-        }
+        })
     }
 
-    pub(super) fn check_leases(&mut self) {
-        let now = self.now;
-        let running = self.nodes.iter().filter_map(|node| match &node.member {
-            Some(member) if node.running(now) => Some(Seen {
-                member,
-                session: node.session,
-            }),
-            _ => None,
-        });
-        let problems = check::leases_within_sessions(&self.store, now, running);
-        for problem in problems {
-            self.violation("lease within the session", problem);
+    /// Every step: no two members own or fetch one partition at once, and
+    /// no member's lease runs past what the store keeps of its session.
+    pub(super) fn check_step(&mut self) {
+        let mut problems: Vec<(&str, String)> = Vec::new();
+        for problem in check::exclusive_ownership(&self.store, &self.layout, self.running()) {
+            problems.push(("exclusive ownership", problem));
+        }
+        for problem in check::leases_within_sessions(&self.store, self.now, self.running()) {
+            problems.push(("lease within the session", problem));
+        }
+        for (property, problem) in problems {
+            self.violation(property, problem);
         }
     }
 

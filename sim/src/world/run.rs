@@ -22,8 +22,7 @@ impl World {
             self.now = next;
             self.report.steps += 1;
             self.step();
-            self.check_ownership();
-            self.check_leases();
+            self.check_step();
             if self.now >= self.quiet_at {
                 self.check_convergence();
             }
