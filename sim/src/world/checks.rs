@@ -9,13 +9,15 @@ impl World {
     /// The members running now, with the sessions their clients hold.
     fn running(&self) -> impl Iterator<Item = Seen<'_>> {
         let now = self.now;
-        self.nodes.iter().filter_map(move |node| match &node.member {
-            Some(member) if node.running(now) => Some(Seen {
-                member,
-                session: node.session,
-            }),
-            _ => None,
-        })
+        self.nodes
+            .iter()
+            .filter_map(move |node| match &node.member {
+                Some(member) if node.running(now) => Some(Seen {
+                    member,
+                    session: node.session,
+                }),
+                _ => None,
+            })
     }
 
     /// Every step: no two members own or fetch one partition at once, and

@@ -57,8 +57,11 @@ const SYNC: i32 = 9;
 /// start to arrive. Another member, on the majority, joins and takes the
 /// partition once the leader has ended the first member's session. No
 /// message may be handed out by the first member after the second one
-/// handed out its first: its lease must end before the leader's count
-/// does. A try counts as landing in the window when the leader ended the
+/// handed out its first, and its lease must end before the leader's count
+/// does, by the suspension margin (a fifth of the session) at least: the
+/// member hands out only until what the leader is sure to have counted,
+/// plus the session, less the margin. A try counts as landing in the
+/// window when the leader ended the
 /// session (the registration went) sooner than a session after that
 /// heartbeat: it then had not counted it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,6 +245,22 @@ async fn one_try(client: &Arc<rskafka::client::Client>, topic: &str, attempt: u3
         cut_ms.saturating_sub(heartbeat_ms),
         late.len(),
         taken_ms.saturating_sub(heartbeat_ms),
+    );
+    // The guarantee itself: a member hands out only until what the leader
+    // is sure to have counted, plus the session, less the margin. The
+    // leader ends the session no sooner than its count plus the session.
+    let margin = (SESSION / 5).as_millis();
+    let past_lease: Vec<&HandedOut> = from_a
+        .iter()
+        .filter(|m| m.at_ms + margin >= ended_ms)
+        .collect();
+    assert!(
+        past_lease.is_empty(),
+        "try {attempt}: a handed out {} message(s) within the suspension margin ({margin} ms) \
+         of the moment the leader ended its session ({} ms after its heartbeat's answer): \
+         its lease ran on past what the leader had counted: {past_lease:?}",
+        past_lease.len(),
+        ended_ms.saturating_sub(heartbeat_ms),
     );
     Outcome {
         ended_after_heartbeat_ms: ended_ms.saturating_sub(heartbeat_ms),
