@@ -59,14 +59,28 @@ pub(crate) fn owns(
             .is_some_and(|stat| stat.ephemeral_owner == Some(session) && stat.czxid == token.0)
 }
 
-/// Exclusive ownership: every partition a running member feeds its
-/// application is recorded in the store as that member's live claim, with
-/// the same token, and no partition is fed by two members. Returns what
-/// breaks it, one line per problem.
+/// What the properties checked after every step say of the running
+/// members, each problem with the property it breaks: exclusive ownership
+/// and leases within sessions.
+pub(crate) fn every_step<'a>(
+    store: &Store,
+    layout: &Layout,
+    now: Instant,
+    running: impl Iterator<Item = Seen<'a>> + Clone,
+) -> Vec<(&'static str, String)> {
+    let owners = exclusive_ownership(store, layout, running.clone())
+        .into_iter()
+        .map(|problem| ("exclusive ownership", problem));
+    let leases = leases_within_sessions(store, now, running)
+        .into_iter()
+        .map(|problem| ("lease within the session", problem));
+    owners.chain(leases).collect()
+}
+
 /// Members whose lease runs past the deadline the store (the leader, on
 /// an ensemble) keeps for their session, or on after the store ended it:
 /// a member may hand out only until its session could end on the store.
-pub(crate) fn leases_within_sessions<'a>(
+fn leases_within_sessions<'a>(
     store: &Store,
     now: Instant,
     running: impl IntoIterator<Item = Seen<'a>>,
@@ -96,7 +110,11 @@ pub(crate) fn leases_within_sessions<'a>(
     problems
 }
 
-pub(crate) fn exclusive_ownership<'a>(
+/// Exclusive ownership: every partition a running member feeds its
+/// application is recorded in the store as that member's live claim, with
+/// the same token, and no partition is fed by two members. Returns what
+/// breaks it, one line per problem.
+fn exclusive_ownership<'a>(
     store: &Store,
     layout: &Layout,
     running: impl IntoIterator<Item = Seen<'a>>,

@@ -85,22 +85,21 @@ impl Renewals {
         if let Some(at) = take_latest(&mut self.reported, |after| after <= sent) {
             self.count(at);
         }
-        if !counted_after.is_zero() {
-            self.delay = counted_after;
-        }
-        self.paced = (!self.delay.is_zero()).then(|| now + self.delay / HEARTBEATS_PER_DELAY);
         if counted_after.is_zero() {
             // Counted as the leader answered: nothing to prove.
             self.count(sent);
-            return;
+        } else {
+            self.delay = counted_after;
+            // Its answer came after the follower reported what it had
+            // counted a delay before this request was sent; a request sent
+            // from now on shows that report reached a leader that still
+            // kept the session.
+            if let Some(at) = take_latest(&mut self.unreported, |after| after <= sent) {
+                keep_waiting(&mut self.reported, at, now);
+            }
+            keep_waiting(&mut self.unreported, sent, now + counted_after);
         }
-        // Its answer came after the follower reported what it had counted
-        // a delay before this request was sent; a request sent from now on
-        // shows that report reached a leader that still kept the session.
-        if let Some(at) = take_latest(&mut self.unreported, |after| after <= sent) {
-            keep_waiting(&mut self.reported, at, now);
-        }
-        keep_waiting(&mut self.unreported, sent, now + counted_after);
+        self.paced = (!self.delay.is_zero()).then(|| now + self.delay / HEARTBEATS_PER_DELAY);
     }
 
     fn count(&mut self, at: Instant) {

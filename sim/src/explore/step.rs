@@ -85,12 +85,12 @@ impl State {
             member: &n.member,
             session: n.session,
         });
-        for problem in check::exclusive_ownership(&self.store, &model.layout, running.clone()) {
-            problems.push(("exclusive ownership", problem));
-        }
-        for problem in check::leases_within_sessions(&self.store, self.now, running) {
-            problems.push(("lease within the session", problem));
-        }
+        problems.extend(check::every_step(
+            &self.store,
+            &model.layout,
+            self.now,
+            running,
+        ));
         problems
     }
 

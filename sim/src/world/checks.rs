@@ -7,7 +7,7 @@ use super::parts::World;
 
 impl World {
     /// The members running now, with the sessions their clients hold.
-    fn running(&self) -> impl Iterator<Item = Seen<'_>> {
+    fn running(&self) -> impl Iterator<Item = Seen<'_>> + Clone {
         let now = self.now;
         self.nodes
             .iter()
@@ -23,13 +23,7 @@ impl World {
     /// Every step: no two members own or fetch one partition at once, and
     /// no member's lease runs past what the store keeps of its session.
     pub(super) fn check_step(&mut self) {
-        let mut problems: Vec<(&str, String)> = Vec::new();
-        for problem in check::exclusive_ownership(&self.store, &self.layout, self.running()) {
-            problems.push(("exclusive ownership", problem));
-        }
-        for problem in check::leases_within_sessions(&self.store, self.now, self.running()) {
-            problems.push(("lease within the session", problem));
-        }
+        let problems = check::every_step(&self.store, &self.layout, self.now, self.running());
         for (property, problem) in problems {
             self.violation(property, problem);
         }

@@ -184,18 +184,11 @@ impl World {
                 node,
                 length,
                 again,
-                on_answer: false,
-            } => self.cut_follower(node, length, again),
-            Fault::CutFollower {
-                node,
-                length,
-                again,
-                on_answer: true,
-            } => {
-                if let Some(node) = self.nodes.get_mut(node) {
-                    node.cut_on_answer = Some((length, again));
-                }
-            }
+                on_answer,
+            } => match self.nodes.get_mut(node) {
+                Some(waiting) if on_answer => waiting.cut_on_answer = Some((length, again)),
+                _ => self.cut_follower(node, length, again),
+            },
             Fault::HealFollower { node } => self.heal_follower(node),
             Fault::FollowerDrops { node, epoch } => self.follower_drops(node, epoch),
             Fault::GrowPartitions { topic } => {
