@@ -16,8 +16,10 @@
 
 mod app;
 mod check;
+mod ensemble;
 pub mod explore;
 pub mod world;
 
+pub use ensemble::Ensemble;
 pub use explore::{explore, replay, Counterexample, ExploreConfig, ExploreReport, Replay};
-pub use world::{run, Ensemble, SimConfig, SimReport, Violation};
+pub use world::{run, SimConfig, SimReport, Violation};

@@ -8,33 +8,7 @@ use tenure_core::protocol::{Event, StoreOp};
 use tenure_core::types::SessionId;
 
 use super::parts::{Action, Fault, World};
-
-/// Whether a request goes through the leader (a write, or the `sync` that
-/// opens a heartbeat) rather than being answered by the follower.
-pub(super) fn goes_to_leader(op: &StoreOp) -> bool {
-    match op {
-        StoreOp::Register { .. }
-        | StoreOp::Deregister
-        | StoreOp::Heartbeat
-        | StoreOp::Claim { .. }
-        | StoreOp::Release { .. }
-        | StoreOp::CommitOffset { .. } => true,
-        StoreOp::WatchMembers | StoreOp::WatchOwner { .. } | StoreOp::ReadOffset { .. } => false,
-    }
-}
-
-/// Whether a result answers a request that went through the leader.
-fn answered_by_leader(event: &Event) -> bool {
-    matches!(
-        event,
-        Event::RegisterResult { .. }
-            | Event::DeregisterResult { .. }
-            | Event::HeartbeatResult { .. }
-            | Event::ClaimResult { .. }
-            | Event::ReleaseResult { .. }
-            | Event::CommitResult { .. }
-    )
-}
+use crate::ensemble::{answered_by_leader, goes_to_leader};
 
 impl World {
     /// Node `index`'s client is heard from under `session` (a request, a

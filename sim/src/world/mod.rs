@@ -26,6 +26,8 @@ use std::time::Duration;
 use tenure_core::assignment;
 use tenure_core::config::Config;
 
+use crate::ensemble::Ensemble;
+
 mod checks;
 mod ensemble;
 mod faults;
@@ -71,48 +73,6 @@ pub struct SimConfig {
     /// A replicated ZooKeeper ensemble in place of one store node; `None`:
     /// one node, its own leader.
     pub ensemble: Option<Ensemble>,
-}
-
-/// A ZooKeeper ensemble as it bears on sessions: each member is connected
-/// to a follower, which counts its requests and pings and reports them to
-/// the leader, which alone expires sessions, with its answer to the
-/// leader's ping, every half tick. A follower can be cut off from its
-/// leader (a fault): it goes on answering reads while no write of the
-/// session waits, holds writes and syncs until the cut heals, reports
-/// nothing until then (a ping the leader sent meanwhile waits in the
-/// connection, and is answered, with the report, just after the held
-/// requests reach the leader), and after `sync_limit` ticks drops its
-/// clients, which reconnect to another server (the leader revalidates the
-/// session).
-#[derive(Clone, Debug)]
-pub struct Ensemble {
-    /// The ensemble's `tickTime`: at most half the session timeout, as a
-    /// server grants no shorter session.
-    pub tick: Duration,
-    /// Ticks a follower cut off from its leader keeps its clients.
-    pub sync_limit: u32,
-    /// What the member's backend says of a write or sync answered: how
-    /// late the leader may count it (ZooKeeper's backend: a third of the
-    /// session). Zero models counting every answer at once.
-    pub counted_after: Duration,
-    /// The backend also counts answers to reads as renewals, at once (a
-    /// follower's answers taken for the leader's word), to show the model
-    /// finds that.
-    pub reads_renew: bool,
-}
-
-impl Ensemble {
-    /// The ensemble the ZooKeeper backend meets at its worst: a tick half
-    /// the session, `syncLimit` 5 (ZooKeeper's sample configuration), and
-    /// the backend's own counting.
-    pub fn zookeeper(session_timeout: Duration) -> Ensemble {
-        Ensemble {
-            tick: session_timeout / 2,
-            sync_limit: 5,
-            counted_after: session_timeout / 3,
-            reads_renew: false,
-        }
-    }
 }
 
 impl SimConfig {
