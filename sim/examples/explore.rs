@@ -13,7 +13,11 @@
 //! `--messages N` per partition (default 1), `--losses L`, `--disconnects
 //! D`, `--restarts R` (the fault budget, default 1 each), `--max-depth D`
 //! (default: none, the search runs until it closes), `--max-states N`,
-//! `--strategy NAME`, `--no-convergence` (skip the fault-free
+//! `--strategy NAME`, `--ensemble` (on a replicated ZooKeeper: followers
+//! that report the sessions' activity late and can be cut off from their
+//! leader, with `--cuts C` (default 1), `--sync-limit N` (default 2),
+//! `--counted-after-ms MS` and `--reads-renew` to try other ways of
+//! counting renewals), `--no-convergence` (skip the fault-free
 //! continuations), `--progress N` (a line on stderr every N states),
 //! `--replay I,J,...` (take those steps from the start, printing each, the
 //! properties they break and the fault-free continuation).
@@ -80,6 +84,25 @@ struct Flags {
     /// Print progress every N states.
     #[arg(long)]
     progress: Option<u64>,
+    /// Runs the group on a replicated ZooKeeper ensemble (followers that
+    /// report activity to the leader every half tick, and that can be cut
+    /// off from it).
+    #[arg(long)]
+    ensemble: bool,
+    /// On the ensemble: follower cuts at most.
+    #[arg(long, requires = "ensemble")]
+    cuts: Option<u32>,
+    /// On the ensemble: ticks a cut-off follower keeps its clients.
+    #[arg(long, requires = "ensemble")]
+    sync_limit: Option<u32>,
+    /// On the ensemble: how late the backend says the leader may count an
+    /// answer through it (0: every answer counted at once).
+    #[arg(long = "counted-after-ms", requires = "ensemble")]
+    counted_after_ms: Option<u64>,
+    /// On the ensemble: the backend counts a follower's answers to reads
+    /// as renewals.
+    #[arg(long, requires = "ensemble")]
+    reads_renew: bool,
     /// Replays a path of moves (`I,J,...`) instead of searching.
     #[arg(long, value_delimiter = ',')]
     replay: Option<Vec<usize>>,
@@ -87,7 +110,23 @@ struct Flags {
 
 impl Flags {
     fn config(&self) -> Result<ExploreConfig, String> {
-        let mut config = ExploreConfig::new(self.members, self.partitions);
+        let mut config = if self.ensemble {
+            ExploreConfig::on_an_ensemble(self.members, self.partitions)
+        } else {
+            ExploreConfig::new(self.members, self.partitions)
+        };
+        if let Some(ensemble) = &mut config.ensemble {
+            if let Some(limit) = self.sync_limit {
+                ensemble.sync_limit = limit;
+            }
+            if let Some(ms) = self.counted_after_ms {
+                ensemble.counted_after = std::time::Duration::from_millis(ms);
+            }
+            ensemble.reads_renew = self.reads_renew;
+        }
+        if let Some(cuts) = self.cuts {
+            config.cuts = cuts;
+        }
         if let Some(messages) = self.messages {
             config.messages = messages;
         }

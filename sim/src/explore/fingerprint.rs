@@ -37,12 +37,21 @@ impl State {
                 canon.raw(partition);
                 canon.zxid(token.0);
             }
+            if model.followers.is_some() {
+                canon.raw((node.unreported, node.ping_waiting));
+                canon.maybe_time(node.cut_since);
+            }
             canon.raw(&node.story.claiming);
             canon.number(node.story.held.len() as u64);
             for (partition, token) in &node.story.held {
                 canon.raw(partition);
                 canon.zxid(token.0);
             }
+        }
+        if let Some(followers) = &model.followers {
+            // Where the leader's ping schedule stands.
+            let since = self.now.saturating_duration_since(model.epoch);
+            canon.raw(since.as_nanos() % followers.report_every.as_nanos());
         }
         canon.raw((&self.committed, &self.processed));
         for (partition, token) in &self.newest {
@@ -56,22 +65,24 @@ impl State {
         for flight in &self.net {
             canon.element(|canon| {
                 canon.number(u64::from(flight.age.min(model.config.max_delay)));
-                self.write_msg(canon, &flight.msg);
+                self.write_msg(model, canon, &flight.msg);
             });
         }
         canon.finish()
     }
 
-    pub(super) fn write_msg(&self, canon: &mut Canon, msg: &Msg) {
+    pub(super) fn write_msg(&self, model: &Model, canon: &mut Canon, msg: &Msg) {
         match msg {
             Msg::Request {
                 node,
                 incarnation,
                 session,
+                sent,
                 command,
             } => {
                 canon.number(0);
                 canon.number(*node as u64);
+                self.write_sent(model, canon, *sent);
                 if self.nodes[*node].incarnation == *incarnation {
                     canon.request(*node, command.id);
                 } else {
@@ -86,10 +97,12 @@ impl State {
                 node,
                 incarnation,
                 session,
+                sent,
                 commands,
             } => {
                 canon.number(4);
                 canon.number(*node as u64);
+                self.write_sent(model, canon, *sent);
                 canon.session(*session);
                 canon.number(commands.len() as u64);
                 let current = self.nodes[*node].incarnation == *incarnation;
@@ -137,6 +150,25 @@ impl State {
                 canon.session(*session);
                 write_event(canon, *node, event);
             }
+            Msg::Report {
+                node,
+                link,
+                session,
+            } => {
+                canon.number(6);
+                canon.number(*node as u64);
+                canon.raw(*link == self.nodes[*node].link);
+                canon.session(*session);
+            }
+        }
+    }
+
+    /// When a request was sent: on an ensemble, the renewal its answer
+    /// gives counts from then; on one node, from when it is served, and
+    /// the moment tells nothing.
+    fn write_sent(&self, model: &Model, canon: &mut Canon, sent: std::time::Instant) {
+        if model.followers.is_some() {
+            canon.time(sent);
         }
     }
 }

@@ -52,12 +52,36 @@
 //!   session; the old session lives on in the store until it expires, and
 //!   requests the old process had sent may still be applied).
 //!
+//! # On a replicated ZooKeeper
+//!
+//! With [`ExploreConfig::ensemble`], the members sit on the ensemble the
+//! simulator models ([`Ensemble`]): each member's follower counts its
+//! session's requests and pings and reports them to the leader when the
+//! leader pings, every half tick (rounded up to the grid); the report is
+//! a message in flight of its own, which reaches the leader ahead of any
+//! write the same follower forwards after it; the leader alone renews and
+//! expires sessions, from the reports it receives, and a server that
+//! expires a session closes its client's connection. An answer through
+//! the leader renews the member's lease as the backend says (from when the
+//! request was sent, counted after a delay); a follower's answer to a read
+//! renews nothing. Its own faults, within [`ExploreConfig::cuts`]: a
+//! member's follower is cut off from its leader at any moment. While cut,
+//! it answers reads and pings, holds the writes and syncs of its client
+//! (and whatever follows them on the connection), the report it had on its
+//! way and the notifications it would relay, and reports nothing (the
+//! leader's ping waits). It heals at any later moment (the report it held
+//! arrives first, the writes it held go on, and the ping that waited is
+//! answered with a new report), or, after `syncLimit` ticks, drops its
+//! clients, which reconnect to another server.
+//!
 //! Time cannot pass a moment by which something must happen: a session past
 //! its deadline is expired, and a disconnected client past its session
-//! timeout gives up or reconnects (and one that gave up reconnects), before
-//! the next advance. Letting time advance while a message could be
+//! timeout gives up or reconnects (and one that gave up reconnects), and
+//! a follower cut off for `syncLimit` ticks heals or drops its clients,
+//! before the next advance. Letting time advance while a message could be
 //! delivered also spends a reorder, and a message crosses at most
-//! [`ExploreConfig::max_delay`] advances.
+//! [`ExploreConfig::max_delay`] advances (what a cut holds waits as long as
+//! the cut).
 //!
 //! # Bounds
 //!
@@ -93,6 +117,9 @@ use tenure_core::assignment;
 use tenure_core::config::Config;
 use tenure_core::types::Offset;
 
+use crate::ensemble::Ensemble;
+
+mod ensemble;
 mod fingerprint;
 mod model;
 mod search;
@@ -132,6 +159,10 @@ pub struct ExploreConfig {
     pub disconnects: u32,
     /// Member restarts that may happen.
     pub restarts: u32,
+    /// On an [`Ensemble`]: cuts of a member's follower from its leader that
+    /// may happen (each heals at any later moment, or ends with the
+    /// follower dropping its clients after `syncLimit` ticks).
+    pub cuts: u32,
     /// Faults of all kinds together that may happen (`None`: as many as
     /// the budgets of each kind allow).
     pub faults: Option<u32>,
@@ -165,6 +196,10 @@ pub struct ExploreConfig {
     pub quantum: Duration,
     /// Print progress to stderr every so many states (0: never).
     pub progress_every: u64,
+    /// A replicated ZooKeeper ensemble in place of one store node (`None`:
+    /// one node, its own leader). Its half tick and `syncLimit` are
+    /// rounded up to the time grid.
+    pub ensemble: Option<Ensemble>,
 }
 
 impl ExploreConfig {
@@ -183,6 +218,7 @@ impl ExploreConfig {
             reorders: Some(1),
             disconnects: 1,
             restarts: 1,
+            cuts: 1,
             faults: Some(1),
             max_depth: None,
             max_states: Some(20_000_000),
@@ -196,7 +232,23 @@ impl ExploreConfig {
             backoff_max: Duration::from_millis(400),
             quantum: Duration::from_millis(100),
             progress_every: 0,
+            ensemble: None,
         }
+    }
+
+    /// The same group on a ZooKeeper ensemble
+    /// ([`Ensemble::zookeeper`]) with `syncLimit` 2, the shortest a
+    /// follower keeps its clients in common configurations: a cut can
+    /// last until the follower drops them. The half tick (0.375 s) is
+    /// rounded up to 0.4 s on the grid, more than the suspension margin
+    /// (0.3 s), so activity a follower has not reported yet can outlast
+    /// the margin.
+    pub fn on_an_ensemble(members: usize, partitions: u32) -> ExploreConfig {
+        let mut config = ExploreConfig::new(members, partitions);
+        let mut ensemble = Ensemble::zookeeper(config.session_timeout);
+        ensemble.sync_limit = 2;
+        config.ensemble = Some(ensemble);
+        config
     }
 
     /// The time after the faults stop within which every partition must be
@@ -229,8 +281,20 @@ impl ExploreConfig {
         } else {
             format!("cut: {} states not expanded", report.cut)
         };
+        let store = match &self.ensemble {
+            Some(e) => format!(
+                "a ZooKeeper ensemble (tick {:?}, syncLimit {}, <={} follower cut; answers through \
+                 the leader counted after {:?}{})",
+                e.tick,
+                e.sync_limit,
+                self.cuts,
+                e.counted_after,
+                if e.reads_renew { ", reads renew" } else { "" }
+            ),
+            None => "one store node".to_owned(),
+        };
         format!(
-            "faults<={} in all (<={} lost message, <={} disconnect/expiry, <={} restart); \
+            "{store}; faults<={} in all (<={} lost message, <={} disconnect/expiry, <={} restart); \
              reorders<={} (deliveries out of oldest-first order, or time advancing past a \
              deliverable message; a message crosses <={} time advance; requests in order per \
              connection); {depth}; {extent}; {} message per partition; time advances to the \

@@ -13,6 +13,7 @@ use tenure_core::records::Layout;
 use tenure_core::types::{RequestId, SessionId, TopicPartition};
 
 use super::ExploreConfig;
+use crate::ensemble::Ensemble;
 
 /// What does not change during a search.
 pub(super) struct Model {
@@ -22,6 +23,38 @@ pub(super) struct Model {
     pub(super) counts: PartitionCounts,
     pub(super) members: Vec<Config>,
     pub(super) horizon: Duration,
+    /// The replicated store, if the members are on one.
+    pub(super) followers: Option<Followers>,
+}
+
+/// A ZooKeeper ensemble as the explorer runs it: each member's follower
+/// reports its sessions' activity to the leader on a fixed schedule, and
+/// can be cut off from it.
+pub(super) struct Followers {
+    /// How often a follower reports (answers the leader's ping): half a
+    /// tick, rounded up to the time grid, so never sooner than ZooKeeper.
+    pub(super) report_every: Duration,
+    /// How long a follower cut off from its leader keeps its clients
+    /// (`syncLimit` ticks, rounded up to the grid).
+    pub(super) patience: Duration,
+    /// What the backend says of an answer through the leader.
+    pub(super) counted_after: Duration,
+    /// The backend counts a follower's answers to reads as renewals.
+    pub(super) reads_renew: bool,
+}
+
+impl Followers {
+    fn new(ensemble: &Ensemble, grid: impl Fn(Duration) -> Duration) -> Result<Followers, String> {
+        if ensemble.tick.is_zero() || ensemble.sync_limit == 0 {
+            return Err("the ensemble's tick and syncLimit must be more than zero".to_owned());
+        }
+        Ok(Followers {
+            report_every: grid(ensemble.tick / 2),
+            patience: grid(ensemble.tick * ensemble.sync_limit),
+            counted_after: ensemble.counted_after,
+            reads_renew: ensemble.reads_renew,
+        })
+    }
 }
 
 impl Model {
@@ -60,11 +93,23 @@ impl Model {
         }
         // No deadline lies further from the moment it was set than the
         // longest of these; moments older than that are all alike.
-        let horizon = first.claim_stall_threshold()
+        let q = config.quantum;
+        let grid = |d: Duration| {
+            q * u32::try_from(d.as_nanos().div_ceil(q.as_nanos())).unwrap_or(u32::MAX)
+        };
+        let followers = config
+            .ensemble
+            .as_ref()
+            .map(|ensemble| Followers::new(ensemble, grid))
+            .transpose()?;
+        // A cut's start matters only until the follower drops its clients.
+        let cut = followers.as_ref().map_or(Duration::ZERO, |f| f.patience);
+        let horizon = (first.claim_stall_threshold()
             + first.session_timeout()
             + first.processing_timeout()
             + first.commit_interval()
-            + first.backoff_max();
+            + first.backoff_max())
+        .max(cut);
         Ok(Model {
             config: config.clone(),
             epoch: Instant::now(),
@@ -72,6 +117,7 @@ impl Model {
             counts: PartitionCounts::from([("t".to_owned(), config.partitions)]),
             members,
             horizon,
+            followers,
         })
     }
 
@@ -104,6 +150,7 @@ pub(super) struct Budget {
     pub(super) losses: u32,
     pub(super) disconnects: u32,
     pub(super) restarts: u32,
+    pub(super) cuts: u32,
     /// Faults of any kind left.
     pub(super) total: u32,
 }
@@ -116,6 +163,7 @@ impl Budget {
             && self.losses >= other.losses
             && self.disconnects >= other.disconnects
             && self.restarts >= other.restarts
+            && self.cuts >= other.cuts
             && self.total >= other.total
     }
 }
@@ -134,6 +182,19 @@ pub(super) struct Node {
     pub(super) last_contact: Instant,
     pub(super) app: Holdings,
     pub(super) story: Story,
+    /// Counts the client's connections: a follower's report travels ahead
+    /// of what the same follower forwards later, not of what another
+    /// server does.
+    pub(super) link: u32,
+    /// On an ensemble: since when the client's follower is cut off from
+    /// its leader.
+    pub(super) cut_since: Option<Instant>,
+    /// On an ensemble: the follower counted activity of the client's
+    /// session since its last report.
+    pub(super) unreported: bool,
+    /// On an ensemble: a ping of the leader's waits in the connection to
+    /// the cut-off follower.
+    pub(super) ping_waiting: bool,
 }
 
 /// A message in flight.
@@ -145,6 +206,7 @@ pub(super) enum Msg {
         node: usize,
         incarnation: u32,
         session: SessionId,
+        sent: Instant,
         command: StoreRequest,
     },
     /// Requests of one kind of one step on their way to the server in one
@@ -154,6 +216,7 @@ pub(super) enum Msg {
         node: usize,
         incarnation: u32,
         session: SessionId,
+        sent: Instant,
         commands: Vec<StoreRequest>,
     },
     /// The second round trip of a claim that met an existing record,
@@ -173,6 +236,14 @@ pub(super) enum Msg {
         node: usize,
         session: SessionId,
         event: Event,
+    },
+    /// On an ensemble: a follower's report of `session`'s activity on its
+    /// way to the leader, from the follower `node` was on in connection
+    /// `link`.
+    Report {
+        node: usize,
+        link: u32,
+        session: SessionId,
     },
 }
 
@@ -198,7 +269,9 @@ impl Msg {
             | Msg::ReadOwner {
                 node, incarnation, ..
             } => Some((*node, *incarnation)),
-            Msg::Reply { .. } | Msg::Replies { .. } | Msg::Watch { .. } => None,
+            Msg::Reply { .. } | Msg::Replies { .. } | Msg::Watch { .. } | Msg::Report { .. } => {
+                None
+            }
         }
     }
 }
@@ -208,13 +281,26 @@ impl Msg {
 pub(super) enum Move {
     Deliver(usize),
     Lose(usize),
-    Process { node: usize, partition: u32 },
-    Drain { node: usize, index: usize },
+    Process {
+        node: usize,
+        partition: u32,
+    },
+    Drain {
+        node: usize,
+        index: usize,
+    },
     Expire(SessionId),
     GiveUp(usize),
     Reconnect(usize),
     Disconnect(usize),
     Restart(usize),
+    /// A member's follower is cut off from its leader.
+    Cut(usize),
+    /// A member's follower has its leader back.
+    Heal(usize),
+    /// A member's follower, cut off for `syncLimit` ticks, drops its
+    /// clients.
+    FollowerDrops(usize),
     Advance,
 }
 

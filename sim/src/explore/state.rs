@@ -43,6 +43,10 @@ impl State {
                 last_contact: now,
                 app: Holdings::default(),
                 story: Story::default(),
+                link: 0,
+                cut_since: None,
+                unreported: false,
+                ping_waiting: false,
             });
         }
         let c = &model.config;
@@ -56,6 +60,7 @@ impl State {
                 losses: c.losses,
                 disconnects: c.disconnects,
                 restarts: c.restarts,
+                cuts: if c.ensemble.is_some() { c.cuts } else { 0 },
                 total: c.faults.unwrap_or(u32::MAX),
             },
             committed: BTreeMap::new(),
@@ -73,14 +78,16 @@ impl State {
     // ----- what can happen -----
 
     /// Whether something must happen before time may move on: a session
-    /// past its deadline, a disconnected client past its timeout, or one
-    /// that gave up and has not reconnected.
+    /// past its deadline, a disconnected client past its timeout, one
+    /// that gave up and has not reconnected, or a follower cut off for
+    /// `syncLimit` ticks that has not dropped its clients.
     pub(super) fn time_is_held(&self, model: &Model) -> bool {
         let timeout = model.config.session_timeout;
         self.due_expiry().is_some()
             || self.nodes.iter().any(|n| {
                 !n.connected && (n.session.is_none() || self.now >= n.last_contact + timeout)
             })
+            || (0..self.nodes.len()).any(|node| self.follower_gives_up(model, node))
     }
 
     /// The first session past its deadline, if any.
@@ -94,11 +101,15 @@ impl State {
 
     /// Whether the message at `index` in flight can be delivered now: a
     /// request when it heads its connection's queue, a notification while
-    /// its client is connected, a reply always.
+    /// its client is connected, a reply always; on an ensemble, nothing a
+    /// cut holds.
     pub(super) fn deliverable(&self, index: usize) -> bool {
         let Some(flight) = self.net.get(index) else {
             return false;
         };
+        if self.held_by_cut(&flight.msg) {
+            return false;
+        }
         match &flight.msg {
             Msg::Request { .. } | Msg::Batch { .. } | Msg::ReadOwner { .. } => {
                 let connection = flight.msg.connection();
@@ -107,7 +118,7 @@ impl State {
                     .position(|f| f.msg.connection() == connection)
                     == Some(index)
             }
-            Msg::Reply { .. } | Msg::Replies { .. } => true,
+            Msg::Reply { .. } | Msg::Replies { .. } | Msg::Report { .. } => true,
             Msg::Watch { node, session, .. } => {
                 let n = &self.nodes[*node];
                 n.connected && n.session == Some(*session)
@@ -117,7 +128,8 @@ impl State {
 
     /// Whether a message has stayed in flight across as many time advances
     /// as it may: time cannot move on before it is delivered or lost. A
-    /// notification held for a disconnected client does not count.
+    /// notification held for a disconnected client does not count, nor
+    /// does what waits for a cut to heal.
     pub(super) fn delay_is_spent(&self, model: &Model) -> bool {
         let max = model.config.max_delay;
         self.net.iter().any(|flight| {
@@ -125,7 +137,7 @@ impl State {
                 Msg::Watch { node, .. } => !self.nodes[*node].connected,
                 _ => false,
             };
-            flight.age >= max && !held
+            flight.age >= max && !held && !self.waits_for_heal(&flight.msg)
         })
     }
 
@@ -153,8 +165,11 @@ impl State {
             if self.deliverable(i) && self.reorder_cost(Move::Deliver(i)) <= self.budget.reorders {
                 moves.push(Move::Deliver(i));
             }
+            // A report travels between servers, whose link a cut breaks
+            // (a fault of its own), not a lost message.
             let losable = match &flight.msg {
                 Msg::Watch { event, .. } => matches!(event, Event::OwnerDeleted { .. }),
+                Msg::Report { .. } => false,
                 _ => true,
             };
             if self.budget.losses > 0 && self.budget.total > 0 && losable {
@@ -196,6 +211,14 @@ impl State {
             if self.budget.restarts > 0 && self.budget.total > 0 {
                 moves.push(Move::Restart(node));
             }
+            if self.is_cut(node) {
+                moves.push(Move::Heal(node));
+                if self.follower_gives_up(model, node) {
+                    moves.push(Move::FollowerDrops(node));
+                }
+            } else if n.connected && self.budget.cuts > 0 && self.budget.total > 0 {
+                moves.push(Move::Cut(node));
+            }
         }
         if !self.time_is_held(model)
             && !self.delay_is_spent(model)
@@ -213,6 +236,9 @@ impl State {
     pub(super) fn calm_move(&self, keys: &[u128]) -> Move {
         if let Some(session) = self.due_expiry() {
             return Move::Expire(session);
+        }
+        if let Some(node) = (0..self.nodes.len()).find(|&node| self.is_cut(node)) {
+            return Move::Heal(node);
         }
         if let Some(node) = self.nodes.iter().position(|n| !n.connected) {
             return Move::Reconnect(node);
@@ -299,6 +325,7 @@ impl State {
                         incarnation,
                         session,
                         command,
+                        ..
                     }) => {
                         let old = if *incarnation == self.nodes[*node].incarnation {
                             ""
@@ -315,6 +342,7 @@ impl State {
                         incarnation,
                         session,
                         commands,
+                        ..
                     }) => {
                         let old = if *incarnation == self.nodes[*node].incarnation {
                             ""
@@ -356,6 +384,10 @@ impl State {
                         "{verb} store -> m{node}: notification {event:?} for session {}",
                         session.0
                     ),
+                    Some(Msg::Report { node, session, .. }) => format!(
+                        "{verb} m{node}'s follower -> leader: report of session {}",
+                        session.0
+                    ),
                     None => format!("{verb} nothing"),
                 }
             }
@@ -383,6 +415,11 @@ impl State {
                 "RESTART m{node} (incarnation {})",
                 self.nodes[node].incarnation + 1
             ),
+            Move::Cut(node) => format!("CUT m{node}'s follower off from its leader"),
+            Move::Heal(node) => format!("m{node}'s follower has its leader back"),
+            Move::FollowerDrops(node) => {
+                format!("m{node}'s follower, cut off for syncLimit ticks, drops its clients")
+            }
             Move::Advance => {
                 let mut probe = self.clone();
                 let mut ignored = Vec::new();

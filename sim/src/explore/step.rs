@@ -23,12 +23,16 @@ impl State {
         let mut problems = Vec::new();
         let cost = self.reorder_cost(mv);
         self.budget.reorders = self.budget.reorders.saturating_sub(cost);
-        if matches!(mv, Move::Lose(_) | Move::Disconnect(_) | Move::Restart(_)) {
+        if matches!(
+            mv,
+            Move::Lose(_) | Move::Disconnect(_) | Move::Restart(_) | Move::Cut(_)
+        ) {
             self.budget.total = self.budget.total.saturating_sub(1);
         }
         match mv {
             Move::Deliver(i) => {
                 let flight = self.net.remove(i);
+                self.forward(model, &flight.msg, i);
                 self.deliver(model, flight.msg, &mut problems);
             }
             Move::Lose(i) => {
@@ -78,8 +82,15 @@ impl State {
                 self.budget.restarts = self.budget.restarts.saturating_sub(1);
                 self.restart(model, node, &mut problems);
             }
+            Move::Cut(node) => {
+                self.budget.cuts = self.budget.cuts.saturating_sub(1);
+                self.cut(node);
+            }
+            Move::Heal(node) => self.heal(model, node),
+            Move::FollowerDrops(node) => self.disconnect(model, node, &mut problems),
             Move::Advance => self.advance(model, &mut problems),
         }
+        self.close_expired(model, &mut problems);
         self.forget_undeliverable();
         let running = self.nodes.iter().map(|n| Seen {
             member: &n.member,
@@ -94,6 +105,20 @@ impl State {
         problems
     }
 
+    /// A server that expires a session closes its client's connection: the
+    /// client finds out at once, reconnects and is told the session
+    /// expired. A follower cut off from its leader has not heard of it.
+    fn close_expired(&mut self, model: &Model, problems: &mut Vec<Problem>) {
+        for node in 0..self.nodes.len() {
+            let n = &self.nodes[node];
+            let dead = n.session.is_some_and(|s| !self.store.session_alive(s));
+            if dead && n.connected && !self.is_cut(node) {
+                self.disconnect(model, node, problems);
+                self.reconnect(model, node, problems);
+            }
+        }
+    }
+
     /// Drops what can never be delivered: replies and second round trips
     /// for a process that restarted, notifications for a session its
     /// client no longer holds.
@@ -104,7 +129,8 @@ impl State {
             | Msg::Batch { .. }
             | Msg::ReadOwner { .. }
             | Msg::Reply { .. }
-            | Msg::Replies { .. } => true,
+            | Msg::Replies { .. }
+            | Msg::Report { .. } => true,
             Msg::Watch { node, session, .. } => nodes[*node].session == Some(*session),
         });
     }
@@ -115,14 +141,25 @@ impl State {
                 node,
                 incarnation,
                 session,
+                sent,
                 command,
-            } => self.serve(model, node, incarnation, session, command, problems),
+            } => {
+                let from = (node, incarnation, session, sent);
+                self.serve(model, from, command, problems);
+            }
             Msg::Batch {
                 node,
                 incarnation,
                 session,
+                sent,
                 commands,
-            } => self.serve_batch(model, node, incarnation, session, commands, problems),
+            } => {
+                let from = (node, incarnation, session, sent);
+                self.serve_batch(model, from, commands, problems);
+            }
+            Msg::Report { session, .. } => {
+                self.server_touch(model, session);
+            }
             Msg::ReadOwner {
                 node,
                 id,
@@ -194,7 +231,9 @@ impl State {
                 },
             ),
             Msg::Reply { node, event } => (node, connection_lost(&event)?),
-            Msg::Batch { .. } | Msg::Replies { .. } | Msg::Watch { .. } => return None,
+            Msg::Batch { .. } | Msg::Replies { .. } | Msg::Watch { .. } | Msg::Report { .. } => {
+                return None
+            }
         };
         Some((node, failure))
     }
@@ -203,14 +242,12 @@ impl State {
     pub(super) fn serve(
         &mut self,
         model: &Model,
-        node: usize,
-        incarnation: u32,
-        session: SessionId,
+        (node, incarnation, session, sent): Sender,
         command: StoreRequest,
         problems: &mut Vec<Problem>,
     ) {
         let current = self.nodes[node].incarnation == incarnation;
-        if self.server_touch(model, session) && current && self.nodes[node].session == Some(session)
+        if self.heard(model, node, session) && current && self.nodes[node].session == Some(session)
         {
             self.nodes[node].last_contact = self.now;
         }
@@ -235,7 +272,7 @@ impl State {
                     }
                 }
                 if current {
-                    self.reply(node, vec![event]);
+                    self.reply(model, node, sent, vec![event]);
                 }
             }
             Execution::ReadOwner { id, partition } => {
@@ -257,14 +294,12 @@ impl State {
     pub(super) fn serve_batch(
         &mut self,
         model: &Model,
-        node: usize,
-        incarnation: u32,
-        session: SessionId,
+        (node, incarnation, session, sent): Sender,
         commands: Vec<StoreRequest>,
         problems: &mut Vec<Problem>,
     ) {
         let current = self.nodes[node].incarnation == incarnation;
-        if self.server_touch(model, session) && current && self.nodes[node].session == Some(session)
+        if self.heard(model, node, session) && current && self.nodes[node].session == Some(session)
         {
             self.nodes[node].last_contact = self.now;
         }
@@ -298,7 +333,7 @@ impl State {
                     }
                 }
                 if current {
-                    self.reply(node, events);
+                    self.reply(model, node, sent, events);
                 }
             }
             Batched::Failed(events) => {
@@ -313,6 +348,7 @@ impl State {
                             node,
                             incarnation,
                             session,
+                            sent: self.now,
                             command,
                         });
                     }
@@ -321,13 +357,11 @@ impl State {
         }
     }
 
-    /// Sends node `node` the replies of what the store served now, after
-    /// the renewal they vouch for: the store (one node, its own leader)
-    /// counted the session now.
-    fn reply(&mut self, node: usize, events: Vec<Event>) {
-        let renewal = events
-            .iter()
-            .find_map(|event| adapter::renewal(self.now, event));
+    /// Sends node `node` the replies of what the store served now, of a
+    /// request sent at `sent`, after the renewal they vouch for
+    /// ([`State::renewal`]).
+    fn reply(&mut self, model: &Model, node: usize, sent: Instant, events: Vec<Event>) {
+        let renewal = self.renewal(model, sent, &events);
         match (renewal, events.len()) {
             (None, 1) => {
                 let event = events.into_iter().next().expect("one event");
@@ -413,6 +447,8 @@ impl State {
         n.session = Some(session);
         n.connected = true;
         n.last_contact = self.now;
+        n.link += 1;
+        n.unreported = false;
         let input = Input::Event(Event::SessionEstablished { session });
         self.drive(model, node, input, problems);
         self.renewed_now(model, node, problems);
@@ -435,6 +471,7 @@ impl State {
                 let n = &mut self.nodes[node];
                 n.connected = true;
                 n.last_contact = self.now;
+                n.link += 1;
                 let input = Input::Event(Event::SessionResumed);
                 self.drive(model, node, input, problems);
                 self.renewed_now(model, node, problems);
@@ -454,6 +491,7 @@ impl State {
     /// the requests were made, and the member is told its session is
     /// suspended.
     pub(super) fn disconnect(&mut self, model: &Model, node: usize, problems: &mut Vec<Problem>) {
+        self.leave_follower(node);
         let incarnation = self.nodes[node].incarnation;
         let mut failures: Vec<(RequestId, Event)> = Vec::new();
         let mut kept = Vec::new();
@@ -525,11 +563,14 @@ impl State {
                 return;
             }
         };
+        self.leave_follower(node);
         self.net.retain(|flight| match &flight.msg {
             Msg::Reply { node: n, .. }
             | Msg::Replies { node: n, .. }
             | Msg::ReadOwner { node: n, .. } => *n != node,
-            Msg::Watch { .. } | Msg::Request { .. } | Msg::Batch { .. } => true,
+            Msg::Watch { .. } | Msg::Request { .. } | Msg::Batch { .. } | Msg::Report { .. } => {
+                true
+            }
         });
         let n = &mut self.nodes[node];
         n.member = member;
@@ -564,16 +605,29 @@ impl State {
                 consider(deadline);
             }
         }
+        if let Some(at) = self.next_report(model) {
+            consider(at);
+        }
+        if let Some(followers) = &model.followers {
+            for since in self.nodes.iter().filter_map(|n| n.cut_since) {
+                consider(since + followers.patience);
+            }
+        }
         let Some(next) = next else { return };
         let next = model.on_grid(next).max(self.now + model.config.quantum);
         self.now = next;
         for flight in &mut self.net {
             flight.age = flight.age.saturating_add(1);
         }
+        // The activity a follower reports now is what it counted before
+        // this moment's pings.
+        if self.reports_now(model) {
+            self.report();
+        }
         for index in 0..self.nodes.len() {
             let n = &self.nodes[index];
             if let (true, Some(session)) = (n.connected, n.session) {
-                if self.server_touch(model, session) {
+                if self.heard(model, index, session) {
                     self.nodes[index].last_contact = next;
                 }
             }
@@ -641,6 +695,7 @@ impl State {
                             node,
                             incarnation: n.incarnation,
                             session,
+                            sent: now,
                             command,
                         },
                         age: 0,
@@ -669,13 +724,8 @@ impl State {
                         None => {
                             if let Some(session) = n.session {
                                 let gathered = std::mem::take(&mut gathered);
-                                send_gathered(
-                                    &mut self.net,
-                                    node,
-                                    n.incarnation,
-                                    session,
-                                    gathered,
-                                );
+                                let from = (node, n.incarnation, session, now);
+                                send_gathered(&mut self.net, from, gathered);
                             }
                             return;
                         }
@@ -717,14 +767,15 @@ impl State {
     }
 }
 
+/// Who sent a request, and when: `(node, incarnation, session, sent)`.
+pub(super) type Sender = (usize, u32, SessionId, Instant);
+
 /// Puts the requests a step of `incarnation` of `node` gathered in flight
 /// under `session`: a batch of each kind (at most
 /// [`OPS_PER_BATCH`]), or a request for one alone.
 pub(super) fn send_gathered(
     net: &mut Vec<Flight>,
-    node: usize,
-    incarnation: u32,
-    session: SessionId,
+    (node, incarnation, session, sent): Sender,
     gathered: Vec<StoreRequest>,
 ) {
     let mut kinds: [Vec<StoreRequest>; StoreOp::BATCH_KINDS] = Default::default();
@@ -740,12 +791,14 @@ pub(super) fn send_gathered(
                     node,
                     incarnation,
                     session,
+                    sent,
                     command: command.clone(),
                 },
                 _ => Msg::Batch {
                     node,
                     incarnation,
                     session,
+                    sent,
                     commands: batch.to_vec(),
                 },
             };
