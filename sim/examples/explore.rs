@@ -15,7 +15,8 @@
 //! (default: none, the search runs until it closes), `--max-states N`,
 //! `--strategy NAME`, `--ensemble` (on a replicated ZooKeeper: followers
 //! that report the sessions' activity late and can be cut off from their
-//! leader, with `--cuts C` (default 1), `--sync-limit N` (default 2),
+//! leader, with `--cuts C` and `--elections E` (default 1 each),
+//! `--sync-limit N` (default 2),
 //! `--counted-after-ms MS` and `--reads-renew` to try other ways of
 //! counting renewals), `--no-convergence` (skip the fault-free
 //! continuations), `--progress N` (a line on stderr every N states),
@@ -92,6 +93,9 @@ struct Flags {
     /// On the ensemble: follower cuts at most.
     #[arg(long, requires = "ensemble")]
     cuts: Option<u32>,
+    /// On the ensemble: leader elections at most.
+    #[arg(long, requires = "ensemble")]
+    elections: Option<u32>,
     /// On the ensemble: ticks a cut-off follower keeps its clients.
     #[arg(long, requires = "ensemble")]
     sync_limit: Option<u32>,
@@ -126,6 +130,9 @@ impl Flags {
         }
         if let Some(cuts) = self.cuts {
             config.cuts = cuts;
+        }
+        if let Some(elections) = self.elections {
+            config.elections = elections;
         }
         if let Some(messages) = self.messages {
             config.messages = messages;

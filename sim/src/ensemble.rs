@@ -16,7 +16,9 @@ use tenure_core::protocol::{Event, StoreOp};
 /// connection, and is answered, with the report, just after the held
 /// requests reach the leader), and after `sync_limit` ticks drops its
 /// clients, which reconnect to another server (the leader revalidates the
-/// session).
+/// session). The leader can be lost (a fault): every server closes its
+/// clients' connections, no session expires until another leader is
+/// elected, and the new leader restarts every session's timeout.
 #[derive(Clone, Debug)]
 pub struct Ensemble {
     /// The ensemble's `tickTime`: at most half the session timeout, as a

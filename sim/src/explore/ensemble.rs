@@ -16,7 +16,7 @@ use tenure_core::model::adapter;
 use tenure_core::protocol::Event;
 use tenure_core::types::SessionId;
 
-use super::model::{Model, Msg};
+use super::model::{Model, Msg, Problem};
 use super::state::State;
 use crate::ensemble::{answered_by_leader, goes_to_leader};
 
@@ -259,6 +259,32 @@ impl State {
         }
         if std::mem::take(&mut self.nodes[node].ping_waiting) {
             self.report_from(node);
+        }
+    }
+
+    /// The leader is lost: every server closes its clients' connections,
+    /// the reports on their way to the old leader are lost, and the new
+    /// one restarts every session's timeout from now. The clients
+    /// reconnect as the new leader serves: a longer outage is a
+    /// disconnection's, searched on its own (both members reconnecting at
+    /// any moments would multiply the states by the moments squared).
+    pub(super) fn election(&mut self, model: &Model, problems: &mut Vec<Problem>) {
+        let connected: Vec<usize> = (0..self.nodes.len())
+            .filter(|&node| self.nodes[node].connected)
+            .collect();
+        for &node in &connected {
+            self.disconnect(model, node, problems);
+        }
+        self.net
+            .retain(|flight| !matches!(flight.msg, Msg::Report { .. }));
+        for session in self.store.sessions() {
+            // A session already past its deadline is refused: its expiry
+            // is due before time moves on, as if the old leader had ended
+            // it before it was lost, which only makes it end sooner.
+            let _past_deadline = self.store.touch(session, self.now).is_err();
+        }
+        for node in connected {
+            self.reconnect(model, node, problems);
         }
     }
 

@@ -72,7 +72,12 @@
 //! leader's ping waits). It heals at any later moment (the report it held
 //! arrives first, the writes it held go on, and the ping that waited is
 //! answered with a new report), or, after `syncLimit` ticks, drops its
-//! clients, which reconnect to another server.
+//! clients, which reconnect to another server. And, within
+//! [`ExploreConfig::elections`], the leader is lost: every server closes
+//! its clients' connections (reports on their way are lost with the old
+//! leader), and the new leader restarts every session's timeout, as
+//! ZooKeeper's does; the clients reconnect as it serves (what a longer
+//! outage does is a disconnection's).
 //!
 //! Time cannot pass a moment by which something must happen: a session past
 //! its deadline is expired, and a disconnected client past its session
@@ -163,6 +168,10 @@ pub struct ExploreConfig {
     /// may happen (each heals at any later moment, or ends with the
     /// follower dropping its clients after `syncLimit` ticks).
     pub cuts: u32,
+    /// On an [`Ensemble`]: leader elections that may happen (the leader
+    /// lost: every follower closes its clients' connections, and the new
+    /// leader restarts every session's timeout).
+    pub elections: u32,
     /// Faults of all kinds together that may happen (`None`: as many as
     /// the budgets of each kind allow).
     pub faults: Option<u32>,
@@ -219,6 +228,7 @@ impl ExploreConfig {
             disconnects: 1,
             restarts: 1,
             cuts: 1,
+            elections: 1,
             faults: Some(1),
             max_depth: None,
             max_states: Some(20_000_000),
@@ -283,11 +293,12 @@ impl ExploreConfig {
         };
         let store = match &self.ensemble {
             Some(e) => format!(
-                "a ZooKeeper ensemble (tick {:?}, syncLimit {}, <={} follower cut; answers through \
-                 the leader counted after {:?}{})",
+                "a ZooKeeper ensemble (tick {:?}, syncLimit {}, <={} follower cut, <={} election; \
+                 answers through the leader counted after {:?}{})",
                 e.tick,
                 e.sync_limit,
                 self.cuts,
+                self.elections,
                 e.counted_after,
                 if e.reads_renew { ", reads renew" } else { "" }
             ),

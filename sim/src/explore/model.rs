@@ -151,6 +151,7 @@ pub(super) struct Budget {
     pub(super) disconnects: u32,
     pub(super) restarts: u32,
     pub(super) cuts: u32,
+    pub(super) elections: u32,
     /// Faults of any kind left.
     pub(super) total: u32,
 }
@@ -164,6 +165,7 @@ impl Budget {
             && self.disconnects >= other.disconnects
             && self.restarts >= other.restarts
             && self.cuts >= other.cuts
+            && self.elections >= other.elections
             && self.total >= other.total
     }
 }
@@ -301,6 +303,8 @@ pub(super) enum Move {
     /// A member's follower, cut off for `syncLimit` ticks, drops its
     /// clients.
     FollowerDrops(usize),
+    /// The ensemble's leader is lost and another elected.
+    Election,
     Advance,
 }
 

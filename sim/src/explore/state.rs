@@ -61,6 +61,7 @@ impl State {
                 disconnects: c.disconnects,
                 restarts: c.restarts,
                 cuts: if c.ensemble.is_some() { c.cuts } else { 0 },
+                elections: if c.ensemble.is_some() { c.elections } else { 0 },
                 total: c.faults.unwrap_or(u32::MAX),
             },
             committed: BTreeMap::new(),
@@ -219,6 +220,9 @@ impl State {
             } else if n.connected && self.budget.cuts > 0 && self.budget.total > 0 {
                 moves.push(Move::Cut(node));
             }
+        }
+        if self.budget.elections > 0 && self.budget.total > 0 {
+            moves.push(Move::Election);
         }
         if !self.time_is_held(model)
             && !self.delay_is_spent(model)
@@ -416,6 +420,7 @@ impl State {
                 self.nodes[node].incarnation + 1
             ),
             Move::Cut(node) => format!("CUT m{node}'s follower off from its leader"),
+            Move::Election => "ELECTION: the leader is lost and another elected".to_owned(),
             Move::Heal(node) => format!("m{node}'s follower has its leader back"),
             Move::FollowerDrops(node) => {
                 format!("m{node}'s follower, cut off for syncLimit ticks, drops its clients")

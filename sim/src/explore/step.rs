@@ -25,7 +25,7 @@ impl State {
         self.budget.reorders = self.budget.reorders.saturating_sub(cost);
         if matches!(
             mv,
-            Move::Lose(_) | Move::Disconnect(_) | Move::Restart(_) | Move::Cut(_)
+            Move::Lose(_) | Move::Disconnect(_) | Move::Restart(_) | Move::Cut(_) | Move::Election
         ) {
             self.budget.total = self.budget.total.saturating_sub(1);
         }
@@ -87,6 +87,10 @@ impl State {
                 self.cut(node);
             }
             Move::Heal(node) => self.heal(model, node),
+            Move::Election => {
+                self.budget.elections = self.budget.elections.saturating_sub(1);
+                self.election(model, &mut problems);
+            }
             Move::FollowerDrops(node) => self.disconnect(model, node, &mut problems),
             Move::Advance => self.advance(model, &mut problems),
         }

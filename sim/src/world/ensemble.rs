@@ -251,4 +251,52 @@ impl World {
         let back = self.now + self.config.max_delay;
         self.at(back, Action::Fault(Fault::Reconnect { node: index, epoch }));
     }
+
+    /// The leader is lost for `length`: every server closes its clients'
+    /// connections (followers' reports on their way are lost with it),
+    /// and the clients come back once another leader is elected.
+    pub(super) fn election(&mut self, length: std::time::Duration) {
+        if self.config.ensemble.is_none() || self.leaderless_until.is_some() {
+            return;
+        }
+        self.report.faults += 1;
+        let until = self.now + length;
+        self.leaderless_until = Some(until);
+        self.trace(None, &("leader lost for", length));
+        // Before the clients come back: they revalidate with the new leader.
+        self.at(until, Action::Fault(Fault::Elected));
+        for index in 0..self.nodes.len() {
+            let node = &mut self.nodes[index];
+            node.unreported = false;
+            node.report_in_flight = None;
+            node.cut_again = None;
+            if node.member.is_none() || node.gone || !node.connected {
+                continue;
+            }
+            self.disconnect(index);
+            self.leave_follower(index);
+            let epoch = self.nodes[index].epoch;
+            self.at(
+                until,
+                Action::Fault(Fault::Reconnect { node: index, epoch }),
+            );
+            let expiry = self.nodes[index].last_contact + self.config.session_timeout;
+            self.at(
+                expiry,
+                Action::Fault(Fault::ClientExpiry { node: index, epoch }),
+            );
+        }
+    }
+
+    /// Another leader is elected: it restarts every session's timeout,
+    /// as ZooKeeper's new leader does.
+    pub(super) fn elected(&mut self) {
+        self.leaderless_until = None;
+        for session in self.store.sessions() {
+            // One already past its deadline is refused: its expiry is due,
+            // as if the old leader had ended it, which only ends it sooner.
+            let _past_deadline = self.store.touch(session, self.now).is_err();
+        }
+        self.trace(None, &"leader elected");
+    }
 }

@@ -43,6 +43,11 @@ impl World {
                 73..=78 if self.config.churn => Some(Fault::GrowPartitions {
                     topic: self.rng.below(self.config.topics.len().max(1) as u64) as usize,
                 }),
+                94..=96 if self.config.faults && self.config.ensemble.is_some() => {
+                    Some(Fault::Election {
+                        length: self.random_length(st, remaining),
+                    })
+                }
                 79..=93 if self.config.faults && self.config.ensemble.is_some() => {
                     let length = self.random_length(st * 4, remaining);
                     let again = self
@@ -95,6 +100,11 @@ impl World {
             }
             Fault::Reconnect { node, epoch } => {
                 if self.nodes[node].epoch != epoch || self.nodes[node].member.is_none() {
+                    return;
+                }
+                if let Some(until) = self.leaderless_until {
+                    // No server takes a client before a leader is elected.
+                    self.at(until, Action::Fault(Fault::Reconnect { node, epoch }));
                     return;
                 }
                 self.reconnect(node);
@@ -191,6 +201,8 @@ impl World {
             },
             Fault::HealFollower { node } => self.heal_follower(node),
             Fault::FollowerDrops { node, epoch } => self.follower_drops(node, epoch),
+            Fault::Election { length } => self.election(length),
+            Fault::Elected => self.elected(),
             Fault::GrowPartitions { topic } => {
                 let Some((name, _)) = self.config.topics.get(topic) else {
                     return;

@@ -207,6 +207,14 @@ pub(super) enum Fault {
         node: usize,
         epoch: u64,
     },
+    /// The ensemble's leader is lost: every server closes its clients'
+    /// connections, and no session expires until another leader is
+    /// elected, `length` later.
+    Election {
+        length: Duration,
+    },
+    /// A new leader is elected: it restarts every session's timeout.
+    Elected,
 }
 
 #[derive(Clone, Debug)]
@@ -299,6 +307,8 @@ pub(super) struct World {
     pub(super) claimed_tokens: BTreeMap<TopicPartition, FencingToken>,
     pub(super) session_owner: BTreeMap<SessionId, usize>,
     pub(super) server_lag: Duration,
+    /// On an ensemble: no leader until then (an election).
+    pub(super) leaderless_until: Option<Instant>,
     pub(super) next_produce: Instant,
     pub(super) next_app_tick: Instant,
     pub(super) report: SimReport,

@@ -41,7 +41,7 @@ impl World {
         if let Some(Reverse((t, _))) = self.queue.peek() {
             next = next.min(*t);
         }
-        if let Some(deadline) = self.store.next_deadline() {
+        if let (Some(deadline), None) = (self.store.next_deadline(), self.leaderless_until) {
             next = next.min(deadline + self.server_lag);
         }
         for node in &self.nodes {
@@ -56,8 +56,10 @@ impl World {
 
     pub(super) fn step(&mut self) {
         let now = self.now;
-        // The server's expiry runs a little behind the deadlines.
-        if let Some(cutoff) = now.checked_sub(self.server_lag) {
+        // The server's expiry runs a little behind the deadlines; without
+        // a leader, no session expires.
+        let cutoff = now.checked_sub(self.server_lag);
+        if let (Some(cutoff), None) = (cutoff, self.leaderless_until) {
             let fired = self.store.expire_due(cutoff);
             self.deliver_watches(fired);
         }

@@ -52,6 +52,7 @@ impl World {
             claimed_tokens: BTreeMap::new(),
             session_owner: BTreeMap::new(),
             server_lag,
+            leaderless_until: None,
             next_produce: start,
             next_app_tick: start,
             report: SimReport {
