@@ -8,7 +8,11 @@ use std::time::Duration;
 use tenure_sim::{explore, replay, ExploreConfig};
 
 fn quiet(members: usize, partitions: u32) -> ExploreConfig {
-    let mut config = ExploreConfig::new(members, partitions);
+    without_faults(ExploreConfig::new(members, partitions))
+}
+
+/// `config` with no fault of the single node's kinds.
+fn without_faults(mut config: ExploreConfig) -> ExploreConfig {
     config.losses = 0;
     config.disconnects = 0;
     config.restarts = 0;
@@ -90,10 +94,7 @@ fn any_one_fault_on_one_partition_keeps_every_property() {
 /// election as well takes minutes in a debug build: `scripts/test` runs
 /// it in a release one).
 fn cut_only(members: usize, partitions: u32) -> ExploreConfig {
-    let mut config = ExploreConfig::on_an_ensemble(members, partitions);
-    config.losses = 0;
-    config.disconnects = 0;
-    config.restarts = 0;
+    let mut config = without_faults(ExploreConfig::on_an_ensemble(members, partitions));
     config.elections = 0;
     config.reorders = Some(0);
     config

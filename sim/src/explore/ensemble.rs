@@ -63,18 +63,12 @@ impl State {
     /// the cut-off follower's connection.
     pub(super) fn waits_for_heal(&self, msg: &Msg) -> bool {
         let node = match msg {
-            Msg::Request {
-                node, incarnation, ..
-            }
-            | Msg::Batch {
-                node, incarnation, ..
-            }
-            | Msg::ReadOwner {
-                node, incarnation, ..
-            } if self.nodes[*node].incarnation == *incarnation => *node,
             Msg::Report { node, link, .. } if self.nodes[*node].link == *link => *node,
             Msg::Watch { node, .. } => *node,
-            _ => return false,
+            _ => match msg.connection() {
+                Some((node, incarnation)) if self.nodes[node].incarnation == incarnation => node,
+                _ => return false,
+            },
         };
         self.is_cut(node)
     }
