@@ -213,7 +213,7 @@ fn main() -> ExitCode {
                 }
                 if args.verbose {
                     eprintln!(
-                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} batched_claims={} refused_batches={} faults={} resumed_sessions={} messages={} duplicates={} reported={:?}",
+                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} batched_claims={} refused_batches={} faults={} elections={} resumed_sessions={} messages={} duplicates={} reported={:?}",
                         report.seed,
                         report.steps,
                         report.simulated,
@@ -222,6 +222,7 @@ fn main() -> ExitCode {
                         report.batched_claims,
                         report.refused_batches,
                         report.faults,
+                        report.elections,
                         report.resumed_sessions,
                         report.messages,
                         report.duplicates,
@@ -246,9 +247,10 @@ fn main() -> ExitCode {
     let duplicates: u64 = results.iter().map(|r| r.duplicates).sum();
     let messages: u64 = results.iter().map(|r| r.messages).sum();
     let resumed: u64 = results.iter().map(|r| r.resumed_sessions).sum();
+    let elections: u64 = results.iter().map(|r| r.elections).sum();
     println!(
         "slowest convergence after chaos: {worst:?}; messages={messages} duplicates={duplicates} \
-         resumed_sessions={resumed}"
+         resumed_sessions={resumed} elections={elections}"
     );
     let shown = match (args.seed, args.first) {
         (None, first) if first != 0 => format!(" first={first}"),

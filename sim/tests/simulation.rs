@@ -1,13 +1,13 @@
 //! Whole groups under faults and churn in the deterministic simulator. The
-//! runner (`cargo run --release -p tenure-core --features sim --example
-//! simulate -- --seeds 10000`) covers many more seeds; these keep a sample
+//! runner (`cargo run --release -p tenure-sim --example simulate --
+//! --seeds 10000`) covers many more seeds; these keep a sample
 //! in every test run, and check that a seed replays exactly.
 
 use std::time::Duration;
 
-use tenure_sim::{run, Ensemble, SimConfig};
+use tenure_sim::{run, Ensemble, SimConfig, SimReport};
 
-fn assert_clean(config: &SimConfig) {
+fn assert_clean(config: &SimConfig) -> SimReport {
     let report = run(config);
     let listed: Vec<String> = report.violations.iter().map(|v| v.to_string()).collect();
     assert!(listed.is_empty(), "violations:\n{}", listed.join("\n"));
@@ -21,6 +21,7 @@ fn assert_clean(config: &SimConfig) {
         "seed {}: the logs stayed empty",
         config.seed
     );
+    report
 }
 
 #[test]
@@ -117,6 +118,17 @@ fn on_an_ensemble(seed: u64, shape: impl Fn(&mut Ensemble)) -> SimConfig {
     shape(&mut ensemble);
     config.ensemble = Some(ensemble);
     config
+}
+
+#[test]
+fn leader_elections_keep_every_property() {
+    // Every connection closes, no session expires until the new leader,
+    // which restarts every session's timeout.
+    let mut elections = 0;
+    for seed in 777_000..777_010 {
+        elections += assert_clean(&on_an_ensemble(seed, |_| {})).elections;
+    }
+    assert!(elections > 0, "no election in the sample");
 }
 
 #[test]

@@ -260,6 +260,7 @@ impl World {
             return;
         }
         self.report.faults += 1;
+        self.report.elections += 1;
         let until = self.now + length;
         self.leaderless_until = Some(until);
         self.trace(None, &("leader lost for", length));

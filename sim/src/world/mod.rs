@@ -182,6 +182,8 @@ pub struct SimReport {
     pub refused_batches: u64,
     /// Faults injected.
     pub faults: u64,
+    /// Of those, on an ensemble: leader elections.
+    pub elections: u64,
     /// Restarted processes that resumed the session their previous one
     /// left (static membership).
     pub resumed_sessions: u64,
