@@ -342,6 +342,17 @@ impl Store {
         Ok(())
     }
 
+    /// A new leader takes over: every open session's timeout restarts from
+    /// `now`, as ZooKeeper's new leader restarts them and etcd's extends
+    /// its leases. A session already past its deadline is left to expire:
+    /// as if the old leader had ended it before it was lost, which only
+    /// ends it sooner.
+    pub fn restart_timeouts(&mut self, now: Instant) {
+        for session in self.sessions() {
+            let _past_deadline = self.touch(session, now).is_err();
+        }
+    }
+
     /// Whether the session is open: opened and neither closed nor expired.
     /// Passing the deadline alone does not end it; see [`Store::expire_due`].
     pub fn session_alive(&self, session: SessionId) -> bool {

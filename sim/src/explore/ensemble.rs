@@ -93,13 +93,13 @@ impl State {
         if model.followers.is_none() {
             return self.server_touch(model, session);
         }
-        let past = self
+        let due = self
             .store
             .session_deadline(session)
             .is_some_and(|d| d <= self.now);
-        if past {
-            let fired = self.store.expire_session(session);
-            self.fire(&model.layout, fired);
+        if due {
+            // Refused, and so expired there and then.
+            self.server_touch(model, session);
         }
         let alive = self.store.session_alive(session);
         if alive && self.nodes[node].session == Some(session) {
@@ -126,24 +126,7 @@ impl State {
         if model.followers.is_none() || !current || !Self::leader_bound(msg) {
             return;
         }
-        let (node, link) = (*node, self.nodes[*node].link);
-        let mut ahead = Vec::new();
-        let mut index = 0;
-        self.net.retain(|flight| {
-            let keep = match flight.msg {
-                Msg::Report {
-                    node: n,
-                    link: l,
-                    session,
-                } if n == node && l == link && index < before => {
-                    ahead.push(session);
-                    false
-                }
-                _ => true,
-            };
-            index += 1;
-            keep
-        });
+        let ahead = self.take_reports(*node, before);
         for session in ahead {
             self.server_touch(model, session);
         }
@@ -235,19 +218,7 @@ impl State {
     /// follows), and the ping that waited is answered with a new report.
     pub(super) fn heal(&mut self, model: &Model, node: usize) {
         self.nodes[node].cut_since = None;
-        let link = self.nodes[node].link;
-        let mut caught = Vec::new();
-        self.net.retain(|flight| match flight.msg {
-            Msg::Report {
-                node: n,
-                link: l,
-                session,
-            } if n == node && l == link => {
-                caught.push(session);
-                false
-            }
-            _ => true,
-        });
+        let caught = self.take_reports(node, usize::MAX);
         for session in caught {
             self.server_touch(model, session);
         }
@@ -271,12 +242,7 @@ impl State {
         }
         self.net
             .retain(|flight| !matches!(flight.msg, Msg::Report { .. }));
-        for session in self.store.sessions() {
-            // A session already past its deadline is refused: its expiry
-            // is due before time moves on, as if the old leader had ended
-            // it before it was lost, which only makes it end sooner.
-            let _past_deadline = self.store.touch(session, self.now).is_err();
-        }
+        self.store.restart_timeouts(self.now);
         for node in connected {
             self.reconnect(model, node, problems);
         }
@@ -292,10 +258,31 @@ impl State {
         n.unreported = false;
         n.ping_waiting = false;
         if n.cut_since.take().is_some() {
-            let link = n.link;
-            self.net.retain(|flight| {
-                !matches!(flight.msg, Msg::Report { node: m, link: l, .. } if m == node && l == link)
-            });
+            self.take_reports(node, usize::MAX);
         }
+    }
+
+    /// Takes out of flight the reports `node`'s present follower sent,
+    /// among the messages before index `before`; gives their sessions.
+    fn take_reports(&mut self, node: usize, before: usize) -> Vec<SessionId> {
+        let link = self.nodes[node].link;
+        let mut taken = Vec::new();
+        let mut index = 0;
+        self.net.retain(|flight| {
+            let keep = match flight.msg {
+                Msg::Report {
+                    node: n,
+                    link: l,
+                    session,
+                } if n == node && l == link && index < before => {
+                    taken.push(session);
+                    false
+                }
+                _ => true,
+            };
+            index += 1;
+            keep
+        });
+        taken
     }
 }

@@ -293,11 +293,7 @@ impl World {
     /// as ZooKeeper's new leader does.
     pub(super) fn elected(&mut self) {
         self.leaderless_until = None;
-        for session in self.store.sessions() {
-            // One already past its deadline is refused: its expiry is due,
-            // as if the old leader had ended it, which only ends it sooner.
-            let _past_deadline = self.store.touch(session, self.now).is_err();
-        }
+        self.store.restart_timeouts(self.now);
         self.trace(None, &"leader elected");
     }
 }
