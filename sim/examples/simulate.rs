@@ -14,7 +14,9 @@
 //! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only), `--trace TEXT` (print
 //! every event, command and fault mentioning TEXT, e.g. `a/1`), `--ensemble` (a replicated
 //! ZooKeeper in place of one node, with `--counted-after-ms MS` and `--reads-renew` to model
-//! a backend that counts renewals otherwise).
+//! a backend that counts renewals otherwise), `--etcd` (a 3-server etcd cluster whose servers lose
+//! the quorum, for a while or for good; `--without-require-leader` models the backend before it
+//! asked for a server with a leader and tried a lease grant again).
 //! A violation prints its seed and the command that replays it; the last
 //! line is `seeds=N violations=V sim_seconds_per_wall_second=X` (with
 //! `first=S` when the run did not start at seed 0).
@@ -25,7 +27,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure_sim::{run, Ensemble, SimConfig, SimReport};
+use tenure_sim::{run, Ensemble, EtcdCluster, SimConfig, SimReport};
 
 /// Runs the deterministic simulator over many seeds and reports every
 /// violated property with the seed that replays it.
@@ -79,6 +81,14 @@ struct Args {
     /// too (a follower's word taken for the leader's).
     #[arg(long = "reads-renew", requires = "ensemble")]
     reads_renew: bool,
+    /// Runs every seed on a 3-server etcd cluster (servers cut off from the
+    /// quorum, for a while or for good) instead of one node.
+    #[arg(long, conflicts_with = "ensemble")]
+    etcd: bool,
+    /// On the etcd cluster: the backend asks for no leader and tries a
+    /// lease grant once, as it did before it was fixed.
+    #[arg(long = "without-require-leader", requires = "etcd")]
+    without_require_leader: bool,
 }
 
 fn parse_secs(text: &str) -> Result<Duration, String> {
@@ -145,6 +155,13 @@ fn config(args: &Args, seed: u64) -> SimConfig {
         ensemble.reads_renew = args.reads_renew;
         config.ensemble = Some(ensemble);
     }
+    if args.etcd {
+        config.etcd = Some(if args.without_require_leader {
+            EtcdCluster::without_require_leader()
+        } else {
+            EtcdCluster::etcd()
+        });
+    }
     config
 }
 
@@ -175,6 +192,12 @@ fn replay_flags(args: &Args) -> String {
     }
     if args.reads_renew {
         flags += " --reads-renew";
+    }
+    if args.etcd {
+        flags += " --etcd";
+    }
+    if args.without_require_leader {
+        flags += " --without-require-leader";
     }
     flags
 }
@@ -213,7 +236,7 @@ fn main() -> ExitCode {
                 }
                 if args.verbose {
                     eprintln!(
-                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} batched_claims={} refused_batches={} faults={} elections={} resumed_sessions={} messages={} duplicates={} reported={:?}",
+                        "seed={} steps={} simulated={:?} converged_after={:?} claims={} batched_claims={} refused_batches={} faults={} elections={} isolations={} grants_moved={} resumed_sessions={} messages={} duplicates={} reported={:?}",
                         report.seed,
                         report.steps,
                         report.simulated,
@@ -223,6 +246,8 @@ fn main() -> ExitCode {
                         report.refused_batches,
                         report.faults,
                         report.elections,
+                        report.isolations,
+                        report.grants_moved,
                         report.resumed_sessions,
                         report.messages,
                         report.duplicates,
@@ -248,9 +273,12 @@ fn main() -> ExitCode {
     let messages: u64 = results.iter().map(|r| r.messages).sum();
     let resumed: u64 = results.iter().map(|r| r.resumed_sessions).sum();
     let elections: u64 = results.iter().map(|r| r.elections).sum();
+    let isolations: u64 = results.iter().map(|r| r.isolations).sum();
+    let grants_moved: u64 = results.iter().map(|r| r.grants_moved).sum();
     println!(
         "slowest convergence after chaos: {worst:?}; messages={messages} duplicates={duplicates} \
-         resumed_sessions={resumed} elections={elections}"
+         resumed_sessions={resumed} elections={elections} isolations={isolations} \
+         grants_moved={grants_moved}"
     );
     let shown = match (args.seed, args.first) {
         (None, first) if first != 0 => format!(" first={first}"),

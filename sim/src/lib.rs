@@ -17,9 +17,11 @@
 mod app;
 mod check;
 mod ensemble;
+mod etcd;
 pub mod explore;
 pub mod world;
 
 pub use ensemble::Ensemble;
+pub use etcd::EtcdCluster;
 pub use explore::{explore, replay, Counterexample, ExploreConfig, ExploreReport, Replay};
 pub use world::{run, SimConfig, SimReport, Violation};

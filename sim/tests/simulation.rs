@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tenure_sim::{run, Ensemble, SimConfig, SimReport};
+use tenure_sim::{run, Ensemble, EtcdCluster, SimConfig, SimReport};
 
 fn assert_clean(config: &SimConfig) -> SimReport {
     let report = run(config);
@@ -185,4 +185,51 @@ fn the_ensemble_model_finds_a_followers_reads_taken_for_renewals() {
         ownership_broken_on_an_ensemble(|e| e.reads_renew = true),
         "no seed of 1004..1012 found it"
     );
+}
+
+fn on_an_etcd_cluster(seed: u64, cluster: EtcdCluster) -> SimConfig {
+    let mut config = SimConfig::new(seed);
+    config.etcd = Some(cluster);
+    config
+}
+
+#[test]
+fn groups_on_a_replicated_etcd_keep_every_property() {
+    // Servers cut off from the quorum, for a while or for good; leaders
+    // among them, whose loss elects another that extends every lease.
+    let (mut isolations, mut elections, mut moved) = (0, 0, 0);
+    for seed in 1004..1014 {
+        let report = assert_clean(&on_an_etcd_cluster(seed, EtcdCluster::etcd()));
+        isolations += report.isolations;
+        elections += report.elections;
+        moved += report.grants_moved;
+    }
+    assert!(isolations > 0, "no server cut off in the sample");
+    assert!(elections > 0, "no election in the sample");
+    assert!(moved > 0, "no lease grant went on to another server");
+}
+
+#[test]
+fn the_etcd_model_finds_a_lease_grant_held_by_a_server_without_the_quorum() {
+    // The backend as it was: no require-leader, one try of the grant. A
+    // join whose grant reaches the cut-off server waits out the connect
+    // timeout there, although two servers with a leader would answer.
+    let broken = |cluster: EtcdCluster| {
+        (1004..1014).any(|seed| {
+            run(&on_an_etcd_cluster(seed, cluster.clone()))
+                .violations
+                .iter()
+                .any(|v| v.property == "a member joins while a quorum serves")
+        })
+    };
+    assert!(
+        broken(EtcdCluster::without_require_leader()),
+        "no seed of 1004..1014 found it"
+    );
+    // Require-leader alone, with a single try: the refusal ends the join.
+    let one_try = EtcdCluster {
+        grant_tries: 1,
+        ..EtcdCluster::etcd()
+    };
+    assert!(broken(one_try), "no seed of 1004..1014 found it");
 }

@@ -16,6 +16,9 @@ impl World {
     /// at once; an ensemble's follower counts it for its next report.
     /// Whether the session is alive there.
     pub(super) fn contact(&mut self, index: usize, session: SessionId) -> bool {
+        if self.config.etcd.is_some() {
+            return self.keep_alive(index, session);
+        }
         if self.config.ensemble.is_none() {
             return self.server_touch(session);
         }
@@ -88,9 +91,10 @@ impl World {
     }
 
     /// Whether node `index`'s server hears of its session's expiry: a
-    /// follower cut off from its leader does not.
+    /// follower cut off from its leader does not, nor does an etcd server
+    /// without one.
     pub(super) fn hears_expiry(&self, index: usize) -> bool {
-        self.nodes[index].cut_until.is_none_or(|t| t <= self.now)
+        self.nodes[index].cut_until.is_none_or(|t| t <= self.now) && self.serves(index)
     }
 
     /// The followers report what they counted since their last report;
@@ -290,9 +294,10 @@ impl World {
     }
 
     /// Another leader is elected: it restarts every session's timeout,
-    /// as ZooKeeper's new leader does.
+    /// as ZooKeeper's new leader does (etcd's extends every lease).
     pub(super) fn elected(&mut self) {
         self.leaderless_until = None;
+        self.elected_at = Some(self.now);
         self.store.restart_timeouts(self.now);
         self.trace(None, &"leader elected");
     }

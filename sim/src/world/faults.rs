@@ -48,6 +48,17 @@ impl World {
                         length: self.random_length(st, remaining),
                     })
                 }
+                79..=96 if self.config.faults && self.config.etcd.is_some() => {
+                    let servers = self.config.etcd.as_ref().map_or(1, |c| c.servers);
+                    // Now and then for good: the group must converge with
+                    // a server down.
+                    let length =
+                        (!self.rng.chance(1, 5)).then(|| self.random_length(st * 4, remaining));
+                    Some(Fault::Isolate {
+                        server: self.rng.below(servers as u64) as usize,
+                        length,
+                    })
+                }
                 79..=93 if self.config.faults && self.config.ensemble.is_some() => {
                     let length = self.random_length(st * 4, remaining);
                     let again = self
@@ -203,6 +214,18 @@ impl World {
             Fault::FollowerDrops { node, epoch } => self.follower_drops(node, epoch),
             Fault::Election { length } => self.election(length),
             Fault::Elected => self.elected(),
+            Fault::Isolate { server, length } => self.isolate(server, length),
+            Fault::Rejoin { server, since } => self.rejoin(server, since),
+            Fault::GrantTry {
+                node,
+                incarnation,
+                tries,
+            } => self.grant_try(node, incarnation, tries),
+            Fault::GrantGivenUp {
+                node,
+                incarnation,
+                number,
+            } => self.grant_given_up(node, incarnation, number),
             Fault::GrowPartitions { topic } => {
                 let Some((name, _)) = self.config.topics.get(topic) else {
                     return;
@@ -248,6 +271,9 @@ impl World {
 
     pub(super) fn reconnect(&mut self, index: usize) {
         let now = self.now;
+        if self.reconnect_elsewhere(index) {
+            return;
+        }
         // To another server, maybe: not on a cut-off follower.
         self.leave_follower(index);
         self.trace(Some(index), &("reconnecting", self.nodes[index].session));

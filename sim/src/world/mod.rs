@@ -8,15 +8,18 @@
 //! expiry seen by the client before the server, member crash and restart,
 //! pauses longer than the session timeout, late watch notifications,
 //! applications that drain slower than the processing timeout; on a
-//! replicated [`Ensemble`], followers cut off from their leader) and churn
-//! (joins, leaves, partitions added). Then everything heals, and the group
-//! must converge within [`SimConfig::convergence_bound`].
+//! replicated [`Ensemble`], followers cut off from their leader; on an
+//! [`EtcdCluster`], servers cut off from the quorum, for a while or for
+//! good) and churn (joins, leaves, partitions added). Then everything
+//! heals (but a server cut off for good), and the group must converge
+//! within [`SimConfig::convergence_bound`].
 //!
 //! After every step it checks: exclusive ownership (a member feeds its
 //! application a partition only while the store records its live session as
 //! the owner with the same fencing token), fenced and monotone commits, no
-//! commit past an unprocessed message; at the end, convergence and no lost
-//! messages. Every violation names the seed and the step, and
+//! commit past an unprocessed message; on an etcd cluster, that a join
+//! gets its lease while a quorum serves; at the end, convergence and no
+//! lost messages. Every violation names the seed and the step, and
 //! [`run`] with the same config replays it exactly.
 
 use std::collections::BTreeMap;
@@ -27,9 +30,11 @@ use tenure_core::assignment;
 use tenure_core::config::Config;
 
 use crate::ensemble::Ensemble;
+use crate::etcd::EtcdCluster;
 
 mod checks;
 mod ensemble;
+mod etcd;
 mod faults;
 mod member;
 mod parts;
@@ -73,6 +78,9 @@ pub struct SimConfig {
     /// A replicated ZooKeeper ensemble in place of one store node; `None`:
     /// one node, its own leader.
     pub ensemble: Option<Ensemble>,
+    /// A replicated etcd cluster in place of one store node (not with
+    /// `ensemble`); `None`: one node, its own leader.
+    pub etcd: Option<EtcdCluster>,
 }
 
 impl SimConfig {
@@ -94,6 +102,7 @@ impl SimConfig {
             max_delay: Duration::from_millis(20),
             trace: None,
             ensemble: None,
+            etcd: None,
         }
     }
 
@@ -182,8 +191,13 @@ pub struct SimReport {
     pub refused_batches: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Of those, on an ensemble: leader elections.
+    /// Of those, on an ensemble or an etcd cluster: leader elections.
     pub elections: u64,
+    /// Of the faults, on an etcd cluster: servers cut off from the quorum.
+    pub isolations: u64,
+    /// On an etcd cluster: tries of a lease grant that a server refused or
+    /// held, followed by a try on the next server.
+    pub grants_moved: u64,
     /// Restarted processes that resumed the session their previous one
     /// left (static membership).
     pub resumed_sessions: u64,

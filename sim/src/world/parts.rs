@@ -93,6 +93,18 @@ pub(super) struct Node {
     /// On an ensemble: a cut (its length, and its length again) that
     /// comes just after the node's next answer through the leader.
     pub(super) cut_on_answer: Option<(Duration, Option<Duration>)>,
+    /// On an etcd cluster: the server the node's client talks to.
+    pub(super) server: usize,
+    /// On an etcd cluster: a lease grant waits at a server that cannot
+    /// answer it, with its number (a timeout of an earlier try is
+    /// ignored) and the tries left after it.
+    pub(super) granting: Option<(u64, u32)>,
+    /// On an etcd cluster: when the node's client began to ask for its
+    /// current lease.
+    pub(super) grant_began: Instant,
+    /// The node's process has had a session: a lease grant that fails now
+    /// is a new lease after an expiry, tried again, not a join that fails.
+    pub(super) joined: bool,
     pub(super) app: App,
     /// What a driver would have published after the member's last step,
     /// with the member's change count then ([`Member::changes`]).
@@ -215,6 +227,40 @@ pub(super) enum Fault {
     },
     /// A new leader is elected: it restarts every session's timeout.
     Elected,
+    /// An etcd server loses the quorum, for `length` or, with `None`, for
+    /// good.
+    Isolate {
+        server: usize,
+        length: Option<Duration>,
+    },
+    /// The etcd server isolated at `since` has the quorum back.
+    Rejoin {
+        server: usize,
+        since: Instant,
+    },
+    /// The node's client asks for a lease, with this try and `tries` more
+    /// left after it.
+    GrantTry {
+        node: usize,
+        incarnation: u32,
+        tries: u32,
+    },
+    /// The node's client gives up on its lease grant number `number`,
+    /// which a server held.
+    GrantGivenUp {
+        node: usize,
+        incarnation: u32,
+        number: u64,
+    },
+}
+
+/// An etcd server without the quorum.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Isolation {
+    pub(super) server: usize,
+    pub(super) since: Instant,
+    /// When it has the quorum back; `None`: never.
+    pub(super) until: Option<Instant>,
 }
 
 #[derive(Clone, Debug)]
@@ -274,6 +320,13 @@ pub(super) enum Action {
         node: usize,
         number: u64,
     },
+    /// Node `node`'s client gives up on its request `id`, unanswered:
+    /// it fails with a connection loss, its outcome unknown.
+    RequestTimeout {
+        node: usize,
+        link: Link,
+        id: RequestId,
+    },
 }
 
 /// What a member is handed: what its store said, or what its application
@@ -309,6 +362,12 @@ pub(super) struct World {
     pub(super) server_lag: Duration,
     /// On an ensemble: no leader until then (an election).
     pub(super) leaderless_until: Option<Instant>,
+    /// On an etcd cluster: the server that leads.
+    pub(super) etcd_leader: usize,
+    /// When the last leader was elected, if ever.
+    pub(super) elected_at: Option<Instant>,
+    /// On an etcd cluster: the server cut off from the quorum, if any.
+    pub(super) isolated: Option<Isolation>,
     pub(super) next_produce: Instant,
     pub(super) next_app_tick: Instant,
     pub(super) report: SimReport,

@@ -73,6 +73,9 @@ impl World {
                     }
                 }
             }
+            if self.nodes[index].running(now) {
+                self.keep_alive_unanswered(index);
+            }
         }
         // A server that expires a session closes its connection: the client
         // finds out at once (it reconnects and is told the session expired).
@@ -148,6 +151,22 @@ impl World {
             Action::Request {
                 node,
                 link,
+                ref command,
+                ..
+            } if !self.serves(node) => self.unserved(node, link, vec![command.id]),
+            Action::Batch {
+                node,
+                link,
+                ref commands,
+                ..
+            } if !self.serves(node) => {
+                let ids = commands.iter().map(|c| c.id).collect();
+                self.unserved(node, link, ids);
+            }
+            Action::RequestTimeout { node, link, id } => self.request_timeout(node, link, id),
+            Action::Request {
+                node,
+                link,
                 session,
                 command,
             } => match self.held(node, std::iter::once(&command.op)) {
@@ -219,8 +238,9 @@ impl World {
                     );
                     return;
                 }
-                if !n.connected {
-                    // Delivered after the reconnection, if the session lives.
+                if !n.connected || !self.serves(node) {
+                    // Delivered after the reconnection (on an etcd cluster,
+                    // to a server with a leader), if the session lives.
                     let later = now + self.config.session_timeout / 4;
                     self.at(
                         later,

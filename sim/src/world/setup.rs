@@ -28,6 +28,18 @@ impl World {
             + config.convergence_bound()
             + config.commit_interval * 4
             + Duration::from_secs(2);
+        if config.ensemble.is_some() && config.etcd.is_some() {
+            return Err(
+                "a simulation runs on a ZooKeeper ensemble or an etcd cluster, not both".to_owned(),
+            );
+        }
+        if config
+            .etcd
+            .as_ref()
+            .is_some_and(|c| c.servers == 0 || c.grant_tries == 0)
+        {
+            return Err("an etcd cluster needs a server and a try of a lease grant".to_owned());
+        }
         let mut counts = PartitionCounts::new();
         for (topic, n) in &config.topics {
             assignment_topic_check(topic)?;
@@ -53,6 +65,9 @@ impl World {
             session_owner: BTreeMap::new(),
             server_lag,
             leaderless_until: None,
+            etcd_leader: 0,
+            elected_at: None,
+            isolated: None,
             next_produce: start,
             next_app_tick: start,
             report: SimReport {
@@ -163,6 +178,10 @@ impl World {
             cut_on_answer: None,
             cut_until: None,
             holding: false,
+            server: 0,
+            granting: None,
+            grant_began: self.now,
+            joined: false,
             published: None,
             app: App {
                 batch_time: Duration::from_millis(30),
@@ -187,10 +206,19 @@ impl World {
         node.app.holdings.clear();
         node.app.batches.clear();
         node.app.story = Story::default();
+        node.joined = false;
+        node.granting = None;
+        if let Some(cluster) = &self.config.etcd {
+            // A new process's client starts on any of the servers.
+            let servers = cluster.servers as u64;
+            self.nodes[index].server = self.rng.below(servers) as usize;
+        }
         // The leader revalidates a resumed session: one past its deadline
         // is found dead there and then, even before the expirer ran.
-        match node.resumable.take() {
-            Some(session) if self.server_touch(session) => self.resume_session(index, session),
+        match self.nodes[index].resumable.take() {
+            Some(session) if self.serves(index) && self.server_touch(session) => {
+                self.resume_session(index, session)
+            }
             _ => self.open_session(index),
         }
         let counts = self.counts.clone();
@@ -199,6 +227,17 @@ impl World {
     }
 
     pub(super) fn open_session(&mut self, index: usize) {
+        if let Some(cluster) = &self.config.etcd {
+            let tries = cluster.grant_tries;
+            self.nodes[index].grant_began = self.now;
+            self.grant(index, tries - 1);
+            return;
+        }
+        self.grant_now(index);
+    }
+
+    /// The store opens a session for node `index`'s client now.
+    pub(super) fn grant_now(&mut self, index: usize) {
         let session = self
             .store
             .open_session(self.now, self.config.session_timeout);
@@ -229,6 +268,8 @@ impl World {
         let now = self.now;
         let node = &mut self.nodes[index];
         node.session = Some(session);
+        node.joined = true;
+        node.granting = None;
         node.connected = true;
         node.epoch += 1;
         node.last_contact = now;
