@@ -14,7 +14,8 @@
 //! NAME`, `--chaos-secs S`, `--threads T`, `--quiet-faults` (churn only), `--trace TEXT` (print
 //! every event, command and fault mentioning TEXT, e.g. `a/1`), `--ensemble` (a replicated
 //! ZooKeeper in place of one node, with `--counted-after-ms MS` and `--reads-renew` to model
-//! a backend that counts renewals otherwise), `--etcd` (a 3-server etcd cluster whose servers lose
+//! a backend that counts renewals otherwise, and `--tools-without-sync` the operator's tooling
+//! reading a follower without a sync), `--etcd` (a 3-server etcd cluster whose servers lose
 //! the quorum, for a while or for good; `--without-require-leader` models the backend before it
 //! asked for a server with a leader and tried a lease grant again).
 //! A violation prints its seed and the command that replays it; the last
@@ -81,6 +82,10 @@ struct Args {
     /// too (a follower's word taken for the leader's).
     #[arg(long = "reads-renew", requires = "ensemble")]
     reads_renew: bool,
+    /// On the ensemble: the operator's tooling reads its follower's state
+    /// without a sync first.
+    #[arg(long = "tools-without-sync", requires = "ensemble")]
+    tools_without_sync: bool,
     /// Runs every seed on a 3-server etcd cluster (servers cut off from the
     /// quorum, for a while or for good) instead of one node.
     #[arg(long, conflicts_with = "ensemble")]
@@ -153,6 +158,7 @@ fn config(args: &Args, seed: u64) -> SimConfig {
             ensemble.counted_after = Duration::from_millis(ms);
         }
         ensemble.reads_renew = args.reads_renew;
+        ensemble.tools_sync = !args.tools_without_sync;
         config.ensemble = Some(ensemble);
     }
     if args.etcd {
@@ -192,6 +198,9 @@ fn replay_flags(args: &Args) -> String {
     }
     if args.reads_renew {
         flags += " --reads-renew";
+    }
+    if args.tools_without_sync {
+        flags += " --tools-without-sync";
     }
     if args.etcd {
         flags += " --etcd";

@@ -18,7 +18,9 @@ use tenure_core::protocol::{Event, StoreOp};
 /// clients, which reconnect to another server (the leader revalidates the
 /// session). The leader can be lost (a fault): every server closes its
 /// clients' connections, no session expires until another leader is
-/// elected, and the new leader restarts every session's timeout.
+/// elected, and the new leader restarts every session's timeout. In the
+/// simulator, the operator's tooling reads the group through a follower
+/// of its own, which lags behind the leader and is cut off too.
 #[derive(Clone, Debug)]
 pub struct Ensemble {
     /// The ensemble's `tickTime`: at most half the session timeout, as a
@@ -34,6 +36,10 @@ pub struct Ensemble {
     /// follower's answers taken for the leader's word), to show the model
     /// finds that.
     pub reads_renew: bool,
+    /// The operator's tooling syncs with the leader before it reads a
+    /// group (the simulator's operator); `false` models the tooling that
+    /// read a follower's state as it was.
+    pub tools_sync: bool,
 }
 
 impl Ensemble {
@@ -46,6 +52,7 @@ impl Ensemble {
             sync_limit: 5,
             counted_after: session_timeout / 3,
             reads_renew: false,
+            tools_sync: true,
         }
     }
 }

@@ -187,6 +187,20 @@ fn the_ensemble_model_finds_a_followers_reads_taken_for_renewals() {
     );
 }
 
+#[test]
+fn the_ensemble_model_finds_the_tooling_reading_a_follower_without_a_sync() {
+    // The operator's tooling shown a follower's state as it was: behind a
+    // commit the leader applied before it asked, by a delivery, or by the
+    // whole cut of its follower.
+    assert!(
+        broken_on_an_ensemble(
+            "the operator's tooling sees every commit applied before it asked",
+            |e| e.tools_sync = false
+        ),
+        "no seed of 1004..1012 found it"
+    );
+}
+
 fn on_an_etcd_cluster(seed: u64, cluster: EtcdCluster) -> SimConfig {
     let mut config = SimConfig::new(seed);
     config.etcd = Some(cluster);

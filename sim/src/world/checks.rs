@@ -62,6 +62,7 @@ impl World {
     }
 
     pub(super) fn final_checks(&mut self) {
+        self.judge_operator();
         let bound = self.config.convergence_bound();
         match self.report.converged_after {
             Some(after) if after <= bound => {}

@@ -267,6 +267,7 @@ impl World {
         self.report.elections += 1;
         let until = self.now + length;
         self.leaderless_until = Some(until);
+        self.operator.elections.push((self.now, until));
         self.trace(None, &("leader lost for", length));
         // Before the clients come back: they revalidate with the new leader.
         self.at(until, Action::Fault(Fault::Elected));

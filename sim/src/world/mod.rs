@@ -37,6 +37,7 @@ mod ensemble;
 mod etcd;
 mod faults;
 mod member;
+mod operator;
 mod parts;
 mod run;
 mod setup;

@@ -15,6 +15,7 @@ use tenure_core::records::Layout;
 use tenure_core::rng::SplitMix64;
 use tenure_core::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
+use super::operator::Operator;
 use super::{SimConfig, SimReport};
 
 /// One in-flight store command of a member, remembered so that a dropped
@@ -368,6 +369,8 @@ pub(super) struct World {
     pub(super) elected_at: Option<Instant>,
     /// On an etcd cluster: the server cut off from the quorum, if any.
     pub(super) isolated: Option<Isolation>,
+    /// On an ensemble: the operator's tooling and its follower.
+    pub(super) operator: Operator,
     pub(super) next_produce: Instant,
     pub(super) next_app_tick: Instant,
     pub(super) report: SimReport,

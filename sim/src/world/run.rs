@@ -164,6 +164,7 @@ impl World {
                 self.unserved(node, link, ids);
             }
             Action::RequestTimeout { node, link, id } => self.request_timeout(node, link, id),
+
             Action::Request {
                 node,
                 link,

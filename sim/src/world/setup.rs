@@ -13,6 +13,7 @@ use tenure_core::records::Layout;
 use tenure_core::rng::SplitMix64;
 use tenure_core::types::{MemberId, SessionId, TopicPartition};
 
+use super::operator::Operator;
 use super::parts::{Action, App, Input, Node, World};
 use super::{SimConfig, SimReport, Violation};
 
@@ -68,6 +69,7 @@ impl World {
             etcd_leader: 0,
             elected_at: None,
             isolated: None,
+            operator: Operator::default(),
             next_produce: start,
             next_app_tick: start,
             report: SimReport {
@@ -83,6 +85,7 @@ impl World {
         if world.config.faults || world.config.churn {
             world.schedule_chaos();
         }
+        world.schedule_operator();
         if let Some(ensemble) = &world.config.ensemble {
             let first = world.start + ensemble.tick / 2;
             world.at(first, Action::Report);

@@ -226,6 +226,7 @@ impl World {
         token: FencingToken,
         legit: bool,
     ) {
+        self.applied_commit(partition, offset);
         let who = self.nodes[index].id.clone();
         let processed = self
             .processed
