@@ -17,7 +17,8 @@
 //! a backend that counts renewals otherwise, and `--tools-without-sync` the operator's tooling
 //! reading a follower without a sync), `--etcd` (a 3-server etcd cluster whose servers lose
 //! the quorum, for a while or for good; `--without-require-leader` models the backend before it
-//! asked for a server with a leader and tried a lease grant again).
+//! asked for a server with a leader and tried a lease grant again, `--answers-renew` one that
+//! counts every answer as a renewal).
 //! A violation prints its seed and the command that replays it; the last
 //! line is `seeds=N violations=V sim_seconds_per_wall_second=X` (with
 //! `first=S` when the run did not start at seed 0).
@@ -94,6 +95,10 @@ struct Args {
     /// lease grant once, as it did before it was fixed.
     #[arg(long = "without-require-leader", requires = "etcd")]
     without_require_leader: bool,
+    /// On the etcd cluster: the backend counts every answer as a renewal,
+    /// as on one node (only keep-alives renew an etcd lease).
+    #[arg(long = "answers-renew", requires = "etcd")]
+    answers_renew: bool,
 }
 
 fn parse_secs(text: &str) -> Result<Duration, String> {
@@ -162,11 +167,13 @@ fn config(args: &Args, seed: u64) -> SimConfig {
         config.ensemble = Some(ensemble);
     }
     if args.etcd {
-        config.etcd = Some(if args.without_require_leader {
+        let mut cluster = if args.without_require_leader {
             EtcdCluster::without_require_leader()
         } else {
             EtcdCluster::etcd()
-        });
+        };
+        cluster.answers_renew = args.answers_renew;
+        config.etcd = Some(cluster);
     }
     config
 }
@@ -207,6 +214,9 @@ fn replay_flags(args: &Args) -> String {
     }
     if args.without_require_leader {
         flags += " --without-require-leader";
+    }
+    if args.answers_renew {
+        flags += " --answers-renew";
     }
     flags
 }

@@ -16,6 +16,13 @@ use std::time::Duration;
 /// When the leader loses the quorum, the others elect another, which
 /// extends every lease.
 ///
+/// Leases are counted as the etcd backend counts them: a keep-alive, sent
+/// every third of the lease and renewed by the leader when it arrives,
+/// counts from when it was sent; the heartbeat (`LeaseTimeToLive`) counts
+/// from when it was sent less the part of the TTL already gone, in whole
+/// seconds as etcd answers; no other answer renews anything, and no
+/// other request renews the lease.
+///
 /// A new lease (a join, a restart, a lease after an expiry) is granted
 /// through the client's server, tried up to `grant_tries` times within
 /// the connect timeout, each try on the next server: a join whose every
@@ -35,6 +42,10 @@ pub struct EtcdCluster {
     pub grant_tries: u32,
     /// How long the backend waits for a lease to be granted.
     pub connect_timeout: Duration,
+    /// The backend counts every answer as a renewal, at once, as on one
+    /// node (to show the model finds that on etcd, where only keep-alives
+    /// renew a lease).
+    pub answers_renew: bool,
 }
 
 impl EtcdCluster {
@@ -48,6 +59,7 @@ impl EtcdCluster {
             require_leader: true,
             grant_tries: 3,
             connect_timeout: Duration::from_secs(5),
+            answers_renew: false,
         }
     }
 
@@ -55,6 +67,13 @@ impl EtcdCluster {
     /// the session, at least a second (the etcd backend's default).
     pub fn request_timeout(&self, session_timeout: Duration) -> Duration {
         (session_timeout / 2).max(Duration::from_secs(1))
+    }
+
+    /// The lease's TTL for a session of `session_timeout`: whole seconds,
+    /// rounded up (the etcd backend's).
+    pub fn ttl(&self, session_timeout: Duration) -> Duration {
+        let rounded_up = session_timeout.as_secs() + u64::from(session_timeout.subsec_nanos() > 0);
+        Duration::from_secs(rounded_up.max(1))
     }
 
     /// The backend as it was before it asked for a leader: one try of a

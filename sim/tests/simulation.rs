@@ -241,9 +241,31 @@ fn the_etcd_model_finds_a_lease_grant_held_by_a_server_without_the_quorum() {
         "no seed of 1004..1014 found it"
     );
     // Require-leader alone, with a single try: the refusal ends the join.
+    // (The grant's tries alone, without require-leader, find no violation
+    // in the model: each try that waits gives way to the next server.)
     let one_try = EtcdCluster {
         grant_tries: 1,
         ..EtcdCluster::etcd()
     };
     assert!(broken(one_try), "no seed of 1004..1014 found it");
+}
+
+#[test]
+fn the_etcd_model_finds_every_answer_taken_for_a_renewal() {
+    // Only keep-alives renew an etcd lease: a backend that counted every
+    // answer of the store's as a renewal, as one node's may, holds its
+    // partitions past the lease the leader keeps.
+    let cluster = EtcdCluster {
+        answers_renew: true,
+        ..EtcdCluster::etcd()
+    };
+    let broken = (1004..1014).any(|seed| {
+        run(&on_an_etcd_cluster(seed, cluster.clone()))
+            .violations
+            .iter()
+            .any(|v| {
+                v.property == "lease within the session" || v.property == "exclusive ownership"
+            })
+    });
+    assert!(broken, "no seed of 1004..1014 found it");
 }

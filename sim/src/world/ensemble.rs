@@ -17,7 +17,7 @@ impl World {
     /// Whether the session is alive there.
     pub(super) fn contact(&mut self, index: usize, session: SessionId) -> bool {
         if self.config.etcd.is_some() {
-            return self.keep_alive(index, session);
+            return self.lease_alive(session);
         }
         if self.config.ensemble.is_none() {
             return self.server_touch(session);
@@ -34,6 +34,9 @@ impl World {
     /// served; on an ensemble, what went through the leader, from when the
     /// client sent it, with the backend's delay.
     pub(super) fn renewal(&self, index: usize, reply: &Event) -> Option<Event> {
+        if self.config.etcd.as_ref().is_some_and(|c| !c.answers_renew) {
+            return self.lease_renewal(index, reply);
+        }
         let renewal = adapter::renewal(self.now, reply)?;
         let Some(ensemble) = &self.config.ensemble else {
             return Some(renewal);

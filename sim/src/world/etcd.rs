@@ -3,9 +3,10 @@
 //! clients that move to another server, lease grants tried again, and a
 //! new leader that extends every lease.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tenure_core::error::StoreError;
+use tenure_core::protocol::Event;
 use tenure_core::types::{RequestId, SessionId};
 
 use super::parts::{Action, Fault, Isolation, Link, World};
@@ -65,18 +66,93 @@ impl World {
         self.reach(index) == Reach::Serves
     }
 
-    /// Node `index`'s keep-alive under `session` reaches its server: the
-    /// leader renews the lease if the server has one; a refusal sends the
-    /// client to the next server. Whether the lease is alive and renewed.
-    pub(super) fn keep_alive(&mut self, index: usize, session: SessionId) -> bool {
+    /// Node `index`'s client sends a keep-alive of `session` if one is
+    /// due: every third of the lease.
+    pub(super) fn keep_alive_due(&mut self, index: usize, session: SessionId) {
+        let Some(cluster) = &self.config.etcd else {
+            return;
+        };
+        let interval = cluster.ttl(self.config.session_timeout) / 3;
+        let now = self.now;
+        if now < self.nodes[index].next_keep_alive {
+            return;
+        }
+        self.nodes[index].next_keep_alive = now + interval;
+        let link = self.nodes[index].link();
+        let when = now + self.delay();
+        let node = index;
+        let sent = now;
+        self.at(
+            when,
+            Action::KeepAlive {
+                node,
+                link,
+                session,
+                sent,
+            },
+        );
+    }
+
+    /// Node `index`'s keep-alive of `session`, sent at `sent`, reaches its
+    /// server: the leader renews the lease if the server has one, and the
+    /// client counts it from when it sent it; a refusal sends the client
+    /// to the next server.
+    pub(super) fn keep_alive(&mut self, index: usize, session: SessionId, sent: Instant) {
         match self.reach(index) {
-            Reach::Serves => self.server_touch(session),
-            Reach::Holds => false,
-            Reach::Refuses => {
-                self.leave_server(index, "keep-alive refused: no leader");
+            Reach::Serves => {
+                if self.server_touch(session) {
+                    self.nodes[index].last_contact = self.now;
+                    let renewal = Event::SessionRenewed {
+                        sent,
+                        counted_after: Duration::ZERO,
+                    };
+                    self.reply(index, renewal);
+                }
+            }
+            Reach::Holds => {}
+            Reach::Refuses => self.leave_server(index, "keep-alive refused: no leader"),
+        }
+    }
+
+    /// Whether `session`'s lease is alive at the leader, as a request
+    /// under it finds: one past its deadline is revoked there and then. A
+    /// request renews nothing.
+    pub(super) fn lease_alive(&mut self, session: SessionId) -> bool {
+        match self.store.session_deadline(session) {
+            Some(deadline) if deadline <= self.now => {
+                let fired = self.store.expire_session(session);
+                self.deliver_watches(fired);
                 false
             }
+            Some(_) => true,
+            None => false,
         }
+    }
+
+    /// The renewal the etcd backend reports with `reply`, served now to
+    /// node `index`: a heartbeat (`LeaseTimeToLive`) tells how much of
+    /// the TTL is left, in whole seconds rounded down, so the lease was
+    /// renewed no earlier than the heartbeat was sent less the part gone.
+    /// No other answer renews anything.
+    pub(super) fn lease_renewal(&self, index: usize, reply: &Event) -> Option<Event> {
+        let cluster = self.config.etcd.as_ref()?;
+        let Event::HeartbeatResult {
+            id, result: Ok(()), ..
+        } = reply
+        else {
+            return None;
+        };
+        let node = &self.nodes[index];
+        let sent = node.in_flight.get(id)?.sent;
+        let deadline = self.store.session_deadline(node.session?)?;
+        let left = Duration::from_secs(deadline.saturating_duration_since(self.now).as_secs());
+        let gone = cluster
+            .ttl(self.config.session_timeout)
+            .saturating_sub(left);
+        Some(Event::SessionRenewed {
+            sent: sent.checked_sub(gone)?,
+            counted_after: Duration::ZERO,
+        })
     }
 
     /// Node `index`'s requests `ids` reached a server that cannot serve

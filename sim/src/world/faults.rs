@@ -286,6 +286,7 @@ impl World {
                 node.connected = true;
                 node.epoch += 1;
                 node.last_contact = now;
+                node.next_keep_alive = now;
                 self.local(now, index, Input::Store(Event::SessionResumed));
                 self.renewed_now(index);
             }

@@ -103,6 +103,8 @@ pub(super) struct Node {
     /// On an etcd cluster: when the node's client began to ask for its
     /// current lease.
     pub(super) grant_began: Instant,
+    /// On an etcd cluster: when the client's next keep-alive is due.
+    pub(super) next_keep_alive: Instant,
     /// The node's process has had a session: a lease grant that fails now
     /// is a new lease after an expiry, tried again, not a join that fails.
     pub(super) joined: bool,
@@ -320,6 +322,14 @@ pub(super) enum Action {
     ReportArrives {
         node: usize,
         number: u64,
+    },
+    /// On an etcd cluster: node `node`'s keep-alive of `session`, sent at
+    /// `sent`, reaches its server.
+    KeepAlive {
+        node: usize,
+        link: Link,
+        session: SessionId,
+        sent: Instant,
     },
     /// Node `node`'s client gives up on its request `id`, unanswered:
     /// it fails with a connection loss, its outcome unknown.

@@ -68,7 +68,9 @@ impl World {
             let node = &self.nodes[index];
             if node.connected && node.running(now) {
                 if let Some(session) = node.session {
-                    if self.contact(index, session) {
+                    if self.config.etcd.is_some() {
+                        self.keep_alive_due(index, session);
+                    } else if self.contact(index, session) {
                         self.nodes[index].last_contact = now;
                     }
                 }
@@ -147,7 +149,14 @@ impl World {
             | Action::Batch { node, link, .. }
             | Action::ReadOwner { node, link, .. }
             | Action::Reply { node, link, .. }
+            | Action::KeepAlive { node, link, .. }
                 if self.nodes[node].link() != link => {}
+            Action::KeepAlive {
+                node,
+                session,
+                sent,
+                ..
+            } => self.keep_alive(node, session, sent),
             Action::Request {
                 node,
                 link,

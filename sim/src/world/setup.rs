@@ -184,6 +184,7 @@ impl World {
             server: 0,
             granting: None,
             grant_began: self.now,
+            next_keep_alive: self.now,
             joined: false,
             published: None,
             app: App {
@@ -276,6 +277,7 @@ impl World {
         node.connected = true;
         node.epoch += 1;
         node.last_contact = now;
+        node.next_keep_alive = now;
         self.local(
             now,
             index,
