@@ -18,7 +18,9 @@
 //! leader, with `--cuts C` and `--elections E` (default 1 each),
 //! `--sync-limit N` (default 2),
 //! `--counted-after-ms MS` and `--reads-renew` to try other ways of
-//! counting renewals), `--no-convergence` (skip the fault-free
+//! counting renewals), `--etcd` (leases as etcd keeps them: renewed by
+//! keep-alives alone, counted as the etcd backend does; `--answers-renew`
+//! counts every answer instead), `--no-convergence` (skip the fault-free
 //! continuations), `--progress N` (a line on stderr every N states),
 //! `--replay I,J,...` (take those steps from the start, printing each, the
 //! properties they break and the fault-free continuation).
@@ -107,6 +109,13 @@ struct Flags {
     /// as renewals.
     #[arg(long, requires = "ensemble")]
     reads_renew: bool,
+    /// Leases as etcd keeps them: renewed by keep-alives alone, and
+    /// counted as the etcd backend counts them.
+    #[arg(long, conflicts_with = "ensemble")]
+    etcd: bool,
+    /// On etcd: the backend counts every answer as a renewal, at once.
+    #[arg(long = "answers-renew", requires = "etcd")]
+    answers_renew: bool,
     /// Replays a path of moves (`I,J,...`) instead of searching.
     #[arg(long, value_delimiter = ',')]
     replay: Option<Vec<usize>>,
@@ -116,6 +125,8 @@ impl Flags {
     fn config(&self) -> Result<ExploreConfig, String> {
         let mut config = if self.ensemble {
             ExploreConfig::on_an_ensemble(self.members, self.partitions)
+        } else if self.etcd {
+            ExploreConfig::on_etcd(self.members, self.partitions)
         } else {
             ExploreConfig::new(self.members, self.partitions)
         };
@@ -127,6 +138,9 @@ impl Flags {
                 ensemble.counted_after = std::time::Duration::from_millis(ms);
             }
             ensemble.reads_renew = self.reads_renew;
+        }
+        if let Some(etcd) = &mut config.etcd {
+            etcd.answers_renew = self.answers_renew;
         }
         if let Some(cuts) = self.cuts {
             config.cuts = cuts;

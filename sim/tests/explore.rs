@@ -139,3 +139,19 @@ fn the_ensemble_explorer_finds_a_followers_reads_taken_for_renewals() {
     let found = violation_on_an_ensemble(|e| e.reads_renew = true);
     assert!(found.contains("lease ends"), "{found}");
 }
+
+#[test]
+fn the_etcd_explorer_finds_every_answer_taken_for_a_renewal() {
+    // Only keep-alives renew an etcd lease: counting a write's answer as
+    // one runs the member's lease past the leader's deadline.
+    let mut config = ExploreConfig::on_etcd(2, 2);
+    config.reorders = Some(0);
+    if let Some(etcd) = &mut config.etcd {
+        etcd.answers_renew = true;
+    }
+    let report = explore(&config).expect("valid configuration");
+    let violation = report.violation.expect("a violation");
+    let replayed = replay(&config, &violation.moves).expect("the path replays");
+    assert_eq!(replayed.steps, violation.steps);
+    assert!(violation.to_string().contains("lease ends"), "{violation}");
+}

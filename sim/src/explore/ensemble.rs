@@ -90,6 +90,12 @@ impl State {
     /// the follower counts it for its next report. Whether the session is
     /// alive.
     pub(super) fn heard(&mut self, model: &Model, node: usize, session: SessionId) -> bool {
+        if model.lease_ttl.is_some() {
+            // A request renews no etcd lease: the client is heard from
+            // only by its keep-alives.
+            self.lease_alive(model, session);
+            return false;
+        }
         if model.followers.is_none() {
             return self.server_touch(model, session);
         }
@@ -138,7 +144,16 @@ impl State {
     /// leader, counted as late as the backend says (a follower's answer
     /// to a read renews nothing, unless the backend is made to take it
     /// for the leader's word).
-    pub(super) fn renewal(&self, model: &Model, sent: Instant, events: &[Event]) -> Option<Event> {
+    pub(super) fn renewal(
+        &self,
+        model: &Model,
+        node: usize,
+        sent: Instant,
+        events: &[Event],
+    ) -> Option<Event> {
+        if model.lease_ttl.is_some() && !model.answers_renew {
+            return self.lease_renewal(model, node, sent, events);
+        }
         let Some(followers) = &model.followers else {
             return events
                 .iter()

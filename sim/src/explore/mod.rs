@@ -79,6 +79,20 @@
 //! ZooKeeper's does; the clients reconnect as it serves (what a longer
 //! outage does is a disconnection's).
 //!
+//! # On etcd
+//!
+//! With [`ExploreConfig::etcd`], the store keeps leases as etcd does: a
+//! lease, granted for the session rounded up to whole seconds, is renewed
+//! by keep-alives alone, which a connected client sends a third of the
+//! TTL after the last was answered (as the time moves); the answer, a
+//! message in flight of its own, tells the member the lease was renewed
+//! after it was sent. A request renews nothing; one under a lease past
+//! its deadline finds it revoked. The member counts a heartbeat
+//! (`LeaseTimeToLive`) from when it was sent less the part of the TTL
+//! gone, in whole seconds rounded down, and no other answer. A server cut
+//! off from the quorum never applies what reaches it: here, a lost
+//! message; the simulator has the servers themselves.
+//!
 //! Time cannot pass a moment by which something must happen: a session past
 //! its deadline is expired, and a disconnected client past its session
 //! timeout gives up or reconnects (and one that gave up reconnects), and
@@ -123,8 +137,10 @@ use tenure_core::config::Config;
 use tenure_core::types::Offset;
 
 use crate::ensemble::Ensemble;
+use crate::etcd::EtcdCluster;
 
 mod ensemble;
+mod etcd;
 mod fingerprint;
 mod model;
 mod search;
@@ -209,6 +225,13 @@ pub struct ExploreConfig {
     /// one node, its own leader). Its half tick and `syncLimit` are
     /// rounded up to the time grid.
     pub ensemble: Option<Ensemble>,
+    /// Leases as an [`EtcdCluster`] keeps them, in place of one ZooKeeper
+    /// node's sessions (not with `ensemble`): only keep-alives renew a
+    /// lease, granted for the session rounded up to whole seconds, and
+    /// the member counts them as the etcd backend does. Its servers'
+    /// faults are the simulator's (here, a request that a server without
+    /// a leader never applies is a lost message).
+    pub etcd: Option<EtcdCluster>,
 }
 
 impl ExploreConfig {
@@ -243,6 +266,7 @@ impl ExploreConfig {
             quantum: Duration::from_millis(100),
             progress_every: 0,
             ensemble: None,
+            etcd: None,
         }
     }
 
@@ -259,6 +283,17 @@ impl ExploreConfig {
         ensemble.sync_limit = 2;
         config.ensemble = Some(ensemble);
         config
+    }
+
+    /// The same group with leases as etcd keeps them, and a 3 s session:
+    /// whole seconds, so that the lease's TTL is the session and no
+    /// rounding up leaves the member time in hand.
+    pub fn on_etcd(members: usize, partitions: u32) -> ExploreConfig {
+        ExploreConfig {
+            etcd: Some(EtcdCluster::etcd()),
+            session_timeout: Duration::from_secs(3),
+            ..ExploreConfig::new(members, partitions)
+        }
     }
 
     /// The time after the faults stop within which every partition must be
@@ -302,7 +337,18 @@ impl ExploreConfig {
                 e.counted_after,
                 if e.reads_renew { ", reads renew" } else { "" }
             ),
-            None => "one store node".to_owned(),
+            None => match &self.etcd {
+                Some(etcd) => format!(
+                    "etcd's leases (TTL {:?}, renewed by keep-alives only{})",
+                    etcd.ttl(self.session_timeout),
+                    if etcd.answers_renew {
+                        ", every answer counted"
+                    } else {
+                        ""
+                    }
+                ),
+                None => "one store node".to_owned(),
+            },
         };
         format!(
             "{store}; faults<={} in all (<={} lost message, <={} disconnect/expiry, <={} restart); \

@@ -25,6 +25,10 @@ pub(super) struct Model {
     pub(super) horizon: Duration,
     /// The replicated store, if the members are on one.
     pub(super) followers: Option<Followers>,
+    /// On etcd: the lease's TTL, which keep-alives alone renew.
+    pub(super) lease_ttl: Option<Duration>,
+    /// On etcd: the backend counts every answer as a renewal, at once.
+    pub(super) answers_renew: bool,
 }
 
 /// A ZooKeeper ensemble as the explorer runs it: each member's follower
@@ -61,6 +65,9 @@ impl Model {
     pub(super) fn new(config: &ExploreConfig) -> Result<Model, String> {
         if config.members == 0 || config.partitions == 0 {
             return Err("at least one member and one partition".to_owned());
+        }
+        if config.ensemble.is_some() && config.etcd.is_some() {
+            return Err("the group runs on a ZooKeeper ensemble or on etcd, not both".to_owned());
         }
         if config.quantum.is_zero() {
             return Err("the time grid's step must be more than zero".to_owned());
@@ -118,7 +125,18 @@ impl Model {
             members,
             horizon,
             followers,
+            lease_ttl: config
+                .etcd
+                .as_ref()
+                .map(|etcd| etcd.ttl(config.session_timeout)),
+            answers_renew: config.etcd.as_ref().is_some_and(|etcd| etcd.answers_renew),
         })
+    }
+
+    /// How long the store keeps a session unrenewed: the session timeout,
+    /// or on etcd the lease's TTL, in whole seconds rounded up.
+    pub(super) fn store_timeout(&self) -> Duration {
+        self.lease_ttl.unwrap_or(self.config.session_timeout)
     }
 
     pub(super) fn partition(&self, index: u32) -> TopicPartition {

@@ -365,7 +365,7 @@ impl State {
     /// request sent at `sent`, after the renewal they vouch for
     /// ([`State::renewal`]).
     fn reply(&mut self, model: &Model, node: usize, sent: Instant, events: Vec<Event>) {
-        let renewal = self.renewal(model, sent, &events);
+        let renewal = self.renewal(model, node, sent, &events);
         match (renewal, events.len()) {
             (None, 1) => {
                 let event = events.into_iter().next().expect("one event");
@@ -444,9 +444,7 @@ impl State {
     }
 
     pub(super) fn open_session(&mut self, model: &Model, node: usize, problems: &mut Vec<Problem>) {
-        let session = self
-            .store
-            .open_session(self.now, model.config.session_timeout);
+        let session = self.store.open_session(self.now, model.store_timeout());
         let n = &mut self.nodes[node];
         n.session = Some(session);
         n.connected = true;
@@ -631,7 +629,12 @@ impl State {
         for index in 0..self.nodes.len() {
             let n = &self.nodes[index];
             if let (true, Some(session)) = (n.connected, n.session) {
-                if self.heard(model, index, session) {
+                let alive = if model.lease_ttl.is_some() {
+                    self.keep_alive(model, index, session)
+                } else {
+                    self.heard(model, index, session)
+                };
+                if alive {
                     self.nodes[index].last_contact = next;
                 }
             }
