@@ -242,9 +242,12 @@ impl World {
 
     /// The store opens a session for node `index`'s client now.
     pub(super) fn grant_now(&mut self, index: usize) {
-        let session = self
-            .store
-            .open_session(self.now, self.config.session_timeout);
+        // On etcd, a lease of the session in whole seconds, rounded up.
+        let timeout = match &self.config.etcd {
+            Some(cluster) => cluster.ttl(self.config.session_timeout),
+            None => self.config.session_timeout,
+        };
+        let session = self.store.open_session(self.now, timeout);
         self.session_owner.insert(session, index);
         self.establish(index, session);
     }
