@@ -1,7 +1,7 @@
 //! A replicated etcd cluster as it bears on leases and on reaching a
 //! server: what it is ([`EtcdCluster`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// An etcd cluster as it bears on leases: a few servers, each member's
 /// client on one of them. The leader alone expires leases, renewed by
@@ -74,6 +74,22 @@ impl EtcdCluster {
     pub fn ttl(&self, session_timeout: Duration) -> Duration {
         let rounded_up = session_timeout.as_secs() + u64::from(session_timeout.subsec_nanos() > 0);
         Duration::from_secs(rounded_up.max(1))
+    }
+
+    /// No later than when a lease of `ttl` was last renewed, as the etcd
+    /// backend counts it from a heartbeat (`LeaseTimeToLive`) sent at
+    /// `sent` and answered at `now` by a leader that expires it at
+    /// `deadline`: etcd tells the TTL left in whole seconds, rounded
+    /// down, so the lease was renewed no earlier than `sent` less the part
+    /// of the TTL gone.
+    pub(crate) fn renewed_by(
+        ttl: Duration,
+        sent: Instant,
+        deadline: Instant,
+        now: Instant,
+    ) -> Option<Instant> {
+        let left = Duration::from_secs(deadline.saturating_duration_since(now).as_secs());
+        sent.checked_sub(ttl.saturating_sub(left))
     }
 
     /// The backend as it was before it asked for a leader: one try of a

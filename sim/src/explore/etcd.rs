@@ -9,6 +9,7 @@ use tenure_core::types::SessionId;
 
 use super::model::{Model, Msg};
 use super::state::State;
+use crate::etcd::EtcdCluster;
 
 impl State {
     /// Node `node`'s client sends a keep-alive of `session` if one is due,
@@ -67,9 +68,8 @@ impl State {
             return None;
         }
         let deadline = self.store.session_deadline(self.nodes[node].session?)?;
-        let left = Duration::from_secs(deadline.saturating_duration_since(self.now).as_secs());
         Some(Event::SessionRenewed {
-            sent: sent.checked_sub(ttl.saturating_sub(left))?,
+            sent: EtcdCluster::renewed_by(ttl, sent, deadline, self.now)?,
             counted_after: Duration::ZERO,
         })
     }

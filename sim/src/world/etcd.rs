@@ -10,6 +10,7 @@ use tenure_core::protocol::Event;
 use tenure_core::types::{RequestId, SessionId};
 
 use super::parts::{Action, Fault, Isolation, Link, World};
+use crate::etcd::EtcdCluster;
 
 /// How soon a client whose keep-alive was refused or went unanswered
 /// tries again, on the next server (the etcd backend's pause while
@@ -145,12 +146,9 @@ impl World {
         let node = &self.nodes[index];
         let sent = node.in_flight.get(id)?.sent;
         let deadline = self.store.session_deadline(node.session?)?;
-        let left = Duration::from_secs(deadline.saturating_duration_since(self.now).as_secs());
-        let gone = cluster
-            .ttl(self.config.session_timeout)
-            .saturating_sub(left);
+        let ttl = cluster.ttl(self.config.session_timeout);
         Some(Event::SessionRenewed {
-            sent: sent.checked_sub(gone)?,
+            sent: EtcdCluster::renewed_by(ttl, sent, deadline, self.now)?,
             counted_after: Duration::ZERO,
         })
     }
@@ -303,28 +301,15 @@ impl World {
     /// that met an election may fail: no quorum served all along.)
     fn grant_failed(&mut self, index: usize, tries: u32) {
         self.next_server(index);
-        let incarnation = self.nodes[index].incarnation;
         if tries > 0 {
             self.report.grants_moved += 1;
-            let again = self.now + GRANT_RETRY;
-            let next = Fault::GrantTry {
-                node: index,
-                incarnation,
-                tries: tries - 1,
-            };
-            self.at(again, Action::Fault(next));
+            self.grant_again(index, GRANT_RETRY, tries - 1);
             return;
         }
         if self.nodes[index].joined {
             let all = self.config.etcd.as_ref().map_or(1, |c| c.grant_tries);
             self.nodes[index].grant_began = self.now + REGRANT_BACKOFF;
-            let again = self.now + REGRANT_BACKOFF;
-            let next = Fault::GrantTry {
-                node: index,
-                incarnation,
-                tries: all - 1,
-            };
-            self.at(again, Action::Fault(next));
+            self.grant_again(index, REGRANT_BACKOFF, all - 1);
             return;
         }
         let began = self.nodes[index].grant_began;
@@ -342,6 +327,18 @@ impl World {
         let node = &mut self.nodes[index];
         node.member = None;
         node.gone = true;
+    }
+
+    /// Node `index`'s client tries its lease grant again `after` from now,
+    /// with `tries` more left after that try.
+    fn grant_again(&mut self, index: usize, after: Duration, tries: u32) {
+        let incarnation = self.nodes[index].incarnation;
+        let next = Fault::GrantTry {
+            node: index,
+            incarnation,
+            tries,
+        };
+        self.at(self.now + after, Action::Fault(next));
     }
 
     /// Node `index`'s lease grant try, if its process still waits for a
