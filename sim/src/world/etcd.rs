@@ -183,16 +183,19 @@ impl World {
         }
     }
 
-    /// A connected client on an etcd cluster whose keep-alives went
-    /// unanswered for half the lease (a keep-alive every third of it,
-    /// unanswered for half of that) gives up on its server.
+    /// A connected client on an etcd cluster whose last keep-alive went
+    /// unanswered for half the interval between two (the etcd backend's
+    /// patience) gives up on its server.
     pub(super) fn keep_alive_unanswered(&mut self, index: usize) {
-        if self.config.etcd.is_none() {
+        let Some(cluster) = &self.config.etcd else {
             return;
-        }
+        };
+        let interval = cluster.ttl(self.config.session_timeout) / 3;
         let node = &self.nodes[index];
-        let patience = self.config.session_timeout / 2;
-        if node.connected && node.session.is_some() && self.now >= node.last_contact + patience {
+        let last_sent = node.next_keep_alive.checked_sub(interval);
+        let unanswered = last_sent
+            .is_some_and(|sent| node.last_contact < sent && self.now >= sent + interval / 2);
+        if node.connected && node.session.is_some() && unanswered {
             self.leave_server(index, "keep-alive unanswered");
         }
     }
