@@ -4,7 +4,7 @@
 //! `TENURE_ZOOKEEPER`).
 //!
 //! ```text
-//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog|exactly-once --peer java]
+//! cargo run --release -p tenure-tests --example bench_throughput [-- --messages N --rounds R --only throughput|backlog|exactly-once --peer java|franz]
 //! ```
 //!
 //! Throughput: it produces `--messages` messages (default 1,200,000,
@@ -21,6 +21,18 @@
 //! beside tenure's with one member: `peer=java messages=… rounds=…
 //! tenure_1_member_msgs_per_s_median=… java_fetch_msgs_per_s_median=…
 //! java_process_msgs_per_s_median=… ratio_to_java_fetch_median=R`.
+//! With `--peer franz`, each round also runs a consumer built on franz-go
+//! (`tests/peers/franz`, built once per run with the Go toolchain) on the
+//! same topic with a fresh group: it joins, reads every message, commits
+//! and leaves, timing itself from its first record to its last, as tenure
+//! is timed once its group has settled. The last line compares it with
+//! tenure's one member, in messages per second of wall time and per CPU
+//! second (each process its own): `peer=franz messages=… rounds=…
+//! tenure_1_member_msgs_per_s_median=… franz_msgs_per_s_median=…
+//! ratio_to_franz_median=R tenure_1_member_msgs_per_cpu_s_median=…
+//! franz_msgs_per_cpu_s_median=… cpu_ratio_to_franz_median=C
+//! franz_whole_run_msgs_per_s_median=…` (the whole run: join and leave
+//! included).
 //!
 //! Exactly once: round after round, 3 members consume the topic
 //! at-least-once (every message acknowledged), then 3 members write it
@@ -614,8 +626,9 @@ struct Args {
     only: Option<String>,
     /// A peer measured on the same topic in each throughput round: `java`
     /// runs Kafka's own consumer benchmark (`ConsumerPerformance`, from the
-    /// jars of `TENURE_KAFKA_LIBS`) with a fresh group.
-    #[arg(long, value_parser = ["java"])]
+    /// jars of `TENURE_KAFKA_LIBS`) with a fresh group; `franz` a consumer
+    /// built on franz-go (`tests/peers/franz`, needs `go`).
+    #[arg(long, value_parser = ["java", "franz"])]
     peer: Option<String>,
 }
 
@@ -631,6 +644,7 @@ fn at_least_a_message_a_partition(value: &str) -> Result<usize, String> {
 struct Options {
     messages: usize,
     java_peer: bool,
+    franz_peer: bool,
     buffered_batches: Option<usize>,
     rounds: usize,
     throughput: bool,
@@ -644,6 +658,7 @@ impl Options {
         Options {
             messages: args.messages,
             java_peer: args.peer.as_deref() == Some("java"),
+            franz_peer: args.peer.as_deref() == Some("franz"),
             buffered_batches: args.buffered_batches,
             rounds: args.rounds.max(1),
             throughput: part("throughput"),
@@ -678,8 +693,16 @@ async fn run(options: Options) -> Result<(), String> {
         // Per round: tenure's rate with one member, the Java consumer's own
         // fetch rate and its rate over the process's wall time.
         let mut beside_java: Vec<(f64, f64, f64)> = Vec::new();
+        let franz = if options.franz_peer {
+            Some(build_franz_peer().await?)
+        } else {
+            None
+        };
+        // Per round: tenure's one member, and franz-go's peer.
+        let mut beside_franz: Vec<(Rate, FranzRun)> = Vec::new();
         for round in 1..=options.rounds {
             let mut one_member = f64::NAN;
+            let mut one_member_rate = None;
             for members in [1, 3] {
                 let raw_rate = raw(&client, &topic, total).await?;
                 let tenure_rate =
@@ -695,6 +718,7 @@ async fn run(options: Options) -> Result<(), String> {
                 entry.1.push(cpu_ratio);
                 if members == 1 {
                     one_member = tenure_rate.wall;
+                    one_member_rate = Some(tenure_rate);
                 }
             }
             if let Some(libs) = &libs {
@@ -705,6 +729,38 @@ async fn run(options: Options) -> Result<(), String> {
                 );
                 beside_java.push((one_member, fetch, process));
             }
+            if let (Some(franz), Some(tenure)) = (&franz, one_member_rate) {
+                let run = franz_consumer(franz, &bootstrap, &topic, total).await?;
+                eprintln!(
+                    "  round {round}: franz_msgs_per_s={:.0} franz_msgs_per_cpu_s={:.0} franz_whole_run_msgs_per_s={:.0} tenure_1_member_msgs_per_s={:.0} tenure_1_member_msgs_per_cpu_s={:.0} ratio_to_franz={:.2} cpu_ratio_to_franz={:.2}",
+                    run.steady.wall,
+                    run.steady.cpu,
+                    run.whole_wall,
+                    tenure.wall,
+                    tenure.cpu,
+                    tenure.wall / run.steady.wall,
+                    tenure.cpu / run.steady.cpu,
+                );
+                beside_franz.push((tenure, run));
+            }
+        }
+        if !beside_franz.is_empty() {
+            let column = |pick: &dyn Fn(&(Rate, FranzRun)) -> f64| {
+                let mut values: Vec<f64> = beside_franz.iter().map(pick).collect();
+                values.sort_by(f64::total_cmp);
+                quantile(&values, 0.5)
+            };
+            println!(
+                "peer=franz messages={total} rounds={} tenure_1_member_msgs_per_s_median={:.0} franz_msgs_per_s_median={:.0} ratio_to_franz_median={:.2} tenure_1_member_msgs_per_cpu_s_median={:.0} franz_msgs_per_cpu_s_median={:.0} cpu_ratio_to_franz_median={:.2} franz_whole_run_msgs_per_s_median={:.0}",
+                beside_franz.len(),
+                column(&|(t, _)| t.wall),
+                column(&|(_, f)| f.steady.wall),
+                column(&|(t, f)| t.wall / f.steady.wall),
+                column(&|(t, _)| t.cpu),
+                column(&|(_, f)| f.steady.cpu),
+                column(&|(t, f)| t.cpu / f.steady.cpu),
+                column(&|(_, f)| f.whole_wall),
+            );
         }
         if !beside_java.is_empty() {
             let column = |pick: fn(&(f64, f64, f64)) -> f64| {
@@ -794,6 +850,106 @@ async fn run(options: Options) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The franz-go peer's source, `tests/peers/franz`.
+const FRANZ_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/franz");
+
+/// Builds the franz-go peer with the Go toolchain (its build cache makes
+/// a build after the first quick) and says where the program is.
+async fn build_franz_peer() -> Result<std::path::PathBuf, String> {
+    let program = std::env::temp_dir().join("tenure-bench-franz-peer");
+    let output = program.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("go")
+            .arg("build")
+            .arg("-o")
+            .arg(&output)
+            .arg(".")
+            .current_dir(FRANZ_PEER)
+            .output()
+    })
+    .await
+    .map_err(|e| format!("the franz-go peer's build thread: {e}"))?
+    .map_err(|e| {
+        format!(
+            "cannot run go to build the franz-go peer (--peer franz needs the Go toolchain): {e}"
+        )
+    })?;
+    if !built.status.success() {
+        return Err(format!(
+            "building the franz-go peer in {FRANZ_PEER} failed ({}): {}",
+            built.status,
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    Ok(program)
+}
+
+/// What one run of the franz-go peer measured of itself.
+#[derive(Clone, Copy)]
+struct FranzRun {
+    /// From its first record to its last.
+    steady: Rate,
+    /// Messages per second over the whole run, join and leave included.
+    whole_wall: f64,
+}
+
+/// Runs the franz-go peer `program` on all `total` messages of `topic`
+/// with a fresh group.
+async fn franz_consumer(
+    program: &std::path::Path,
+    bootstrap: &str,
+    topic: &str,
+    total: u64,
+) -> Result<FranzRun, String> {
+    let args = [
+        "--brokers".to_owned(),
+        bootstrap.to_owned(),
+        "--topic".to_owned(),
+        topic.to_owned(),
+        "--group".to_owned(),
+        unique("bench-franz-peer"),
+        "--messages".to_owned(),
+        total.to_string(),
+    ];
+    let program = program.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&program).args(&args).output()
+    })
+    .await
+    .map_err(|e| format!("the franz-go peer's thread: {e}"))?
+    .map_err(|e| format!("cannot run the franz-go peer: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "the franz-go peer failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    // One line of name=value figures.
+    let figure = |name: &str| -> Result<f64, String> {
+        stdout
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|value| value.parse().ok())
+            .ok_or_else(|| format!("no {name} in the franz-go peer's figures: {stdout}"))
+    };
+    let read = figure("read")?;
+    if (read as u64) < total {
+        return Err(format!(
+            "the franz-go peer read {read} messages, not {total}"
+        ));
+    }
+    let per_second = |seconds: f64| total as f64 / seconds.max(1e-3);
+    Ok(FranzRun {
+        steady: Rate {
+            wall: per_second(figure("steady_wall_s")?),
+            cpu: per_second(figure("steady_cpu_s")?),
+        },
+        whole_wall: per_second(figure("whole_wall_s")?),
+    })
 }
 
 /// Kafka's own consumer benchmark (`ConsumerPerformance`, what
