@@ -859,31 +859,37 @@ const FRANZ_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/franz");
 /// a build after the first quick) and says where the program is.
 async fn build_franz_peer() -> Result<std::path::PathBuf, String> {
     let program = std::env::temp_dir().join("tenure-bench-franz-peer");
-    let output = program.clone();
-    let built = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("go")
-            .arg("build")
-            .arg("-o")
-            .arg(&output)
-            .arg(".")
-            .current_dir(FRANZ_PEER)
-            .output()
-    })
-    .await
-    .map_err(|e| format!("the franz-go peer's build thread: {e}"))?
-    .map_err(|e| {
-        format!(
-            "cannot run go to build the franz-go peer (--peer franz needs the Go toolchain): {e}"
-        )
-    })?;
-    if !built.status.success() {
+    let mut build = std::process::Command::new("go");
+    build
+        .arg("build")
+        .arg("-o")
+        .arg(&program)
+        .arg(".")
+        .current_dir(FRANZ_PEER);
+    let what = format!(
+        "go, building the franz-go peer in {FRANZ_PEER} (--peer franz needs the Go toolchain)"
+    );
+    run_program(&what, build).await?;
+    Ok(program)
+}
+
+/// Runs `command` off the runtime's threads and gives what it printed on
+/// stdout; `what` names it in the error when it cannot run or fails (with
+/// all it printed).
+async fn run_program(what: &str, mut command: std::process::Command) -> Result<String, String> {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(|e| format!("{what}: its thread: {e}"))?
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
         return Err(format!(
-            "building the franz-go peer in {FRANZ_PEER} failed ({}): {}",
-            built.status,
-            String::from_utf8_lossy(&built.stderr)
+            "{what} failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
         ));
     }
-    Ok(program)
+    Ok(stdout)
 }
 
 /// What one run of the franz-go peer measured of itself.
@@ -903,31 +909,16 @@ async fn franz_consumer(
     topic: &str,
     total: u64,
 ) -> Result<FranzRun, String> {
-    let args = [
-        "--brokers".to_owned(),
-        bootstrap.to_owned(),
-        "--topic".to_owned(),
-        topic.to_owned(),
-        "--group".to_owned(),
-        unique("bench-franz-peer"),
-        "--messages".to_owned(),
-        total.to_string(),
-    ];
-    let program = program.to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&program).args(&args).output()
-    })
-    .await
-    .map_err(|e| format!("the franz-go peer's thread: {e}"))?
-    .map_err(|e| format!("cannot run the franz-go peer: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "the franz-go peer failed ({}): {stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
+    let mut run = std::process::Command::new(program);
+    run.arg("--brokers")
+        .arg(bootstrap)
+        .arg("--topic")
+        .arg(topic)
+        .arg("--group")
+        .arg(unique("bench-franz-peer"))
+        .arg("--messages")
+        .arg(total.to_string());
+    let stdout = run_program("the franz-go peer", run).await?;
     // One line of name=value figures.
     let figure = |name: &str| -> Result<f64, String> {
         stdout
@@ -964,7 +955,8 @@ async fn java_consumer(
     total: u64,
 ) -> Result<(f64, f64), String> {
     let group = unique("bench-java-peer");
-    let args: Vec<String> = [
+    let mut java = std::process::Command::new("java");
+    java.args([
         "-Xmx512m",
         "-cp",
         &format!("{libs}/*"),
@@ -981,26 +973,10 @@ async fn java_consumer(
         // says so instead of waiting.
         "--timeout",
         "60000",
-    ]
-    .iter()
-    .map(|a| (*a).to_owned())
-    .collect();
+    ]);
     let started = Instant::now();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("java").args(&args).output()
-    })
-    .await
-    .map_err(|e| format!("ConsumerPerformance's thread: {e}"))?
-    .map_err(|e| format!("cannot run java (ConsumerPerformance): {e}"))?;
+    let stdout = run_program("java (ConsumerPerformance)", java).await?;
     let wall = started.elapsed().as_secs_f64();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "ConsumerPerformance failed ({}): {stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
     // A header line of comma-separated names, then the values.
     let mut lines = stdout.lines().filter(|l| l.contains(','));
     let (Some(header), Some(values)) = (lines.next(), lines.next()) else {

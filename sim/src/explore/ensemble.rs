@@ -93,21 +93,13 @@ impl State {
         if model.lease_ttl.is_some() {
             // A request renews no etcd lease: the client is heard from
             // only by its keep-alives.
-            self.lease_alive(model, session);
+            self.alive_at_leader(model, session);
             return false;
         }
         if model.followers.is_none() {
             return self.server_touch(model, session);
         }
-        let due = self
-            .store
-            .session_deadline(session)
-            .is_some_and(|d| d <= self.now);
-        if due {
-            // Refused, and so expired there and then.
-            self.server_touch(model, session);
-        }
-        let alive = self.store.session_alive(session);
+        let alive = self.alive_at_leader(model, session);
         if alive && self.nodes[node].session == Some(session) {
             self.nodes[node].unreported = true;
         }
@@ -151,7 +143,12 @@ impl State {
         sent: Instant,
         events: &[Event],
     ) -> Option<Event> {
-        if model.lease_ttl.is_some() && !model.answers_renew {
+        if model
+            .config
+            .etcd
+            .as_ref()
+            .is_some_and(|etcd| !etcd.answers_renew)
+        {
             return self.lease_renewal(model, node, sent, events);
         }
         let Some(followers) = &model.followers else {

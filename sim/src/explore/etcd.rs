@@ -21,7 +21,7 @@ impl State {
         let interval = model.store_timeout() / 3;
         if self.now < self.nodes[node].last_contact + interval {
             // Not due; a lease past its deadline is still revoked.
-            self.lease_alive(model, session);
+            self.alive_at_leader(model, session);
             return false;
         }
         if !self.server_touch(model, session) {
@@ -33,21 +33,6 @@ impl State {
         };
         self.send(Msg::Reply { node, event });
         true
-    }
-
-    /// Whether `session`'s lease is alive, as a request under it finds:
-    /// one past its deadline is revoked there and then. A request renews
-    /// nothing.
-    pub(super) fn lease_alive(&mut self, model: &Model, session: SessionId) -> bool {
-        let due = self
-            .store
-            .session_deadline(session)
-            .is_some_and(|deadline| deadline <= self.now);
-        if due {
-            // Refused, and so revoked there and then.
-            self.server_touch(model, session);
-        }
-        self.store.session_alive(session)
     }
 
     /// The renewal the etcd backend reports with `events`, answered now to

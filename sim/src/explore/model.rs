@@ -27,8 +27,6 @@ pub(super) struct Model {
     pub(super) followers: Option<Followers>,
     /// On etcd: the lease's TTL, which keep-alives alone renew.
     pub(super) lease_ttl: Option<Duration>,
-    /// On etcd: the backend counts every answer as a renewal, at once.
-    pub(super) answers_renew: bool,
 }
 
 /// A ZooKeeper ensemble as the explorer runs it: each member's follower
@@ -129,7 +127,6 @@ impl Model {
                 .etcd
                 .as_ref()
                 .map(|etcd| etcd.ttl(config.session_timeout)),
-            answers_renew: config.etcd.as_ref().is_some_and(|etcd| etcd.answers_renew),
         })
     }
 

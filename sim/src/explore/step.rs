@@ -422,6 +422,21 @@ impl State {
         false
     }
 
+    /// Whether `session` is alive as its leader finds it now, renewing
+    /// nothing: one past its deadline is expired there and then (a
+    /// follower's count, an etcd request).
+    pub(super) fn alive_at_leader(&mut self, model: &Model, session: SessionId) -> bool {
+        let due = self
+            .store
+            .session_deadline(session)
+            .is_some_and(|deadline| deadline <= self.now);
+        if due {
+            // Refused, and so expired there and then.
+            self.server_touch(model, session);
+        }
+        self.store.session_alive(session)
+    }
+
     /// Puts the notifications of fired watches in flight, to the client
     /// holding the session now (none: they are lost with it).
     pub(super) fn fire(&mut self, layout: &Layout, fired: Vec<WatchEvent>) {
