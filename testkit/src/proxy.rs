@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -117,37 +118,44 @@ impl Drop for Proxy {
     }
 }
 
-async fn pipe(client: TcpStream, server: String, mut mode: watch::Receiver<Mode>) {
+async fn pipe(client: TcpStream, server: String, mode: watch::Receiver<Mode>) {
     let generation = mode.borrow().generation;
     let Ok(upstream) = TcpStream::connect(&server).await else {
         return;
     };
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = upstream.into_split();
-    let mut up = vec![0u8; 16 * 1024];
-    let mut down = vec![0u8; 16 * 1024];
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = upstream.into_split();
+    // Each direction waits on its own: bytes held back one way (an answer
+    // read as the proxy went deaf) must not hold back the other way's.
+    // The connection closes, both halves dropped, once either ends.
+    tokio::select! {
+        () = carry(client_read, server_write, mode.clone(), generation, Direction::Up) => {}
+        () = carry(server_read, client_write, mode, generation, Direction::Down) => {}
+    }
+}
+
+/// Copies bytes going `direction` from `from` to `to` while the mode lets
+/// them, until either side closes or the connection's generation ends.
+async fn carry(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    generation: u64,
+    direction: Direction,
+) {
+    let mut buffer = vec![0u8; 16 * 1024];
     loop {
-        let current = *mode.borrow();
+        let current = *mode.borrow_and_update();
         if current.generation != generation {
             return;
         }
         tokio::select! {
             changed = mode.changed() => if changed.is_err() { return },
-            read = client_read.read(&mut up), if current.lets(Direction::Up) => match read {
+            read = from.read(&mut buffer), if current.lets(direction) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    if !passes(&mut mode, generation, Direction::Up).await
-                        || server_write.write_all(&up[..n]).await.is_err()
-                    {
-                        return;
-                    }
-                }
-            },
-            read = server_read.read(&mut down), if current.lets(Direction::Down) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if !passes(&mut mode, generation, Direction::Down).await
-                        || client_write.write_all(&down[..n]).await.is_err()
+                    if !passes(&mut mode, generation, direction).await
+                        || to.write_all(&buffer[..n]).await.is_err()
                     {
                         return;
                     }
@@ -226,5 +234,39 @@ mod tests {
             }
         }
         assert_eq!(forwarded, 0, "rounds that let bytes through after down");
+    }
+
+    /// A deaf proxy still carries the client's bytes to the server, even
+    /// while it holds an answer it read as it went deaf: a request sent
+    /// then is carried out, and only its answer is lost. (A pipe that
+    /// waited in one place for both directions held the requests back
+    /// too, so that a lost batch was sometimes never made.) Many rounds,
+    /// since the answer's read and the new mode race.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_reach_the_server_while_an_answer_is_held() {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_address = server.local_addr().expect("address").to_string();
+        for round in 0..200 {
+            let proxy = Proxy::start(&server_address).await;
+            let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+            let (mut upstream, _) = server.accept().await.expect("accept");
+            client.write_all(b"hello").await.expect("write");
+            let mut hello = [0u8; 5];
+            upstream.read_exact(&mut hello).await.expect("read");
+
+            // An answer on its way as the proxy goes deaf.
+            upstream.write_all(b"answer").await.expect("write");
+            proxy.deaf();
+            client.write_all(b"request").await.expect("write");
+            let mut request = [0u8; 7];
+            let carried =
+                tokio::time::timeout(Duration::from_secs(2), upstream.read_exact(&mut request))
+                    .await;
+            assert!(
+                matches!(carried, Ok(Ok(_))),
+                "round {round}: a request sent to a deaf proxy never reached the server"
+            );
+            assert_eq!(&request, b"request", "round {round}");
+        }
     }
 }
