@@ -211,7 +211,7 @@ async fn consume(args: Args, config: Config, store: impl Backend) -> Result<(), 
                     if consumed % 1000 == 1 {
                         println!(
                             "{}/{} @{} (token {})",
-                            message.topic, message.partition, message.offset, message.token.0
+                            message.topic(), message.partition(), message.offset(), message.token().0
                         );
                     }
                     message.ack();

@@ -74,9 +74,9 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
                 say(format_args!(
                     "m {} {} {} {}",
                     wall_ms(),
-                    message.partition,
-                    message.offset,
-                    message.token.0
+                    message.partition(),
+                    message.offset(),
+                    message.token().0
                 ));
                 message.ack();
             }

@@ -6,14 +6,16 @@ use std::sync::Arc;
 use tenure_core::{FencingToken, Offset};
 
 use crate::ledger::LedgerCell;
-use crate::message::Message;
+use crate::message::Batch;
 use crate::telemetry::Tally;
 
 /// What one fetch of a partition brought: its messages, and how far the
 /// fetch went past the last of them.
 #[derive(Debug)]
 pub(crate) struct Fetched {
-    pub(crate) messages: Vec<Message>,
+    /// The messages' records (none when the fetch only went past offsets
+    /// without one).
+    pub(crate) batch: Arc<Batch>,
     /// Offsets past the last message that hold nothing to hand out
     /// (transaction markers, records of aborted transactions): once the
     /// messages before them are handed out, they count as handed out, so

@@ -14,6 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
@@ -25,7 +26,7 @@ use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
 use crate::batch::{Fetched, Passed};
-use crate::message::Message;
+use crate::message::{Batch, Message};
 use crate::telemetry::Tally;
 
 /// Until when the member may hand out messages
@@ -141,7 +142,8 @@ impl Deadline {
 #[derive(Debug)]
 struct Queue {
     receiver: mpsc::Receiver<Fetched>,
-    current: std::iter::Peekable<std::vec::IntoIter<Message>>,
+    /// The batch being handed out, and where in it.
+    current: Option<(Arc<Batch>, usize)>,
     /// What the current batch passed after its messages.
     passed: Option<Passed>,
     /// The current batch's metrics, recorded when it is done with.
@@ -152,7 +154,7 @@ impl Queue {
     fn new(receiver: mpsc::Receiver<Fetched>) -> Queue {
         Queue {
             receiver,
-            current: Vec::new().into_iter().peekable(),
+            current: None,
             passed: None,
             tally: None,
         }
@@ -160,7 +162,7 @@ impl Queue {
 
     fn load(&mut self, fetched: Fetched) {
         self.pass();
-        self.current = fetched.messages.into_iter().peekable();
+        self.current = Some((fetched.batch, 0));
         self.passed = fetched.passed;
         self.tally = fetched.tally;
     }
@@ -178,7 +180,12 @@ impl Queue {
     /// member meanwhile.
     fn take(&mut self, lease: &mut Deadline) -> Take {
         loop {
-            if self.current.peek().is_none() {
+            let Some((batch, next)) = self
+                .current
+                .as_mut()
+                .filter(|(batch, next)| *next < batch.records.len())
+            else {
+                self.current = None;
                 self.pass();
                 match self.receiver.try_recv() {
                     Ok(fetched) => {
@@ -188,26 +195,29 @@ impl Queue {
                     Err(TryRecvError::Empty) => return Take::Empty,
                     Err(TryRecvError::Disconnected) => return Take::Closed,
                 }
-            }
+            };
             // The deadline first: a message of a claim that has ended is
             // dropped by `deliver`, once the deadline holds again.
             if !lease.holds() {
                 return Take::Expired;
             }
-            let Some(message) = self.current.next() else {
-                continue;
-            };
-            if message
+            let index = *next;
+            *next += 1;
+            let record = &batch.records[index];
+            if batch
                 .ledger
-                .deliver(message.offset, message.token, message.generation)
+                .deliver(record.offset, batch.token, batch.generation)
             {
                 if let Some(tally) = &mut self.tally {
-                    tally.handed(&message);
+                    tally.handed(record);
                 }
+                let last = *next == batch.records.len();
+                let message = Message::new(batch.clone(), index);
                 // What the fetch passed after its last message counts at
                 // once: an application that stops asking after the last
                 // message still commits past a trailing transaction marker.
-                if self.current.peek().is_none() {
+                if last {
+                    self.current = None;
                     self.pass();
                 }
                 return Take::Message(message);
@@ -490,31 +500,31 @@ impl Interleaved {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use tenure_core::{FencingToken, TopicPartition};
 
     use super::*;
-    use crate::ledger::{BatchLedger, LedgerCell, Ledgers};
-
-    fn message(partition: u32, offset: i64, ledger: &Arc<LedgerCell>) -> Message {
-        Message {
-            topic: "t".into(),
-            partition,
-            offset,
-            key: None,
-            value: None,
-            headers: Default::default(),
-            timestamp: crate::Timestamp::CreateTime(0),
-            token: ledger.token,
-            ledger: Arc::new(BatchLedger(ledger.clone())),
-            generation: 0,
-        }
-    }
+    use crate::ledger::{LedgerCell, Ledgers};
+    use crate::message::Record;
 
     fn batch(partition: u32, offsets: std::ops::Range<i64>, ledger: &Arc<LedgerCell>) -> Fetched {
+        let records = offsets
+            .map(|offset| Record {
+                offset,
+                key: None,
+                value: None,
+                headers: Default::default(),
+                timestamp: crate::Timestamp::CreateTime(0),
+            })
+            .collect();
         Fetched {
-            messages: offsets.map(|o| message(partition, o, ledger)).collect(),
+            batch: Arc::new(Batch {
+                topic: "t".into(),
+                partition,
+                token: ledger.token,
+                generation: 0,
+                ledger: ledger.clone(),
+                records,
+            }),
             passed: None,
             tally: None,
         }
@@ -533,7 +543,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..n {
             let message = stream.next().await.expect("a message");
-            out.push((message.partition, message.offset));
+            out.push((message.partition(), message.offset()));
         }
         out
     }

@@ -13,8 +13,8 @@ use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
 use crate::event::DataEvent;
-use crate::ledger::{BatchLedger, LedgerCell};
-use crate::message::{Header, Message, Timestamp};
+use crate::ledger::LedgerCell;
+use crate::message::{Batch, Header, Record, Timestamp};
 use crate::telemetry::PartitionMetrics;
 use tenure_core::credentials::error_chain;
 
@@ -139,15 +139,8 @@ impl Fetcher {
                     }
                     self.metrics
                         .lag(high_watermark, self.ledger.position().unwrap_or(start));
-                    let mut messages = Vec::with_capacity(fetched.records.len());
+                    let mut records = Vec::with_capacity(fetched.records.len());
                     let mut bytes = 0usize;
-                    // The batch's own references for its messages to count:
-                    // counted by this task while it builds the batch and by
-                    // the application's while it takes it, never by both at
-                    // once. One shared by every batch bounced between the
-                    // two threads' caches at every message.
-                    let topic: Arc<str> = Arc::from(&*self.partition.topic);
-                    let ledger = Arc::new(BatchLedger(self.ledger.clone()));
                     for record in fetched.records {
                         if record.offset < next {
                             // A compressed batch can start before the offset
@@ -163,9 +156,7 @@ impl Fetcher {
                             }
                             _ => Timestamp::CreateTime(millis),
                         };
-                        messages.push(Message {
-                            topic: topic.clone(),
-                            partition: self.partition.partition,
+                        records.push(Record {
                             offset: record.offset,
                             key: record.record.key,
                             value: record.record.value,
@@ -178,9 +169,6 @@ impl Fetcher {
                                 .map(|(key, value)| Header { key, value })
                                 .collect(),
                             timestamp,
-                            token: self.token,
-                            ledger: ledger.clone(),
-                            generation: self.generation,
                         });
                     }
                     // A transaction's marker, or an aborted transaction,
@@ -195,15 +183,27 @@ impl Fetcher {
                             last: next - 1,
                         }
                     });
-                    if let Some(last) = messages.last() {
+                    if let Some(last) = records.last() {
                         // Waiting for the application from now on (the
                         // stall check reads it).
                         self.ledger.fetched(last.offset, self.generation);
                     }
-                    if !messages.is_empty() || passed.is_some() {
+                    if !records.is_empty() || passed.is_some() {
                         let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
+                        // One reference per batch for its messages to count:
+                        // counted by this task while it builds the batch and
+                        // by the application's while it takes it, never by
+                        // both at once.
+                        let batch = Arc::new(Batch {
+                            topic: self.partition.topic.clone(),
+                            partition: self.partition.partition,
+                            token: self.token,
+                            generation: self.generation,
+                            ledger: self.ledger.clone(),
+                            records,
+                        });
                         let fetched = Fetched {
-                            messages,
+                            batch,
                             passed,
                             tally,
                         };

@@ -40,18 +40,6 @@ struct Ledger {
     fetched_to: Option<Offset>,
 }
 
-/// One fetched batch's handle on its claim's ledger (see `Fetcher::run`).
-#[derive(Debug)]
-pub(crate) struct BatchLedger(pub(crate) Arc<LedgerCell>);
-
-impl std::ops::Deref for BatchLedger {
-    type Target = LedgerCell;
-
-    fn deref(&self) -> &LedgerCell {
-        &self.0
-    }
-}
-
 /// One claim's ledger, shared by its messages (no lookup on the hot path).
 #[derive(Debug)]
 pub(crate) struct LedgerCell {

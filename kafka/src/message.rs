@@ -7,80 +7,145 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
-use crate::ledger::BatchLedger;
+use crate::ledger::LedgerCell;
 
 /// One message, handed to the application. Acknowledge it with
 /// [`Message::ack`] once processed; its offset is committed when every
 /// message before it in its partition is acknowledged too.
 ///
-/// The key, the value and the header values are [`Bytes`]: slices of the
-/// buffer the message's batch was fetched (or decompressed) into, handed
-/// over without a copy. Cloning one is cheap, and keeps that buffer (at
-/// most about [`KafkaConfig::fetch_max_bytes`]) alive while it is held; to
-/// keep a value past its batch's other messages, copy it
-/// (`Bytes::copy_from_slice(&value)`).
+/// A message is a reference to the batch it was fetched in (two words,
+/// whatever its size): handing one out copies no record and counts one
+/// reference. The key, the value and the header values are [`Bytes`]:
+/// slices of the buffer the batch was fetched (or decompressed) into.
+/// A message, or a [`Bytes`] cloned from it ([`Message::payload_bytes`]),
+/// keeps that buffer (at most about [`KafkaConfig::fetch_max_bytes`])
+/// alive while it is held; to keep a value past its batch's other
+/// messages, copy it (`Bytes::copy_from_slice(message.payload()?)`).
 ///
 /// ```
 /// # fn handle(message: tenure_kafka::Message) -> Result<(), std::str::Utf8Error> {
 /// let body = message.payload_str().transpose()?.unwrap_or("");
 /// let trace = message.header("trace-id");
-/// println!("{}/{} #{}: {body} ({trace:?})", message.topic, message.partition, message.offset);
+/// println!("{}/{} #{}: {body} ({trace:?})", message.topic(), message.partition(), message.offset());
 /// message.ack();
 /// # Ok(())
 /// # }
 /// ```
 ///
 /// [`KafkaConfig::fetch_max_bytes`]: crate::KafkaConfig::fetch_max_bytes
-#[derive(Debug)]
 pub struct Message {
-    /// The topic.
-    pub topic: Arc<str>,
-    /// The partition.
-    pub partition: u32,
-    /// The message's offset.
-    pub offset: Offset,
-    /// The key, if any.
-    pub key: Option<Bytes>,
-    /// The value, if any (`None`: a tombstone).
-    pub value: Option<Bytes>,
-    /// The headers, in the order the producer wrote them; a key may repeat.
-    pub headers: Headers,
-    /// The record's timestamp, and whether its producer or the broker set
-    /// it.
-    pub timestamp: Timestamp,
-    /// The fencing token of the claim this message was fetched under: every
-    /// side effect of processing it may be fenced with it.
-    pub token: FencingToken,
-    pub(crate) ledger: Arc<BatchLedger>,
+    batch: Arc<Batch>,
+    /// Where in its batch's records.
+    index: usize,
+}
+
+/// One fetch of a partition, as its messages refer to it: what the fetch
+/// brought, and the claim and fetch it came under.
+#[derive(Debug)]
+pub(crate) struct Batch {
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: u32,
+    /// The claim the batch was fetched under.
+    pub(crate) token: FencingToken,
     /// The fetch of its claim it came from: a pause ends a fetch, and what
     /// that fetch left buffered is fetched again on resume.
     pub(crate) generation: u64,
+    /// The claim's ledger, which counts what is handed out and acknowledged.
+    pub(crate) ledger: Arc<LedgerCell>,
+    /// The records, in offset order.
+    pub(crate) records: Vec<Record>,
+}
+
+/// One record of a [`Batch`].
+#[derive(Debug)]
+pub(crate) struct Record {
+    pub(crate) offset: Offset,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    pub(crate) headers: Headers,
+    pub(crate) timestamp: Timestamp,
+}
+
+impl Record {
+    /// Bytes of the key, the value and the headers (names and values), as
+    /// the data-plane metrics count them.
+    pub(crate) fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.as_ref().map_or(0, Bytes::len)
+            + self
+                .headers
+                .iter()
+                .map(|h| h.key.len() + h.value.len())
+                .sum::<usize>()
+    }
 }
 
 impl Message {
+    /// The message `index` of `batch`.
+    pub(crate) fn new(batch: Arc<Batch>, index: usize) -> Message {
+        debug_assert!(index < batch.records.len());
+        Message { batch, index }
+    }
+
+    fn record(&self) -> &Record {
+        &self.batch.records[self.index]
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.batch.topic
+    }
+
+    /// The partition.
+    pub fn partition(&self) -> u32 {
+        self.batch.partition
+    }
+
     /// The message's partition, as the core names it.
     pub fn topic_partition(&self) -> TopicPartition {
         TopicPartition {
-            topic: self.topic.clone(),
-            partition: self.partition,
+            topic: self.batch.topic.clone(),
+            partition: self.batch.partition,
         }
+    }
+
+    /// The message's offset.
+    pub fn offset(&self) -> Offset {
+        self.record().offset
+    }
+
+    /// The fencing token of the claim this message was fetched under: every
+    /// side effect of processing it may be fenced with it.
+    pub fn token(&self) -> FencingToken {
+        self.batch.token
     }
 
     /// Reports the message processed. Acknowledging after the partition
     /// moved to another member does nothing: nothing is committed for a
     /// partition this member no longer owns.
     pub fn ack(&self) {
-        self.ledger.ack(self.offset);
+        self.batch.ledger.ack(self.offset());
     }
 
-    /// The value, if any.
+    /// The value, if any (`None`: a tombstone).
     pub fn payload(&self) -> Option<&[u8]> {
-        self.value.as_deref()
+        self.record().value.as_deref()
+    }
+
+    /// The value as shared [`Bytes`], if any: cloning it copies nothing
+    /// (and keeps the batch's buffer alive while held).
+    pub fn payload_bytes(&self) -> Option<&Bytes> {
+        self.record().value.as_ref()
     }
 
     /// The key, if any.
     pub fn key(&self) -> Option<&[u8]> {
-        self.key.as_deref()
+        self.record().key.as_deref()
+    }
+
+    /// The key as shared [`Bytes`], if any.
+    pub fn key_bytes(&self) -> Option<&Bytes> {
+        self.record().key.as_ref()
     }
 
     /// The value as UTF-8 text, if there is a value: `Err` if it is not
@@ -95,23 +160,38 @@ impl Message {
         self.key().map(std::str::from_utf8)
     }
 
+    /// The headers, in the order the producer wrote them; a key may repeat.
+    pub fn headers(&self) -> &Headers {
+        &self.record().headers
+    }
+
     /// The value of the *last* header named `key` (as the Java client's
     /// `Headers::lastHeader`), if any; [`Headers::get_all`] gives every
     /// one, in order.
     pub fn header(&self, key: &str) -> Option<&[u8]> {
-        self.headers.last(key).map(|value| &value[..])
+        self.headers().last(key).map(|value| &value[..])
     }
 
-    /// Bytes of the key, the value and the headers (names and values), as
-    /// the data-plane metrics count them.
-    pub(crate) fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Bytes::len)
-            + self.value.as_ref().map_or(0, Bytes::len)
-            + self
-                .headers
-                .iter()
-                .map(|h| h.key.len() + h.value.len())
-                .sum::<usize>()
+    /// The record's timestamp, and whether its producer or the broker set
+    /// it.
+    pub fn timestamp(&self) -> Timestamp {
+        self.record().timestamp
+    }
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let record = self.record();
+        f.debug_struct("Message")
+            .field("topic", &self.batch.topic)
+            .field("partition", &self.batch.partition)
+            .field("offset", &record.offset)
+            .field("key", &record.key)
+            .field("value", &record.value)
+            .field("headers", &record.headers)
+            .field("timestamp", &record.timestamp)
+            .field("token", &self.batch.token)
+            .finish()
     }
 }
 
@@ -249,5 +329,20 @@ impl Timestamp {
         match *self {
             Timestamp::CreateTime(ms) | Timestamp::LogAppendTime(ms) => ms,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Handing a message out moves two words, whatever the record: a
+    /// field added to `Message` itself would be copied at every hop.
+    #[test]
+    fn a_message_is_two_words() {
+        assert_eq!(
+            std::mem::size_of::<Message>(),
+            2 * std::mem::size_of::<usize>()
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram, Label, SharedString, Unit};
 use tenure_core::{Offset, TopicPartition};
 
-use crate::message::Message;
+use crate::message::Record;
 
 /// Messages handed to the application.
 pub(crate) const MESSAGES_CONSUMED_TOTAL: &str = "tenure_messages_consumed_total";
@@ -170,10 +170,10 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// `message` was handed out.
-    pub(crate) fn handed(&mut self, message: &Message) {
+    pub(crate) fn handed(&mut self, record: &Record) {
         self.messages += 1;
-        self.bytes += message.size() as u64;
-        self.position = Some(message.offset + 1);
+        self.bytes += record.size() as u64;
+        self.position = Some(record.offset + 1);
     }
 
     /// The offsets up to `last` were passed without a message.

@@ -124,11 +124,11 @@ impl RowWriter for MessageTable {
         partition: &TopicPartition,
         messages: &[Message],
     ) -> Result<(), tokio_postgres::Error> {
-        let offsets: Vec<i64> = messages.iter().map(|m| m.offset).collect();
-        let keys: Vec<Option<&[u8]>> = messages.iter().map(|m| m.key.as_deref()).collect();
-        let values: Vec<Option<&[u8]>> = messages.iter().map(|m| m.value.as_deref()).collect();
+        let offsets: Vec<i64> = messages.iter().map(|m| m.offset()).collect();
+        let keys: Vec<Option<&[u8]>> = messages.iter().map(|m| m.key()).collect();
+        let values: Vec<Option<&[u8]>> = messages.iter().map(|m| m.payload()).collect();
         // The sink checked the token fits a bigint before calling.
-        let token = messages.first().map_or(0, |m| m.token.0 as i64);
+        let token = messages.first().map_or(0, |m| m.token().0 as i64);
         let topic: &str = &partition.topic;
         let number = partition.partition as i32;
         transaction
@@ -674,7 +674,7 @@ impl<W: RowWriter> TransactionalSink for PostgresSink<W> {
         token: FencingToken,
         batch: &[Message],
     ) -> Result<Written, PostgresSinkError> {
-        let Some(last) = batch.last().map(|m| m.offset) else {
+        let Some(last) = batch.last().map(|m| m.offset()) else {
             return Ok(Written::Applied {
                 next_offset: 0,
                 written: 0,
@@ -690,7 +690,7 @@ impl<W: RowWriter> TransactionalSink for PostgresSink<W> {
         // What a commit of unknown outcome wrote already is not written
         // again.
         let from = stored.next_offset.unwrap_or(Offset::MIN);
-        let fresh = &batch[batch.partition_point(|m| m.offset < from)..];
+        let fresh = &batch[batch.partition_point(|m| m.offset() < from)..];
         if !fresh.is_empty() {
             self.writer
                 .write(&transaction, partition, fresh)

@@ -585,10 +585,10 @@ async fn backlogged(
         while begun.elapsed() < work {
             std::hint::spin_loop();
         }
-        if message.partition == 0 {
+        if message.partition() == 0 {
             backlog_left -= 1;
         } else {
-            latencies.push((wall_ms() - message.timestamp.millis()) as f64);
+            latencies.push((wall_ms() - message.timestamp().millis()) as f64);
         }
         message.ack();
     }

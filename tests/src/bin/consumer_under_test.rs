@@ -129,7 +129,9 @@ async fn run() -> Result<(), String> {
         let at = wall_ms();
         print(format_args!(
             "{at} {} {} {}",
-            message.partition, message.offset, message.token.0
+            message.partition(),
+            message.offset(),
+            message.token().0
         ))?;
         tokio::time::sleep(Duration::from_millis(args.delay_ms)).await;
         message.ack();

@@ -204,7 +204,7 @@ async fn consume(member: &mut GroupMember, count: usize) -> BTreeMap<u32, i64> {
             .await
             .expect("a message within 20 s")
             .expect("the member is running");
-        first.entry(message.partition).or_insert(message.offset);
+        first.entry(message.partition()).or_insert(message.offset());
         message.ack();
     }
     first

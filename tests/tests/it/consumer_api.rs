@@ -152,13 +152,13 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
 
     // Nothing committed: the claim starts at the oldest message.
     let first = next_message(&mut messages).await;
-    assert_eq!(first.offset, 0);
+    assert_eq!(first.offset(), 0);
     assert_eq!(
-        first.timestamp,
+        first.timestamp(),
         tenure::runtime::Timestamp::CreateTime(millis(t0)),
         "the create time produced"
     );
-    let token = first.token;
+    let token = first.token();
     first.ack();
     assert_eq!(
         member.position(&tp).await.expect("position"),
@@ -186,7 +186,7 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
     assert_eq!(landed, 5);
     let message = next_message(&mut messages).await;
     assert_eq!(
-        (message.offset, message.timestamp.millis()),
+        (message.offset(), message.timestamp().millis()),
         (5, millis(t1)),
         "the next message after the seek to T1"
     );
@@ -211,7 +211,7 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
         .expect("seeks just after T1");
     assert_eq!(landed, 10);
     let message = next_message(&mut messages).await;
-    assert_eq!(message.offset, 10);
+    assert_eq!(message.offset(), 10);
     assert_eq!(
         member.position(&tp).await.expect("position"),
         (token, Some(11))
@@ -227,7 +227,7 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
         member.watermarks(&tp).await.expect("watermarks").start
     );
     let message = next_message(&mut messages).await;
-    assert_eq!(message.offset, 0, "handed out again from the beginning");
+    assert_eq!(message.offset(), 0, "handed out again from the beginning");
 
     // To the end: only what is produced from now on.
     let landed = member
@@ -247,7 +247,7 @@ async fn seek_to_a_time_lands_on_the_first_offset_at_or_after_it() {
     assert_eq!(landed, 15);
     produce_at(&client, &topic, 1, SystemTime::now()).await;
     let message = next_message(&mut messages).await;
-    assert_eq!(message.offset, 15, "the first message after the end");
+    assert_eq!(message.offset(), 15, "the first message after the end");
     message.ack();
     assert_eq!(
         member.position(&tp).await.expect("position"),
@@ -324,7 +324,7 @@ async fn pause_is_listed_by_paused() {
     for expected in 0..5 {
         let message = next_message(&mut messages).await;
         assert_eq!(
-            (message.partition, message.offset),
+            (message.partition(), message.offset()),
             (1, expected),
             "only the unpaused partition is handed out"
         );
@@ -335,7 +335,7 @@ async fn pause_is_listed_by_paused() {
     for expected in 0..5 {
         let message = next_message(&mut messages).await;
         assert_eq!(
-            (message.partition, message.offset),
+            (message.partition(), message.offset()),
             (0, expected),
             "the resumed partition from its start"
         );
@@ -527,7 +527,7 @@ async fn start_offsets_failing_twice_then_succeeding_starts_at_the_applications_
     let mut messages = streams.messages.expect("a member with Kafka");
     for expected in 0..10 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.offset, expected);
+        assert_eq!(message.offset(), expected);
         message.ack();
     }
     let report = first.close().await.expect("m1 closes");
@@ -560,7 +560,8 @@ async fn start_offsets_failing_twice_then_succeeding_starts_at_the_applications_
     );
     let message = next_message(&mut messages).await;
     assert_eq!(
-        message.offset, 30,
+        message.offset(),
+        30,
         "starts at the application's offset, not the store's (10)"
     );
     assert_eq!(asked.load(Ordering::SeqCst), 3, "asked until it answered");
@@ -579,7 +580,7 @@ async fn start_offsets_failing_twice_then_succeeding_starts_at_the_applications_
     }
     assert_eq!(
         reported,
-        vec![(tp.clone(), message.token), (tp.clone(), message.token)],
+        vec![(tp.clone(), message.token()), (tp.clone(), message.token())],
         "both failures reported for the claim"
     );
     let _ = member.close().await.expect("m2 closes");
@@ -646,7 +647,7 @@ async fn initial_offset_none_waits_for_a_seek() {
     member.seek(tp.clone(), token, 2).await.expect("seeks");
     for expected in 2..10 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.offset, expected, "from the seek on");
+        assert_eq!(message.offset(), expected, "from the seek on");
         message.ack();
     }
     let report = member.close().await.expect("closes");
@@ -801,7 +802,7 @@ async fn a_stuck_application_is_noticed_and_its_partitions_move_on() {
     let consumer = tokio::spawn(async move {
         let mut tokens = BTreeMap::new();
         while let Some(message) = messages.next().await {
-            tokens.insert(message.partition, message.token);
+            tokens.insert(message.partition(), message.token());
             message.ack();
         }
         tokens
@@ -820,7 +821,7 @@ async fn a_stuck_application_is_noticed_and_its_partitions_move_on() {
     // The stuck application wakes up: its acknowledgement commits nothing,
     // and what it writes elsewhere is fenced by a token older than the
     // claim that consumed the partition after it.
-    let (held_partition, held_offset, held_token) = (held.partition, held.offset, held.token);
+    let (held_partition, held_offset, held_token) = (held.partition(), held.offset(), held.token());
     held.ack();
     drop(stuck_messages);
     let tp = TopicPartition::new(&topic, held_partition);

@@ -71,7 +71,7 @@ async fn a_group_consumes_through_a_secured_etcd() {
             Some(message) = b.next_message() => message,
             () = tokio::time::sleep_until(deadline) => panic!("consumed {} of {MESSAGES} in 30 s", seen.len()),
         };
-        seen.insert((message.partition, message.offset));
+        seen.insert((message.partition(), message.offset()));
         message.ack();
     }
 

@@ -72,8 +72,8 @@ async fn topics_in_every_codec_are_consumed_fully() {
             }
         };
         // In order, each once, from the start.
-        let expected = next.entry(message.topic.to_string()).or_insert(0);
-        assert_eq!(message.offset, *expected, "{}", message.topic);
+        let expected = next.entry(message.topic().to_string()).or_insert(0);
+        assert_eq!(message.offset(), *expected, "{}", message.topic());
         assert_eq!(message.payload().map(<[u8]>::len), Some(64));
         *expected += 1;
         message.ack();

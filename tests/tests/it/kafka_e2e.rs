@@ -56,9 +56,9 @@ fn consume(
                 message = member.next_message() => match message {
                     Some(message) => {
                         if let Ok(mut seen) = processed.lock() {
-                            seen.entry((message.partition, message.offset))
+                            seen.entry((message.partition(), message.offset()))
                                 .or_default()
-                                .push((name.clone(), message.token.0));
+                                .push((name.clone(), message.token().0));
                         }
                         message.ack();
                     }
@@ -484,7 +484,7 @@ async fn paused_member(stores: &dyn Revisions) {
             .await
             .expect("messages flow")
             .expect("a message");
-        old_tokens.insert(message.token.0);
+        old_tokens.insert(message.token().0);
         message.ack();
         count += 1;
     }
@@ -525,11 +525,11 @@ async fn paused_member(stores: &dyn Revisions) {
             .expect("messages flow again")
             .expect("a message");
         assert!(
-            !old_tokens.contains(&message.token.0),
+            !old_tokens.contains(&message.token().0),
             "message {}/{} handed out under the old claim {} after waking",
-            message.partition,
-            message.offset,
-            message.token.0
+            message.partition(),
+            message.offset(),
+            message.token().0
         );
         message.ack();
         rest += 1;
@@ -593,7 +593,7 @@ async fn an_offset_out_of_range_is_reset_and_reported() {
         .await
         .expect("messages flow")
         .expect("a message");
-    assert_eq!(first.offset, 0, "reset to the oldest offset");
+    assert_eq!(first.offset(), 0, "reset to the oldest offset");
     first.ack();
     let problem = tokio::time::timeout(Duration::from_secs(5), member.next_error())
         .await
@@ -639,7 +639,7 @@ async fn partitions_added_to_a_topic_get_consumed() {
             .expect("a message of the new partition within 30 s")
             .expect("a message");
         message.ack();
-        if message.partition == 3 {
+        if message.partition() == 3 {
             break;
         }
     }
@@ -681,11 +681,12 @@ async fn per_partition_streams_end_when_their_partition_is_revoked() {
             let mut offsets = Vec::new();
             while let Some(message) = stream.next().await {
                 assert_eq!(
-                    message.partition, stream.partition.partition,
+                    message.partition(),
+                    stream.partition.partition,
                     "only its own partition"
                 );
-                assert_eq!(message.token, stream.token);
-                offsets.push(message.offset);
+                assert_eq!(message.token(), stream.token);
+                offsets.push(message.offset());
                 message.ack();
             }
             (stream.partition.partition, offsets)
@@ -756,7 +757,7 @@ async fn messages_events_and_errors_compose_in_one_select() {
         loop {
             tokio::select! {
                 Some(message) = messages.next() => {
-                    assert!(consumed.insert((message.partition, message.offset)), "twice");
+                    assert!(consumed.insert((message.partition(), message.offset())), "twice");
                     message.ack();
                     if consumed.len() == EACH * PARTITIONS as usize {
                         if let Some(shutdown) = shutdown.take() {
@@ -866,9 +867,9 @@ async fn a_paused_partition_waits_and_resumes_where_it_stood() {
     let mut seen: BTreeMap<u32, Vec<i64>> = BTreeMap::new();
     while seen.get(&0).is_none_or(Vec::is_empty) {
         let message = next_message(&mut messages).await;
-        seen.entry(message.partition)
+        seen.entry(message.partition())
             .or_default()
-            .push(message.offset);
+            .push(message.offset());
         message.ack();
     }
     member
@@ -879,11 +880,12 @@ async fn a_paused_partition_waits_and_resumes_where_it_stood() {
     while seen.get(&1).map_or(0, Vec::len) < EACH {
         let message = next_message(&mut messages).await;
         assert_eq!(
-            message.partition, 1,
+            message.partition(),
+            1,
             "partition 0 handed out offset {} while paused",
-            message.offset
+            message.offset()
         );
-        seen.entry(1).or_default().push(message.offset);
+        seen.entry(1).or_default().push(message.offset());
         message.ack();
     }
     assert_eq!(seen[&0].len(), paused_at);
@@ -893,8 +895,8 @@ async fn a_paused_partition_waits_and_resumes_where_it_stood() {
         .expect("the member runs");
     while seen[&0].len() < EACH {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.partition, 0, "partition 1 was done");
-        seen.entry(0).or_default().push(message.offset);
+        assert_eq!(message.partition(), 0, "partition 1 was done");
+        seen.entry(0).or_default().push(message.offset());
         message.ack();
     }
     for p in 0..2 {
@@ -956,8 +958,8 @@ async fn the_application_picks_start_offsets_and_seeks() {
     let (member, streams) = member.split();
     let mut messages = streams.messages.expect("a member with Kafka");
     let first = next_message(&mut messages).await;
-    assert_eq!(first.offset, 40, "starts where the application said");
-    let token = first.token;
+    assert_eq!(first.offset(), 40, "starts where the application said");
+    let token = first.token();
     assert_eq!(
         *asked.lock().expect("not poisoned"),
         vec![(tp.clone(), token)]
@@ -965,7 +967,7 @@ async fn the_application_picks_start_offsets_and_seeks() {
     first.ack();
     for expected in 41..50 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.offset, expected);
+        assert_eq!(message.offset(), expected);
         message.ack();
     }
 
@@ -975,7 +977,7 @@ async fn the_application_picks_start_offsets_and_seeks() {
         .expect("seeks forward");
     for expected in 80..90 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.offset, expected, "after the forward seek");
+        assert_eq!(message.offset(), expected, "after the forward seek");
         message.ack();
     }
     let report = member.commit().await.expect("the member runs");
@@ -989,7 +991,7 @@ async fn the_application_picks_start_offsets_and_seeks() {
         .await
         .expect("seeks back");
     let again = next_message(&mut messages).await;
-    assert_eq!(again.offset, 85, "handed out again after the seek back");
+    assert_eq!(again.offset(), 85, "handed out again after the seek back");
     again.ack();
     let report = member.commit().await.expect("the member runs");
     assert!(
@@ -1032,7 +1034,7 @@ async fn offsets_kept_by_the_application_never_reach_the_store() {
     let mut messages = streams.messages.expect("a member with Kafka");
     for expected in 30..50 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.offset, expected);
+        assert_eq!(message.offset(), expected);
         message.ack();
     }
     let report = member.commit().await.expect("the member runs");
@@ -1078,11 +1080,11 @@ async fn a_suspension_that_ends_alive_is_not_a_revocation() {
     for _ in 0..50 {
         let message = next_message(&mut messages).await;
         assert!(
-            seen.insert(message.offset),
+            seen.insert(message.offset()),
             "offset {} twice",
-            message.offset
+            message.offset()
         );
-        token = Some(message.token);
+        token = Some(message.token());
         message.ack();
     }
     let token = token.expect("a claim");
@@ -1119,11 +1121,11 @@ async fn a_suspension_that_ends_alive_is_not_a_revocation() {
     );
     while seen.len() < 200 {
         let message = next_message(&mut messages).await;
-        assert_eq!(message.token, token, "the same claim goes on");
+        assert_eq!(message.token(), token, "the same claim goes on");
         assert!(
-            seen.insert(message.offset),
+            seen.insert(message.offset()),
             "offset {} twice",
-            message.offset
+            message.offset()
         );
         message.ack();
     }
@@ -1222,7 +1224,7 @@ async fn messages_arrive_as_produced_with_every_header_and_their_timestamp_type(
             .expect("a message within 30 s")
             .expect("the member is alive");
         message.ack();
-        messages.insert((message.topic.to_string(), message.offset), message);
+        messages.insert((message.topic().to_string(), message.offset()), message);
     }
 
     for offset in 0..3 {
@@ -1230,7 +1232,7 @@ async fn messages_arrive_as_produced_with_every_header_and_their_timestamp_type(
         assert_eq!(message.key(), Some(&b"k\xff"[..]));
         assert!(matches!(message.key_str(), Some(Err(_))), "not UTF-8");
         let headers: Vec<(&str, &[u8])> = message
-            .headers
+            .headers()
             .iter()
             .map(|h| (h.key.as_str(), &h.value[..]))
             .collect();
@@ -1243,15 +1245,15 @@ async fn messages_arrive_as_produced_with_every_header_and_their_timestamp_type(
             ],
             "offset {offset}: every header, in order"
         );
-        let hops: Vec<&[u8]> = message.headers.get_all("hop").map(|v| &v[..]).collect();
+        let hops: Vec<&[u8]> = message.headers().get_all("hop").map(|v| &v[..]).collect();
         assert_eq!(hops, [&b"first"[..], &b"second"[..]]);
         assert_eq!(message.header("hop"), Some(&b"second"[..]), "the last");
         assert_eq!(
-            message.headers.first("hop").map(|v| &v[..]),
+            message.headers().first("hop").map(|v| &v[..]),
             Some(&b"first"[..])
         );
         assert_eq!(message.header("absent"), None);
-        assert_eq!(message.timestamp, Timestamp::CreateTime(created_ms));
+        assert_eq!(message.timestamp(), Timestamp::CreateTime(created_ms));
     }
     let payloads: Vec<Option<&str>> = (0..3)
         .map(|offset| {
@@ -1264,8 +1266,8 @@ async fn messages_arrive_as_produced_with_every_header_and_their_timestamp_type(
 
     let stamped = &messages[&(appended.clone(), 0)];
     assert_eq!(stamped.payload_str(), Some(Ok("v√")));
-    assert_eq!(stamped.headers.len(), 3);
-    match stamped.timestamp {
+    assert_eq!(stamped.headers().len(), 3);
+    match stamped.timestamp() {
         // The broker's clock is this machine's.
         Timestamp::LogAppendTime(ms) => assert!(
             (before_ms - 1_000..=after_ms + 1_000).contains(&ms),

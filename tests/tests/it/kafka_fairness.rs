@@ -43,15 +43,15 @@ async fn a_backlogged_partition_takes_turns_with_the_others() {
             .await
             .unwrap_or_else(|_| panic!("{} of {} messages within 60 s", order.len(), backlog + few))
             .expect("the member is open");
-        let p = message.partition as usize;
-        assert_eq!(message.offset, next[p], "partition {p} out of order");
+        let p = message.partition() as usize;
+        assert_eq!(message.offset(), next[p], "partition {p} out of order");
         next[p] += 1;
         let begun = Instant::now();
         while begun.elapsed() < Duration::from_micros(20) {
             std::hint::spin_loop();
         }
         message.ack();
-        order.push(message.partition);
+        order.push(message.partition());
         if order.len() == 1 {
             // Partition 0 is flowing: now partition 1 gets messages, all
             // in one batch, which its fetcher's waiting fetch brings back

@@ -32,8 +32,8 @@ async fn consume_every_partition_from(messages: &mut Messages, offset: i64) {
             })
             .expect("the member is open");
         message.ack();
-        if message.offset >= offset {
-            seen.insert(message.partition);
+        if message.offset() >= offset {
+            seen.insert(message.partition());
         }
     }
 }

@@ -48,7 +48,7 @@ async fn consume_until(messages: &mut Messages, topic: &str) {
             .unwrap_or_else(|_| panic!("no message of {topic} within {WITHIN:?}"))
             .expect("the member is open");
         message.ack();
-        if *message.topic == *topic {
+        if *message.topic() == *topic {
             return;
         }
     }
@@ -131,7 +131,7 @@ async fn a_pattern_takes_topics_as_they_are_created_and_lets_deleted_ones_go() {
             .expect("the other topic's messages after the delete")
             .expect("the member is open");
         message.ack();
-        if *message.topic == *second && message.offset >= 5 {
+        if *message.topic() == *second && message.offset() >= 5 {
             taken += 1;
         }
     }

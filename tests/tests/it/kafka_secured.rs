@@ -62,7 +62,7 @@ async fn consume_all(stores: &ZooKeeper, name: &str, config: KafkaConfig) {
             .await
             .unwrap_or_else(|_| panic!("{name}: consumed {} of {MESSAGES}", seen.len()))
             .expect("the member is open");
-        seen.insert(message.offset);
+        seen.insert(message.offset());
         message.ack();
     }
     let _ = member.close().await.expect("close");
@@ -220,7 +220,7 @@ async fn a_member_consumes_through_sasl_ssl_with_scram_and_plain() {
                     panic!("{} consumed {} of {MESSAGES}", mechanism.name(), seen.len())
                 })
                 .expect("the member is open");
-            seen.insert(message.offset);
+            seen.insert(message.offset());
             message.ack();
         }
         let _ = member.close().await.expect("close");

@@ -94,7 +94,7 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
                 assert!(
                     seen.insert(value.clone()),
                     "{value} handed out twice (offset {}): an aborted copy was handed out",
-                    message.offset
+                    message.offset()
                 );
                 message.ack();
             }
@@ -140,7 +140,7 @@ async fn a_transactional_topic_is_consumed_committed_only_and_to_its_end() {
         tokio::select! {
             message = member.next_message() => {
                 let message = message.expect("the member is open");
-                assert!(offsets.insert(message.offset), "offset {} twice", message.offset);
+                assert!(offsets.insert(message.offset()), "offset {} twice", message.offset());
                 let value = message.payload_str().unwrap_or(Ok("")).expect("a UTF-8 value");
                 assert!(expected.contains(value), "not a record of the input: {value:?}");
                 if !values.insert(value.to_owned()) {

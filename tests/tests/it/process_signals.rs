@@ -118,12 +118,12 @@ async fn woken_process(stores: &dyn Stores, store: &[String]) {
         .expect("b consumes within 30 s")
         .expect("a message for b");
     assert!(
-        taken.token.0 > old_token,
+        taken.token().0 > old_token,
         "b's claim {} is not newer than the frozen claim {old_token}",
-        taken.token.0
+        taken.token().0
     );
     taken.ack();
-    let b_token = taken.token;
+    let b_token = taken.token();
     let b_consumes = tokio::spawn(async move {
         while let Some(message) = b.next_message().await {
             message.ack();

@@ -109,7 +109,7 @@ async fn lag_is_the_log_end_minus_the_committed_offset() {
         .await
         .expect("a message in time")
         .expect("the member is alive");
-    assert_eq!((message.partition, message.offset), (0, 100));
+    assert_eq!((message.partition(), message.offset()), (0, 100));
     message.ack();
     lag.agrees([29.0, 0.0]).await;
 
@@ -148,7 +148,7 @@ async fn the_data_plane_counts_messages_bytes_fetches_and_lag() {
         bytes += (message.key().map_or(0, <[u8]>::len)
             + message.payload().map_or(0, <[u8]>::len)
             + message
-                .headers
+                .headers()
                 .iter()
                 .map(|h| h.key.len() + h.value.len())
                 .sum::<usize>()) as u64;

@@ -65,7 +65,7 @@ async fn a_group_with_digest_credentials_keeps_other_identities_out() {
             Some(message) = b.next_message() => message,
             () = tokio::time::sleep_until(deadline) => panic!("consumed {} of {MESSAGES} in 30 s", seen.len()),
         };
-        seen.insert((message.partition, message.offset));
+        seen.insert((message.partition(), message.offset()));
         message.ack();
     }
     // Both partitions' offsets are written (under the group's ACL too).

@@ -206,7 +206,7 @@ async fn one_try(client: &Arc<rskafka::client::Client>, topic: &str, attempt: u3
         .unwrap_or_else(|_| panic!("try {attempt}: b consumes, but a's registration stays"))
         .unwrap_or_else(|e| panic!("try {attempt}: the watch of a's registration: {e}"));
     taken.ack();
-    let b_token = taken.token.0;
+    let b_token = taken.token().0;
     let b_consumes = tokio::spawn(async move {
         while let Some(message) = b.next_message().await {
             message.ack();

@@ -68,7 +68,7 @@ async fn a_group_consumes_through_a_zookeeper_over_tls() {
             () = tokio::time::sleep_until(deadline) => panic!("consumed {} of {MESSAGES} in 30 s", seen.len()),
         };
         assert!(
-            seen.insert((message.partition, message.offset)),
+            seen.insert((message.partition(), message.offset())),
             "handed out twice"
         );
         message.ack();
