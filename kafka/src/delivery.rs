@@ -26,6 +26,7 @@ use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
 use crate::batch::{Fetched, Passed};
+use crate::clock::CoarseDeadline;
 use crate::message::{Batch, Message};
 use crate::telemetry::Tally;
 
@@ -84,6 +85,8 @@ enum Take {
 pub(crate) struct Deadline {
     lease: Lease,
     end: Option<std::time::Instant>,
+    /// `end` on the coarse clock, while it is far enough to tell by it.
+    coarse: Option<CoarseDeadline>,
     /// While the deadline has passed: the wait for the member's task to
     /// change it (`false` once the task is gone).
     waiting: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
@@ -104,16 +107,31 @@ impl Deadline {
         Deadline {
             lease,
             end,
+            coarse: end.and_then(CoarseDeadline::new),
             waiting: None,
         }
     }
 
+    fn set(&mut self, end: Option<std::time::Instant>) {
+        self.end = end;
+        self.coarse = end.and_then(CoarseDeadline::new);
+    }
+
     /// Whether the member may hand out messages now: its own deadline,
-    /// checked at the moment of handing out, has not passed.
+    /// checked at the moment of handing out, has not passed. The coarse
+    /// clock answers while the deadline is far by it; the precise clock
+    /// near the deadline (see [`crate::clock`]).
     fn holds(&mut self) -> bool {
         if self.lease.has_changed().unwrap_or(false) {
-            self.end = *self.lease.borrow_and_update();
+            let end = *self.lease.borrow_and_update();
+            self.set(end);
         }
+        if self.coarse.is_some_and(|coarse| coarse.surely_ahead()) {
+            return true;
+        }
+        // Near the deadline the coarse clock cannot tell: from now on only
+        // the precise one does.
+        self.coarse = None;
         let now = tokio::time::Instant::now().into_std();
         self.end.is_some_and(|end| now < end)
     }
@@ -133,7 +151,8 @@ impl Deadline {
         if !alive {
             return Poll::Ready(None);
         }
-        self.end = *self.lease.borrow_and_update();
+        let end = *self.lease.borrow_and_update();
+        self.set(end);
         Poll::Ready(Some(()))
     }
 }
