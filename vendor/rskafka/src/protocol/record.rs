@@ -121,21 +121,22 @@ impl Record {
     /// Reads a record from a shared buffer: its key, value and header values are slices of the buffer, not copies.
     pub fn read_bytes(reader: &mut BytesReader) -> Result<Self, ReadError> {
         // length
-        let len = Varint::read(reader)?;
-        let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
-        Self::read_body(&mut BytesReader::new(reader.take(len)?))
+        let len = reader.varint()?;
+        let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+        // Read in place: a slice of its own would count a reference per record.
+        reader.within(len, Self::read_body)
     }
 
     /// Reads what follows a record's length, which is all `reader` holds.
     fn read_body(reader: &mut BytesReader) -> Result<Self, ReadError> {
         // attributes
-        Int8::read(reader)?;
+        reader.take(1)?;
 
         // timestampDelta
-        let timestamp_delta = Varlong::read(reader)?.0;
+        let timestamp_delta = reader.varlong()?;
 
         // offsetDelta
-        let offset_delta = Varint::read(reader)?.0;
+        let offset_delta = reader.varint()?;
 
         // key
         let key = read_nullable_bytes(reader)?;
@@ -145,23 +146,23 @@ impl Record {
 
         // headers
         // Note: This is NOT a normal array but uses a Varint instead.
-        let n_headers = Varint::read(reader)?;
+        let n_headers = reader.varint()?;
         let n_headers =
-            usize::try_from(n_headers.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+            usize::try_from(n_headers).map_err(|e| ReadError::Malformed(Box::new(e)))?;
         // A header takes two bytes at least: no more room is made than the record could hold.
         let mut headers = Vec::with_capacity(n_headers.min(reader.remaining() / 2));
         for _ in 0..n_headers {
             // key
-            let len = Varint::read(reader)?;
-            let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+            let len = reader.varint()?;
+            let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
             let key = reader.take(len)?;
             let key = std::str::from_utf8(&key)
                 .map_err(|e| ReadError::Malformed(Box::new(e)))?
                 .to_owned();
 
             // value
-            let len = Varint::read(reader)?;
-            let len = usize::try_from(len.0).map_err(|e| ReadError::Malformed(Box::new(e)))?;
+            let len = reader.varint()?;
+            let len = usize::try_from(len).map_err(|e| ReadError::Malformed(Box::new(e)))?;
             let value = reader.take(len)?;
 
             headers.push(RecordHeader { key, value });
@@ -186,7 +187,7 @@ impl Record {
 
 /// A varint length and that many bytes, as a slice of the buffer; `None` for the length -1.
 fn read_nullable_bytes(reader: &mut BytesReader) -> Result<Option<Bytes>, ReadError> {
-    let len = Varint::read(reader)?.0;
+    let len = reader.varint()?;
     if len == -1 {
         return Ok(None);
     }
@@ -199,32 +200,81 @@ fn read_nullable_bytes(reader: &mut BytesReader) -> Result<Option<Bytes>, ReadEr
 pub struct BytesReader {
     buf: Bytes,
     pos: usize,
+    /// Where reading stops: the buffer's end, or the end of the record being read ([`Record::read_bytes`]).
+    limit: usize,
 }
 
 impl BytesReader {
     /// Reads `buf` from its start.
     pub fn new(buf: Bytes) -> Self {
-        Self { buf, pos: 0 }
+        let limit = buf.len();
+        Self { buf, pos: 0, limit }
     }
 
     /// How many bytes are left.
     pub fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
+        self.limit - self.pos
     }
 
     /// The next `n` bytes, as a slice of the buffer; an [`UnexpectedEof`](std::io::ErrorKind::UnexpectedEof) error if
     /// fewer are left.
     pub fn take(&mut self, n: usize) -> Result<Bytes, ReadError> {
         if n > self.remaining() {
-            return Err(ReadError::IO(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                format!("{n} bytes wanted, {} left", self.remaining()),
-            )));
+            return Err(eof(n, self.remaining()));
         }
         let part = self.buf.slice(self.pos..self.pos + n);
         self.pos += n;
         Ok(part)
     }
+
+    /// A zig-zag varint of up to 64 bits, decoded in place (the generic `Read` path goes a byte at a time through
+    /// `read_exact`).
+    pub fn varlong(&mut self) -> Result<i64, ReadError> {
+        let mut unsigned: u64 = 0;
+        for (i, byte) in self.buf[self.pos..self.limit].iter().enumerate() {
+            // Ten bytes carry 64 bits; an eleventh is malformed.
+            if i == 10 {
+                return Err(ReadError::Malformed("a varint longer than 10 bytes".into()));
+            }
+            unsigned |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.pos += i + 1;
+                return Ok((unsigned >> 1) as i64 ^ -((unsigned & 1) as i64));
+            }
+        }
+        Err(eof(1, 0))
+    }
+
+    /// A zig-zag varint of up to 32 bits.
+    pub fn varint(&mut self) -> Result<i32, ReadError> {
+        Ok(i32::try_from(self.varlong()?)?)
+    }
+
+    /// Reads the next `len` bytes with `read`, without slicing them off: `read` sees them as all there is.
+    fn within<T>(
+        &mut self,
+        len: usize,
+        read: impl FnOnce(&mut Self) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        if len > self.remaining() {
+            return Err(eof(len, self.remaining()));
+        }
+        let outer = self.limit;
+        self.limit = self.pos + len;
+        let read = read(self);
+        // What `read` left unread is skipped, as a slice of its own would have been.
+        self.pos = self.limit;
+        self.limit = outer;
+        read
+    }
+}
+
+/// An [`UnexpectedEof`](std::io::ErrorKind::UnexpectedEof) error: `wanted` bytes, `left` left.
+fn eof(wanted: usize, left: usize) -> ReadError {
+    ReadError::IO(std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("{wanted} bytes wanted, {left} left"),
+    ))
 }
 
 impl Read for BytesReader {
