@@ -1,13 +1,17 @@
 //! A TCP proxy in front of a server (ZooKeeper, etcd, a Kafka listener)
 //! that a test can stall or cut, to make the client lose its connection
-//! (and, held long enough, its session or lease).
+//! (and, held long enough, its session or lease), or that puts a distance
+//! between the client and the server (a benchmark's round trip).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +25,8 @@ struct Mode {
     accept: bool,
     /// Connections of an older generation are closed.
     generation: u64,
+    /// How long each chunk of bytes waits, either way, before it goes on.
+    delay: Duration,
 }
 
 impl Mode {
@@ -60,6 +66,7 @@ impl Proxy {
             answers: true,
             accept: true,
             generation: 0,
+            delay: Duration::ZERO,
         });
         let server = server.to_owned();
         let acceptor = tokio::spawn(async move {
@@ -77,6 +84,25 @@ impl Proxy {
             mode,
             acceptor,
         }
+    }
+
+    /// Starts forwarding a fresh local port to `server`, each chunk of
+    /// bytes either way going on `one_way` after the proxy read it: a
+    /// request and its answer take `2 × one_way` more than they would.
+    pub async fn start_delayed(server: &str, one_way: Duration) -> Proxy {
+        let proxy = Proxy::start(server).await;
+        proxy.delay(one_way);
+        proxy
+    }
+
+    /// From now on, each chunk of bytes read either way goes on `one_way`
+    /// after it was read, in order, however many are on their way: a link
+    /// of that length, not a server that slow. Chunks already on their way
+    /// keep the delay they were read with. The other modes apply as well:
+    /// a stalled, deaf or cut proxy holds or drops a chunk whose time has
+    /// come as it would a chunk just read.
+    pub fn delay(&self, one_way: Duration) {
+        self.mode.send_modify(|m| m.delay = one_way);
     }
 
     /// Bytes stop flowing both ways; connections stay open.
@@ -134,11 +160,47 @@ async fn pipe(client: TcpStream, server: String, mode: watch::Receiver<Mode>) {
     }
 }
 
-/// Copies bytes going `direction` from `from` to `to` while the mode lets
+/// How many chunks may be on their way in one direction of a connection
+/// before the proxy stops reading: enough for a link of tens of
+/// milliseconds at the rates the tests and benchmarks reach (a chunk is up
+/// to 16 KiB), while a stalled reader still leaves bytes in the kernel's
+/// buffers, where a client sees its writes block.
+const IN_FLIGHT: usize = 1024;
+
+/// Carries bytes going `direction` from `from` to `to` while the mode lets
 /// them, until either side closes or the connection's generation ends.
+///
+/// A reader takes chunks in and stamps each with the moment it is due; a
+/// writer sends each on at that moment. The two run apart so that chunks
+/// on their way overlap, as on a long link: a chunk read at `t` goes on at
+/// `t + delay` however many were read before it, not after their delays
+/// in turn. Without a delay a chunk is due as it is read.
 async fn carry(
+    from: OwnedReadHalf,
+    to: OwnedWriteHalf,
+    mode: watch::Receiver<Mode>,
+    generation: u64,
+    direction: Direction,
+) {
+    let (queue, queued) = mpsc::channel(IN_FLIGHT);
+    let reading = take_in(from, queue, mode.clone(), generation, direction);
+    let writing = send_on(queued, to, mode, generation, direction);
+    tokio::pin!(reading, writing);
+    tokio::select! {
+        () = &mut writing => {}
+        // The source closed: what was read before still goes on (an answer
+        // sent just before the server closed), then the writer ends, the
+        // queue being empty and closed.
+        () = &mut reading => writing.await,
+    }
+}
+
+/// Reads chunks going `direction` while the mode lets them and queues
+/// each with the moment it is due, until the source closes, the writer
+/// ends or the connection's generation ends.
+async fn take_in(
     mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
+    queue: mpsc::Sender<(Instant, Vec<u8>)>,
     mut mode: watch::Receiver<Mode>,
     generation: u64,
     direction: Direction,
@@ -154,13 +216,110 @@ async fn carry(
             read = from.read(&mut buffer), if current.lets(direction) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
+                    let due = Instant::now() + mode.borrow().delay;
                     if !passes(&mut mode, generation, direction).await
-                        || to.write_all(&buffer[..n]).await.is_err()
+                        || queue.send((due, buffer[..n].to_vec())).await.is_err()
                     {
                         return;
                     }
                 }
             },
+        }
+    }
+}
+
+/// Writes each queued chunk to `to` once it is due and the mode lets it,
+/// until the queue closes and is empty, `to` fails or the connection's
+/// generation ends.
+async fn send_on(
+    mut queued: mpsc::Receiver<(Instant, Vec<u8>)>,
+    mut to: OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    generation: u64,
+    direction: Direction,
+) {
+    while let Some((due, chunk)) = queued.recv().await {
+        if !arrives(&mut mode, generation, due).await
+            || !passes(&mut mode, generation, direction).await
+            || to.write_all(&chunk).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Waits until `due`: false if the connection's generation ends first (a
+/// cut link drops what is on it at once).
+async fn arrives(mode: &mut watch::Receiver<Mode>, generation: u64, due: Instant) -> bool {
+    // Without a delay, nothing to wait for (nor an alarm to set).
+    if Instant::now() >= due {
+        return mode.borrow().generation == generation;
+    }
+    let mut rung = alarm(due);
+    loop {
+        if mode.borrow_and_update().generation != generation {
+            return false;
+        }
+        tokio::select! {
+            // An alarm lost with its thread rings at once rather than never.
+            _ = &mut rung => return true,
+            changed = mode.changed() => if changed.is_err() { return false },
+        }
+    }
+}
+
+/// A receiver that completes at `due`, to within tens of microseconds.
+///
+/// Tokio's timers count whole milliseconds and round a deadline up to the
+/// next one: a 0.5 ms delay took 1 to 2 ms, and a 1 ms round trip through
+/// the proxy 3.5 ms. One thread of the process keeps every pending alarm
+/// and sleeps until the earliest, as precisely as the kernel wakes a
+/// thread.
+fn alarm(due: Instant) -> oneshot::Receiver<()> {
+    static ALARMS: OnceLock<std::sync::mpsc::Sender<(Instant, oneshot::Sender<()>)>> =
+        OnceLock::new();
+    let (ring, rung) = oneshot::channel();
+    let alarms = ALARMS.get_or_init(|| {
+        let (set, alarms) = std::sync::mpsc::channel();
+        // If the thread cannot start, every alarm rings at once: its
+        // sender is dropped below, the receiver completes with an error.
+        let _ = std::thread::Builder::new()
+            .name("proxy-alarms".to_owned())
+            .spawn(move || ring_alarms(alarms));
+        set
+    });
+    // A send fails only if the thread is gone: the alarm rings at once.
+    let _ = alarms.send((due, ring));
+    rung
+}
+
+/// The alarms' thread: rings each alarm at its moment, for ever.
+fn ring_alarms(alarms: std::sync::mpsc::Receiver<(Instant, oneshot::Sender<()>)>) {
+    // By moment, then order of setting (two alarms may share a moment).
+    let mut pending: BTreeMap<(Instant, u64), oneshot::Sender<()>> = BTreeMap::new();
+    let mut set = 0u64;
+    loop {
+        let now = Instant::now();
+        while let Some(entry) = pending.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            // The writer may have gone (its connection closed).
+            let _ = entry.remove().send(());
+        }
+        let next = match pending.first_key_value() {
+            Some(((due, _), _)) => alarms.recv_timeout(due.saturating_duration_since(now)),
+            None => alarms
+                .recv()
+                .map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected),
+        };
+        match next {
+            Ok((due, ring)) => {
+                pending.insert((due, set), ring);
+                set += 1;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
         }
     }
 }
@@ -268,5 +427,131 @@ mod tests {
             );
             assert_eq!(&request, b"request", "round {round}");
         }
+    }
+
+    /// An upstream server that sends back whatever it reads, on each
+    /// connection, until the connection closes.
+    async fn echo_server() -> String {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = server.local_addr().expect("address").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut connection, _)) = server.accept().await {
+                tokio::spawn(async move {
+                    let (mut reading, mut writing) = connection.split();
+                    let _ = tokio::io::copy(&mut reading, &mut writing).await;
+                });
+            }
+        });
+        address
+    }
+
+    /// A request and its answer through a proxy of one-way delay `d` take
+    /// at least `2d`, each time, and come back whole and in order (a
+    /// megabyte is many chunks on their way at once).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_round_trip_through_a_delayed_proxy_takes_twice_the_delay() {
+        let one_way = Duration::from_millis(40);
+        let proxy = Proxy::start_delayed(&echo_server().await, one_way).await;
+        let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+        for round in 0..3u8 {
+            let started = Instant::now();
+            client.write_all(&[round; 8]).await.expect("write");
+            let mut answer = [0u8; 8];
+            client.read_exact(&mut answer).await.expect("read");
+            let took = started.elapsed();
+            assert_eq!(answer, [round; 8]);
+            assert!(
+                took >= 2 * one_way,
+                "round {round}: a round trip took {took:?}, under twice the one-way delay {one_way:?}"
+            );
+        }
+
+        let sent: Vec<u8> = (0..1 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let (mut reading, mut writing) = client.into_split();
+        let writer = tokio::spawn({
+            let sent = sent.clone();
+            async move { writing.write_all(&sent).await.map(|()| writing) }
+        });
+        let mut received = vec![0u8; sent.len()];
+        reading.read_exact(&mut received).await.expect("read");
+        writer.await.expect("writer").expect("write");
+        assert!(
+            received == sent,
+            "the echo came back out of order or changed"
+        );
+    }
+
+    /// Chunks on their way overlap: writes spaced closer than the delay
+    /// each arrive a delay after they were sent. A proxy that waited out
+    /// each chunk's delay before reading the next (or before writing the
+    /// next) would hold the later ones for up to twice the delay, or `n`
+    /// times it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_in_a_row_are_on_their_way_at_once() {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_address = server.local_addr().expect("address").to_string();
+        let one_way = Duration::from_millis(100);
+        let proxy = Proxy::start_delayed(&server_address, one_way).await;
+        let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+        let (mut upstream, _) = server.accept().await.expect("accept");
+
+        let n = 30u32;
+        let receiving = tokio::spawn(async move {
+            let mut arrived = Vec::new();
+            for _ in 0..n {
+                let mut message = [0u8; 4];
+                upstream.read_exact(&mut message).await.expect("read");
+                arrived.push((u32::from_be_bytes(message), Instant::now()));
+            }
+            arrived
+        });
+        let mut sent = Vec::new();
+        for i in 0..n {
+            sent.push(Instant::now());
+            client.write_all(&i.to_be_bytes()).await.expect("write");
+            // Apart, so that the proxy reads them as chunks of their own,
+            // over several delays.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let arrived = receiving.await.expect("receiver");
+        for (i, (message, at)) in arrived.iter().enumerate() {
+            assert_eq!(*message, i as u32, "out of order");
+            let after = at.saturating_duration_since(sent[i]);
+            assert!(
+                after >= one_way,
+                "message {i} arrived {after:?} after it was sent, under the delay"
+            );
+            assert!(
+                after < one_way + one_way / 2,
+                "message {i} of {n} arrived {after:?} after it was sent: \
+                 it waited for the delays of the chunks before it"
+            );
+        }
+    }
+
+    /// A stalled proxy holds what is already on its way too: a chunk read
+    /// before the stall does not arrive when its delay is over.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stall_holds_the_bytes_on_their_way() {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_address = server.local_addr().expect("address").to_string();
+        let one_way = Duration::from_millis(200);
+        let proxy = Proxy::start_delayed(&server_address, one_way).await;
+        let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+        let (mut upstream, _) = server.accept().await.expect("accept");
+
+        client.write_all(b"held").await.expect("write");
+        // The proxy's read is not seen from outside: a quarter of the delay
+        // is ample for it to have taken the chunk (were it not, the stall
+        // would hold it in the kernel's buffers, and the test would pass
+        // without testing the held chunk).
+        tokio::time::sleep(one_way / 4).await;
+        proxy.stall();
+        let mut late = [0u8; 4];
+        let arrived = tokio::time::timeout(one_way + QUIET, upstream.read(&mut late)).await;
+        assert!(
+            !matches!(arrived, Ok(Ok(n)) if n > 0),
+            "bytes on their way went through a stalled proxy"
+        );
     }
 }
