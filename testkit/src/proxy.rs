@@ -160,6 +160,27 @@ async fn pipe(client: TcpStream, server: String, mode: watch::Receiver<Mode>) {
     }
 }
 
+/// Starts a proxy of one-way delay `one_way` in front of the one server
+/// `address` names, and returns it with the address that reaches the
+/// server through it: a benchmark's store at a distance. `address` is
+/// `host:port`, with or without a scheme before it (etcd's `http://`)
+/// and a path after it (a ZooKeeper chroot), both kept.
+pub async fn at_distance(address: &str, one_way: Duration) -> Result<(Proxy, String), String> {
+    let (scheme, rest) = match address.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), address),
+    };
+    let (server, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if server.is_empty() || server.contains(',') {
+        return Err(format!(
+            "{address:?}: a delayed proxy stands in front of one server, not {server:?}"
+        ));
+    }
+    let proxy = Proxy::start_delayed(server, one_way).await;
+    let through = format!("{scheme}{}{path}", proxy.address);
+    Ok((proxy, through))
+}
+
 /// How many chunks may be on their way in one direction of a connection
 /// before the proxy stops reading: enough for a link of tens of
 /// milliseconds at the rates the tests and benchmarks reach (a chunk is up
@@ -553,5 +574,22 @@ mod tests {
             !matches!(arrived, Ok(Ok(n)) if n > 0),
             "bytes on their way went through a stalled proxy"
         );
+    }
+
+    /// The address through the proxy keeps what surrounds the server's.
+    #[tokio::test]
+    async fn an_address_at_a_distance_keeps_its_scheme_and_path() {
+        let one_way = Duration::from_millis(1);
+        for (address, before, after) in [
+            ("127.0.0.1:9", "", ""),
+            ("http://127.0.0.1:9", "http://", ""),
+            ("127.0.0.1:9/tenure-bench", "", "/tenure-bench"),
+        ] {
+            let (proxy, through) = at_distance(address, one_way).await.expect("a proxy");
+            assert_eq!(through, format!("{before}{}{after}", proxy.address));
+        }
+        for address in ["127.0.0.1:9,127.0.0.1:10", "http://", "/chroot"] {
+            assert!(at_distance(address, one_way).await.is_err(), "{address}");
+        }
     }
 }
