@@ -16,8 +16,20 @@
 //!   from an 11th member's join until every member owns and fetches its
 //!   share again, and the requests to the store that rebalance took.
 //!
+//! With `--rtt-ms N`, every member's connection to the store goes
+//! through a proxy that delays each chunk of bytes by N/2 ms either way,
+//! a round trip of N ms (`tenure_testkit::proxy::at_distance`). The
+//! benchmark's own client stays on loopback: the old owner, whose delete
+//! is timed as the store makes it (so a handoff is the new owner's part
+//! of it: the watch's news coming, its claim going and its answer coming
+//! back, a round trip and a half at least), and the baseline's
+//! claimants. No Kafka is involved: members are given their topic's
+//! partition count.
+//!
 //! The last line is
-//! `handoffs=N median_ms=X p99_ms=Y baseline_median_ms=Z join_settle_ms=W`.
+//! `rtt_ms=R handoffs=N median_ms=X p99_ms=Y baseline_median_ms=Z
+//! join_settle_ms=W handoff_goal_ms=G median_within_goal=… p99_within_goal=…`,
+//! the goal being a handoff within three round trips and a millisecond.
 //! Figures depend on the machine: compare tenure with the baseline of the
 //! same run.
 
@@ -32,6 +44,7 @@ use clap::Parser;
 use tenure::core::{Config, MemberId, StoreRequest};
 use tenure::tokio::{Backend, BackendError, GroupMember, Joining, View};
 use tenure::zookeeper::ZooKeeperBackend;
+use tenure_testkit::proxy::{at_distance, Proxy};
 use tenure_tests::bench::{percentile, server};
 use tenure_tests::unique;
 use tokio::sync::mpsc;
@@ -127,16 +140,35 @@ trait Place: Send + Sync {
 }
 
 struct ZooKeeperPlace {
+    /// The members' connect string (through the proxy, if any).
     connect: String,
+    /// The benchmark's own client, on loopback.
     client: zk::Client,
+    /// The proxy the members go through, kept for as long as they run.
+    _distance: Option<Proxy>,
 }
 
 impl ZooKeeperPlace {
-    async fn new(address: &str, name: &str) -> Result<ZooKeeperPlace, String> {
-        let connect = sandbox(address, name).await?;
-        let client = client(&connect).await?;
-        Ok(ZooKeeperPlace { connect, client })
+    async fn new(address: &str, name: &str, one_way: Duration) -> Result<ZooKeeperPlace, String> {
+        let direct = sandbox(address, name).await?;
+        let client = client(&direct).await?;
+        let (distance, connect) = distant(&direct, one_way).await?;
+        Ok(ZooKeeperPlace {
+            connect,
+            client,
+            _distance: distance,
+        })
     }
+}
+
+/// `address` as members reach it: through a delayed proxy when there is a
+/// delay, as it is otherwise (the benchmark as it runs on loopback).
+async fn distant(address: &str, one_way: Duration) -> Result<(Option<Proxy>, String), String> {
+    if one_way.is_zero() {
+        return Ok((None, address.to_owned()));
+    }
+    let (proxy, through) = at_distance(address, one_way).await?;
+    Ok((Some(proxy), through))
 }
 
 #[async_trait]
@@ -172,15 +204,19 @@ impl Place for ZooKeeperPlace {
 }
 
 struct EtcdPlace {
+    /// The members' endpoint (through the proxy, if any).
     endpoint: String,
     prefix: String,
+    /// The benchmark's own client, on loopback.
     client: etcd_client::Client,
     /// The old owner's lease, as a member's would be.
     lease: i64,
+    /// The proxy the members go through, kept for as long as they run.
+    _distance: Option<Proxy>,
 }
 
 impl EtcdPlace {
-    async fn new(endpoint: &str, name: &str) -> Result<EtcdPlace, String> {
+    async fn new(endpoint: &str, name: &str, one_way: Duration) -> Result<EtcdPlace, String> {
         let connecting = etcd_client::Client::connect([endpoint], None);
         let client = tokio::time::timeout(Duration::from_secs(5), connecting)
             .await
@@ -194,11 +230,13 @@ impl EtcdPlace {
             .await
             .map_err(|e| format!("lease: {e}"))?
             .id();
+        let (distance, endpoint) = distant(endpoint, one_way).await?;
         Ok(EtcdPlace {
-            endpoint: endpoint.to_owned(),
+            endpoint,
             prefix: unique(&format!("/tenure-bench-{name}")),
             client,
             lease,
+            _distance: distance,
         })
     }
 
@@ -522,42 +560,54 @@ fn summary(name: &str, latencies: &mut [Duration]) -> (Duration, Duration) {
     (median, p99)
 }
 
-async fn place(backend: &str, name: &str) -> Result<Arc<dyn Place>, String> {
+async fn place(backend: &str, name: &str, one_way: Duration) -> Result<Arc<dyn Place>, String> {
     match backend {
         "zookeeper" => {
             let address = server("TENURE_ZOOKEEPER")?;
-            Ok(Arc::new(ZooKeeperPlace::new(&address, name).await?))
+            Ok(Arc::new(
+                ZooKeeperPlace::new(&address, name, one_way).await?,
+            ))
         }
         "etcd" => Ok(Arc::new(
-            EtcdPlace::new(&server("TENURE_ETCD")?, name).await?,
+            EtcdPlace::new(&server("TENURE_ETCD")?, name, one_way).await?,
         )),
         other => Err(format!("unknown backend {other:?} (zookeeper or etcd)")),
     }
 }
 
-async fn run(handoffs: u32, backend: &str) -> Result<(), String> {
-    let mut tenure = tenure_handoffs(place(backend, "handoff").await?.as_ref(), handoffs).await?;
+async fn run(handoffs: u32, backend: &str, rtt_ms: u64) -> Result<(), String> {
+    // Half the round trip each way.
+    let one_way = Duration::from_micros(rtt_ms * 500);
+    let mut tenure =
+        tenure_handoffs(place(backend, "handoff", one_way).await?.as_ref(), handoffs).await?;
     let (median, p99) = summary("tenure (watch)", &mut tenure);
-    let mut baseline = baseline_handoffs(place(backend, "baseline").await?, handoffs).await?;
+    let mut baseline =
+        baseline_handoffs(place(backend, "baseline", one_way).await?, handoffs).await?;
     let (baseline_median, _) = summary("baseline (1 s retry)", &mut baseline);
     println!(
         "handoff speed-up over the baseline: {:.0}x (median)",
         ms(baseline_median) / ms(median).max(0.001)
     );
     let (settle, (commands, requests)) =
-        join_settle(place(backend, "join").await?.as_ref()).await?;
+        join_settle(place(backend, "join", one_way).await?.as_ref()).await?;
     println!(
         "join on {backend}: 10 members x 1,000 partitions, an 11th joins: settled in {:.0} ms, \
          {commands} store commands, {requests} {backend} requests",
         ms(settle)
     );
+    // The goal: a handoff within three round trips and a millisecond.
+    let goal = Duration::from_millis(3 * rtt_ms + 1);
     println!(
-        "handoffs={} median_ms={:.1} p99_ms={:.1} baseline_median_ms={:.1} join_settle_ms={:.0}",
+        "rtt_ms={rtt_ms} handoffs={} median_ms={:.1} p99_ms={:.1} baseline_median_ms={:.1} \
+         join_settle_ms={:.0} handoff_goal_ms={:.1} median_within_goal={} p99_within_goal={}",
         tenure.len(),
         ms(median),
         ms(p99),
         ms(baseline_median),
-        ms(settle)
+        ms(settle),
+        ms(goal),
+        median <= goal,
+        p99 <= goal,
     );
     Ok(())
 }
@@ -572,12 +622,20 @@ struct Args {
     /// The store (its address from `TENURE_ZOOKEEPER` or `TENURE_ETCD`).
     #[arg(long, default_value = "zookeeper", value_parser = ["zookeeper", "etcd"])]
     backend: String,
+    /// The round trip between the members and the store, in milliseconds:
+    /// half of it each way through a delaying proxy (0: no proxy).
+    #[arg(long, default_value_t = 0)]
+    rtt_ms: u64,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    let Args { handoffs, backend } = Args::parse();
-    match run(handoffs, &backend).await {
+    let Args {
+        handoffs,
+        backend,
+        rtt_ms,
+    } = Args::parse();
+    match run(handoffs, &backend, rtt_ms).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("bench_handoff failed: {message}");
