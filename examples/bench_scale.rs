@@ -21,8 +21,16 @@
 //! (`--restarts false` leaves the restarts out, and ends the line with
 //! the resident memory once the extra member has left.)
 //!
+//! With `--rtt-ms N`, every member's connection to the store goes through
+//! a proxy that delays each chunk of bytes by N/2 ms either way, a round
+//! trip of N ms (`tenure_testkit::proxy::at_distance`). No Kafka is
+//! involved: members are given their topic's partition count. The line
+//! ends with the goal for a cold start, two seconds and twenty round
+//! trips (stated for 100 members over 10,000 partitions), and whether the
+//! run met it.
+//!
 //! ```text
-//! members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=…
+//! rtt_ms=N members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=… cold_start_goal_ms=… cold_start_within_goal=…
 //! ```
 
 mod common;
@@ -61,10 +69,15 @@ struct Args {
     /// them their figures are left out of the last line.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     restarts: bool,
+    /// The round trip between the members and the store, in milliseconds:
+    /// half of it each way through a delaying proxy (0: no proxy).
+    #[arg(long, default_value_t = 0)]
+    rtt_ms: u64,
 }
 
 struct Options {
     store: Store,
+    /// Where members reach the store (through the proxy, if any).
     address: String,
     members: usize,
     partitions: u32,
@@ -431,7 +444,28 @@ impl Bench {
 
 async fn run(args: Args) -> Result<(), String> {
     let restarts = args.restarts;
-    let options = Options::new(args)?;
+    let rtt_ms = args.rtt_ms;
+    let mut options = Options::new(args)?;
+    // Kept until the members are gone.
+    let _distance = if rtt_ms == 0 {
+        None
+    } else {
+        // Half the round trip each way.
+        let one_way = Duration::from_micros(rtt_ms * 500);
+        let (proxy, through) =
+            tenure_testkit::proxy::at_distance(&options.address, one_way).await?;
+        options.address = through;
+        Some(proxy)
+    };
+    // The goal for a cold start: two seconds and twenty round trips.
+    let goal = Duration::from_millis(2000 + 20 * rtt_ms);
+    let goal_fields = |cold_start: Duration| {
+        format!(
+            "cold_start_goal_ms={} cold_start_within_goal={}",
+            goal.as_millis(),
+            cold_start <= goal
+        )
+    };
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -440,7 +474,7 @@ async fn run(args: Args) -> Result<(), String> {
     std::fs::create_dir_all(&state_dir).map_err(|e| e.to_string())?;
     let (m, p) = (options.members, options.partitions);
     println!(
-        "bench_scale: store={} members={m} partitions={p} session={:?}",
+        "bench_scale: store={} members={m} partitions={p} session={:?} rtt_ms={rtt_ms}",
         options.store.name(),
         options.session
     );
@@ -511,15 +545,16 @@ async fn run(args: Args) -> Result<(), String> {
         }
         let _ = std::fs::remove_dir_all(&state_dir);
         println!(
-            "members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
+            "rtt_ms={rtt_ms} members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
              join_settle_ms={} leave_settle_ms={} rss_cold_start_mib={} rss_per_partition_bytes={} \
-             rss_after_leave_mib={}",
+             rss_after_leave_mib={} {}",
             cold_start.as_millis(),
             join_settle.as_millis(),
             leave_settle.as_millis(),
             rss_cold >> 20,
             grown / u64::from(p.max(1)),
             rss_settled >> 20,
+            goal_fields(cold_start),
         );
         return Ok(());
     }
@@ -549,11 +584,11 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let _ = std::fs::remove_dir_all(&state_dir);
     println!(
-        "members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
+        "rtt_ms={rtt_ms} members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
          join_settle_ms={} leave_settle_ms={} \
          rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.2} \
          static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={} \
-         rss_cold_start_mib={} rss_per_partition_bytes={} rss_after_restarts_mib={}",
+         rss_cold_start_mib={} rss_per_partition_bytes={} rss_after_restarts_mib={} {}",
         cold_start.as_millis(),
         join_settle.as_millis(),
         leave_settle.as_millis(),
@@ -562,6 +597,7 @@ async fn run(args: Args) -> Result<(), String> {
         rss_cold >> 20,
         grown / u64::from(p.max(1)),
         rss_restarted >> 20,
+        goal_fields(cold_start),
     );
     Ok(())
 }
