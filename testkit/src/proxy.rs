@@ -149,6 +149,15 @@ async fn pipe(client: TcpStream, server: String, mode: watch::Receiver<Mode>) {
     let Ok(upstream) = TcpStream::connect(&server).await else {
         return;
     };
+    // A link sends what it is given: the proxy's own sockets must not hold
+    // a small chunk back until the last one is acknowledged (Nagle), which
+    // a client's delayed acknowledgements made 40 ms once chunks came apart
+    // in time. (Clients that leave Nagle on keep it on their own socket.)
+    for socket in [&client, &upstream] {
+        if socket.set_nodelay(true).is_err() {
+            return;
+        }
+    }
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = upstream.into_split();
     // Each direction waits on its own: bytes held back one way (an answer
@@ -546,6 +555,45 @@ mod tests {
                 after < one_way + one_way / 2,
                 "message {i} of {n} arrived {after:?} after it was sent: \
                  it waited for the delays of the chunks before it"
+            );
+        }
+    }
+
+    /// Answers that follow each other closely each arrive a delay after
+    /// they were sent, also once the connection goes back and forth (where
+    /// a client delays its acknowledgements, and a proxy's socket that
+    /// waits for them before sending the next small chunk held it 40 ms).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answers_in_a_row_are_not_held_for_acknowledgements() {
+        let server = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_address = server.local_addr().expect("address").to_string();
+        let one_way = Duration::from_millis(10);
+        let proxy = Proxy::start_delayed(&server_address, one_way).await;
+        let mut client = TcpStream::connect(proxy.address).await.expect("connect");
+        let (mut upstream, _) = server.accept().await.expect("accept");
+        // The server sends each answer as it is written, as ZooKeeper's
+        // and etcd's do: what holds one back is then the proxy's.
+        upstream.set_nodelay(true).expect("nodelay");
+        for round in 0..10u8 {
+            client.write_all(&[round]).await.expect("write");
+            let mut request = [0u8; 1];
+            upstream.read_exact(&mut request).await.expect("read");
+            let first = Instant::now();
+            upstream.write_all(&[round]).await.expect("write");
+            // The next answer goes apart from the first, as a server's
+            // answers to separate requests do.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let second = Instant::now();
+            upstream.write_all(&[round]).await.expect("write");
+            let mut answers = [0u8; 2];
+            client.read_exact(&mut answers[..1]).await.expect("read");
+            let first_after = first.elapsed();
+            client.read_exact(&mut answers[1..]).await.expect("read");
+            let second_after = second.elapsed();
+            assert!(
+                second_after < one_way + Duration::from_millis(20),
+                "round {round}: the second answer arrived {second_after:?} after it was sent \
+                 (the first {first_after:?})"
             );
         }
     }
