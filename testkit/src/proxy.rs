@@ -552,7 +552,9 @@ mod tests {
                 "message {i} arrived {after:?} after it was sent, under the delay"
             );
             assert!(
-                after < one_way + one_way / 2,
+                // Room for a loaded machine; waiting out the delays of the
+                // chunks before would take twice the delay and more.
+                after < one_way * 19 / 10,
                 "message {i} of {n} arrived {after:?} after it was sent: \
                  it waited for the delays of the chunks before it"
             );
@@ -591,7 +593,9 @@ mod tests {
             client.read_exact(&mut answers[1..]).await.expect("read");
             let second_after = second.elapsed();
             assert!(
-                second_after < one_way + Duration::from_millis(20),
+                // Room for a loaded machine, short of the 40 ms a held
+                // chunk waits for a delayed acknowledgement.
+                second_after < one_way + Duration::from_millis(25),
                 "round {round}: the second answer arrived {second_after:?} after it was sent \
                  (the first {first_after:?})"
             );
