@@ -16,7 +16,7 @@
 //! the cold start, the sessions lost on the way (each starts a member's
 //! work over) and the process's resident memory: in all, and what it grew
 //! by per partition held (every member's cost included, and the bench's
-//! own views); after the restarts, the resident memory again. Last line:
+//! own views); after the restarts, the resident memory again.
 //!
 //! (`--restarts false` leaves the restarts out, and ends the line with
 //! the resident memory once the extra member has left.)
@@ -29,6 +29,11 @@
 //! trips (stated for 100 members over 10,000 partitions), and whether the
 //! run met it.
 //!
+//! Before the last line, for each restart, where its requests went: a
+//! line of `kind=requests/commands` pairs (the store requests sent for
+//! each kind of the members' commands, and how many of those commands
+//! there were), then the requests of each kind per move. The last line:
+//!
 //! ```text
 //! rtt_ms=N members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=… cold_start_goal_ms=… cold_start_within_goal=…
 //! ```
@@ -37,13 +42,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::Store;
 use tenure::core::{Config, MemberId, TopicPartition};
+use tenure::tokio::store::{RequestCounts, RequestKind, RequestTally};
 use tenure::tokio::{Backend, GroupMember, MemberHandle, StaticMembership, View};
 use tokio::sync::mpsc;
 
@@ -96,13 +101,16 @@ impl Options {
     }
 }
 
-/// A backend of the chosen store, and its request counter.
-fn backend(options: &Options, prefix: &str) -> Result<(Box<dyn Backend>, Arc<AtomicU64>), String> {
+/// A backend of the chosen store, and its request counts.
+fn backend(
+    options: &Options,
+    prefix: &str,
+) -> Result<(Box<dyn Backend>, Arc<RequestCounts>), String> {
     match options.store {
         Store::ZooKeeper => {
             let backend = tenure::zookeeper::ZooKeeperBackend::new(options.address.clone())
                 .connect_timeout(Duration::from_secs(30));
-            let requests = backend.request_counter();
+            let requests = backend.request_counts();
             Ok((Box::new(backend), requests))
         }
         #[cfg(feature = "etcd")]
@@ -110,7 +118,7 @@ fn backend(options: &Options, prefix: &str) -> Result<(Box<dyn Backend>, Arc<Ato
             let backend = tenure::etcd::EtcdBackend::new(options.address.clone())
                 .prefix(prefix)
                 .connect_timeout(Duration::from_secs(30));
-            let requests = backend.request_counter();
+            let requests = backend.request_counts();
             Ok((Box::new(backend), requests))
         }
         #[cfg(not(feature = "etcd"))]
@@ -366,7 +374,7 @@ struct Bench {
     prefix: String,
     state_dir: PathBuf,
     watcher: Watcher,
-    requests: Vec<Arc<AtomicU64>>,
+    requests: Vec<Arc<RequestCounts>>,
 }
 
 impl Bench {
@@ -393,21 +401,26 @@ impl Bench {
     }
 
     fn requests(&self) -> u64 {
+        self.requests.iter().map(|r| r.total()).sum()
+    }
+
+    /// Every backend's requests so far, by kind.
+    fn tally(&self) -> RequestTally {
         self.requests
             .iter()
-            .map(|r| r.load(Ordering::Relaxed))
-            .sum()
+            .fold(RequestTally::default(), |sum, r| sum.plus(&r.snapshot()))
     }
 
     /// Restarts every member in turn; returns (moves, longest unowned,
-    /// requests).
+    /// requests, and those by kind).
     async fn rolling_restart(
         &mut self,
         members: &mut BTreeMap<String, MemberHandle>,
         static_members: bool,
-    ) -> Result<(u64, Duration, u64), String> {
+    ) -> Result<(u64, Duration, u64, RequestTally), String> {
         self.watcher.reset();
         let requests_before = self.requests();
+        let tally_before = self.tally();
         let names: Vec<String> = members.keys().cloned().collect();
         for name in &names {
             let started = Instant::now();
@@ -438,6 +451,7 @@ impl Bench {
             self.watcher.moves,
             self.watcher.max_unowned,
             self.requests() - requests_before,
+            self.tally().since(&tally_before),
         ))
     }
 }
@@ -509,11 +523,13 @@ async fn run(args: Args) -> Result<(), String> {
         (grown / m.max(1) as u64) >> 10,
         grown / u64::from(p.max(1)),
     );
+    println!("    requests/commands by kind: {}", bench.tally());
 
     // One more joins.
     let extra = format!("m{m:03}");
     let started = Instant::now();
     let before = bench.requests();
+    let tally_before = bench.tally();
     members.insert(extra.clone(), bench.join(&extra, false).await?);
     let mut with_extra = names.clone();
     with_extra.push(extra.clone());
@@ -522,6 +538,10 @@ async fn run(args: Args) -> Result<(), String> {
     println!(
         "  join: {join_settle:?}, {} requests",
         bench.requests() - before
+    );
+    println!(
+        "    requests/commands by kind: {}",
+        bench.tally().since(&tally_before)
     );
 
     // It leaves.
@@ -560,7 +580,7 @@ async fn run(args: Args) -> Result<(), String> {
     }
 
     // Rolling restarts: dynamic first.
-    let (moves, unowned, requests) = bench.rolling_restart(&mut members, false).await?;
+    let (moves, unowned, requests, by_kind) = bench.rolling_restart(&mut members, false).await?;
     let per_move = if moves == 0 {
         0.0
     } else {
@@ -569,15 +589,17 @@ async fn run(args: Args) -> Result<(), String> {
     println!(
         "  rolling restart (dynamic): {moves} moves, longest unowned {unowned:?}, {requests} requests"
     );
+    print_breakdown(&by_kind, moves);
     // Then static: one restart each, not measured, makes every member a
     // static one (a dynamic member's close leaves); the next is measured.
     bench.rolling_restart(&mut members, true).await?;
-    let (static_moves, static_unowned, static_requests) =
+    let (static_moves, static_unowned, static_requests, static_by_kind) =
         bench.rolling_restart(&mut members, true).await?;
     println!(
         "  rolling restart (static): {static_moves} moves, longest unowned {static_unowned:?}, \
          {static_requests} requests"
     );
+    print_breakdown(&static_by_kind, static_moves);
     let rss_restarted = resident_bytes();
     for (_, member) in members {
         let _ = member.close().await;
@@ -600,6 +622,24 @@ async fn run(args: Args) -> Result<(), String> {
         goal_fields(cold_start),
     );
     Ok(())
+}
+
+/// Prints where a restart's requests went: by kind, requests over the
+/// commands they carried out, then the requests of each kind per move.
+fn print_breakdown(tally: &RequestTally, moves: u64) {
+    println!("    requests/commands by kind: {tally}");
+    if moves == 0 {
+        return;
+    }
+    let per_move: Vec<String> = RequestKind::ALL
+        .iter()
+        .filter(|&&kind| tally.requests(kind) > 0)
+        .map(|&kind| {
+            let share = tally.requests(kind) as f64 / moves as f64;
+            format!("{}={share:.2}", kind.name())
+        })
+        .collect();
+    println!("    requests per move by kind: {}", per_move.join(" "));
 }
 
 /// The process's resident memory (Linux: `VmRSS` of `/proc/self/status`;

@@ -3,13 +3,12 @@
 //! [`StoreClient`] that grants the next, keeps each alive, revokes it or
 //! leaves it to a restarted process.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::SessionId;
-use tenure_tokio::store::{Connected, Connector, StoreClient, Wire};
+use tenure_tokio::store::{Connected, Connector, RequestCounts, StoreClient, Wire};
 use tenure_tokio::{BackendError, Joining, SessionTicket};
 
 use crate::group::GroupClient;
@@ -26,7 +25,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 impl Connector for Config {
     type Client = GroupClient;
 
-    fn request_counter(&self) -> Arc<AtomicU64> {
+    fn request_counts(&self) -> Arc<RequestCounts> {
         self.requests.clone()
     }
 

@@ -2,13 +2,12 @@
 //! grants a member's first lease (or resumes one a previous process left)
 //! with them.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, LeaseTimeToLiveOptions};
 use tenure_core::SessionId;
-use tenure_tokio::store::{Hooks, OpenError};
+use tenure_tokio::store::{Hooks, OpenError, RequestCounts};
 use tenure_tokio::BackendError;
 
 use crate::errors::{answered, bad_endpoint, lease_not_found};
@@ -45,7 +44,7 @@ pub(crate) struct Config {
     pub(crate) security: EtcdSecurity,
     pub(crate) hooks: Hooks,
     /// Requests sent to etcd so far, across leases.
-    pub(crate) requests: Arc<AtomicU64>,
+    pub(crate) requests: Arc<RequestCounts>,
     /// Static membership: a lease outlives the backend (nothing revokes it
     /// when the backend is dropped), for a restarted process to resume.
     pub(crate) detached: bool,
@@ -64,7 +63,7 @@ impl Config {
             request_timeout: None,
             security: EtcdSecurity::new(),
             hooks: Hooks::default(),
-            requests: Arc::new(AtomicU64::new(0)),
+            requests: Arc::new(RequestCounts::new()),
             detached: false,
         }
     }

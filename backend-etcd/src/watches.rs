@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream};
+use tenure_tokio::store::{RequestCounts, RequestKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -93,7 +94,7 @@ pub(crate) struct Link {
     pub(crate) request_timeout: Duration,
     /// The backend's count of requests sent to etcd: each watch registered
     /// (again) on a stream is one.
-    pub(crate) requests: Arc<AtomicU64>,
+    pub(crate) requests: Arc<RequestCounts>,
 }
 
 /// The backend's handle on its watch stream: registers watches on it.
@@ -266,13 +267,23 @@ impl<E> Default for Book<E> {
 /// The current stream's writer, and the backend's request count.
 struct Out<'a> {
     requests: &'a mpsc::UnboundedSender<Outgoing>,
-    count: &'a AtomicU64,
+    count: &'a RequestCounts,
+}
+
+/// The kind of request a watch's registration counts as: a prefix is the
+/// member list's, a key an owner record's.
+fn watch_kind(prefix: bool) -> RequestKind {
+    if prefix {
+        RequestKind::Members
+    } else {
+        RequestKind::WatchOwner
+    }
 }
 
 impl Out<'_> {
     fn send(&self, request: Outgoing) {
-        if matches!(request, Outgoing::Create { .. }) {
-            self.count.fetch_add(1, Ordering::Relaxed);
+        if let Outgoing::Create { prefix, .. } = request {
+            self.count.count(watch_kind(prefix), 1);
         }
         // A writer that is gone has ended the stream: the task notices
         // that and registers every watch again on the next one.
@@ -462,6 +473,7 @@ async fn run(link: Link, mut requests: mpsc::UnboundedReceiver<Request>) {
         let Some((&first, entry)) = book.entries.iter_mut().next() else {
             continue;
         };
+        link.requests.count(watch_kind(entry.prefix), 1);
         let opening = open(&link, entry.key.clone(), options(entry.prefix, entry.from));
         let ended = match opening.await {
             Ok((sender, responses)) => {
@@ -497,7 +509,6 @@ async fn open(
     key: String,
     options: WatchOptions,
 ) -> Result<(WatchRequestSender, WatchResponseStream), StreamError> {
-    link.requests.fetch_add(1, Ordering::Relaxed);
     let mut client = link.client.clone();
     let opening = client.watch(key, Some(options));
     match tokio::time::timeout(link.request_timeout, opening).await {
@@ -596,7 +607,7 @@ mod tests {
         book: Book<Made>,
         sent: mpsc::UnboundedReceiver<Outgoing>,
         writer: mpsc::UnboundedSender<Outgoing>,
-        count: AtomicU64,
+        count: RequestCounts,
     }
 
     impl Stream {
@@ -606,7 +617,7 @@ mod tests {
                 book: Book::default(),
                 sent,
                 writer,
-                count: AtomicU64::new(0),
+                count: RequestCounts::new(),
             }
         }
 
@@ -708,7 +719,8 @@ mod tests {
         let mut a = stream.add(1, "a", 10);
         let mut b = stream.add(2, "b", 10);
         assert_eq!(stream.sent(), vec![create("a", 10), create("b", 10)]);
-        assert_eq!(stream.count.load(Ordering::Relaxed), 2);
+        assert_eq!(stream.count.total(), 2);
+        assert_eq!(stream.count.requests(RequestKind::WatchOwner), 2);
         // Creates are answered in the order sent, with the server's ids.
         stream.answer(created(7));
         stream.answer(created(8));

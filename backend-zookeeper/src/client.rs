@@ -3,14 +3,15 @@
 //! [`StoreClient`] that opens the next, follows each, and ends it —
 //! closed, left to a restarted process, or dropped.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::records::Layout;
 use tenure_core::SessionId;
-use tenure_tokio::store::{Connected, Connector, SessionChange, SessionKeeper, StoreClient, Wire};
+use tenure_tokio::store::{
+    Connected, Connector, RequestCounts, SessionChange, SessionKeeper, StoreClient, Wire,
+};
 use tenure_tokio::{BackendError, Joining, SessionTicket};
 use zookeeper_client as zk;
 
@@ -130,7 +131,7 @@ impl StoreClient for GroupClient {
 impl Connector for Config {
     type Client = GroupClient;
 
-    fn request_counter(&self) -> Arc<AtomicU64> {
+    fn request_counts(&self) -> Arc<RequestCounts> {
         self.requests.clone()
     }
 

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::StoreRequest;
-use tenure_tokio::store::StoreBackend;
+use tenure_tokio::store::{RequestCounts, StoreBackend};
 use tenure_tokio::{Backend, BackendError, Joining, SessionTicket};
 
 use crate::session::Config;
@@ -101,6 +101,12 @@ impl ZooKeeperBackend {
     /// benchmarks and metrics); it keeps counting after the backend moves
     /// into a runtime.
     pub fn request_counter(&self) -> Arc<AtomicU64> {
+        self.0.connector().requests.total_counter()
+    }
+
+    /// The same requests by kind, with the member's commands they carried
+    /// out (for benchmarks: where the requests go).
+    pub fn request_counts(&self) -> Arc<RequestCounts> {
         self.0.connector().requests.clone()
     }
 }

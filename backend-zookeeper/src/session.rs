@@ -2,13 +2,12 @@
 //! opens a member's first session (or resumes one a previous process left)
 //! with them.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tenure_core::records::{Layout, Watched};
 use tenure_core::{SessionId, TopicPartition};
-use tenure_tokio::store::{Hooks, OpenError};
+use tenure_tokio::store::{Hooks, OpenError, RequestCounts};
 use tenure_tokio::{BackendError, SessionTicket};
 use zookeeper_client as zk;
 
@@ -30,7 +29,7 @@ pub(crate) struct Config {
     pub(crate) detached: bool,
     pub(crate) hooks: Hooks,
     /// Requests sent to ZooKeeper so far, across sessions.
-    pub(crate) requests: Arc<AtomicU64>,
+    pub(crate) requests: Arc<RequestCounts>,
 }
 
 impl Config {
@@ -45,7 +44,7 @@ impl Config {
             security: crate::ZooKeeperSecurity::new(),
             detached: false,
             hooks: Hooks::default(),
-            requests: Arc::new(AtomicU64::new(0)),
+            requests: Arc::new(RequestCounts::new()),
         }
     }
 

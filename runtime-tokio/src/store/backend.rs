@@ -101,7 +101,7 @@ impl<C: Connector> Backend for StoreBackend<C> {
             claims_held,
         } = self.connector.connect(&joining).await?;
         let id = C::Client::session_id(&session);
-        let wire = Wire::new(self.connector.request_counter(), heard);
+        let wire = Wire::new(self.connector.request_counts(), heard);
         let shared = Arc::new(Shared::new(client, session, joining.events, wire));
         tracing::info!(store = %shared.client.store(), session = %format_args!("{:#x}", id.0), "session established");
         shared.opened(id, heard);

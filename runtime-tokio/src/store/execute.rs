@@ -9,7 +9,7 @@ use tenure_core::{
 };
 
 use super::shared::Shared;
-use super::{MemberList, StoreClient, StoreOps, Watch};
+use super::{MemberList, RequestKind, StoreClient, StoreOps, Watch};
 
 /// Carries out `command` under `session` and sends its result event to the
 /// member; for a watch, goes on (with the operations and the session
@@ -31,7 +31,9 @@ pub(crate) async fn execute<C: StoreClient>(
         _ => None,
     };
     let session_id = C::session_id(&session);
-    let ops = shared.client.ops(&session, &shared.wire);
+    let kind = RequestKind::of(&command.op);
+    shared.wire.counts().command(kind);
+    let ops = shared.client.ops(&session, &shared.wire.for_kind(kind));
     drop(session);
     let id = command.id;
     let (event, watch) = match command.op {
@@ -145,6 +147,7 @@ pub(crate) async fn execute_batch<C: StoreClient>(
     let mut releases = Vec::new();
     for command in commands {
         let id = command.id;
+        shared.wire.counts().command(RequestKind::of(&command.op));
         match command.op {
             StoreOp::Claim { partition } => claims.push((id, partition)),
             StoreOp::ReadOffset { partition } => reads.push((id, partition)),
@@ -176,32 +179,39 @@ pub(crate) async fn execute_batch<C: StoreClient>(
     for partition in locked {
         turns.push(shared.locks.lock(partition).await);
     }
-    let ops = shared.client.ops(&session, &shared.wire);
+    // Each kind's requests counted as its own.
+    let ops = |kind| shared.client.ops(&session, &shared.wire.for_kind(kind));
+    let (read_ops, claim_ops, commit_ops, release_ops) = (
+        ops(RequestKind::ReadOffset),
+        ops(RequestKind::Claim),
+        ops(RequestKind::Commit),
+        ops(RequestKind::Release),
+    );
     drop(session);
     if !reads.is_empty() {
         let (ids, partitions) = reads.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-        let results = ops.read_offset_many(&partitions).await;
+        let results = read_ops.read_offset_many(&partitions).await;
         answer(&shared, ids, results, "offset reads", |id, result| {
             Event::OffsetResult { id, result }
         });
     }
     if !claims.is_empty() {
         let (ids, partitions) = claims.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-        let results = ops.claim_many(&partitions).await;
+        let results = claim_ops.claim_many(&partitions).await;
         answer(&shared, ids, results, "claims", |id, result| {
             Event::ClaimResult { id, result }
         });
     }
     if !commits.is_empty() {
         let (ids, commits) = commits.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-        let results = ops.commit_many(&commits).await;
+        let results = commit_ops.commit_many(&commits).await;
         answer(&shared, ids, results, "commits", |id, result| {
             Event::CommitResult { id, result }
         });
     }
     if !releases.is_empty() {
         let (ids, releases) = releases.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-        let results = ops.release_many(&releases).await;
+        let results = release_ops.release_many(&releases).await;
         answer(&shared, ids, results, "releases", |id, result| {
             Event::ReleaseResult { id, result }
         });

@@ -28,6 +28,7 @@
 //! [`Event::CommitResult`](tenure_core::Event::CommitResult) each.
 
 mod backend;
+mod counts;
 mod execute;
 mod follow;
 mod gather;
@@ -41,7 +42,6 @@ mod shared;
 mod tests;
 mod wire;
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,7 @@ use tenure_core::{SessionId, TopicPartition};
 use crate::backend::{BackendError, Joining, SessionTicket};
 
 pub use backend::StoreBackend;
+pub use counts::{RequestCounts, RequestKind, RequestTally};
 pub use hooks::Hooks;
 pub use open::OpenError;
 pub use ops::{each_failed, MemberList, StoreOps, Watch};
@@ -65,9 +66,10 @@ pub trait Connector: Send + 'static {
     /// The store's client once the member joined.
     type Client: StoreClient;
 
-    /// The counter of the requests sent to the store, across sessions: the
-    /// [`Wire`] counts every request in it.
-    fn request_counter(&self) -> Arc<AtomicU64>;
+    /// The counts of the requests sent to the store, across sessions: the
+    /// [`Wire`] counts every request in them, under the kind of the command
+    /// it carries out.
+    fn request_counts(&self) -> Arc<RequestCounts>;
 
     /// Opens the first session of the member `joining` names — or resumes
     /// the session `joining.resume` names, if it is still alive — within

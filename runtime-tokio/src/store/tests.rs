@@ -156,7 +156,7 @@ struct ScriptedConnector(Option<Scripted>);
 impl Connector for ScriptedConnector {
     type Client = Scripted;
 
-    fn request_counter(&self) -> Arc<AtomicU64> {
+    fn request_counts(&self) -> Arc<super::RequestCounts> {
         Arc::default()
     }
 

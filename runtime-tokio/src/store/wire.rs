@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::{RequestCounts, RequestKind};
+
 /// How many of one member's store requests are on the wire at once: the
 /// others wait their turn in the member's process.
 pub const REQUESTS_IN_FLIGHT: usize = 64;
@@ -20,8 +22,13 @@ pub const REQUESTS_IN_FLIGHT: usize = 64;
 /// turn (at most [`REQUESTS_IN_FLIGHT`] on the wire), is counted in the
 /// backend's request counter, and, if it went through the store's leader
 /// and was answered, tells the wire that the store heard from the session.
+/// Each request is counted under the kind of the command the wire was
+/// handed out for ([`RequestKind`]).
 #[derive(Clone, Debug)]
-pub struct Wire(Arc<Line>);
+pub struct Wire {
+    line: Arc<Line>,
+    kind: RequestKind,
+}
 
 #[derive(Debug)]
 struct Line {
@@ -31,20 +38,31 @@ struct Line {
     /// Requests the leader answered, which it may count later
     /// ([`Wire::send_to_leader`]).
     leader_answered: LastHeard,
-    requests: Arc<AtomicU64>,
+    requests: Arc<RequestCounts>,
 }
 
 impl Wire {
     /// A line whose requests are counted in `requests`, to a store that
     /// heard from the session at or after `heard` (the moment the attempt
     /// that opened it began).
-    pub(crate) fn new(requests: Arc<AtomicU64>, heard: Instant) -> Wire {
-        Wire(Arc::new(Line {
-            turns: RequestTurns::default(),
-            last_heard: LastHeard::new(heard),
-            leader_answered: LastHeard::new(heard),
-            requests,
-        }))
+    pub(crate) fn new(requests: Arc<RequestCounts>, heard: Instant) -> Wire {
+        Wire {
+            line: Arc::new(Line {
+                turns: RequestTurns::default(),
+                last_heard: LastHeard::new(heard),
+                leader_answered: LastHeard::new(heard),
+                requests,
+            }),
+            kind: RequestKind::Other,
+        }
+    }
+
+    /// The same line, its requests counted as sent for `kind`.
+    pub(crate) fn for_kind(&self, kind: RequestKind) -> Wire {
+        Wire {
+            line: self.line.clone(),
+            kind,
+        }
     }
 
     /// Sends one request once it has its turn, and waits for its answer.
@@ -53,7 +71,7 @@ impl Wire {
     /// noticed yet, while the leader, which expires sessions, hears
     /// nothing of it.
     pub async fn send<F: Future>(&self, request: impl FnOnce() -> F) -> F::Output {
-        let _turn = self.0.turns.take().await;
+        let _turn = self.line.turns.take().await;
         self.count(1);
         request().await
     }
@@ -72,12 +90,12 @@ impl Wire {
         request: impl FnOnce() -> F,
         answered: impl FnOnce(&F::Output) -> bool,
     ) -> F::Output {
-        let _turn = self.0.turns.take().await;
+        let _turn = self.line.turns.take().await;
         self.count(1);
         let sent = Instant::now();
         let answer = request().await;
         if answered(&answer) {
-            self.0.leader_answered.heard(sent);
+            self.line.leader_answered.heard(sent);
         }
         answer
     }
@@ -85,14 +103,19 @@ impl Wire {
     /// Counts `requests` sent without a turn (reads fanned out to a server
     /// that has no multi-read, say).
     pub fn count(&self, requests: u64) {
-        self.0.requests.fetch_add(requests, Ordering::Relaxed);
+        self.line.requests.count(self.kind, requests);
+    }
+
+    /// The counts every request on this line goes into.
+    pub(crate) fn counts(&self) -> &RequestCounts {
+        &self.line.requests
     }
 
     /// Notes that the store's leader renewed the session at or after `at`,
     /// and counted it then (an etcd keep-alive answered, a session opened
     /// or revalidated).
     pub fn heard(&self, at: Instant) {
-        self.0.last_heard.heard(at);
+        self.line.last_heard.heard(at);
     }
 
     /// A moment at or before the latest moment the store's leader is known
@@ -100,7 +123,10 @@ impl Wire {
     /// [`tenure_core::Event::SessionSuspended`] reports (the member takes
     /// the earlier of it and what it counted).
     pub fn last_heard(&self) -> Instant {
-        self.0.last_heard.get().max(self.0.leader_answered.get())
+        self.line
+            .last_heard
+            .get()
+            .max(self.line.leader_answered.get())
     }
 
     /// The latest renewal the leader counted when it answered, and the
@@ -108,15 +134,15 @@ impl Wire {
     /// [`tenure_core::Event::SessionRenewed`].
     pub(crate) fn renewals(&self) -> Renewals {
         Renewals {
-            counted: self.0.last_heard.get(),
-            leader_answered: self.0.leader_answered.get(),
+            counted: self.line.last_heard.get(),
+            leader_answered: self.line.leader_answered.get(),
         }
     }
 
     /// What the requests are doing now; `None` when none waits or is
     /// unanswered.
     pub(crate) fn backlog(&self) -> Option<Backlog> {
-        self.0.turns.backlog()
+        self.line.turns.backlog()
     }
 }
 
@@ -331,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_answers_through_the_leader_move_last_heard_and_every_request_counts() {
-        let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = Arc::new(super::RequestCounts::new());
         let opened = Instant::now();
         let wire = Wire::new(counter.clone(), opened);
         let read = wire.send(|| async { 7 }).await;
@@ -363,6 +389,10 @@ mod tests {
         wire.heard(opened - Duration::from_secs(1));
         assert!(wire.last_heard() >= before);
         wire.count(5);
-        assert_eq!(counter.load(Ordering::Relaxed), 8);
+        assert_eq!(counter.total(), 8);
+        wire.for_kind(super::RequestKind::Claim).count(2);
+        assert_eq!(counter.total(), 10);
+        assert_eq!(counter.requests(super::RequestKind::Claim), 2);
+        assert_eq!(counter.requests(super::RequestKind::Other), 8);
     }
 }
