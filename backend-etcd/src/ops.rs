@@ -96,6 +96,31 @@ impl Ctx {
             .and_then([TxnOp::put(key, encode_offset(offset), None)])
     }
 
+    /// The transaction of one release: the owner key deleted only while it
+    /// carries our lease and, if `token` is given, is that claim; with
+    /// `commit`, the offset written in the same transaction, and the owner
+    /// key read when the compares fail, to tell a record gone from
+    /// another's. Gone or not ours, it writes nothing.
+    fn release_txn(
+        &self,
+        partition: &TopicPartition,
+        token: Option<FencingToken>,
+        commit: Option<Offset>,
+    ) -> Txn {
+        let key = self.group.keys.owner(partition);
+        let Some(offset) = commit else {
+            return release_txn(self, key, token);
+        };
+        let offset_key = self.group.keys.offset(partition);
+        Txn::new()
+            .when(release_compares(self, &key, token))
+            .and_then([
+                TxnOp::put(offset_key, encode_offset(offset), None),
+                TxnOp::delete(key.clone(), None),
+            ])
+            .or_else([TxnOp::get(key, None)])
+    }
+
     /// One transaction of `txns`, nested: each evaluates its own compares,
     /// so that one that fails leaves the others alone. etcd counts a
     /// nested transaction's operations against `--max-txn-ops` on top of
@@ -251,30 +276,34 @@ impl StoreOps for Ctx {
         Ok((true, Some(watch(self, key, false, revision + 1, gone))))
     }
 
+    /// One transaction, with the final commit in it if there is one: a
+    /// commit and a release took two.
     async fn release(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
+        commit: Option<Offset>,
     ) -> Result<(), StoreError> {
         self.group.config.hooks.before_release().await;
-        let key = self.group.keys.owner(partition);
-        self.txn(release_txn(self, key, token)).await.map(|_| ())
+        let response = self.txn(self.release_txn(partition, token, commit)).await?;
+        released(&response, commit)
     }
 
     /// One transaction of one release per partition, nested.
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
     ) -> Vec<Result<(), StoreError>> {
         self.group.config.hooks.before_release().await;
         let txns = releases
             .iter()
-            .map(|(p, token)| release_txn(self, self.group.keys.owner(p), *token))
+            .map(|(p, token, commit)| self.release_txn(p, *token, *commit))
             .collect();
         match self.txn_of_txns(txns).await {
             Ok(response) => nested(&response, releases.len(), "releases")
                 .into_iter()
-                .map(|answer| answer.map(|_| ()))
+                .zip(releases)
+                .map(|(answer, (_, _, commit))| released(&answer?, *commit))
                 .collect(),
             Err(error) => each_failed(releases.len(), error),
         }
@@ -435,20 +464,39 @@ fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, Stor
         .ok_or_else(|| StoreError::Other(ClientError::message("etcd answered without a header")))
 }
 
-/// The transaction that deletes `key` only while it carries our lease and,
-/// if `token` is given, is that claim: gone or not ours, it does nothing.
-fn release_txn(ctx: &Ctx, key: String, token: Option<FencingToken>) -> Txn {
-    // A missing key compares as lease 0 and create_revision 0: no match.
-    let mut compares = vec![Compare::lease(key.clone(), CompareOp::Equal, ctx.lease())];
+/// What a release's transaction `response` says: done; or, for one that
+/// carries a commit, why nothing was written (the owner key gone, or
+/// another's). A release alone finds nothing to do just as well.
+fn released(response: &TxnResponse, commit: Option<Offset>) -> Result<(), StoreError> {
+    if response.succeeded() || commit.is_none() {
+        return Ok(());
+    }
+    match got(response) {
+        Some(_) => Err(StoreError::NotOwner),
+        None => Err(StoreError::NoNode),
+    }
+}
+
+/// The compares of a release: `key` carries our lease and, if `token` is
+/// given, is that claim. A missing key compares as lease 0 and
+/// create_revision 0: no match.
+fn release_compares(ctx: &Ctx, key: &str, token: Option<FencingToken>) -> Vec<Compare> {
+    let mut compares = vec![Compare::lease(key, CompareOp::Equal, ctx.lease())];
     if let Some(token) = token {
         compares.push(Compare::create_revision(
-            key.clone(),
+            key,
             CompareOp::Equal,
             revision(token),
         ));
     }
+    compares
+}
+
+/// The transaction that deletes `key` only while it carries our lease and,
+/// if `token` is given, is that claim: gone or not ours, it does nothing.
+fn release_txn(ctx: &Ctx, key: String, token: Option<FencingToken>) -> Txn {
     Txn::new()
-        .when(compares)
+        .when(release_compares(ctx, &key, token))
         .and_then([TxnOp::delete(key, None)])
 }
 

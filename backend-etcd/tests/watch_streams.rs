@@ -362,6 +362,7 @@ async fn release(member: &mut common::Driver, partitions: &BTreeSet<u32>) {
                 op: StoreOp::Release {
                     partition: partition(p),
                     token: None,
+                    commit: None,
                 },
             })
         })

@@ -349,6 +349,64 @@ impl Ctx {
     }
 }
 
+/// How a commit writes its offset node: its data set at the version read,
+/// or the node created (none was there).
+#[derive(Clone, Copy, Debug)]
+enum Write {
+    Set(i32),
+    Create,
+}
+
+impl Ctx {
+    /// Adds to `writer` a release that carries a commit: the owner record
+    /// at `owner_path` checked at the version of `owner` (as read), the
+    /// offset written to `path` as `write` says, and the owner record
+    /// deleted, in this order; the check comes first so that a refusal at
+    /// index 0 says the record changed since it was read.
+    fn add_release_committing(
+        &self,
+        writer: &mut zk::MultiWriter<'_>,
+        owner_path: &str,
+        owner: &zk::Stat,
+        path: &str,
+        offset: Offset,
+        write: Write,
+    ) -> Result<(), zk::Error> {
+        let data = encode_offset(offset);
+        writer.add_check_version(owner_path, owner.version)?;
+        match write {
+            Write::Set(version) => writer.add_set_data(path, &data, Some(version))?,
+            Write::Create => writer.add_create(
+                path,
+                &data,
+                &zk::CreateMode::Persistent.with_acls(self.group.config.security.acls()),
+            )?,
+        }
+        writer.add_delete(owner_path, Some(owner.version))
+    }
+}
+
+/// The stat of an owner record `read` found, if it is the claim of
+/// `session` (with `token`, when given); otherwise why a release carrying
+/// a commit writes nothing: gone ([`StoreError::NoNode`]) or another's
+/// ([`StoreError::NotOwner`]).
+fn owned(
+    read: Read,
+    session: SessionId,
+    token: Option<FencingToken>,
+) -> Result<zk::Stat, StoreError> {
+    match read {
+        Ok((_, stat))
+            if owner_session(&stat) == Some(session)
+                && token.is_none_or(|t| t == token_of(&stat)) =>
+        {
+            Ok(stat)
+        }
+        Ok(_) => Err(StoreError::NotOwner),
+        Err(error) => Err(store_error(error)),
+    }
+}
+
 /// Turns a one-shot watcher into a watch that fires on a change of the
 /// node, not on a change of the session (which ends the watch).
 fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
@@ -461,52 +519,138 @@ impl StoreOps for Ctx {
         Ok((stat.is_some(), Some(fires_on_change(watcher))))
     }
 
+    /// Without a commit, the owner record read and deleted at the version
+    /// read if it is ours. With one, the owner record and the offset read
+    /// in one multi-read, then one `multi` that checks the owner record is
+    /// the one read, writes the offset and deletes the record: two
+    /// requests where a commit (three) and a release (two) took five.
     async fn release(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
+        commit: Option<Offset>,
     ) -> Result<(), StoreError> {
-        let path = self.group.layout.owner(partition);
-        delete_if_ours(self, &path, token, true).await
+        let owner_path = self.group.layout.owner(partition);
+        let Some(offset) = commit else {
+            return delete_if_ours(self, &owner_path, token, true).await;
+        };
+        let path = self.group.layout.offset(partition);
+        let paths = [owner_path.clone(), path.clone()];
+        let reads = match read_all(self, &paths).await {
+            // A server before multi-reads (3.6): both at once.
+            Err(zk::Error::Unimplemented) => read_each(self, &paths).await,
+            other => other,
+        }
+        .map_err(store_error)?;
+        let [owner, existing]: [Read; 2] = reads.try_into().map_err(|_| {
+            StoreError::Other(ClientError::message(
+                "a read of an owner record and an offset answered otherwise",
+            ))
+        })?;
+        let owner = owned(owner, self.session, token)?;
+        let write = match existing {
+            Ok((_, stat)) => Write::Set(stat.version),
+            Err(zk::Error::NoNode) => {
+                self.create_parents(&path).await.map_err(store_error)?;
+                Write::Create
+            }
+            Err(error) => return Err(store_error(error)),
+        };
+        let mut writer = self.client.new_multi_writer();
+        self.add_release_committing(&mut writer, &owner_path, &owner, &path, offset, write)
+            .map_err(store_error)?;
+        self.group.config.hooks.before_release().await;
+        match self.multi(writer).await {
+            Ok(_) => Ok(()),
+            // The owner record changed since it was read (gone with the
+            // session, say): nothing was written.
+            Err(zk::MultiWriteError::OperationFailed {
+                index: 0,
+                source: zk::Error::NoNode | zk::Error::BadVersion,
+            }) => Err(StoreError::NotOwner),
+            Err(zk::MultiWriteError::OperationFailed { source, .. })
+            | Err(zk::MultiWriteError::RequestFailed { source }) => Err(store_error(source)),
+        }
     }
 
-    /// The owner records read in one multi-read, and those still ours
-    /// deleted at the version read in one `multi`; refused as a whole (a
-    /// record changed in between), each is released on its own.
+    /// The owner records, and the offsets of the releases that carry a
+    /// commit, read in one multi-read; then those still ours deleted at
+    /// the version read, each with its commit written and its record
+    /// checked first, in one `multi`. Refused as a whole (a record changed
+    /// in between, an offsets parent missing), each is released on its own.
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
     ) -> Vec<Result<(), StoreError>> {
         if releases.len() < 2 {
             return self.release_each(releases).await;
         }
-        let paths: Vec<String> = releases
+        let owners: Vec<String> = releases
             .iter()
-            .map(|(p, _)| self.group.layout.owner(p))
+            .map(|(p, _, _)| self.group.layout.owner(p))
             .collect();
-        let reads = match read_all(self, &paths).await {
+        let offsets: Vec<String> = releases
+            .iter()
+            .filter(|(_, _, commit)| commit.is_some())
+            .map(|(p, _, _)| self.group.layout.offset(p))
+            .collect();
+        let paths: Vec<String> = owners.iter().chain(&offsets).cloned().collect();
+        let mut owner_reads = match read_all(self, &paths).await {
             Err(zk::Error::Unimplemented) => return self.release_each(releases).await,
             Err(error) => return each_failed(releases.len(), store_error(error)),
             Ok(reads) => reads,
         };
-        // Decided by the read (gone, not ours: nothing to do; unreadable),
-        // or `None`: deleted by the multi.
-        let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(paths.len());
+        let mut offset_reads = owner_reads.split_off(releases.len()).into_iter();
+        let mut offset_paths = offsets.iter();
+        // Decided by the read (gone, not ours: nothing to do, or nothing
+        // written where a commit rides; unreadable), or `None`: deleted by
+        // the multi.
+        let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(owners.len());
         let mut writer = self.client.new_multi_writer();
-        for ((path, (_, token)), read) in paths.iter().zip(releases).zip(reads) {
-            match read {
-                Ok((_, stat))
-                    if owner_session(&stat) == Some(self.session)
-                        && token.is_none_or(|t| t == token_of(&stat)) =>
-                {
-                    if writer.add_delete(path, Some(stat.version)).is_err() {
-                        return self.release_each(releases).await;
+        for ((owner_path, (_, token, commit)), read) in owners.iter().zip(releases).zip(owner_reads)
+        {
+            let Some(offset) = commit else {
+                match read {
+                    Ok((_, stat))
+                        if owner_session(&stat) == Some(self.session)
+                            && token.is_none_or(|t| t == token_of(&stat)) =>
+                    {
+                        if writer.add_delete(owner_path, Some(stat.version)).is_err() {
+                            return self.release_each(releases).await;
+                        }
+                        decided.push(None);
                     }
-                    decided.push(None);
+                    Ok(_) | Err(zk::Error::NoNode) => decided.push(Some(Ok(()))),
+                    Err(error) => decided.push(Some(Err(store_error(error)))),
                 }
-                Ok(_) | Err(zk::Error::NoNode) => decided.push(Some(Ok(()))),
-                Err(error) => decided.push(Some(Err(store_error(error)))),
+                continue;
+            };
+            let (Some(existing), Some(path)) = (offset_reads.next(), offset_paths.next()) else {
+                return self.release_each(releases).await;
+            };
+            let owner = match owned(read, self.session, *token) {
+                Ok(owner) => owner,
+                Err(error) => {
+                    decided.push(Some(Err(error)));
+                    continue;
+                }
+            };
+            let write = match existing {
+                Ok((_, stat)) => Write::Set(stat.version),
+                // Its parent may be missing: then the multi is refused and
+                // the release goes on its own, which makes it.
+                Err(zk::Error::NoNode) => Write::Create,
+                Err(error) => {
+                    decided.push(Some(Err(store_error(error))));
+                    continue;
+                }
+            };
+            let added =
+                self.add_release_committing(&mut writer, owner_path, &owner, path, *offset, write);
+            if added.is_err() {
+                return self.release_each(releases).await;
             }
+            decided.push(None);
         }
         if decided.iter().any(Option::is_none) {
             self.group.config.hooks.before_release().await;

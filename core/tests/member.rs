@@ -531,7 +531,33 @@ fn releases(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Option
     commands
         .iter()
         .filter_map(|c| match (&c.id, &c.op) {
-            (id, StoreOp::Release { partition, token }) => Some((*id, partition.clone(), *token)),
+            (
+                id,
+                StoreOp::Release {
+                    partition, token, ..
+                },
+            ) => Some((*id, partition.clone(), *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The final commits the releases among `commands` carry: each release's
+/// id, partition, offset and token.
+fn final_commits(
+    commands: &[StoreRequest],
+) -> Vec<(RequestId, TopicPartition, Offset, Option<FencingToken>)> {
+    commands
+        .iter()
+        .filter_map(|c| match (&c.id, &c.op) {
+            (
+                id,
+                StoreOp::Release {
+                    partition,
+                    token,
+                    commit: Some(offset),
+                },
+            ) => Some((*id, partition.clone(), *offset, *token)),
             _ => None,
         })
         .collect()
@@ -1033,7 +1059,7 @@ fn a_stale_offset_read_result_does_not_restart_fetching() {
 // ----- releases -----
 
 #[test]
-fn a_moved_partition_stops_drains_commits_then_releases() {
+fn a_moved_partition_stops_drains_then_releases_with_its_final_commit() {
     let mut h = Harness::new(config_with(&[(0, "m0")]));
     h.auto_heartbeat = Some(Ok(()));
     h.owning(2);
@@ -1067,18 +1093,20 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
     assert!(commits(&commands).is_empty(), "{commands:?}");
     assert!(releases(&commands).is_empty(), "{commands:?}");
 
+    // The release goes out once drained, carrying the final commit: one
+    // request, no commit of its own before it.
     let commands = h.drained(0);
-    let sent = commits(&commands);
-    assert_eq!(sent.len(), 1, "{commands:?}");
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+    let released = final_commits(&commands);
     assert_eq!(
-        (&sent[0].1, sent[0].2, sent[0].3),
-        (&tp(0), 13, FencingToken(100))
+        released
+            .iter()
+            .map(|r| (&r.1, r.2, r.3))
+            .collect::<Vec<_>>(),
+        vec![(&tp(0), 13, Some(FencingToken(100)))],
+        "{commands:?}"
     );
-    assert!(
-        releases(&commands).is_empty(),
-        "release waits for the commit"
-    );
-
+    assert_eq!(releases(&commands).len(), 1, "{commands:?}");
     assert_eq!(
         h.app_events,
         vec![AppEvent::Committing {
@@ -1090,25 +1118,6 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
 
     // An acknowledgement after the final commit was sent is ignored.
     assert!(h.processed(0, 20).is_empty());
-    let commands = h.event(Event::CommitResult {
-        id: sent[0].0,
-        result: Ok(()),
-    });
-    assert_eq!(
-        h.app_events,
-        vec![AppEvent::Committed {
-            partition: tp(0),
-            token: FencingToken(100),
-            offset: 13
-        }]
-    );
-    let released = releases(&commands);
-    assert_eq!(
-        released.iter().map(|r| (&r.1, r.2)).collect::<Vec<_>>(),
-        vec![(&tp(0), Some(FencingToken(100)))],
-        "{commands:?}"
-    );
-    assert!(commits(&commands).is_empty());
     assert!(h
         .event(Event::ReleaseResult {
             id: released[0].0,
@@ -1117,11 +1126,18 @@ fn a_moved_partition_stops_drains_commits_then_releases() {
         .is_empty());
     assert_eq!(
         h.app_events,
-        vec![AppEvent::Released {
-            partition: tp(0),
-            token: FencingToken(100)
-        }],
-        "handed over, not lost"
+        vec![
+            AppEvent::Committed {
+                partition: tp(0),
+                token: FencingToken(100),
+                offset: 13
+            },
+            AppEvent::Released {
+                partition: tp(0),
+                token: FencingToken(100)
+            }
+        ],
+        "committed and handed over, not lost"
     );
     let stats = h.member.stats();
     assert_eq!(
@@ -1160,20 +1176,132 @@ fn a_release_that_never_drains_times_out_then_commits_and_releases() {
             timeout: secs(30)
         }]
     );
-    let sent = commits(&commands);
+    let sent = final_commits(&commands);
     assert_eq!(sent.len(), 1, "{commands:?}");
     assert_eq!(sent[0].2, 5);
-    assert!(releases(&commands).is_empty());
+    assert!(commits(&commands).is_empty());
 
     // Late acknowledgements and a late drain are ignored.
     assert!(h.processed(0, 9).is_empty());
     assert!(h.drained(0).is_empty());
-    let commands = h.event(Event::CommitResult {
+    let commands = h.event(Event::ReleaseResult {
         id: sent[0].0,
         result: Ok(()),
     });
-    assert_eq!(releases(&commands).len(), 1, "{commands:?}");
-    assert!(commits(&commands).is_empty());
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(h.member.committed(&tp(0)), None, "the partition is gone");
+    assert_eq!(h.member.stats().commits, 1);
+    assert_eq!(h.member.stats().released, 1);
+}
+
+#[test]
+fn a_release_whose_claim_is_another_s_reports_its_final_commit_fenced_and_is_lost() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.processed(0, 7);
+    h.members(&[info("m0"), info(OURS)]);
+    let sent = final_commits(&h.drained(0));
+    assert_eq!(sent.len(), 1);
+    let commands = h.event(Event::ReleaseResult {
+        id: sent[0].0,
+        result: Err(StoreError::NotOwner),
+    });
+    assert!(commands.is_empty(), "not ours to claim: {commands:?}");
+    assert_eq!(
+        h.reports(),
+        vec![Error::CommitFenced {
+            partition: tp(0),
+            offset: 8
+        }]
+    );
+    assert!(
+        h.app_events.contains(&AppEvent::CommitFenced {
+            partition: tp(0),
+            token: FencingToken(100),
+            offset: 8
+        }),
+        "{:?}",
+        h.app_events
+    );
+    assert!(
+        h.app_events.contains(&AppEvent::Lost {
+            partition: tp(0),
+            token: FencingToken(100)
+        }),
+        "lost, not handed over: {:?}",
+        h.app_events
+    );
+    let stats = h.member.stats();
+    assert_eq!(
+        (
+            stats.commits,
+            stats.commits_fenced,
+            stats.released,
+            stats.lost
+        ),
+        (0, 1, 0, 1),
+        "{stats:?}"
+    );
+    assert!(h.member.owned().next().is_none());
+}
+
+#[test]
+fn a_release_whose_answer_is_lost_goes_again_with_its_final_commit() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.auto_heartbeat = Some(Ok(()));
+    h.owning(1);
+    h.processed(0, 7);
+    h.members(&[info("m0"), info(OURS)]);
+    let first = final_commits(&h.drained(0));
+    assert_eq!(first.len(), 1);
+    assert!(h
+        .event(Event::ReleaseResult {
+            id: first[0].0,
+            result: Err(StoreError::ConnectionLoss),
+        })
+        .is_empty());
+    assert!(
+        h.app_events.iter().any(|e| matches!(
+            e,
+            AppEvent::CommitFailed {
+                offset: 8,
+                error: StoreError::ConnectionLoss,
+                ..
+            }
+        )),
+        "{:?}",
+        h.app_events
+    );
+    // After the backoff, the same release with the same commit.
+    let commands = h.advance(secs(5));
+    let again = final_commits(&commands);
+    assert_eq!(
+        again.iter().map(|r| (&r.1, r.2, r.3)).collect::<Vec<_>>(),
+        vec![(&tp(0), 8, Some(FencingToken(100)))],
+        "{commands:?}"
+    );
+    // The first attempt had gone through: the record is gone, and whether
+    // this commit was written is not known.
+    assert!(h
+        .event(Event::ReleaseResult {
+            id: again[0].0,
+            result: Err(StoreError::NoNode),
+        })
+        .is_empty());
+    assert!(
+        h.app_events.contains(&AppEvent::Released {
+            partition: tp(0),
+            token: FencingToken(100)
+        }),
+        "{:?}",
+        h.app_events
+    );
+    assert!(!h
+        .app_events
+        .iter()
+        .any(|e| matches!(e, AppEvent::Committed { .. })));
+    assert!(h.member.owned().next().is_none());
 }
 
 #[test]
@@ -1545,8 +1673,18 @@ fn a_paused_process_does_not_commit_a_release_before_confirmation() {
     h.member.handle_timeout(h.now);
     let commands = h.drain();
     assert!(
-        commits(&commands).is_empty(),
+        commits(&commands).is_empty() && releases(&commands).is_empty(),
         "commit before the session is confirmed: {commands:?}"
+    );
+    // Confirmed alive, the release goes with its final commit.
+    h.auto_heartbeat = Some(Ok(()));
+    h.answer_heartbeats(commands);
+    let commands = h.advance(secs(5));
+    let sent = final_commits(&commands);
+    assert_eq!(
+        sent.iter().map(|c| (&c.1, c.2)).collect::<Vec<_>>(),
+        vec![(&tp(0), 6)],
+        "{commands:?}"
     );
 }
 
@@ -1778,21 +1916,18 @@ fn shutdown_releases_everything_then_deregisters_and_closes() {
     );
 
     let commands = h.drained(0);
-    let sent = commits(&commands);
+    let release0 = final_commits(&commands);
     assert_eq!(
-        sent.iter().map(|c| (&c.1, c.2)).collect::<Vec<_>>(),
+        release0.iter().map(|c| (&c.1, c.2)).collect::<Vec<_>>(),
         vec![(&tp(0), 10)]
     );
     let commands = h.drained(1);
     let release1 = releases(&commands);
     assert_eq!(release1.len(), 1, "{commands:?}");
-    assert!(commits(&commands).is_empty());
-    let commands = h.event(Event::CommitResult {
-        id: sent[0].0,
-        result: Ok(()),
-    });
-    let release0 = releases(&commands);
-    assert_eq!(release0.len(), 1, "{commands:?}");
+    assert!(
+        final_commits(&commands).is_empty(),
+        "nothing processed, nothing to commit: {commands:?}"
+    );
 
     let commands = h.event(Event::ReleaseResult {
         id: release0[0].0,

@@ -144,6 +144,9 @@ struct Sim {
     /// Partitions reported as not drained in time.
     drain_timed_out: BTreeSet<TopicPartition>,
     released: BTreeSet<(TopicPartition, FencingToken)>,
+    /// The final commit the first release of each claim carried: a
+    /// release sent again (its answer lost) carries the same one, or none.
+    release_commits: BTreeMap<(TopicPartition, FencingToken), Option<Offset>>,
     highest_sent: BTreeMap<(TopicPartition, FencingToken), Offset>,
     highest_acked: BTreeMap<(TopicPartition, FencingToken), Offset>,
     view: Vec<MemberInfo>,
@@ -175,6 +178,7 @@ impl Sim {
             draining: Vec::new(),
             drain_timed_out: BTreeSet::new(),
             released: BTreeSet::new(),
+            release_commits: BTreeMap::new(),
             highest_sent: BTreeMap::new(),
             highest_acked: BTreeMap::new(),
             view: vec![info(OURS, STRATEGY)],
@@ -340,6 +344,40 @@ impl Sim {
         Ok(())
     }
 
+    /// Checks a commit of `offset` to `partition` under `token` as it goes
+    /// out, alone or carried by a release (`again`: the same release as
+    /// before, sent again).
+    fn check_commit(
+        &mut self,
+        partition: &TopicPartition,
+        offset: Offset,
+        token: FencingToken,
+        again: bool,
+    ) -> Result<(), TestCaseError> {
+        let key = (partition.clone(), token);
+        prop_assert!(
+            self.granted
+                .get(partition)
+                .is_some_and(|t| t.contains(&token)),
+            "commit of {:?} under {:?}, not a claim of ours",
+            partition,
+            token
+        );
+        prop_assert!(!self.dead.contains(&token), "commit under a dead token");
+        prop_assert!(
+            again || !self.released.contains(&key),
+            "commit after release"
+        );
+        if let Some(sent) = self.highest_sent.get(&key) {
+            prop_assert!(offset >= *sent, "commit {} after {}", offset, sent);
+        }
+        if let Some(acked) = self.highest_acked.get(&key) {
+            prop_assert!(offset > *acked, "commit {} after acked {}", offset, acked);
+        }
+        self.highest_sent.insert(key, offset);
+        Ok(())
+    }
+
     fn check(&mut self, command: &StoreRequest) -> Result<(), TestCaseError> {
         match (&command.id, &command.op) {
             (
@@ -349,33 +387,38 @@ impl Sim {
                     offset,
                     token,
                 },
-            ) => {
-                let key = (partition.clone(), *token);
-                prop_assert!(
-                    self.granted
-                        .get(partition)
-                        .is_some_and(|t| t.contains(token)),
-                    "commit of {:?} under {:?}, not a claim of ours",
-                    partition,
-                    token
-                );
-                prop_assert!(!self.dead.contains(token), "commit under a dead token");
-                prop_assert!(!self.released.contains(&key), "commit after release");
-                if let Some(sent) = self.highest_sent.get(&key) {
-                    prop_assert!(offset >= sent, "commit {} after {}", offset, sent);
-                }
-                if let Some(acked) = self.highest_acked.get(&key) {
-                    prop_assert!(offset > acked, "commit {} after acked {}", offset, acked);
-                }
-                self.highest_sent.insert(key, *offset);
-            }
+            ) => self.check_commit(partition, *offset, *token, false)?,
+            (
+                _,
+                StoreOp::Release {
+                    commit: Some(_),
+                    token: None,
+                    ..
+                },
+            ) => prop_assert!(
+                false,
+                "a release carries a commit without its claim's token"
+            ),
             (
                 _,
                 StoreOp::Release {
                     partition,
                     token: Some(token),
+                    commit,
                 },
             ) => {
+                let key = (partition.clone(), *token);
+                let first = *self.release_commits.entry(key).or_insert(*commit);
+                if let Some(offset) = commit {
+                    prop_assert_eq!(
+                        first,
+                        Some(*offset),
+                        "a release of {:?} sent again carries another commit",
+                        partition
+                    );
+                    let again = self.released.contains(&(partition.clone(), *token));
+                    self.check_commit(partition, *offset, *token, again)?;
+                }
                 prop_assert!(!self.dead.contains(token), "release under a dead token");
                 if self.strict.drain_before_release {
                     let undrained = self
@@ -539,15 +582,29 @@ impl Sim {
                 }
                 Event::CommitResult { id: *id, result }
             }
-            (id, StoreOp::Release { .. }) => Event::ReleaseResult {
-                id: *id,
-                result: match outcome % 5 {
+            (
+                id,
+                StoreOp::Release {
+                    partition,
+                    token,
+                    commit,
+                },
+            ) => {
+                let result = match outcome % 5 {
                     0 | 1 => Ok(()),
                     2 => Err(StoreError::NoNode),
                     3 => Err(StoreError::NotOwner),
                     _ => Err(StoreError::ConnectionLoss),
-                },
-            },
+                };
+                if let (Ok(()), Some(offset), Some(token)) = (&result, commit, token) {
+                    let acked = self
+                        .highest_acked
+                        .entry((partition.clone(), *token))
+                        .or_insert(*offset);
+                    *acked = (*acked).max(*offset);
+                }
+                Event::ReleaseResult { id: *id, result }
+            }
             (id, StoreOp::Heartbeat) => Event::HeartbeatResult {
                 id: *id,
                 result: match outcome % 4 {

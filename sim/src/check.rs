@@ -25,25 +25,42 @@ pub(crate) struct Seen<'a> {
 
 /// Whether `session` is alive and its claim `token` is the owner record of
 /// `partition`: what a member must have to consume the partition.
-/// The commit `op` asks for, if it is one, with whether its claim holds
-/// in the store as the request arrives (before the store carries it out).
+/// The commit `op` asks for, if it is one or a release that carries one,
+/// with whether its claim holds in the store as the request arrives
+/// (before the store carries it out).
 pub(crate) fn arriving_commit(
     store: &Store,
     layout: &Layout,
     session: SessionId,
     op: &StoreOp,
 ) -> Option<(TopicPartition, Offset, FencingToken, bool)> {
-    match op {
+    let (partition, offset, token) = match op {
         StoreOp::CommitOffset {
             partition,
             offset,
             token,
-        } => {
-            let legit = owns(store, layout, session, partition, *token);
-            Some((partition.clone(), *offset, *token, legit))
         }
-        _ => None,
-    }
+        | StoreOp::Release {
+            partition,
+            commit: Some(offset),
+            token: Some(token),
+        } => (partition, offset, token),
+        _ => return None,
+    };
+    let legit = owns(store, layout, session, partition, *token);
+    Some((partition.clone(), *offset, *token, legit))
+}
+
+/// Whether `event` says the store wrote the commit its request asked for:
+/// a commit's success, or that of a release that carried one (a release
+/// without a commit also succeeds when it finds nothing to delete, but
+/// [`arriving_commit`] names no commit for it).
+pub(crate) fn stored_commit(event: &tenure_core::protocol::Event) -> bool {
+    use tenure_core::protocol::Event;
+    matches!(
+        event,
+        Event::CommitResult { result: Ok(()), .. } | Event::ReleaseResult { result: Ok(()), .. }
+    )
 }
 
 pub(crate) fn owns(

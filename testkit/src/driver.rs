@@ -317,24 +317,42 @@ impl<B: Backend> Driver<B> {
         self.together(ops).await
     }
 
-    /// Releases every `(partition, token)` of `releases` in one go.
+    /// Releases every `(partition, token, final commit)` of `releases` in
+    /// one go.
     pub async fn release_together(
         &mut self,
-        releases: impl IntoIterator<Item = (u32, Option<FencingToken>)>,
+        releases: impl IntoIterator<Item = (u32, Option<FencingToken>, Option<Offset>)>,
     ) -> Vec<Event> {
-        let ops = releases.into_iter().map(|(p, token)| StoreOp::Release {
-            partition: partition(p),
-            token,
-        });
+        let ops = releases
+            .into_iter()
+            .map(|(p, token, commit)| StoreOp::Release {
+                partition: partition(p),
+                token,
+                commit,
+            });
         self.together(ops).await
     }
 
     pub async fn release(&mut self, p: u32, token: Option<FencingToken>) -> Event {
+        self.release_committing(p, token, None).await
+    }
+
+    /// Releases `p`, carrying `commit` as its final commit if given.
+    pub async fn release_committing(
+        &mut self,
+        p: u32,
+        token: Option<FencingToken>,
+        commit: Option<Offset>,
+    ) -> Event {
         let partition = partition(p);
         self.request(|id, session| StoreRequest {
             id,
             session,
-            op: StoreOp::Release { partition, token },
+            op: StoreOp::Release {
+                partition,
+                token,
+                commit,
+            },
         })
         .await
     }

@@ -122,8 +122,21 @@ pub fn execute(
                 .map_err(store_error);
             Execution::Done(Event::OwnerWatchResult { id, result })
         }
-        StoreOp::Release { partition, token } => {
+        StoreOp::Release {
+            partition,
+            token,
+            commit: None,
+        } => {
             let result = delete_if_ours(store, session, &layout.owner(&partition), token, fired);
+            Execution::Done(Event::ReleaseResult { id, result })
+        }
+        StoreOp::Release {
+            partition,
+            token,
+            commit: Some(offset),
+        } => {
+            let result =
+                release_committing(store, layout, session, &partition, token, offset, fired);
             Execution::Done(Event::ReleaseResult { id, result })
         }
         StoreOp::ReadOffset { partition } => {
@@ -202,24 +215,11 @@ pub fn execute_batch(
                 token,
             } => match ours(store, session, &layout.owner(partition), Some(*token)) {
                 Ok(Some(owner)) => {
-                    let path = layout.offset(partition);
-                    let data = encode_offset(*offset);
                     ops.push(Op::Check {
                         path: layout.owner(partition),
                         version: owner.version,
                     });
-                    ops.push(match store.exists(&path) {
-                        Some(stat) => Op::SetData {
-                            path,
-                            data,
-                            version: Some(stat.version),
-                        },
-                        None => Op::Create {
-                            path,
-                            data,
-                            mode: CreateMode::Persistent,
-                        },
-                    });
+                    ops.push(offset_write(store, layout, partition, *offset));
                     decided.push(Err(2));
                 }
                 Ok(None) => decided.push(Ok(Event::CommitResult {
@@ -231,16 +231,35 @@ pub fn execute_batch(
                     result: Err(error),
                 })),
             },
-            StoreOp::Release { partition, token } => {
+            StoreOp::Release {
+                partition,
+                token,
+                commit,
+            } => {
                 let path = layout.owner(partition);
                 match ours(store, session, &path, *token) {
                     Ok(Some(owner)) => {
+                        let mut count = 1;
+                        if let Some(offset) = commit {
+                            // The final commit rides in the same multi,
+                            // guarded as a commit is.
+                            ops.push(Op::Check {
+                                path: path.clone(),
+                                version: owner.version,
+                            });
+                            ops.push(offset_write(store, layout, partition, *offset));
+                            count += 2;
+                        }
                         ops.push(Op::Delete {
                             path,
                             version: Some(owner.version),
                         });
-                        decided.push(Err(1));
+                        decided.push(Err(count));
                     }
+                    Ok(None) if commit.is_some() => decided.push(Ok(Event::ReleaseResult {
+                        id,
+                        result: Err(not_ours(store, &path)),
+                    })),
                     result => decided.push(Ok(Event::ReleaseResult {
                         id,
                         result: result.map(|_| ()),
@@ -303,6 +322,36 @@ fn ours(
         .then_some(stat)),
         Err(OpError::NoNode) => Ok(None),
         Err(error) => Err(store_error(error)),
+    }
+}
+
+/// Why a release carrying a commit found the owner record at `path` not
+/// this claim's: gone ([`StoreError::NoNode`]), or another's
+/// ([`StoreError::NotOwner`]).
+fn not_ours(store: &Store, path: &str) -> StoreError {
+    match store.exists(path) {
+        Some(_) => StoreError::NotOwner,
+        None => StoreError::NoNode,
+    }
+}
+
+/// The write of `offset` as the committed offset of `partition`: its data
+/// set at the version it has, or created if there is none (its parent must
+/// exist, or the multi it goes in is refused).
+fn offset_write(store: &Store, layout: &Layout, partition: &TopicPartition, offset: Offset) -> Op {
+    let path = layout.offset(partition);
+    let data = encode_offset(offset);
+    match store.exists(&path) {
+        Some(stat) => Op::SetData {
+            path,
+            data,
+            version: Some(stat.version),
+        },
+        None => Op::Create {
+            path,
+            data,
+            mode: CreateMode::Persistent,
+        },
     }
 }
 
@@ -461,6 +510,51 @@ fn delete_if_ours(
             "owner record changed during release",
         ))),
         Err(error) => Err(store_error(error)),
+    }
+}
+
+/// A release carrying the claim's final commit, as the ZooKeeper backend
+/// carries one out: the owner record read, then one `multi` that checks it
+/// is still the record read, writes the offset and deletes the record.
+/// Gone or another's, nothing is written.
+fn release_committing(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    partition: &TopicPartition,
+    token: Option<FencingToken>,
+    offset: Offset,
+    fired: &mut Vec<WatchEvent>,
+) -> Result<(), StoreError> {
+    let owner_path = layout.owner(partition);
+    let Some(owner) = ours(store, session, &owner_path, token)? else {
+        return Err(not_ours(store, &owner_path));
+    };
+    if store.exists(&layout.offset(partition)).is_none() {
+        fired.extend(
+            store
+                .create_parents(session, &layout.offset(partition))
+                .map_err(store_error)?,
+        );
+    }
+    let ops = vec![
+        Op::Check {
+            path: owner_path.clone(),
+            version: owner.version,
+        },
+        offset_write(store, layout, partition, offset),
+        Op::Delete {
+            path: owner_path,
+            version: Some(owner.version),
+        },
+    ];
+    match store.multi(session, ops) {
+        Ok((_, events)) => {
+            fired.extend(events);
+            Ok(())
+        }
+        Err((0, OpError::NoNode | OpError::BadVersion)) => Err(StoreError::NotOwner),
+        Err((_, error)) => Err(store_error(error)),
     }
 }
 

@@ -157,7 +157,12 @@ pub enum Event {
     ReleaseResult {
         /// The request's id.
         id: RequestId,
-        /// `Ok` when the record is gone or was not ours.
+        /// Without a commit: `Ok` when the record is gone or was not ours.
+        /// With one: `Ok` when the offset was written and the record
+        /// deleted; [`StoreError::NotOwner`] when the record is another
+        /// claim's, and [`StoreError::NoNode`] when it is gone (an earlier
+        /// attempt whose answer was lost may have done both): nothing was
+        /// written then.
         result: Result<(), StoreError>,
     },
     /// The result of [`StoreOp::Heartbeat`].
@@ -315,11 +320,20 @@ pub enum StoreOp {
     /// claim: created under the request's session and, if `token` is
     /// given, with that fencing token (answer with
     /// [`Event::ReleaseResult`]).
+    ///
+    /// With `commit`, the release carries the claim's final commit: in the
+    /// same atomic write, `commit` (the next offset to consume) becomes
+    /// the committed offset of `partition`, under the same condition. One
+    /// round trip hands the partition over with its offset, where a commit
+    /// and then a release took two, and the next owner, whose claim can
+    /// only follow the deletion, reads the offset written with it.
     Release {
         /// The partition.
         partition: TopicPartition,
         /// The claim's token, when known.
         token: Option<FencingToken>,
+        /// The final commit the release carries, if any.
+        commit: Option<Offset>,
     },
     /// Read the committed offset of `partition` (answer with
     /// [`Event::OffsetResult`]).

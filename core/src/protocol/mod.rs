@@ -1018,10 +1018,20 @@ impl Member {
                     token,
                 }
             }
-            PartitionRequest::Release => StoreOp::Release {
-                partition: p,
-                token: held,
-            },
+            PartitionRequest::Release { commit } => {
+                if let (Some(offset), Some(token)) = (commit, held) {
+                    self.outbox.app(AppEvent::Committing {
+                        partition: p.clone(),
+                        token,
+                        offset,
+                    });
+                }
+                StoreOp::Release {
+                    partition: p,
+                    token: held,
+                    commit,
+                }
+            }
         };
         let id = self.request(Purpose::Partition(partition.clone()), op);
         if let Some(state) = self.partitions.get_mut(partition) {
@@ -1111,9 +1121,11 @@ impl Member {
                     partition: partition.clone(),
                     token,
                 });
-                self.send(&partition, PartitionRequest::Release);
+                self.send(&partition, PartitionRequest::Release { commit: None });
             }
-            AfterClaim::Release => self.send(&partition, PartitionRequest::Release),
+            AfterClaim::Release => {
+                self.send(&partition, PartitionRequest::Release { commit: None })
+            }
             AfterClaim::Abandoned => self.finish_release(&partition, false),
         }
     }
@@ -1237,7 +1249,7 @@ impl Member {
             return;
         };
         let Some((event, next)) = self.transition(&partition, |state, cx| {
-            state.commit_result(&partition, id, result, cx.may_consume, cx.backoff())
+            state.commit_result(&partition, result, cx.may_consume, cx.backoff())
         }) else {
             return;
         };
@@ -1287,7 +1299,7 @@ impl Member {
         };
         match state.let_go(partition, drain_deadline) {
             AfterLetGo::Nothing => {}
-            AfterLetGo::Release => self.send(partition, PartitionRequest::Release),
+            AfterLetGo::Release => self.send(partition, PartitionRequest::Release { commit: None }),
             AfterLetGo::Abandon { forget } => {
                 if let Some(id) = forget {
                     self.requests.remove(&id);
@@ -1339,17 +1351,31 @@ impl Member {
         let Some(partition) = self.partition_request(id, &result) else {
             return;
         };
-        let next = self.transition(&partition, |state, cx| {
-            state.release_result(result, cx.backoff())
-        });
+        let Some((event, next)) = self.transition(&partition, |state, cx| {
+            state.release_result(&partition, id, result, cx.backoff())
+        }) else {
+            return;
+        };
+        if let Some(event) = event {
+            self.outbox.app(event);
+        }
         match next {
-            Some(AfterRelease::Finished { released }) => {
+            AfterRelease::Finished { released } => {
                 self.finish_release(&partition, released);
             }
-            Some(AfterRelease::Report(error)) => {
+            AfterRelease::Fenced(offset) => {
+                // As a fenced interval commit is: the claim was not ours
+                // any more, and the partition was not handed over by us.
+                self.report(Error::CommitFenced {
+                    partition: partition.clone(),
+                    offset,
+                });
+                self.finish_release(&partition, false);
+            }
+            AfterRelease::Report(error) => {
                 self.report_store(Operation::Release, Some(&partition), error);
             }
-            Some(AfterRelease::Nothing) | None => {}
+            AfterRelease::Nothing => {}
         }
     }
 

@@ -57,11 +57,11 @@ pub(crate) enum ReleaseStep {
     Draining,
     /// Waiting for an interval commit already in flight.
     AwaitCommit,
-    /// The final commit is in flight.
-    Committing,
-    /// Waiting out a backoff before committing again.
+    /// Waiting out a backoff before the final commit (the session may
+    /// have lapsed: nothing is written until it is confirmed alive).
     CommitBackoff,
-    /// The delete of the owner record is in flight.
+    /// The delete of the owner record is in flight, with the final commit
+    /// if one is due (`commit` holds it then).
     Deleting,
     /// Waiting out a backoff before deleting again.
     DeleteBackoff,
@@ -104,15 +104,12 @@ pub(crate) enum PartitionRequest {
     WatchOwner,
     /// Read the committed offset.
     ReadOffset,
-    /// Commit `offset` under `token`. A release waits for its `last`
-    /// commit; an interval commit runs beside the current step.
-    Commit {
-        offset: Offset,
-        token: FencingToken,
-        last: bool,
-    },
-    /// Delete our owner record.
-    Release,
+    /// Commit `offset` under `token`: an interval commit, which runs
+    /// beside the current step.
+    Commit { offset: Offset, token: FencingToken },
+    /// Delete our owner record, writing `commit` as the committed offset
+    /// in the same step if given (the release's final commit).
+    Release { commit: Option<Offset> },
 }
 
 /// What the member must do once a release stopped waiting for the drain.
@@ -211,6 +208,9 @@ pub(crate) enum AfterRelease {
     /// The release is over: drop the partition, `released` when its claim
     /// was deleted by us rather than found gone.
     Finished { released: bool },
+    /// The claim was another's: the final commit of this offset it carried
+    /// was refused. Report it, and drop the partition as lost.
+    Fenced(Offset),
     /// The delete failed and waits out a backoff: report the error.
     Report(StoreError),
 }
@@ -354,14 +354,18 @@ impl PartitionState {
             PartitionRequest::Claim => Phase::Claiming(ClaimStep::Claiming),
             PartitionRequest::WatchOwner => Phase::Claiming(ClaimStep::WatchPending),
             PartitionRequest::ReadOffset => Phase::Owned(OwnedStep::ReadingOffset),
-            PartitionRequest::Commit { offset, last, .. } => {
+            PartitionRequest::Commit { offset, .. } => {
                 self.commit = Some((id, offset));
-                if !last {
-                    return;
-                }
-                Phase::Releasing(ReleaseStep::Committing)
+                return;
             }
-            PartitionRequest::Release => Phase::Releasing(ReleaseStep::Deleting),
+            PartitionRequest::Release { commit } => {
+                // The final commit rides on the release: its request is the
+                // release's own.
+                if let Some(offset) = commit {
+                    self.commit = Some((id, offset));
+                }
+                Phase::Releasing(ReleaseStep::Deleting)
+            }
         };
         self.request = Some(id);
         self.retry_at = None;
@@ -401,10 +405,11 @@ impl PartitionState {
                         Some(PartitionRequest::Claim)
                     }
                     Phase::Owned(OwnedStep::ReadBackoff) => Some(PartitionRequest::ReadOffset),
-                    Phase::Releasing(ReleaseStep::CommitBackoff) => {
+                    // A failed release goes again with the final commit
+                    // still due, if it is.
+                    Phase::Releasing(ReleaseStep::CommitBackoff | ReleaseStep::DeleteBackoff) => {
                         self.final_commit(may_consume, backoff)
                     }
-                    Phase::Releasing(ReleaseStep::DeleteBackoff) => Some(PartitionRequest::Release),
                     _ => None,
                 };
                 request.map_or(Fired::Nothing, Fired::Send)
@@ -677,17 +682,15 @@ impl PartitionState {
         Some(PartitionRequest::Commit {
             offset: self.commit_due()?,
             token: self.token?,
-            last: false,
         })
     }
 
-    /// The result of commit `id` (an interval or final commit in flight):
-    /// the event that tells the application, and what follows.
-    /// `may_consume` and `backoff` are as for [`PartitionState::fire`].
+    /// The result of the interval commit in flight: the event that tells
+    /// the application, and what follows. `may_consume` and `backoff` are
+    /// as for [`PartitionState::fire`].
     pub fn commit_result(
         &mut self,
         partition: &TopicPartition,
-        id: RequestId,
         result: Result<(), StoreError>,
         may_consume: bool,
         backoff: impl FnOnce(u32) -> Instant,
@@ -695,15 +698,7 @@ impl PartitionState {
         let Some((_, offset)) = self.commit.take() else {
             return (None, AfterCommit::Nothing);
         };
-        let last = self.request == Some(id);
-        if last {
-            self.request = None;
-        }
-        // A commit goes out only under a claim, and the claim of a
-        // partition never changes while its state lives.
-        let event = self
-            .token
-            .map(|token| AppEvent::commit_outcome(partition.clone(), token, offset, &result));
+        let event = self.commit_outcome(partition, offset, &result);
         let next = match result {
             Ok(()) => {
                 self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
@@ -711,9 +706,6 @@ impl PartitionState {
                 let request = match self.phase {
                     Phase::Releasing(ReleaseStep::AwaitCommit) => {
                         self.final_commit(may_consume, backoff)
-                    }
-                    Phase::Releasing(ReleaseStep::Committing) if last => {
-                        Some(PartitionRequest::Release)
                     }
                     _ => None,
                 };
@@ -727,11 +719,7 @@ impl PartitionState {
                 // one sends its final commit once the drain is over.
                 let releasing = matches!(
                     self.phase,
-                    Phase::Releasing(
-                        ReleaseStep::AwaitCommit
-                            | ReleaseStep::Committing
-                            | ReleaseStep::CommitBackoff
-                    )
+                    Phase::Releasing(ReleaseStep::AwaitCommit | ReleaseStep::CommitBackoff)
                 );
                 if releasing {
                     // The final commit keeps the duplicates of the next
@@ -811,11 +799,11 @@ impl PartitionState {
         Some(DrainEnd { timed_out, send })
     }
 
-    /// The release's next request once nothing is left to drain: the final
-    /// commit if one is due, else the delete of the record. A member that
-    /// may not consume (`may_consume` false) may have lost its session and
-    /// writes nothing until it is confirmed alive: it looks again after a
-    /// backoff.
+    /// The release's next request once nothing is left to drain: the
+    /// delete of the record, carrying the final commit if one is due. A
+    /// member that may not consume (`may_consume` false) may have lost its
+    /// session and writes nothing until it is confirmed alive: with a
+    /// commit due, it looks again after a backoff.
     pub fn final_commit(
         &mut self,
         may_consume: bool,
@@ -826,29 +814,60 @@ impl PartitionState {
                 self.back_off(Phase::Releasing(ReleaseStep::CommitBackoff), backoff);
                 None
             }
-            (Some(offset), Some(token)) => Some(PartitionRequest::Commit {
-                offset,
-                token,
-                last: true,
+            (Some(offset), Some(_)) => Some(PartitionRequest::Release {
+                commit: Some(offset),
             }),
-            _ => Some(PartitionRequest::Release),
+            _ => Some(PartitionRequest::Release { commit: None }),
         }
     }
 
-    /// The result of the delete of our owner record.
+    /// What the application is told of the commit of `offset` under this
+    /// partition's claim, once the store answered `result`. A commit goes
+    /// out only under a claim, and the claim of a partition never changes
+    /// while its state lives.
+    fn commit_outcome(
+        &self,
+        partition: &TopicPartition,
+        offset: Offset,
+        result: &Result<(), StoreError>,
+    ) -> Option<AppEvent> {
+        self.token
+            .map(|token| AppEvent::commit_outcome(partition.clone(), token, offset, result))
+    }
+
+    /// The result of release `id`, the delete of our owner record and the
+    /// final commit it carried, if any: the event that tells the
+    /// application of that commit, and what follows.
     pub fn release_result(
         &mut self,
+        partition: &TopicPartition,
+        id: RequestId,
         result: Result<(), StoreError>,
         backoff: impl FnOnce(u32) -> Instant,
-    ) -> AfterRelease {
-        match result {
-            // NoNode: an earlier attempt whose reply was lost deleted it.
-            Ok(()) | Err(StoreError::NoNode) => AfterRelease::Finished { released: true },
+    ) -> (Option<AppEvent>, AfterRelease) {
+        let carried = match self.commit {
+            Some((c, offset)) if c == id => {
+                self.commit = None;
+                Some(offset)
+            }
+            _ => None,
+        };
+        let event = carried.and_then(|offset| self.commit_outcome(partition, offset, &result));
+        let next = match (result, carried) {
+            (Ok(()), Some(offset)) => {
+                self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
+                AfterRelease::Finished { released: true }
+            }
+            // NoNode: an earlier attempt whose reply was lost deleted it
+            // (and wrote the commit it carried, if it was this one).
+            (Ok(()) | Err(StoreError::NoNode), _) => AfterRelease::Finished { released: true },
+            // Another claim's record: nothing was written.
+            (Err(StoreError::NotOwner), Some(offset)) => AfterRelease::Fenced(offset),
             // The claim was gone before the release: lost, not handed over.
-            Err(StoreError::NotOwner) => AfterRelease::Finished { released: false },
+            (Err(StoreError::NotOwner), None) => AfterRelease::Finished { released: false },
             // The backend announces the expiry, which drops everything.
-            Err(StoreError::SessionExpired) => AfterRelease::Nothing,
-            Err(error) => {
+            (Err(StoreError::SessionExpired), _) => AfterRelease::Nothing,
+            (Err(error), _) => {
                 self.back_off(Phase::Releasing(ReleaseStep::DeleteBackoff), backoff);
                 if error == StoreError::ConnectionLoss {
                     AfterRelease::Nothing
@@ -856,7 +875,8 @@ impl PartitionState {
                     AfterRelease::Report(error)
                 }
             }
-        }
+        };
+        (event, next)
     }
 
     /// The event that tells what became of the partition once its state

@@ -76,8 +76,12 @@ pub(crate) async fn execute<C: StoreClient>(
             ),
             Err(e) => (Event::OwnerWatchResult { id, result: Err(e) }, None),
         },
-        StoreOp::Release { partition, token } => {
-            let result = ops.release(&partition, token).await;
+        StoreOp::Release {
+            partition,
+            token,
+            commit,
+        } => {
+            let result = ops.release(&partition, token, commit).await;
             (Event::ReleaseResult { id, result }, None)
         }
         StoreOp::ReadOffset { partition } => {
@@ -156,7 +160,11 @@ pub(crate) async fn execute_batch<C: StoreClient>(
                 offset,
                 token,
             } => commits.push((id, (partition, offset, token))),
-            StoreOp::Release { partition, token } => releases.push((id, (partition, token))),
+            StoreOp::Release {
+                partition,
+                token,
+                commit,
+            } => releases.push((id, (partition, token, commit))),
             op => {
                 let command = StoreRequest { op, ..command };
                 tracing::error!(?command, "a command that does not go in batches in a batch");
@@ -171,7 +179,7 @@ pub(crate) async fn execute_batch<C: StoreClient>(
         .iter()
         .map(|(_, p)| p)
         .chain(commits.iter().map(|(_, (p, _, _))| p))
-        .chain(releases.iter().map(|(_, (p, _))| p))
+        .chain(releases.iter().map(|(_, (p, _, _))| p))
         .collect();
     locked.sort();
     locked.dedup();

@@ -134,13 +134,14 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
         futures_util::future::join_all(each).await
     }
 
-    /// Releases each of `releases` (partition, claim token if known; at
-    /// most [`OPS_PER_BATCH`]) as [`StoreOps::release`] would, each with its
-    /// own outcome, in their order: in one request where the store can. By
-    /// default, [`StoreOps::release_each`].
+    /// Releases each of `releases` (partition, claim token if known, final
+    /// commit if any; at most [`OPS_PER_BATCH`]) as [`StoreOps::release`]
+    /// would, each with its own outcome, in their order: in one request
+    /// where the store can, and one release per partition where the batch
+    /// fails as a whole. By default, [`StoreOps::release_each`].
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
     ) -> Vec<Result<(), StoreError>> {
         self.release_each(releases).await
     }
@@ -148,9 +149,9 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Releases each of `releases` on its own, all at once.
     async fn release_each(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
     ) -> Vec<Result<(), StoreError>> {
-        let each = releases.iter().map(|(p, t)| self.release(p, *t));
+        let each = releases.iter().map(|(p, t, c)| self.release(p, *t, *c));
         futures_util::future::join_all(each).await
     }
 
@@ -163,11 +164,16 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     ) -> Result<(bool, Option<Watch>), StoreError>;
 
     /// Deletes the owner record of `partition` if it is this session's
-    /// claim (with `token`, when given).
+    /// claim (with `token`, when given): `Ok` too when it is gone or not
+    /// ours. With `commit`, writes it as the committed offset in the same
+    /// atomic step, under the same condition, and says why nothing was
+    /// written: [`StoreError::NoNode`] (the record is gone) or
+    /// [`StoreError::NotOwner`] (it is another claim's).
     async fn release(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
+        commit: Option<Offset>,
     ) -> Result<(), StoreError>;
 
     /// Reads the committed offset of `partition`.

@@ -86,7 +86,12 @@ impl StoreOps for ScriptedOps {
     async fn watch_owner(&self, _: &TopicPartition) -> Result<(bool, Option<Watch>), StoreError> {
         Ok((true, Some(never())))
     }
-    async fn release(&self, _: &TopicPartition, _: Option<FencingToken>) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        _: &TopicPartition,
+        _: Option<FencingToken>,
+        _: Option<Offset>,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
     async fn read_offset(&self, _: &TopicPartition) -> Result<Option<Offset>, StoreError> {

@@ -183,8 +183,12 @@ pub(super) fn write_op(canon: &mut Canon, op: &StoreOp) {
         StoreOp::WatchMembers => canon.number(12),
         StoreOp::Claim { partition } => canon.raw((13, partition)),
         StoreOp::WatchOwner { partition } => canon.raw((14, partition)),
-        StoreOp::Release { partition, token } => {
-            canon.raw((15, partition));
+        StoreOp::Release {
+            partition,
+            token,
+            commit,
+        } => {
+            canon.raw((15, partition, commit));
             match token {
                 Some(token) => canon.zxid(token.0),
                 None => canon.number(u64::MAX),

@@ -271,7 +271,7 @@ impl State {
         match execution {
             Execution::Done(event) => {
                 if let Some((partition, offset, token, legit)) = commit {
-                    if matches!(event, Event::CommitResult { result: Ok(()), .. }) {
+                    if check::stored_commit(&event) {
                         self.check_commit(&info, &partition, offset, token, legit, problems);
                     }
                 }
@@ -307,9 +307,10 @@ impl State {
         {
             self.nodes[node].last_contact = self.now;
         }
+        // Each request's commit, if it is one or carries one.
         let commits: Vec<_> = commands
             .iter()
-            .filter_map(|c| check::arriving_commit(&self.store, &model.layout, session, &c.op))
+            .map(|c| check::arriving_commit(&self.store, &model.layout, session, &c.op))
             .collect();
         let info = self.nodes[node].member.info().clone();
         let mut fired = Vec::new();
@@ -324,15 +325,12 @@ impl State {
         self.fire(&model.layout, fired);
         match batched {
             Batched::Done(events) => {
-                let mut commits = commits.into_iter();
-                for event in &events {
-                    let Event::CommitResult { result, .. } = event else {
+                // The events answer the requests in their order.
+                for (event, commit) in events.iter().zip(commits) {
+                    let Some((partition, offset, token, legit)) = commit else {
                         continue;
                     };
-                    let Some((partition, offset, token, legit)) = commits.next() else {
-                        continue;
-                    };
-                    if result.is_ok() {
+                    if check::stored_commit(event) {
                         self.check_commit(&info, &partition, offset, token, legit, problems);
                     }
                 }

@@ -80,7 +80,7 @@ impl World {
         match execution {
             Execution::Done(event) => {
                 if let Some((partition, offset, token, legit)) = commit {
-                    if matches!(event, Event::CommitResult { result: Ok(()), .. }) {
+                    if check::stored_commit(&event) {
                         self.check_commit(index, &partition, offset, token, legit);
                     }
                 }
@@ -157,9 +157,10 @@ impl World {
             Some(member) => member.info().clone(),
             None => return,
         };
+        // Each request's commit, if it is one or carries one.
         let commits: Vec<_> = commands
             .iter()
-            .filter_map(|c| check::arriving_commit(&self.store, &self.layout, session, &c.op))
+            .map(|c| check::arriving_commit(&self.store, &self.layout, session, &c.op))
             .collect();
         let mut fired = Vec::new();
         let batched = adapter::execute_batch(
@@ -173,24 +174,20 @@ impl World {
         self.deliver_watches(fired);
         match batched {
             Batched::Done(events) => {
-                let mut commits = commits.into_iter();
-                for event in &events {
-                    match event {
-                        Event::ClaimResult {
-                            result: Ok(tenure_core::protocol::ClaimOutcome::Created { .. }),
-                            ..
-                        } => {
-                            self.report.claims += 1;
-                            self.report.batched_claims += 1;
+                // The events answer the requests in their order.
+                for (event, commit) in events.iter().zip(commits) {
+                    if let Event::ClaimResult {
+                        result: Ok(tenure_core::protocol::ClaimOutcome::Created { .. }),
+                        ..
+                    } = event
+                    {
+                        self.report.claims += 1;
+                        self.report.batched_claims += 1;
+                    }
+                    if let Some((partition, offset, token, legit)) = commit {
+                        if check::stored_commit(event) {
+                            self.check_commit(index, &partition, offset, token, legit);
                         }
-                        Event::CommitResult { result, .. } => {
-                            if let (Some((partition, offset, token, legit)), Ok(())) =
-                                (commits.next(), result)
-                            {
-                                self.check_commit(index, &partition, offset, token, legit);
-                            }
-                        }
-                        _ => {}
                     }
                 }
                 self.answer(index, events);

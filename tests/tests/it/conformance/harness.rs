@@ -136,6 +136,20 @@ impl Driver {
         answer!(self, "Release", event, ReleaseResult)
     }
 
+    /// Releases `p` under `token`, carrying the final commit `offset`.
+    pub async fn release_committing(
+        &mut self,
+        p: u32,
+        token: FencingToken,
+        offset: Offset,
+    ) -> Result<(), StoreError> {
+        let event = self
+            .driver
+            .release_committing(p, Some(token), Some(offset))
+            .await;
+        answer!(self, "Release", event, ReleaseResult)
+    }
+
     pub async fn commit(
         &mut self,
         p: u32,

@@ -519,6 +519,7 @@ pub async fn stale_session(store: &dyn Store) {
                 op: StoreOp::Release {
                     partition: partition(1),
                     token: Some(token),
+                    commit: None,
                 },
             },
             StoreRequest {
@@ -769,7 +770,9 @@ pub async fn batches(store: &dyn Store) {
     }
 
     // Their releases: 3 under the stale token and 5 not a's are left alone.
-    let releases = committed.iter().map(|&p| (p, (p != 5).then(|| stale(p))));
+    let releases = committed
+        .iter()
+        .map(|&p| (p, (p != 5).then(|| stale(p)), None));
     let before = count(&requests);
     let results = a.release_together(releases).await;
     let release_requests = sent(&requests, before);
@@ -809,6 +812,124 @@ pub async fn batches(store: &dyn Store) {
         assert!(
             release_requests <= bounds.releases,
             "{name}: 131 releases took {release_requests} requests"
+        );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A release carries the claim's final commit: the offset written and the
+/// owner record deleted in one step, only while the record is the claim
+/// (gone: NoNode, another's: NotOwner, and nothing written either way);
+/// alone, or with other releases, with and without commits, in one go.
+pub async fn final_commits(store: &dyn Store) {
+    let name = store.name();
+    let bounds = store.quirks().batch_requests;
+    let (mut a, requests) = store.counted("a").await;
+    let mut b = store.member("b").await;
+
+    // The group's first commit: the offsets' parents are made for it.
+    let token = a.claim_created(0).await;
+    assert_eq!(b.watch_owner(0).await, Ok(true), "{name}");
+    assert_eq!(a.release_committing(0, token, 10).await, Ok(()), "{name}");
+    b.owner_deleted(0).await;
+    assert_eq!(store.owner(G, 0).await, None, "{name}: released");
+    assert_eq!(
+        store.committed(G, 0).await,
+        Some(10),
+        "{name}: and committed"
+    );
+
+    // Gone (a lost answer's second attempt): nothing written.
+    assert_eq!(
+        a.release_committing(0, token, 11).await,
+        Err(StoreError::NoNode),
+        "{name}"
+    );
+    assert_eq!(store.committed(G, 0).await, Some(10), "{name}");
+    // Another's claim, named by its own token: nothing written, nothing
+    // deleted.
+    let theirs = b.claim_created(0).await;
+    assert_eq!(
+        a.release_committing(0, theirs, 12).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    assert_eq!(store.owner(G, 0).await.as_deref(), Some("b"), "{name}");
+    assert_eq!(store.committed(G, 0).await, Some(10), "{name}");
+    // Our own record under another token: the same.
+    let ours = a.claim_created(1).await;
+    assert_eq!(
+        a.release_committing(1, FencingToken(ours.0 + 1), 5).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    assert_eq!(store.owner(G, 1).await.as_deref(), Some("a"), "{name}");
+    assert_eq!(store.committed(G, 1).await, None, "{name}");
+    // Over an offset stored already.
+    store.put_offset(G, 1, b"3").await;
+    let before = count(&requests);
+    assert_eq!(a.release_committing(1, ours, 6).await, Ok(()), "{name}");
+    let single = sent(&requests, before);
+    assert_eq!(store.owner(G, 1).await, None, "{name}");
+    assert_eq!(store.committed(G, 1).await, Some(6), "{name}");
+
+    // Together: a holds 10 to 14, b holds 16; 11 has an offset already,
+    // 12 goes without a commit, 13 under a stale token, 2 was never
+    // claimed.
+    let mut tokens = std::collections::BTreeMap::new();
+    for p in 10..15u32 {
+        tokens.insert(p, a.claim_created(p).await);
+    }
+    let held = b.claim_created(16).await;
+    store.put_offset(G, 11, b"1").await;
+    let releases = [
+        (10, Some(tokens[&10]), Some(110)),
+        (11, Some(tokens[&11]), Some(111)),
+        (12, Some(tokens[&12]), None),
+        (13, Some(FencingToken(tokens[&13].0 + 1)), Some(113)),
+        (16, Some(held), Some(116)),
+        (2, Some(tokens[&10]), Some(102)),
+        (14, Some(tokens[&14]), Some(114)),
+    ];
+    let before = count(&requests);
+    let results = a.release_together(releases).await;
+    let together = sent(&requests, before);
+    let expected = [
+        (10, Ok(()), None, Some(110)),
+        (11, Ok(()), None, Some(111)),
+        (12, Ok(()), None, None),
+        (13, Err(StoreError::NotOwner), Some("a"), None),
+        (16, Err(StoreError::NotOwner), Some("b"), None),
+        (2, Err(StoreError::NoNode), None, None),
+        (14, Ok(()), None, Some(114)),
+    ];
+    assert_eq!(results.len(), expected.len(), "{name}: {results:?}");
+    for (result, (p, wanted, owner, committed)) in results.into_iter().zip(expected) {
+        let Event::ReleaseResult { result, .. } = result else {
+            panic!("{name}: partition {p}'s release answered {result:?}");
+        };
+        assert_eq!(result, wanted, "{name}: partition {p}'s release");
+        assert_eq!(
+            store.owner(G, p).await.as_deref(),
+            owner,
+            "{name}: partition {p}'s owner"
+        );
+        assert_eq!(
+            store.committed(G, p).await,
+            committed,
+            "{name}: partition {p}'s offset"
+        );
+    }
+
+    if let Some(bounds) = bounds {
+        assert!(
+            single <= bounds.final_commit,
+            "{name}: a release with its commit took {single} requests"
+        );
+        assert!(
+            together <= bounds.final_commits,
+            "{name}: 7 releases, 5 with commits, took {together} requests"
         );
     }
     a.shutdown().await;

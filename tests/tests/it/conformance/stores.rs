@@ -67,6 +67,11 @@ pub struct BatchRequests {
     pub commits: u64,
     /// Their 131 releases.
     pub releases: u64,
+    /// One release carrying its final commit, over an offset stored
+    /// already (the `final_commits` scenario).
+    pub final_commit: u64,
+    /// Seven releases in one go, five carrying a final commit.
+    pub final_commits: u64,
 }
 
 /// Which of a group's records to look at directly.
@@ -422,6 +427,10 @@ impl Store for ZooKeeper {
                 reads: 3,
                 commits: 4,
                 releases: 4,
+                // A multi-read of the owner records and offsets, then one
+                // multi.
+                final_commit: 2,
+                final_commits: 2,
             }),
         }
     }
@@ -580,6 +589,8 @@ impl Store for Etcd {
                 reads: 3,
                 commits: 2,
                 releases: 2,
+                final_commit: 1,
+                final_commits: 1,
             }),
         }
     }
