@@ -32,7 +32,13 @@
 //! Before the last line, for each restart, where its requests went: a
 //! line of `kind=requests/commands` pairs (the store requests sent for
 //! each kind of the members' commands, and how many of those commands
-//! there were), then the requests of each kind per move. The last line:
+//! there were), then the requests of each kind per move.
+//!
+//! There are no messages: nothing is committed unless `--commits true`,
+//! with which every member marks what it owns processed before each
+//! member restarts, so that each handoff carries a final commit.
+//!
+//! The last line:
 //!
 //! ```text
 //! rtt_ms=N members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=… cold_start_goal_ms=… cold_start_within_goal=…
@@ -78,10 +84,18 @@ struct Args {
     /// half of it each way through a delaying proxy (0: no proxy).
     #[arg(long, default_value_t = 0)]
     rtt_ms: u64,
+    /// Whether every member marks what it owns processed before each
+    /// member restarts, so that each release carries a final commit (and
+    /// interval commits go out): there are no messages here, and without
+    /// it nothing is ever committed.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    commits: bool,
 }
 
 struct Options {
     store: Store,
+    /// Whether members mark what they own processed before restarts.
+    commits: bool,
     /// Where members reach the store (through the proxy, if any).
     address: String,
     members: usize,
@@ -93,6 +107,7 @@ impl Options {
     fn new(args: Args) -> Result<Options, String> {
         Ok(Options {
             store: args.store,
+            commits: args.commits,
             address: common::server(args.store.variable())?,
             members: args.members,
             partitions: args.partitions,
@@ -411,6 +426,21 @@ impl Bench {
             .fold(RequestTally::default(), |sum, r| sum.plus(&r.snapshot()))
     }
 
+    /// Tells every member that what it owns, as its latest view says, is
+    /// processed up to an offset that grows with `round`: each partition
+    /// has something to commit when it next moves.
+    fn mark_processed(&self, members: &BTreeMap<String, MemberHandle>, round: usize) {
+        let offset = i64::try_from(round).unwrap_or(i64::MAX);
+        for (name, member) in members {
+            let Some(view) = self.watcher.latest.get(name) else {
+                continue;
+            };
+            for (partition, token) in &view.owned {
+                member.processed(partition.clone(), *token, offset);
+            }
+        }
+    }
+
     /// Restarts every member in turn; returns (moves, longest unowned,
     /// requests, and those by kind).
     async fn rolling_restart(
@@ -422,9 +452,12 @@ impl Bench {
         let requests_before = self.requests();
         let tally_before = self.tally();
         let names: Vec<String> = members.keys().cloned().collect();
-        for name in &names {
+        for (round, name) in names.iter().enumerate() {
             let started = Instant::now();
             let requests_at_start = self.requests();
+            if self.options.commits {
+                self.mark_processed(members, round);
+            }
             let member = members.remove(name).ok_or("a member vanished")?;
             let _ = member.close().await.map_err(|e| format!("{name}: {e}"))?;
             let closed = started.elapsed();
@@ -488,9 +521,10 @@ async fn run(args: Args) -> Result<(), String> {
     std::fs::create_dir_all(&state_dir).map_err(|e| e.to_string())?;
     let (m, p) = (options.members, options.partitions);
     println!(
-        "bench_scale: store={} members={m} partitions={p} session={:?} rtt_ms={rtt_ms}",
+        "bench_scale: store={} members={m} partitions={p} session={:?} commits={} rtt_ms={rtt_ms}",
         options.store.name(),
-        options.session
+        options.session,
+        options.commits
     );
     let mut bench = Bench {
         prefix: format!("/tenure-bench/{group}"),
