@@ -36,7 +36,8 @@ fn revision(token: FencingToken) -> i64 {
     i64::try_from(token.0).unwrap_or(-1)
 }
 
-/// The key-value pair read by the `get` of a transaction's failure branch.
+/// The key-value pair read by the `get` of a transaction (its failure
+/// branch's, or a claim's read of its offset).
 fn got(response: &TxnResponse) -> Option<etcd_client::KeyValue> {
     response.op_responses().into_iter().find_map(|r| match r {
         TxnOpResponse::Get(get) => get.kvs().first().cloned(),
@@ -70,17 +71,26 @@ impl Ctx {
         }
     }
 
-    /// The transaction of one claim: the owner key made ours if absent,
-    /// read otherwise.
-    fn claim_txn(&self, key: &str) -> Txn {
+    /// The transaction of one claim of `partition`: the owner key made
+    /// ours if absent, and then, if `read_offset`, the committed offset
+    /// read in the same transaction (at the revision that made the key);
+    /// the owner key read otherwise.
+    fn claim_txn(&self, partition: &TopicPartition, read_offset: bool) -> Txn {
+        let key = self.group.keys.owner(partition);
+        let put = TxnOp::put(
+            key.as_str(),
+            self.group.member.id.as_str(),
+            Some(PutOptions::new().with_lease(self.lease())),
+        );
+        let made = if read_offset {
+            vec![put, TxnOp::get(self.group.keys.offset(partition), None)]
+        } else {
+            vec![put]
+        };
         Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key,
-                self.group.member.id.as_str(),
-                Some(PutOptions::new().with_lease(self.lease())),
-            )])
-            .or_else([TxnOp::get(key, None)])
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then(made)
+            .or_else([TxnOp::get(key.as_str(), None)])
     }
 
     /// The transaction of one commit: the offset written only while the
@@ -216,11 +226,21 @@ impl StoreOps for Ctx {
 
     /// Creates the owner key if there is none; otherwise reads it, in the same
     /// transaction.
-    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(
+        &self,
+        partition: &TopicPartition,
+        read_offset: bool,
+    ) -> Result<ClaimOutcome, StoreError> {
         self.group.config.hooks.before_owner_read().await;
-        let key = self.group.keys.owner(partition);
-        let response = self.txn(self.claim_txn(&key)).await?;
-        claimed(&key, &response, response.header().map(|h| h.revision()))
+        let response = self.txn(self.claim_txn(partition, read_offset)).await?;
+        let revision = response.header().map(|h| h.revision());
+        claimed(
+            &self.group.keys,
+            partition,
+            &response,
+            revision,
+            read_offset,
+        )
     }
 
     /// One transaction of one claim per partition, nested: each has its
@@ -229,15 +249,15 @@ impl StoreOps for Ctx {
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
+        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
         if partitions.len() < 2 {
-            return self.claim_each(partitions).await;
+            return self.claim_each(partitions, read_offset).await;
         }
-        let keys: Vec<String> = partitions
+        let claims: Vec<Txn> = partitions
             .iter()
-            .map(|p| self.group.keys.owner(p))
+            .map(|p| self.claim_txn(p, read_offset))
             .collect();
-        let claims: Vec<Txn> = keys.iter().map(|key| self.claim_txn(key)).collect();
         let response = match self.txn_of_txns(claims).await {
             Ok(response) => response,
             // Sent and not answered: the outcome of each is unknown, as a
@@ -245,10 +265,11 @@ impl StoreOps for Ctx {
             Err(error) => return each_failed(partitions.len(), error),
         };
         let revision = response.header().map(|h| h.revision());
-        nested(&response, keys.len(), "claims")
+        let keys = &self.group.keys;
+        nested(&response, partitions.len(), "claims")
             .into_iter()
-            .zip(&keys)
-            .map(|(answer, key)| claimed(key, &answer?, revision))
+            .zip(partitions)
+            .map(|(answer, p)| claimed(keys, p, &answer?, revision, read_offset))
             .collect()
     }
 
@@ -500,24 +521,38 @@ fn release_txn(ctx: &Ctx, key: String, token: Option<FencingToken>) -> Txn {
         .and_then([TxnOp::delete(key, None)])
 }
 
-/// What a claim's transaction `response` says of `key`: made by it, with
-/// `revision` (the revision of the transaction it was part of) as token,
-/// or held, as read.
+/// What a claim's transaction `response` says of the owner key of
+/// `partition`: made by it, with `revision` (the revision of the
+/// transaction it was part of) as token, and the committed offset read
+/// with it if `read_offset`; or held, as read.
 fn claimed(
-    key: &str,
+    keys: &crate::keys::Keys,
+    partition: &TopicPartition,
     response: &TxnResponse,
     revision: Option<i64>,
+    read_offset: bool,
 ) -> Result<ClaimOutcome, StoreError> {
+    let key = keys.owner(partition);
     if response.succeeded() {
         // The put is the claim's only write: the key's create_revision is
         // the revision the transaction made.
         let revision = revision.ok_or_else(|| {
             StoreError::Other(ClientError::message("etcd answered without a header"))
         })?;
+        // The get that follows the put: the offset at the claim's revision.
+        let committed = read_offset.then(|| {
+            let path = keys.offset(partition);
+            match got(response) {
+                None => Ok(None),
+                Some(kv) => parse_offset(&path, kv.value()).map(Some),
+            }
+        });
         return Ok(ClaimOutcome::Created {
             token: FencingToken(revision as u64),
+            committed,
         });
     }
+    let key = key.as_str();
     match got(response) {
         Some(kv) => held_claim(
             key,

@@ -22,7 +22,7 @@ use tenure_tokio::{Backend, BackendError};
 fn created(event: Event) -> FencingToken {
     match event {
         Event::ClaimResult {
-            result: Ok(ClaimOutcome::Created { token }),
+            result: Ok(ClaimOutcome::Created { token, .. }),
             ..
         } => token,
         other => panic!("expected a created claim, got {other:?}"),
@@ -64,6 +64,7 @@ async fn a_claim_is_one_transaction_so_the_owner_cannot_vanish_in_between() {
         session,
         op: StoreOp::Claim {
             partition: partition(0),
+            read_offset: false,
         },
     });
     assert!(matches!(

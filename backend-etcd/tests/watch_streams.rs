@@ -154,6 +154,7 @@ async fn one_watch_stream_carries_every_watch_across_a_restart() {
                 session,
                 op: StoreOp::Claim {
                     partition: partition(p),
+                    read_offset: false,
                 },
             })
         })

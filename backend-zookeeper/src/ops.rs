@@ -150,23 +150,101 @@ impl Ctx {
         }
     }
 
+    /// Sends the writes of `writer` as one `multi` and, if there is a
+    /// `reader`, its reads right behind it, before either is answered: one
+    /// turn on the wire for both, both counted. The server answers a
+    /// session's requests in order, so the reads see what the `multi` did.
+    async fn multi_then_read(
+        &self,
+        mut writer: zk::MultiWriter<'_>,
+        reader: Option<zk::MultiReader<'_>>,
+    ) -> (
+        Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>,
+        Option<Result<Vec<zk::MultiReadResult>, zk::Error>>,
+    ) {
+        let Some(mut reader) = reader else {
+            return (self.multi(writer).await, None);
+        };
+        // The read is the second request on this turn.
+        self.wire.count(1);
+        let (written, read) = self
+            .wire
+            .send_to_leader(
+                || {
+                    let write = writer.commit();
+                    let read = reader.commit();
+                    async move { (write.await, read.await) }
+                },
+                |(written, _)| multi_answered(written),
+            )
+            .await;
+        (written, Some(read))
+    }
+
     /// Creates the owner records of `partitions` (at `paths`) in one
-    /// `multi`: each one's outcome, or `None` if the multi was refused as
-    /// a whole and nothing was written.
+    /// `multi`, with their committed offsets read right behind it if
+    /// `read_offset`: each one's outcome, or `None` if the multi was
+    /// refused as a whole and nothing was written.
     async fn create_owners(
         &self,
         partitions: &[TopicPartition],
         paths: &[String],
+        read_offset: bool,
     ) -> Option<Vec<Result<ClaimOutcome, StoreError>>> {
         let data = self.group.member.id.as_str().as_bytes();
         let options = zk::CreateMode::Ephemeral.with_acls(self.group.config.security.acls());
         let mut writer = self.client.new_multi_writer();
         for path in paths {
             if writer.add_create(path, data, &options).is_err() {
-                return Some(self.claim_each(partitions).await);
+                return Some(self.claim_each(partitions, read_offset).await);
             }
         }
-        match self.multi(writer).await {
+        let offsets: Vec<String> = partitions
+            .iter()
+            .map(|p| self.group.layout.offset(p))
+            .collect();
+        // Wasted if the multi is refused (a partition held): one request
+        // for the batch, where reading after the answer would cost a round
+        // trip for every batch made.
+        let reader = read_offset
+            .then(|| {
+                let mut reader = self.client.new_multi_reader();
+                let built = offsets
+                    .iter()
+                    .try_for_each(|path| reader.add_get_data(path));
+                built.is_ok().then_some(reader)
+            })
+            .flatten();
+        let (written, read) = self.multi_then_read(writer, reader).await;
+        // Each claim's offset, if read behind the multi: the read of all of
+        // them, answered whole, or each one's failure.
+        let mut committed: Vec<Option<Result<Option<Offset>, StoreError>>> = match read {
+            Some(Ok(reads)) if reads.len() == offsets.len() => reads
+                .into_iter()
+                .zip(&offsets)
+                .map(|(read, path)| {
+                    let read = match read {
+                        zk::MultiReadResult::Data { data, stat } => Ok((data, stat)),
+                        zk::MultiReadResult::Error { err } => Err(err),
+                        _ => Err(zk::Error::UnexpectedError(
+                            "a multi-read answered with something else than data".to_owned(),
+                        )),
+                    };
+                    Some(committed_from(path, read))
+                })
+                .collect(),
+            // A server before multi-reads (3.6): read with the claim below.
+            Some(Err(zk::Error::Unimplemented)) => vec![None; offsets.len()],
+            Some(Ok(_)) => {
+                let error = StoreError::Other(ClientError::message(
+                    "a multi-read of offsets answered another count",
+                ));
+                vec![Some(Err(error)); offsets.len()]
+            }
+            Some(Err(error)) => vec![Some(Err(store_error(error))); offsets.len()],
+            None => vec![None; offsets.len()],
+        };
+        match written {
             Ok(results) if results.len() == paths.len() => {
                 let stats: Vec<Option<zk::Stat>> = results
                     .into_iter()
@@ -197,7 +275,9 @@ impl Ctx {
                 };
                 let mut read_back = read_back.into_iter();
                 let mut outcomes = Vec::with_capacity(paths.len());
-                for (stat, partition) in stats.into_iter().zip(partitions) {
+                for ((stat, partition), committed) in
+                    stats.into_iter().zip(partitions).zip(committed.iter_mut())
+                {
                     let stat = match stat {
                         Some(stat) => Some(stat),
                         None => match read_back.next() {
@@ -210,10 +290,15 @@ impl Ctx {
                     outcomes.push(match stat {
                         Some(stat) => Ok(ClaimOutcome::Created {
                             token: token_of(&stat),
+                            committed: match committed.take() {
+                                Some(read) => Some(read),
+                                None if read_offset => Some(self.read_offset(partition).await),
+                                None => None,
+                            },
                         }),
                         // Not read back as ours: claimed on its own, it
                         // gets the outcome a single claim would.
-                        None => self.claim(partition).await,
+                        None => self.claim(partition, read_offset).await,
                     });
                 }
                 Some(outcomes)
@@ -238,10 +323,11 @@ impl Ctx {
         &self,
         partitions: &[TopicPartition],
         paths: &[String],
+        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
         self.group.config.hooks.before_owner_read().await;
         let Ok(reads) = read_all(self, paths).await else {
-            return self.claim_each(partitions).await;
+            return self.claim_each(partitions, read_offset).await;
         };
         let mut outcomes: Vec<Option<Result<ClaimOutcome, StoreError>>> = reads
             .into_iter()
@@ -269,8 +355,8 @@ impl Ctx {
         // go together once more; after that (taken in between), each goes
         // on its own.
         let claimed = match free.len() {
-            0 | 1 => self.claim_each(&free).await,
-            _ => match self.create_owners(&free, &free_paths).await {
+            0 | 1 => self.claim_each(&free, read_offset).await,
+            _ => match self.create_owners(&free, &free_paths, read_offset).await {
                 Some(claimed) => claimed,
                 None => {
                     let mut parents: Vec<&str> =
@@ -281,9 +367,9 @@ impl Ctx {
                         // A failure here fails the claims that need it.
                         let _ = self.make_dirs(parent).await;
                     }
-                    match self.create_owners(&free, &free_paths).await {
+                    match self.create_owners(&free, &free_paths, read_offset).await {
                         Some(claimed) => claimed,
-                        None => self.claim_each(&free).await,
+                        None => self.claim_each(&free, read_offset).await,
                     }
                 }
             },
@@ -407,6 +493,16 @@ fn owned(
     }
 }
 
+/// The committed offset a read of its node at `path` found: none if there
+/// is no node.
+fn committed_from(path: &str, read: Read) -> Result<Option<Offset>, StoreError> {
+    match read {
+        Ok((data, _)) => parse_offset(path, &data).map(Some),
+        Err(zk::Error::NoNode) => Ok(None),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
 /// Turns a one-shot watcher into a watch that fires on a change of the
 /// node, not on a change of the session (which ends the watch).
 fn fires_on_change(watcher: zk::OneshotWatcher) -> Watch {
@@ -464,12 +560,59 @@ impl StoreOps for Ctx {
         Ok((members, fires_on_change(watcher)))
     }
 
-    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+    /// The create, with the offset's read right behind it if asked (one
+    /// turn on the wire, two requests): the server answers them in order,
+    /// so the read sees the record made. A read behind a create that failed
+    /// is wasted (the partition held); one behind a create that lacked its
+    /// parents is done again once they are made.
+    async fn claim(
+        &self,
+        partition: &TopicPartition,
+        read_offset: bool,
+    ) -> Result<ClaimOutcome, StoreError> {
         let path = self.group.layout.owner(partition);
         let data = self.group.member.id.as_str().as_bytes();
-        match self.create(&path, data, zk::CreateMode::Ephemeral).await {
+        let options = zk::CreateMode::Ephemeral.with_acls(self.group.config.security.acls());
+        let offset_path = self.group.layout.offset(partition);
+        let (created, mut read) = if read_offset {
+            self.wire.count(1);
+            let (created, read) = self
+                .wire
+                .send_to_leader(
+                    || {
+                        let create = self.client.create(&path, data, &options);
+                        let read = self.client.get_data(&offset_path);
+                        async move { (create.await, read.await) }
+                    },
+                    |(created, _)| answered(created),
+                )
+                .await;
+            (created, Some(read))
+        } else {
+            let created = self
+                .call_leader(|| self.client.create(&path, data, &options))
+                .await;
+            (created, None)
+        };
+        let created = match created {
+            Err(zk::Error::NoNode) => {
+                // The owners' parents are missing (the group's first
+                // claims): made, then the create again.
+                read = None;
+                self.create_parents(&path).await.map_err(store_error)?;
+                self.call_leader(|| self.client.create(&path, data, &options))
+                    .await
+            }
+            other => other,
+        };
+        match created.map(|(stat, _)| stat) {
             Ok(stat) => Ok(ClaimOutcome::Created {
                 token: token_of(&stat),
+                committed: match read {
+                    Some(read) => Some(committed_from(&offset_path, read)),
+                    None if read_offset => Some(self.read_offset(partition).await),
+                    None => None,
+                },
             }),
             Err(zk::Error::NodeExists) => {
                 self.group.config.hooks.before_owner_read().await;
@@ -491,17 +634,18 @@ impl StoreOps for Ctx {
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
+        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
         if partitions.len() < 2 {
-            return self.claim_each(partitions).await;
+            return self.claim_each(partitions, read_offset).await;
         }
         let paths: Vec<String> = partitions
             .iter()
             .map(|p| self.group.layout.owner(p))
             .collect();
-        match self.create_owners(partitions, &paths).await {
+        match self.create_owners(partitions, &paths, read_offset).await {
             Some(outcomes) => outcomes,
-            None => self.claim_refused(partitions, &paths).await,
+            None => self.claim_refused(partitions, &paths, read_offset).await,
         }
     }
 
@@ -661,11 +805,8 @@ impl StoreOps for Ctx {
 
     async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
         let path = self.group.layout.offset(partition);
-        match self.call(|| self.client.get_data(&path)).await {
-            Ok((data, _)) => parse_offset(&path, &data).map(Some),
-            Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(store_error(e)),
-        }
+        let read = self.call(|| self.client.get_data(&path)).await;
+        committed_from(&path, read)
     }
 
     async fn read_offset_many(

@@ -22,7 +22,7 @@ use zookeeper_client as zk;
 fn created(event: Event) -> FencingToken {
     match event {
         Event::ClaimResult {
-            result: Ok(ClaimOutcome::Created { token }),
+            result: Ok(ClaimOutcome::Created { token, .. }),
             ..
         } => token,
         other => panic!("expected a created claim, got {other:?}"),
@@ -52,6 +52,7 @@ async fn owner_read_hook_reproduces_node_exists_then_no_node() {
         session,
         op: StoreOp::Claim {
             partition: partition(0),
+            read_offset: false,
         },
     });
     // A session's requests are answered in order: once this heartbeat

@@ -244,7 +244,10 @@ impl Harness {
                 self.next_token += 1;
                 Event::ClaimResult {
                     id,
-                    result: Ok(ClaimOutcome::Created { token }),
+                    result: Ok(ClaimOutcome::Created {
+                        token,
+                        committed: None,
+                    }),
                 }
             }
             (id, StoreOp::WatchOwner { .. }) => Event::OwnerWatchResult {

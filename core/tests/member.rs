@@ -12,8 +12,8 @@ use tenure_core::protocol::RegisterOutcome;
 use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, ConfigError, Error, Event, FencingToken, FetchCommand,
-    FetchFrom, Member, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreError, StoreOp,
-    StoreRequest, TopicPartition,
+    FetchFrom, Member, MemberId, MemberInfo, Offset, Operation, RequestId, SessionId, StoreError,
+    StoreOp, StoreRequest, TopicPartition,
 };
 
 const STRATEGY: &str = "fixed";
@@ -415,6 +415,7 @@ impl Harness {
             id: claim,
             result: Ok(ClaimOutcome::Created {
                 token: FencingToken(token),
+                committed: None,
             }),
         });
         let read = read_offsets(&commands);
@@ -484,7 +485,7 @@ fn claims(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition)> {
     commands
         .iter()
         .filter_map(|c| match (&c.id, &c.op) {
-            (id, StoreOp::Claim { partition }) => Some((*id, partition.clone())),
+            (id, StoreOp::Claim { partition, .. }) => Some((*id, partition.clone())),
             _ => None,
         })
         .collect()
@@ -594,6 +595,7 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
         id: claims[0].0,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(9),
+            committed: None,
         }),
     });
     assert_eq!(
@@ -630,6 +632,93 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
         }]
     );
     assert_eq!(h.member.committed(&tp(0)), Some(42));
+    assert!(h.member.is_settled());
+}
+
+#[test]
+fn a_claim_that_read_the_offset_with_it_fetches_without_another_request() {
+    let mut h = Harness::new(base_config());
+    h.join(&[info(OURS)]);
+    let commands = h.set_counts(counts(2));
+    assert!(
+        commands.iter().all(|c| matches!(
+            c.op,
+            StoreOp::Claim {
+                read_offset: true,
+                ..
+            }
+        )),
+        "the claims ask for the offset: {commands:?}"
+    );
+    let claims = claims(&commands);
+    assert_eq!(
+        claims.iter().map(|c| &c.1).collect::<Vec<_>>(),
+        vec![&tp(0), &tp(1)]
+    );
+
+    let commands = h.event(Event::ClaimResult {
+        id: claims[0].0,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(9),
+            committed: Some(Ok(Some(42))),
+        }),
+    });
+    assert!(commands.is_empty(), "nothing more to ask: {commands:?}");
+    assert_eq!(
+        h.starts(),
+        vec![(tp(0), FetchFrom::Offset(42), FencingToken(9))]
+    );
+    assert!(
+        h.app_events.contains(&AppEvent::OffsetRead {
+            partition: tp(0),
+            token: FencingToken(9),
+            committed: Some(42),
+        }),
+        "{:?}",
+        h.app_events
+    );
+    assert_eq!(h.member.committed(&tp(0)), Some(42));
+
+    // A read that failed with the claim is reported, and goes again on
+    // its own after a backoff; the claim stands.
+    let corrupt = StoreError::Corrupt {
+        path: "offsets/t/1".into(),
+        detail: "not a number".into(),
+        source: None,
+    };
+    let commands = h.event(Event::ClaimResult {
+        id: claims[1].0,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(10),
+            committed: Some(Err(corrupt.clone())),
+        }),
+    });
+    assert!(read_offsets(&commands).is_empty(), "{commands:?}");
+    assert!(h.starts().is_empty());
+    assert_eq!(
+        h.reports(),
+        vec![Error::Store {
+            operation: Operation::ReadOffset,
+            partition: Some(tp(1)),
+            source: corrupt,
+        }]
+    );
+    assert_eq!(h.member.owned_token(&tp(1)), Some(FencingToken(10)));
+    let commands = h.advance(secs(5));
+    let reads = read_offsets(&commands);
+    assert_eq!(
+        reads.iter().map(|r| &r.1).collect::<Vec<_>>(),
+        vec![&tp(1)],
+        "{commands:?}"
+    );
+    h.event(Event::OffsetResult {
+        id: reads[0].0,
+        result: Ok(None),
+    });
+    assert_eq!(
+        h.starts(),
+        vec![(tp(1), FetchFrom::Oldest, FencingToken(10))]
+    );
     assert!(h.member.is_settled());
 }
 
@@ -737,10 +826,21 @@ fn offsets_kept_by_the_application_are_never_read_nor_written() {
     let commands = h.set_counts(counts(1));
     let claim = claims(&commands);
     assert_eq!(claim.len(), 1, "{commands:?}");
+    assert!(
+        matches!(
+            commands[0].op,
+            StoreOp::Claim {
+                read_offset: false,
+                ..
+            }
+        ),
+        "no offset read with the claim: {commands:?}"
+    );
     let commands = h.event(Event::ClaimResult {
         id: claim[0].0,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(100),
+            committed: None,
         }),
     });
     assert!(read_offsets(&commands).is_empty(), "{commands:?}");
@@ -956,6 +1056,7 @@ fn a_claim_in_flight_when_the_partition_moves_away_is_released_if_it_landed() {
         id: claim,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(6),
+            committed: None,
         }),
     });
     assert!(h.starts().is_empty(), "{commands:?}");
@@ -981,6 +1082,7 @@ fn stale_and_repeated_results_change_nothing() {
             id: unknown,
             result: Ok(ClaimOutcome::Created {
                 token: FencingToken(11),
+                committed: None,
             }),
         },
         Event::OffsetResult {
@@ -1040,6 +1142,7 @@ fn a_stale_offset_read_result_does_not_restart_fetching() {
         id: claim,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(10),
+            committed: None,
         }),
     });
     let read = read_offsets(&commands)[0].0;
@@ -1396,7 +1499,7 @@ fn a_fenced_commit_stops_fetching_reports_and_claims_again() {
         |o| matches!(o, Output::Fetch(FetchCommand::Stop { partition, .. }) if *partition == tp(0)),
     );
     let claim = h.outputs.iter().position(|o| {
-        matches!(o, Output::Store(StoreRequest { op: StoreOp::Claim { partition }, .. }) if *partition == tp(0))
+        matches!(o, Output::Store(StoreRequest { op: StoreOp::Claim { partition, .. }, .. }) if *partition == tp(0))
     });
     assert!(
         matches!((stop, claim), (Some(s), Some(c)) if s < c),
@@ -2199,6 +2302,7 @@ fn scripted_run(seed: u64) -> ScriptedRun {
                         1 => Err(StoreError::ConnectionLoss),
                         _ => Ok(ClaimOutcome::Created {
                             token: FencingToken(round),
+                            committed: None,
                         }),
                     },
                 },

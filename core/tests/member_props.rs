@@ -433,7 +433,7 @@ impl Sim {
                 }
                 self.released.insert((partition.clone(), *token));
             }
-            (_, StoreOp::Claim { partition }) => {
+            (_, StoreOp::Claim { partition, .. }) => {
                 self.drain_timed_out.remove(partition);
             }
             _ => {}
@@ -502,10 +502,25 @@ impl Sim {
                     Ok(members)
                 },
             },
-            (id, StoreOp::Claim { partition }) => {
+            (
+                id,
+                StoreOp::Claim {
+                    partition,
+                    read_offset,
+                },
+            ) => {
+                // Asked for, the offset comes with the claim or not, read
+                // or failed.
+                let committed = match (read_offset, extra % 4) {
+                    (false, _) | (true, 0) => None,
+                    (true, 1) => Some(Ok(Some(i64::from(extra)))),
+                    (true, 2) => Some(Ok(None)),
+                    (true, _) => Some(Err(StoreError::ConnectionLoss)),
+                };
                 let result = match outcome % 10 {
                     0..=2 => Ok(ClaimOutcome::Created {
                         token: self.token(),
+                        committed,
                     }),
                     3..=5 => Ok(ClaimOutcome::Held {
                         owner: Some(mid(POOL[usize::from(extra) % POOL.len()])),
@@ -522,7 +537,7 @@ impl Sim {
                     }),
                 };
                 let ours = match &result {
-                    Ok(ClaimOutcome::Created { token }) => Some(*token),
+                    Ok(ClaimOutcome::Created { token, .. }) => Some(*token),
                     Ok(ClaimOutcome::Held { session, token, .. })
                         if Some(session.0) == self.session =>
                     {

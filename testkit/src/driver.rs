@@ -256,11 +256,20 @@ impl<B: Backend> Driver<B> {
     }
 
     pub async fn claim(&mut self, p: u32) -> Event {
+        self.claim_reading(p, false).await
+    }
+
+    /// Claims `p`, reading its committed offset with the claim if
+    /// `read_offset`.
+    pub async fn claim_reading(&mut self, p: u32, read_offset: bool) -> Event {
         let partition = partition(p);
         self.request(|id, session| StoreRequest {
             id,
             session,
-            op: StoreOp::Claim { partition },
+            op: StoreOp::Claim {
+                partition,
+                read_offset,
+            },
         })
         .await
     }
@@ -285,8 +294,19 @@ impl<B: Backend> Driver<B> {
         &mut self,
         partitions: impl IntoIterator<Item = u32>,
     ) -> Vec<Event> {
+        self.claim_reading_together(partitions, false).await
+    }
+
+    /// Claims every partition of `partitions` in one go, reading their
+    /// committed offsets with the claims if `read_offset`.
+    pub async fn claim_reading_together(
+        &mut self,
+        partitions: impl IntoIterator<Item = u32>,
+        read_offset: bool,
+    ) -> Vec<Event> {
         let ops = partitions.into_iter().map(|p| StoreOp::Claim {
             partition: partition(p),
+            read_offset,
         });
         self.together(ops).await
     }

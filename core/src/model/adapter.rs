@@ -87,7 +87,10 @@ pub fn execute(
             };
             Execution::Done(Event::HeartbeatResult { id, result })
         }
-        StoreOp::Claim { partition } => {
+        StoreOp::Claim {
+            partition,
+            read_offset: read,
+        } => {
             let path = layout.owner(&partition);
             let created = store.create_parents(session, &path).and_then(|parents| {
                 fired.extend(parents);
@@ -101,10 +104,15 @@ pub fn execute(
             match created {
                 Ok((stat, events)) => {
                     fired.extend(events);
+                    // The ZooKeeper backend sends the read right behind the
+                    // create, on the same session: the server answers it
+                    // from a state that has the record.
+                    let committed = read.then(|| read_offset(store, layout, &partition));
                     Execution::Done(Event::ClaimResult {
                         id,
                         result: Ok(ClaimOutcome::Created {
                             token: token_of(&stat),
+                            committed,
                         }),
                     })
                 }
@@ -197,7 +205,7 @@ pub fn execute_batch(
     for command in &commands {
         let id = command.id;
         match &command.op {
-            StoreOp::Claim { partition } => {
+            StoreOp::Claim { partition, .. } => {
                 ops.push(Op::Create {
                     path: layout.owner(partition),
                     data: member.id.as_str().as_bytes().to_vec(),
@@ -290,10 +298,19 @@ pub fn execute_batch(
         let mine: Vec<OpResult> = results.by_ref().take(count).collect();
         let id = command.id;
         match (&command.op, mine.as_slice()) {
-            (StoreOp::Claim { .. }, [OpResult::Created(stat)]) => Event::ClaimResult {
+            (
+                StoreOp::Claim {
+                    partition,
+                    read_offset: read,
+                },
+                [OpResult::Created(stat)],
+            ) => Event::ClaimResult {
                 id,
                 result: Ok(ClaimOutcome::Created {
                     token: token_of(stat),
+                    // Read behind the multi that made the record, as the
+                    // ZooKeeper backend reads the batch's offsets.
+                    committed: read.then(|| read_offset(store, layout, partition)),
                 }),
             },
             (StoreOp::CommitOffset { .. }, _) => Event::CommitResult { id, result: Ok(()) },

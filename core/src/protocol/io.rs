@@ -222,6 +222,12 @@ pub enum ClaimOutcome {
     Created {
         /// The new claim's fencing token.
         token: FencingToken,
+        /// The committed next offset, read with the claim when the request
+        /// asked for it ([`StoreOp::Claim`]'s `read_offset`): `None` when
+        /// it did not, or when the store did not read it (the member then
+        /// reads it on its own); otherwise what a
+        /// [`StoreOp::ReadOffset`] would have answered.
+        committed: Option<Result<Option<Offset>, StoreError>>,
     },
     /// An owner record exists already; the core compares its session with
     /// its own to tell a lost reply of its own claim from another owner.
@@ -306,9 +312,21 @@ pub enum StoreOp {
     WatchMembers,
     /// Create the owner record of `partition` under the request's session;
     /// if one exists, read it (answer with [`Event::ClaimResult`]).
+    ///
+    /// With `read_offset`, a claim that creates the record also reads the
+    /// committed offset of `partition` from a state that has the record
+    /// ([`ClaimOutcome::Created`]'s `committed`): in the claim's own round
+    /// trip where the store can (one etcd transaction), sent with it where
+    /// it cannot (a ZooKeeper read right behind the create, on the same
+    /// session, which the server answers in order). Every commit of a
+    /// previous claim precedes its record's deletion, which precedes this
+    /// claim: the read sees the last of them, as a read sent after the
+    /// claim's answer would.
     Claim {
         /// The partition.
         partition: TopicPartition,
+        /// Read the committed offset with the claim.
+        read_offset: bool,
     },
     /// Watch the owner record of `partition` (one-shot: answer with
     /// [`Event::OwnerWatchResult`], later [`Event::OwnerDeleted`]).

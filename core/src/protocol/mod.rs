@@ -1003,7 +1003,10 @@ impl Member {
         let held = self.partitions.get(partition).and_then(|state| state.token);
         let p = partition.clone();
         let op = match request {
-            PartitionRequest::Claim => StoreOp::Claim { partition: p },
+            PartitionRequest::Claim => StoreOp::Claim {
+                partition: p,
+                read_offset: self.config.store_offsets(),
+            },
             PartitionRequest::WatchOwner => StoreOp::WatchOwner { partition: p },
             PartitionRequest::ReadOffset => StoreOp::ReadOffset { partition: p },
             PartitionRequest::Commit { offset, token, .. } => {
@@ -1088,10 +1091,20 @@ impl Member {
         };
         match next {
             AfterClaim::Ignored => {}
-            AfterClaim::Owned(token) => {
+            AfterClaim::Owned(token, committed) => {
                 self.announce_claim(&partition, token);
                 if self.config.store_offsets() {
-                    self.send(&partition, PartitionRequest::ReadOffset);
+                    match committed {
+                        Some(read) => {
+                            let initial = self.initial_fetch();
+                            let next = self.transition(&partition, |state, cx| {
+                                state.read_with_claim(read, initial, cx.backoff())
+                            });
+                            self.offset_known(partition, next, Some(token));
+                        }
+                        // Not read with the claim: read it now.
+                        None => self.send(&partition, PartitionRequest::ReadOffset),
+                    }
                 } else {
                     let initial = self.initial_fetch();
                     let read = self
@@ -1187,15 +1200,28 @@ impl Member {
             let next = state.offset_result(result, initial, cx.backoff());
             (next, state.token)
         });
-        match next {
-            Some((AfterOffset::Read(committed), Some(token))) => {
+        if let Some((next, token)) = next {
+            self.offset_known(partition, Some(next), token);
+        }
+    }
+
+    /// Does what an offset read's result asks of `partition`, owned under
+    /// `token`: tell the application, or report the failure.
+    fn offset_known(
+        &mut self,
+        partition: TopicPartition,
+        next: Option<AfterOffset>,
+        token: Option<FencingToken>,
+    ) {
+        match (next, token) {
+            (Some(AfterOffset::Read(committed)), Some(token)) => {
                 self.outbox.app(AppEvent::OffsetRead {
                     partition,
                     token,
                     committed,
                 });
             }
-            Some((AfterOffset::Failed(Some(error)), _)) => {
+            (Some(AfterOffset::Failed(Some(error))), _) => {
                 self.report_store(Operation::ReadOffset, Some(&partition), error);
             }
             _ => {}

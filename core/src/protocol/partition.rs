@@ -143,8 +143,9 @@ pub(crate) enum AfterClaim {
     /// The result is for no step any more.
     Ignored,
     /// The claim took effect under this token: tell the application, then
-    /// read the committed offset.
-    Owned(FencingToken),
+    /// take the committed offset read with the claim, if it was, or read
+    /// it.
+    Owned(FencingToken, Option<Result<Option<Offset>, StoreError>>),
     /// Another member holds the partition: watch its record.
     Watch,
     /// The claim failed and waits out a backoff; report the error, if one
@@ -433,7 +434,7 @@ impl PartitionState {
     ) -> AfterClaim {
         // A record carrying our session is ours, whichever reply made it.
         let ours = |outcome: &ClaimOutcome| match *outcome {
-            ClaimOutcome::Created { token } => Some(token),
+            ClaimOutcome::Created { token, .. } => Some(token),
             ClaimOutcome::Held {
                 session: s, token, ..
             } if Some(s) == session => Some(token),
@@ -441,13 +442,17 @@ impl PartitionState {
         };
         match self.phase {
             Phase::Claiming(ClaimStep::Claiming) => match result {
-                Ok(outcome) => match ours(&outcome) {
+                Ok(mut outcome) => match ours(&outcome) {
                     Some(token) => {
                         self.token = Some(token);
                         self.attempt = 0;
                         self.maybe_ours = false;
                         self.holder = None;
-                        AfterClaim::Owned(token)
+                        let committed = match &mut outcome {
+                            ClaimOutcome::Created { committed, .. } => committed.take(),
+                            ClaimOutcome::Held { .. } => None,
+                        };
+                        AfterClaim::Owned(token, committed)
                     }
                     None => {
                         if let ClaimOutcome::Held { owner, .. } = outcome {
@@ -562,6 +567,21 @@ impl PartitionState {
                 AfterOffset::Failed((report && !quiet).then_some(error))
             }
         }
+    }
+
+    /// The claim took effect, and the committed offset was read with it
+    /// (`result`): as the result of an offset read, which a failure retries
+    /// after a backoff.
+    pub fn read_with_claim(
+        &mut self,
+        result: Result<Option<Offset>, StoreError>,
+        initial: FetchFrom,
+        backoff: impl FnOnce(u32) -> Instant,
+    ) -> AfterOffset {
+        self.phase = Phase::Owned(OwnedStep::ReadingOffset);
+        self.request = None;
+        self.retry_at = None;
+        self.offset_result(result, initial, backoff)
     }
 
     /// The claim took effect and the application keeps the offsets:

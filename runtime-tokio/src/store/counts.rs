@@ -240,6 +240,7 @@ mod tests {
         let total = counts.total_counter();
         let claim = StoreOp::Claim {
             partition: TopicPartition::new("t", 0),
+            read_offset: true,
         };
         assert_eq!(RequestKind::of(&claim), RequestKind::Claim);
         counts.command(RequestKind::Claim);

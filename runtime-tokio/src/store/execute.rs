@@ -25,7 +25,7 @@ pub(crate) async fn execute<C: StoreClient>(
     command: StoreRequest,
 ) {
     let partition_turn = match &command.op {
-        StoreOp::Claim { partition }
+        StoreOp::Claim { partition, .. }
         | StoreOp::Release { partition, .. }
         | StoreOp::CommitOffset { partition, .. } => Some(shared.locks.lock(partition).await),
         _ => None,
@@ -62,8 +62,11 @@ pub(crate) async fn execute<C: StoreClient>(
             }
             Err(e) => (Event::MembersResult { id, result: Err(e) }, None),
         },
-        StoreOp::Claim { partition } => {
-            let result = ops.claim(&partition).await;
+        StoreOp::Claim {
+            partition,
+            read_offset,
+        } => {
+            let result = ops.claim(&partition, read_offset).await;
             (Event::ClaimResult { id, result }, None)
         }
         StoreOp::WatchOwner { partition } => match ops.watch_owner(&partition).await {
@@ -153,7 +156,10 @@ pub(crate) async fn execute_batch<C: StoreClient>(
         let id = command.id;
         shared.wire.counts().command(RequestKind::of(&command.op));
         match command.op {
-            StoreOp::Claim { partition } => claims.push((id, partition)),
+            StoreOp::Claim {
+                partition,
+                read_offset,
+            } => claims.push((id, (partition, read_offset))),
             StoreOp::ReadOffset { partition } => reads.push((id, partition)),
             StoreOp::CommitOffset {
                 partition,
@@ -177,7 +183,7 @@ pub(crate) async fn execute_batch<C: StoreClient>(
     // Locked in order, so that two batches never wait for each other.
     let mut locked: Vec<&TopicPartition> = claims
         .iter()
-        .map(|(_, p)| p)
+        .map(|(_, (p, _))| p)
         .chain(commits.iter().map(|(_, (p, _, _))| p))
         .chain(releases.iter().map(|(_, (p, _, _))| p))
         .collect();
@@ -203,9 +209,18 @@ pub(crate) async fn execute_batch<C: StoreClient>(
             Event::OffsetResult { id, result }
         });
     }
-    if !claims.is_empty() {
-        let (ids, partitions) = claims.into_iter().unzip::<_, _, Vec<_>, Vec<_>>();
-        let results = claim_ops.claim_many(&partitions).await;
+    // A member asks the same of all its claims; should a batch mix them,
+    // each kind goes as its own batch.
+    let (reading, bare): (Vec<_>, Vec<_>) = claims.into_iter().partition(|(_, (_, read))| *read);
+    for (claims, read_offset) in [(reading, true), (bare, false)] {
+        if claims.is_empty() {
+            continue;
+        }
+        let (ids, partitions) = claims
+            .into_iter()
+            .map(|(id, (partition, _))| (id, partition))
+            .unzip::<_, _, Vec<_>, Vec<_>>();
+        let results = claim_ops.claim_many(&partitions, read_offset).await;
         answer(&shared, ids, results, "claims", |id, result| {
             Event::ClaimResult { id, result }
         });

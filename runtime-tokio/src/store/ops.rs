@@ -68,8 +68,15 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Reads the registered members and watches their list.
     async fn watch_members(&self) -> Result<(MemberList, Watch), StoreError>;
 
-    /// Creates the owner record of `partition`, or reads the one there is.
-    async fn claim(&self, partition: &TopicPartition) -> Result<ClaimOutcome, StoreError>;
+    /// Creates the owner record of `partition`, or reads the one there is;
+    /// with `read_offset`, a claim that creates it also reads the committed
+    /// offset from a state that has it (`ClaimOutcome::Created`'s
+    /// `committed`), in the same request or one sent right behind it.
+    async fn claim(
+        &self,
+        partition: &TopicPartition,
+        read_offset: bool,
+    ) -> Result<ClaimOutcome, StoreError>;
 
     /// Claims every one of `partitions` (at most [`OPS_PER_BATCH`]),
     /// each with its own outcome, in their order, as [`StoreOps::claim`]
@@ -80,8 +87,9 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
+        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
-        self.claim_each(partitions).await
+        self.claim_each(partitions, read_offset).await
     }
 
     /// Claims each of `partitions` on its own, all at once: what a batch
@@ -89,8 +97,10 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     async fn claim_each(
         &self,
         partitions: &[TopicPartition],
+        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
-        futures_util::future::join_all(partitions.iter().map(|p| self.claim(p))).await
+        let each = partitions.iter().map(|p| self.claim(p, read_offset));
+        futures_util::future::join_all(each).await
     }
 
     /// Reads the committed offsets of every one of `partitions` (at most

@@ -78,9 +78,10 @@ impl StoreOps for ScriptedOps {
         ));
         Ok((list, never()))
     }
-    async fn claim(&self, _: &TopicPartition) -> Result<ClaimOutcome, StoreError> {
+    async fn claim(&self, _: &TopicPartition, _: bool) -> Result<ClaimOutcome, StoreError> {
         Ok(ClaimOutcome::Created {
             token: FencingToken(1),
+            committed: None,
         })
     }
     async fn watch_owner(&self, _: &TopicPartition) -> Result<(bool, Option<Watch>), StoreError> {

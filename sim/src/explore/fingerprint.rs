@@ -181,7 +181,10 @@ pub(super) fn write_op(canon: &mut Canon, op: &StoreOp) {
         }
         StoreOp::Deregister => canon.number(11),
         StoreOp::WatchMembers => canon.number(12),
-        StoreOp::Claim { partition } => canon.raw((13, partition)),
+        StoreOp::Claim {
+            partition,
+            read_offset,
+        } => canon.raw((13, partition, read_offset)),
         StoreOp::WatchOwner { partition } => canon.raw((14, partition)),
         StoreOp::Release {
             partition,
@@ -293,9 +296,16 @@ pub(super) fn write_event(canon: &mut Canon, node: usize, event: &Event) {
         Event::ClaimResult { result, .. } => {
             canon.number(38);
             write_result(canon, result, |canon, outcome| match outcome {
-                ClaimOutcome::Created { token } => {
+                ClaimOutcome::Created { token, committed } => {
                     canon.number(0);
                     canon.zxid(token.0);
+                    match committed {
+                        Some(read) => {
+                            canon.number(1);
+                            write_result(canon, read, |canon, offset| canon.raw(offset));
+                        }
+                        None => canon.number(0),
+                    }
                 }
                 ClaimOutcome::Held {
                     owner,

@@ -94,7 +94,8 @@ impl World {
         self.trace(Some(index), &("->", &store_command));
         // The order of the member's output: a partition leaves the fetcher
         // before its release (or a new claim of it) leaves for the store.
-        if let StoreOp::Release { partition, .. } | StoreOp::Claim { partition } = &store_command.op
+        if let StoreOp::Release { partition, .. } | StoreOp::Claim { partition, .. } =
+            &store_command.op
         {
             if self.nodes[index].app.holdings.holds(partition) {
                 let detail = format!(

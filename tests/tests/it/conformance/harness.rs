@@ -115,10 +115,16 @@ impl Driver {
         answer!(self, "Claim", event, ClaimResult)
     }
 
+    /// Claims `p`, reading its committed offset with the claim.
+    pub async fn claim_reading(&mut self, p: u32) -> Result<ClaimOutcome, StoreError> {
+        let event = self.driver.claim_reading(p, true).await;
+        answer!(self, "Claim", event, ClaimResult)
+    }
+
     /// Claims `p`, which must be free; returns the new claim's token.
     pub async fn claim_created(&mut self, p: u32) -> FencingToken {
         match self.claim(p).await {
-            Ok(ClaimOutcome::Created { token }) => token,
+            Ok(ClaimOutcome::Created { token, .. }) => token,
             other => panic!(
                 "{}: a claim of a free partition answered {other:?}",
                 self.store

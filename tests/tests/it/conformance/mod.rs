@@ -103,3 +103,4 @@ macro_rules! conformance_on_one_thread {
 conformance_on_one_thread!(batches: batches_on_memory, batches_on_zookeeper, batches_on_etcd);
 conformance!(lost_batch: lost_batch_on_memory, lost_batch_on_zookeeper, lost_batch_on_etcd);
 conformance_on_one_thread!(final_commits: final_commits_on_memory, final_commits_on_zookeeper, final_commits_on_etcd);
+conformance_on_one_thread!(claims_read_offsets: claims_read_offsets_on_memory, claims_read_offsets_on_zookeeper, claims_read_offsets_on_etcd);

@@ -495,6 +495,7 @@ pub async fn stale_session(store: &dyn Store) {
                 session: stale,
                 op: StoreOp::Claim {
                     partition: partition(0),
+                    read_offset: false,
                 },
             },
             StoreRequest {
@@ -696,7 +697,7 @@ pub async fn batches(store: &dyn Store) {
             continue;
         }
         match result {
-            Ok(ClaimOutcome::Created { token }) => {
+            Ok(ClaimOutcome::Created { token, .. }) => {
                 assert_owner_record(store, p, "a", a.session, token).await;
                 tokens.push(token);
             }
@@ -930,6 +931,103 @@ pub async fn final_commits(store: &dyn Store) {
         assert!(
             together <= bounds.final_commits,
             "{name}: 7 releases, 5 with commits, took {together} requests"
+        );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// A claim reads the committed offset with it when asked, from a state
+/// that has its record: the offset its previous owner's release wrote
+/// with the record's deletion, none, or a corrupt one, each as an offset
+/// read answers; alone and in one go. A claim that meets a record held
+/// reads nothing.
+pub async fn claims_read_offsets(store: &dyn Store) {
+    let name = store.name();
+    let bounds = store.quirks().batch_requests;
+    let (mut a, requests) = store.counted("a").await;
+    let mut b = store.member("b").await;
+    let created = |name: &str, p: u32, outcome: Result<ClaimOutcome, StoreError>| match outcome {
+        Ok(ClaimOutcome::Created {
+            committed: Some(committed),
+            ..
+        }) => committed,
+        other => panic!("{name}: partition {p}'s claim answered {other:?}"),
+    };
+
+    // b leaves partition 0 with 7 committed.
+    let token = b.claim_created(0).await;
+    assert_eq!(b.release_committing(0, token, 7).await, Ok(()), "{name}");
+    let before = count(&requests);
+    let read = created(name, 0, a.claim_reading(0).await);
+    let single = sent(&requests, before);
+    assert_eq!(
+        read,
+        Ok(Some(7)),
+        "{name}: the offset written with the release"
+    );
+    assert_eq!(
+        created(name, 1, a.claim_reading(1).await),
+        Ok(None),
+        "{name}"
+    );
+    store.put_offset(G, 3, b"garbage").await;
+    assert!(
+        matches!(
+            created(name, 3, a.claim_reading(3).await),
+            Err(StoreError::Corrupt { .. })
+        ),
+        "{name}: a corrupt offset is reported as a read reports it"
+    );
+    let held = b.claim_created(2).await;
+    assert_held_by(name, a.claim_reading(2).await, "b", b.session, held);
+
+    // Together, none held: 21 has an offset.
+    store.put_offset(G, 21, b"21").await;
+    let before = count(&requests);
+    let results = a.claim_reading_together(20..30, true).await;
+    let free = sent(&requests, before);
+    for (p, result) in (20..30u32).zip(results) {
+        let Event::ClaimResult { result, .. } = result else {
+            panic!("{name}: partition {p}'s claim answered {result:?}");
+        };
+        let wanted = if p == 21 { Some(21) } else { None };
+        assert_eq!(
+            created(name, p, result),
+            Ok(wanted),
+            "{name}: partition {p}"
+        );
+    }
+
+    // Together, one held by b: 12 has an offset.
+    store.put_offset(G, 12, b"12").await;
+    let held = b.claim_created(15).await;
+    let before = count(&requests);
+    let results = a.claim_reading_together(10..20, true).await;
+    let refused = sent(&requests, before);
+    for (p, result) in (10..20u32).zip(results) {
+        let Event::ClaimResult { result, .. } = result else {
+            panic!("{name}: partition {p}'s claim answered {result:?}");
+        };
+        match p {
+            15 => assert_held_by(name, result, "b", b.session, held),
+            12 => assert_eq!(created(name, p, result), Ok(Some(12)), "{name}"),
+            _ => assert_eq!(created(name, p, result), Ok(None), "{name}: partition {p}"),
+        }
+    }
+
+    if let Some(bounds) = bounds {
+        assert!(
+            single <= bounds.claim_reading,
+            "{name}: a claim reading its offset took {single} requests"
+        );
+        assert!(
+            free <= bounds.claims_reading,
+            "{name}: 10 free claims reading their offsets took {free} requests"
+        );
+        assert!(
+            refused <= bounds.claims_reading_held,
+            "{name}: 10 claims reading their offsets, one held, took {refused} requests"
         );
     }
     a.shutdown().await;

@@ -72,6 +72,12 @@ pub struct BatchRequests {
     pub final_commit: u64,
     /// Seven releases in one go, five carrying a final commit.
     pub final_commits: u64,
+    /// One claim reading its offset (the `claims_read_offsets` scenario).
+    pub claim_reading: u64,
+    /// Ten claims reading their offsets in one go, none held.
+    pub claims_reading: u64,
+    /// Ten claims reading their offsets in one go, one held.
+    pub claims_reading_held: u64,
 }
 
 /// Which of a group's records to look at directly.
@@ -431,6 +437,13 @@ impl Store for ZooKeeper {
                 // multi.
                 final_commit: 2,
                 final_commits: 2,
+                // The create and the read right behind it; for a batch,
+                // the multi and the multi-read behind it (and the tokens
+                // read back before 3.9); refused, the read of who holds
+                // what and the free ones claimed again the same way.
+                claim_reading: 2,
+                claims_reading: 3,
+                claims_reading_held: 6,
             }),
         }
     }
@@ -591,6 +604,10 @@ impl Store for Etcd {
                 releases: 2,
                 final_commit: 1,
                 final_commits: 1,
+                // The read is in the claim's transaction.
+                claim_reading: 1,
+                claims_reading: 1,
+                claims_reading_held: 1,
             }),
         }
     }
