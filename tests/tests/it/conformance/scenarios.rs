@@ -8,7 +8,7 @@
 //! ids, etcd lease ids, the model's counter) are only compared for equality.
 
 use tenure::core::{
-    ClaimOutcome, Event, FencingToken, RegisterOutcome, SessionId, StoreError, StoreOp,
+    ClaimOutcome, Event, FencingToken, Offset, RegisterOutcome, SessionId, StoreError, StoreOp,
     StoreRequest,
 };
 
@@ -940,41 +940,44 @@ pub async fn final_commits(store: &dyn Store) {
 /// A claim reads the committed offset with it when asked, from a state
 /// that has its record: the offset its previous owner's release wrote
 /// with the record's deletion, none, or a corrupt one, each as an offset
-/// read answers; alone and in one go. A claim that meets a record held
+/// read answers; in one go on every store, alone where the store reads
+/// with a single claim (etcd; ZooKeeper and the model leave that read to
+/// the member, which finds the same). A claim that meets a record held
 /// reads nothing.
 pub async fn claims_read_offsets(store: &dyn Store) {
     let name = store.name();
-    let bounds = store.quirks().batch_requests;
+    let quirks = store.quirks();
+    let bounds = quirks.batch_requests;
+    let reads = quirks.single_claim_reads_offset;
+    let together = quirks.batch_claims_read_offset;
     let (mut a, requests) = store.counted("a").await;
     let mut b = store.member("b").await;
-    let created = |name: &str, p: u32, outcome: Result<ClaimOutcome, StoreError>| match outcome {
-        Ok(ClaimOutcome::Created {
-            committed: Some(committed),
-            ..
-        }) => committed,
-        other => panic!("{name}: partition {p}'s claim answered {other:?}"),
-    };
+    let created = read_with_claim;
 
     // b leaves partition 0 with 7 committed.
     let token = b.claim_created(0).await;
     assert_eq!(b.release_committing(0, token, 7).await, Ok(()), "{name}");
     let before = count(&requests);
-    let read = created(name, 0, a.claim_reading(0).await);
+    let outcome = a.claim_reading(0).await;
     let single = sent(&requests, before);
+    let read = match reads {
+        true => created(name, 0, outcome),
+        false => read_after_claim(name, &mut a, 0, outcome).await,
+    };
     assert_eq!(
         read,
         Ok(Some(7)),
         "{name}: the offset written with the release"
     );
     assert_eq!(
-        created(name, 1, a.claim_reading(1).await),
+        claim_alone(name, &mut a, 1, reads).await,
         Ok(None),
         "{name}"
     );
     store.put_offset(G, 3, b"garbage").await;
     assert!(
         matches!(
-            created(name, 3, a.claim_reading(3).await),
+            claim_alone(name, &mut a, 3, reads).await,
             Err(StoreError::Corrupt { .. })
         ),
         "{name}: a corrupt offset is reported as a read reports it"
@@ -993,7 +996,7 @@ pub async fn claims_read_offsets(store: &dyn Store) {
         };
         let wanted = if p == 21 { Some(21) } else { None };
         assert_eq!(
-            created(name, p, result),
+            found(name, &mut a, p, result, together).await,
             Ok(wanted),
             "{name}: partition {p}"
         );
@@ -1011,8 +1014,16 @@ pub async fn claims_read_offsets(store: &dyn Store) {
         };
         match p {
             15 => assert_held_by(name, result, "b", b.session, held),
-            12 => assert_eq!(created(name, p, result), Ok(Some(12)), "{name}"),
-            _ => assert_eq!(created(name, p, result), Ok(None), "{name}: partition {p}"),
+            12 => assert_eq!(
+                found(name, &mut a, p, result, together).await,
+                Ok(Some(12)),
+                "{name}"
+            ),
+            _ => assert_eq!(
+                found(name, &mut a, p, result, together).await,
+                Ok(None),
+                "{name}: partition {p}"
+            ),
         }
     }
 
@@ -1032,6 +1043,70 @@ pub async fn claims_read_offsets(store: &dyn Store) {
     }
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// The committed offset a claim of `p` that took effect read with it.
+fn read_with_claim(
+    name: &str,
+    p: u32,
+    outcome: Result<ClaimOutcome, StoreError>,
+) -> Result<Option<Offset>, StoreError> {
+    match outcome {
+        Ok(ClaimOutcome::Created {
+            committed: Some(committed),
+            ..
+        }) => committed,
+        other => panic!("{name}: partition {p}'s claim answered {other:?}"),
+    }
+}
+
+/// The committed offset of `p` after a claim that took effect without
+/// reading it (`outcome`): the member's own read.
+async fn read_after_claim(
+    name: &str,
+    a: &mut super::harness::Driver,
+    p: u32,
+    outcome: Result<ClaimOutcome, StoreError>,
+) -> Result<Option<Offset>, StoreError> {
+    assert!(
+        matches!(
+            outcome,
+            Ok(ClaimOutcome::Created {
+                committed: None,
+                ..
+            })
+        ),
+        "{name}: partition {p}'s claim answered {outcome:?}"
+    );
+    a.read_offset(p).await
+}
+
+/// The committed offset a claim of `p` alone finds: read with it where the
+/// store `reads` with a single claim, by the member after it otherwise.
+async fn claim_alone(
+    name: &str,
+    a: &mut super::harness::Driver,
+    p: u32,
+    reads: bool,
+) -> Result<Option<Offset>, StoreError> {
+    let outcome = a.claim_reading(p).await;
+    found(name, a, p, outcome, reads).await
+}
+
+/// The committed offset of `p` a claim that took effect (`outcome`)
+/// finds: read with it where the store `reads` with such a claim, by the
+/// member after it otherwise.
+async fn found(
+    name: &str,
+    a: &mut super::harness::Driver,
+    p: u32,
+    outcome: Result<ClaimOutcome, StoreError>,
+    reads: bool,
+) -> Result<Option<Offset>, StoreError> {
+    match reads {
+        true => read_with_claim(name, p, outcome),
+        false => read_after_claim(name, a, p, outcome).await,
+    }
 }
 
 /// A batch of claims whose answer is lost: the store made every claim, and

@@ -48,6 +48,16 @@ pub struct Quirks {
     /// A command under a session that expired is answered (with
     /// `SessionExpired` or `NotOwner`), as the contract says.
     pub answers_commands_after_expiry: bool,
+    /// A single claim that asks for the committed offset reads it (etcd,
+    /// in its transaction); `false` where it leaves the read to the member
+    /// (ZooKeeper, and the model that copies it), whose reads then go
+    /// together.
+    pub single_claim_reads_offset: bool,
+    /// Claims sent together read their offsets with them (in the batch's
+    /// own transaction, or a multi-read behind its `multi`); `false` where
+    /// nothing goes in batches (the in-memory store answers each request
+    /// in place, as a single one).
+    pub batch_claims_read_offset: bool,
     /// The most requests a step's batches may take on the wire; `None`
     /// where nothing is sent (the in-memory store answers in place).
     pub batch_requests: Option<BatchRequests>,
@@ -283,6 +293,8 @@ impl Store for Memory {
             absent_owner_watch_fires_on_create: true,
             reopens_session_after_expiry: true,
             answers_commands_after_expiry: true,
+            single_claim_reads_offset: false,
+            batch_claims_read_offset: false,
             batch_requests: None,
         }
     }
@@ -422,6 +434,8 @@ impl Store for ZooKeeper {
             absent_owner_watch_fires_on_create: true,
             reopens_session_after_expiry: true,
             answers_commands_after_expiry: true,
+            single_claim_reads_offset: false,
+            batch_claims_read_offset: true,
             // A `multi` per batch of a kind, a multi-read before commits and
             // releases; for the refused batch of claims, a multi-read of its
             // owners and one batch of its free partitions; and, on a server
@@ -437,11 +451,11 @@ impl Store for ZooKeeper {
                 // multi.
                 final_commit: 2,
                 final_commits: 2,
-                // The create and the read right behind it; for a batch,
-                // the multi and the multi-read behind it (and the tokens
-                // read back before 3.9); refused, the read of who holds
-                // what and the free ones claimed again the same way.
-                claim_reading: 2,
+                // The create alone (the member reads the offset); for a
+                // batch, the multi and the multi-read behind it (and the
+                // tokens read back before 3.9); refused, the read of who
+                // holds what and the free ones claimed again the same way.
+                claim_reading: 1,
                 claims_reading: 3,
                 claims_reading_held: 6,
             }),
@@ -595,6 +609,8 @@ impl Store for Etcd {
             absent_owner_watch_fires_on_create: false,
             reopens_session_after_expiry: true,
             answers_commands_after_expiry: true,
+            single_claim_reads_offset: true,
+            batch_claims_read_offset: true,
             // One transaction per batch of a kind, each request nested in
             // its own (etcd takes 128 operations in one by default).
             batch_requests: Some(BatchRequests {
