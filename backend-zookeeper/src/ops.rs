@@ -150,101 +150,23 @@ impl Ctx {
         }
     }
 
-    /// Sends the writes of `writer` as one `multi` and, if there is a
-    /// `reader`, its reads right behind it, before either is answered: one
-    /// turn on the wire for both, both counted. The server answers a
-    /// session's requests in order, so the reads see what the `multi` did.
-    async fn multi_then_read(
-        &self,
-        mut writer: zk::MultiWriter<'_>,
-        reader: Option<zk::MultiReader<'_>>,
-    ) -> (
-        Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>,
-        Option<Result<Vec<zk::MultiReadResult>, zk::Error>>,
-    ) {
-        let Some(mut reader) = reader else {
-            return (self.multi(writer).await, None);
-        };
-        // The read is the second request on this turn.
-        self.wire.count(1);
-        let (written, read) = self
-            .wire
-            .send_to_leader(
-                || {
-                    let write = writer.commit();
-                    let read = reader.commit();
-                    async move { (write.await, read.await) }
-                },
-                |(written, _)| multi_answered(written),
-            )
-            .await;
-        (written, Some(read))
-    }
-
     /// Creates the owner records of `partitions` (at `paths`) in one
-    /// `multi`, with their committed offsets read right behind it if
-    /// `read_offset`: each one's outcome, or `None` if the multi was
-    /// refused as a whole and nothing was written.
+    /// `multi`: each one's outcome, or `None` if the multi was refused as
+    /// a whole and nothing was written.
     async fn create_owners(
         &self,
         partitions: &[TopicPartition],
         paths: &[String],
-        read_offset: bool,
     ) -> Option<Vec<Result<ClaimOutcome, StoreError>>> {
         let data = self.group.member.id.as_str().as_bytes();
         let options = zk::CreateMode::Ephemeral.with_acls(self.group.config.security.acls());
         let mut writer = self.client.new_multi_writer();
         for path in paths {
             if writer.add_create(path, data, &options).is_err() {
-                return Some(self.claim_each(partitions, read_offset).await);
+                return Some(self.claim_each(partitions, false).await);
             }
         }
-        let offsets: Vec<String> = partitions
-            .iter()
-            .map(|p| self.group.layout.offset(p))
-            .collect();
-        // Wasted if the multi is refused (a partition held): one request
-        // for the batch, where reading after the answer would cost a round
-        // trip for every batch made.
-        let reader = read_offset
-            .then(|| {
-                let mut reader = self.client.new_multi_reader();
-                let built = offsets
-                    .iter()
-                    .try_for_each(|path| reader.add_get_data(path));
-                built.is_ok().then_some(reader)
-            })
-            .flatten();
-        let (written, read) = self.multi_then_read(writer, reader).await;
-        // Each claim's offset, if read behind the multi: the read of all of
-        // them, answered whole, or each one's failure.
-        let mut committed: Vec<Option<Result<Option<Offset>, StoreError>>> = match read {
-            Some(Ok(reads)) if reads.len() == offsets.len() => reads
-                .into_iter()
-                .zip(&offsets)
-                .map(|(read, path)| {
-                    let read = match read {
-                        zk::MultiReadResult::Data { data, stat } => Ok((data, stat)),
-                        zk::MultiReadResult::Error { err } => Err(err),
-                        _ => Err(zk::Error::UnexpectedError(
-                            "a multi-read answered with something else than data".to_owned(),
-                        )),
-                    };
-                    Some(committed_from(path, read))
-                })
-                .collect(),
-            // A server before multi-reads (3.6): read with the claim below.
-            Some(Err(zk::Error::Unimplemented)) => vec![None; offsets.len()],
-            Some(Ok(_)) => {
-                let error = StoreError::Other(ClientError::message(
-                    "a multi-read of offsets answered another count",
-                ));
-                vec![Some(Err(error)); offsets.len()]
-            }
-            Some(Err(error)) => vec![Some(Err(store_error(error))); offsets.len()],
-            None => vec![None; offsets.len()],
-        };
-        match written {
+        match self.multi(writer).await {
             Ok(results) if results.len() == paths.len() => {
                 let stats: Vec<Option<zk::Stat>> = results
                     .into_iter()
@@ -275,9 +197,7 @@ impl Ctx {
                 };
                 let mut read_back = read_back.into_iter();
                 let mut outcomes = Vec::with_capacity(paths.len());
-                for ((stat, partition), committed) in
-                    stats.into_iter().zip(partitions).zip(committed.iter_mut())
-                {
+                for (stat, partition) in stats.into_iter().zip(partitions) {
                     let stat = match stat {
                         Some(stat) => Some(stat),
                         None => match read_back.next() {
@@ -290,13 +210,11 @@ impl Ctx {
                     outcomes.push(match stat {
                         Some(stat) => Ok(ClaimOutcome::Created {
                             token: token_of(&stat),
-                            // Not read behind the multi (a server before
-                            // multi-reads): the member reads it.
-                            committed: committed.take(),
+                            committed: None,
                         }),
                         // Not read back as ours: claimed on its own, it
                         // gets the outcome a single claim would.
-                        None => self.claim(partition, read_offset).await,
+                        None => self.claim(partition, false).await,
                     });
                 }
                 Some(outcomes)
@@ -321,11 +239,10 @@ impl Ctx {
         &self,
         partitions: &[TopicPartition],
         paths: &[String],
-        read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
         self.group.config.hooks.before_owner_read().await;
         let Ok(reads) = read_all(self, paths).await else {
-            return self.claim_each(partitions, read_offset).await;
+            return self.claim_each(partitions, false).await;
         };
         let mut outcomes: Vec<Option<Result<ClaimOutcome, StoreError>>> = reads
             .into_iter()
@@ -353,8 +270,8 @@ impl Ctx {
         // go together once more; after that (taken in between), each goes
         // on its own.
         let claimed = match free.len() {
-            0 | 1 => self.claim_each(&free, read_offset).await,
-            _ => match self.create_owners(&free, &free_paths, read_offset).await {
+            0 | 1 => self.claim_each(&free, false).await,
+            _ => match self.create_owners(&free, &free_paths).await {
                 Some(claimed) => claimed,
                 None => {
                     let mut parents: Vec<&str> =
@@ -365,9 +282,9 @@ impl Ctx {
                         // A failure here fails the claims that need it.
                         let _ = self.make_dirs(parent).await;
                     }
-                    match self.create_owners(&free, &free_paths, read_offset).await {
+                    match self.create_owners(&free, &free_paths).await {
                         Some(claimed) => claimed,
-                        None => self.claim_each(&free, read_offset).await,
+                        None => self.claim_each(&free, false).await,
                     }
                 }
             },
@@ -558,15 +475,16 @@ impl StoreOps for Ctx {
         Ok((members, fires_on_change(watcher)))
     }
 
-    /// The create alone, even when the offset is asked for: a member's
-    /// single claims are answered a few at a time, and the offset reads
-    /// its step then sends go together in one multi-read, where a read
-    /// behind each create would be a request of its own (and wasted when
-    /// the partition is held). Measured over a rolling restart of 100
-    /// members on 10,000 partitions, a read behind every single claim
-    /// cost a third of a request more per moved partition. So the member
-    /// reads it (`committed: None`); a batch reads with its claims
-    /// ([`Ctx::create_owners`]).
+    /// The create alone, even when the offset is asked for: ZooKeeper has
+    /// no request that writes and reads, so the read would be a request of
+    /// its own behind the create, wasted when the partition is held. The
+    /// member reads it after the claim instead (`committed: None`), in one
+    /// multi-read with the other reads of its step. Measured over a rolling
+    /// restart of 100 members on 10,000 partitions, a read sent behind
+    /// every single claim's create cost 4.22 requests per moved partition
+    /// where the member's reads cost 3.87, and one behind every batch's
+    /// `multi` 3.98 (a member that gains partitions others still hold sends
+    /// a batch that is refused, and its read with it).
     async fn claim(
         &self,
         partition: &TopicPartition,
@@ -595,22 +513,23 @@ impl StoreOps for Ctx {
 
     /// One `multi` of the owner records' creates; refused as a whole
     /// (one partition held, a parent missing), who holds each is read in
-    /// one multi-read, and the free ones are claimed together again.
+    /// one multi-read, and the free ones are claimed together again. The
+    /// offsets are left to the member, as a single claim's are.
     async fn claim_many(
         &self,
         partitions: &[TopicPartition],
-        read_offset: bool,
+        _read_offset: bool,
     ) -> Vec<Result<ClaimOutcome, StoreError>> {
         if partitions.len() < 2 {
-            return self.claim_each(partitions, read_offset).await;
+            return self.claim_each(partitions, false).await;
         }
         let paths: Vec<String> = partitions
             .iter()
             .map(|p| self.group.layout.owner(p))
             .collect();
-        match self.create_owners(partitions, &paths, read_offset).await {
+        match self.create_owners(partitions, &paths).await {
             Some(outcomes) => outcomes,
-            None => self.claim_refused(partitions, &paths, read_offset).await,
+            None => self.claim_refused(partitions, &paths).await,
         }
     }
 

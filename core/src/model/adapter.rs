@@ -88,7 +88,8 @@ pub fn execute(
             Execution::Done(Event::HeartbeatResult { id, result })
         }
         // A single claim leaves the offset's read to the member, as the
-        // ZooKeeper backend does: the reads of a step go together then.
+        // ZooKeeper backend's claims do: the reads of a step go together
+        // then. (A batch reads, as etcd's claims do.)
         StoreOp::Claim { partition, .. } => {
             let path = layout.owner(&partition);
             let created = store.create_parents(session, &path).and_then(|parents| {
@@ -303,8 +304,10 @@ pub fn execute_batch(
                 id,
                 result: Ok(ClaimOutcome::Created {
                     token: token_of(stat),
-                    // Read behind the multi that made the record, as the
-                    // ZooKeeper backend reads the batch's offsets.
+                    // Read at the multi that made the record, as the etcd
+                    // backend reads in a batch's transaction (the ZooKeeper
+                    // backend leaves it to the member, as a single claim
+                    // here does: the simulator takes both ways).
                     committed: read.then(|| read_offset(store, layout, partition)),
                 }),
             },

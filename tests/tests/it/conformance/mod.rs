@@ -21,6 +21,9 @@
 //! - fencing tokens and session ids are each store's own numbers (czxid,
 //!   create_revision, the model's zxid): only their order and equality are
 //!   compared;
+//! - a claim that asks for the committed offset reads it on etcd (in its
+//!   transaction), and in the model when claims go together; ZooKeeper's
+//!   claims, and the model's alone, leave the read to the member;
 //! - etcd claims in one transaction, so the NodeExists → NoNode race of a
 //!   claim (ZooKeeper, the model) cannot happen there; it is not a
 //!   scenario here (the ZooKeeper backend's own tests reproduce it).

@@ -940,10 +940,10 @@ pub async fn final_commits(store: &dyn Store) {
 /// A claim reads the committed offset with it when asked, from a state
 /// that has its record: the offset its previous owner's release wrote
 /// with the record's deletion, none, or a corrupt one, each as an offset
-/// read answers; in one go on every store, alone where the store reads
-/// with a single claim (etcd; ZooKeeper and the model leave that read to
-/// the member, which finds the same). A claim that meets a record held
-/// reads nothing.
+/// read answers; alone and in one go where the store reads with a claim
+/// (etcd), and where it leaves the read to the member (ZooKeeper, the
+/// model alone), the member's read finds the same. A claim that meets a
+/// record held reads nothing.
 pub async fn claims_read_offsets(store: &dyn Store) {
     let name = store.name();
     let quirks = store.quirks();

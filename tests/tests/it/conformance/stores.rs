@@ -50,13 +50,13 @@ pub struct Quirks {
     pub answers_commands_after_expiry: bool,
     /// A single claim that asks for the committed offset reads it (etcd,
     /// in its transaction); `false` where it leaves the read to the member
-    /// (ZooKeeper, and the model that copies it), whose reads then go
-    /// together.
+    /// (ZooKeeper, whose claims read nothing, and the model), whose reads
+    /// then go together.
     pub single_claim_reads_offset: bool,
-    /// Claims sent together read their offsets with them (in the batch's
-    /// own transaction, or a multi-read behind its `multi`); `false` where
-    /// nothing goes in batches (the in-memory store answers each request
-    /// in place, as a single one).
+    /// Claims sent together read their offsets with them (etcd, in the
+    /// batch's own transaction); `false` where they leave the reads to the
+    /// member (ZooKeeper), or nothing goes in batches (the in-memory store
+    /// answers each request in place, as a single one).
     pub batch_claims_read_offset: bool,
     /// The most requests a step's batches may take on the wire; `None`
     /// where nothing is sent (the in-memory store answers in place).
@@ -435,7 +435,7 @@ impl Store for ZooKeeper {
             reopens_session_after_expiry: true,
             answers_commands_after_expiry: true,
             single_claim_reads_offset: false,
-            batch_claims_read_offset: true,
+            batch_claims_read_offset: false,
             // A `multi` per batch of a kind, a multi-read before commits and
             // releases; for the refused batch of claims, a multi-read of its
             // owners and one batch of its free partitions; and, on a server
@@ -451,13 +451,13 @@ impl Store for ZooKeeper {
                 // multi.
                 final_commit: 2,
                 final_commits: 2,
-                // The create alone (the member reads the offset); for a
-                // batch, the multi and the multi-read behind it (and the
-                // tokens read back before 3.9); refused, the read of who
-                // holds what and the free ones claimed again the same way.
+                // The offsets are left to the member: the create, the
+                // multi (and the tokens read back before 3.9); refused,
+                // the read of who holds what and the free ones claimed
+                // again the same way.
                 claim_reading: 1,
-                claims_reading: 3,
-                claims_reading_held: 6,
+                claims_reading: 2,
+                claims_reading_held: 4,
             }),
         }
     }
