@@ -219,10 +219,10 @@ impl Timed {
     }
 }
 
-/// What one partition looks like from this member.
+/// What one partition looks like from this member. A member may hold
+/// thousands: what is rarely needed is built when it is (the labels) or
+/// boxed while it lives (the spans of operations under way).
 struct PartitionTelemetry {
-    /// `group`, `member`, `topic`, `partition`, built once.
-    labels: Vec<Label>,
     owned_gauge: Gauge,
     /// Registered on the first value, so that an exporter shows no offset
     /// or lag the member never knew.
@@ -230,62 +230,99 @@ struct PartitionTelemetry {
     lag_gauge: Option<Gauge>,
     /// The claim this member holds.
     token: Option<FencingToken>,
-    claim: Option<Span>,
-    release: Option<Timed>,
-    drain: Option<(FencingToken, Timed)>,
-    /// The commit in flight (the core sends one at a time per partition).
-    commit: Option<Span>,
     /// The committed offset in the store, as far as the member knows (read
     /// when the claim began, then every successful commit).
     committed: Option<Offset>,
     /// The log-end offset of the last fetch under the current claim.
     high_watermark: Option<Offset>,
+    /// The operations under way, if any.
+    spans: Option<Box<Spans>>,
+}
+
+/// The spans of a partition's operations under way.
+#[derive(Default)]
+struct Spans {
+    claim: Option<Span>,
+    release: Option<Timed>,
+    drain: Option<(FencingToken, Timed)>,
+    /// The commit in flight (the core sends one at a time per partition).
+    commit: Option<Span>,
+}
+
+impl Spans {
+    fn is_empty(&self) -> bool {
+        self.claim.is_none()
+            && self.release.is_none()
+            && self.drain.is_none()
+            && self.commit.is_none()
+    }
+}
+
+/// The labels of `partition`'s series: the member's (`group`, `member`),
+/// `topic` and `partition`.
+fn partition_labels(base: &[Label], partition: &TopicPartition) -> Vec<Label> {
+    let mut labels = base.to_vec();
+    labels.push(Label::new(
+        "topic",
+        SharedString::from_shared(Arc::clone(&partition.topic)),
+    ));
+    labels.push(Label::new("partition", partition.partition.to_string()));
+    labels
 }
 
 impl PartitionTelemetry {
     fn new(base: &[Label], partition: &TopicPartition) -> PartitionTelemetry {
-        let mut labels = base.to_vec();
-        labels.push(Label::new(
-            "topic",
-            SharedString::from_shared(Arc::clone(&partition.topic)),
-        ));
-        labels.push(Label::new("partition", partition.partition.to_string()));
         PartitionTelemetry {
-            owned_gauge: metrics::gauge!(PARTITION_OWNED, labels.clone()),
-            labels,
+            owned_gauge: metrics::gauge!(PARTITION_OWNED, partition_labels(base, partition)),
             committed_gauge: None,
             lag_gauge: None,
             token: None,
-            claim: None,
-            release: None,
-            drain: None,
-            commit: None,
             committed: None,
             high_watermark: None,
+            spans: None,
         }
     }
 
-    fn set_committed_gauge(&mut self, offset: Offset) {
-        let labels = &self.labels;
-        self.committed_gauge
-            .get_or_insert_with(|| metrics::gauge!(COMMITTED_OFFSET, labels.clone()))
-            .set(offset as f64);
+    /// The spans of the operations under way, made if there are none.
+    fn spans(&mut self) -> &mut Spans {
+        self.spans.get_or_insert_with(Box::default)
     }
 
-    fn set_lag(&mut self, lag: Offset) {
-        let labels = &self.labels;
-        self.lag_gauge
-            .get_or_insert_with(|| metrics::gauge!(PARTITION_LAG, labels.clone()))
-            .set(lag as f64);
+    /// Takes what `pick` takes from the spans, dropping them once empty.
+    fn take<T>(&mut self, pick: impl FnOnce(&mut Spans) -> Option<T>) -> Option<T> {
+        let spans = self.spans.as_mut()?;
+        let taken = pick(spans);
+        if spans.is_empty() {
+            self.spans = None;
+        }
+        taken
+    }
+
+    /// Whether nothing is held or under way: the entry can go (the series
+    /// it registered keep their last values in the recorder).
+    fn is_idle(&self) -> bool {
+        self.token.is_none() && self.spans.is_none()
+    }
+
+    fn set_committed_gauge(&mut self, base: &[Label], partition: &TopicPartition, offset: Offset) {
+        self.committed_gauge
+            .get_or_insert_with(|| {
+                metrics::gauge!(COMMITTED_OFFSET, partition_labels(base, partition))
+            })
+            .set(offset as f64);
     }
 
     /// Log-end minus committed, once both are known under the current
     /// claim. An external tool computes the same from the store and Kafka.
-    fn update_lag(&mut self) {
+    fn update_lag(&mut self, base: &[Label], partition: &TopicPartition) {
         if let (Some(_), Some(end), Some(committed)) =
             (self.token, self.high_watermark, self.committed)
         {
-            self.set_lag((end - committed).max(0));
+            self.lag_gauge
+                .get_or_insert_with(|| {
+                    metrics::gauge!(PARTITION_LAG, partition_labels(base, partition))
+                })
+                .set((end - committed).max(0) as f64);
         }
     }
 
@@ -354,14 +391,27 @@ impl Telemetry {
         entry(&mut self.partitions, &self.labels, partition)
     }
 
+    /// Drops the telemetry of a partition neither held nor in an operation,
+    /// so that what a member keeps follows what it holds, not every
+    /// partition it ever held.
+    fn forget_if_idle(&mut self, partition: &TopicPartition) {
+        if self
+            .partitions
+            .get(partition)
+            .is_some_and(PartitionTelemetry::is_idle)
+        {
+            self.partitions.remove(partition);
+        }
+    }
+
     /// A fetch command the core emitted, before it is carried out: the
     /// drain of a stopped fetch is timed from here.
     pub(crate) fn on_fetch(&mut self, command: &FetchCommand, now: Instant) {
         if let FetchCommand::Stop { partition, token } = command {
-            let state = self.partition(partition);
-            if state.drain.is_none() {
+            let spans = self.partition(partition).spans();
+            if spans.drain.is_none() {
                 let span = partition_span!("drain", partition, token.0);
-                state.drain = Some((*token, Timed::start(now, span)));
+                spans.drain = Some((*token, Timed::start(now, span)));
             }
         }
     }
@@ -394,9 +444,9 @@ impl Telemetry {
     pub(crate) fn on_app_event(&mut self, event: &AppEvent, now: Instant) {
         match event {
             AppEvent::Claiming { partition } => {
-                let state = self.partition(partition);
-                if state.claim.is_none() {
-                    state.claim = Some(partition_span!("claim", partition, Empty));
+                let spans = self.partition(partition).spans();
+                if spans.claim.is_none() {
+                    spans.claim = Some(partition_span!("claim", partition, Empty));
                 }
             }
             AppEvent::Claimed {
@@ -415,19 +465,20 @@ impl Telemetry {
                 );
             }
             AppEvent::ClaimAbandoned { partition } => {
-                if let Some(span) = self.partition(partition).claim.take() {
+                if let Some(span) = self.partition(partition).take(|s| s.claim.take()) {
                     span.record("outcome", "unassigned");
                 }
+                self.forget_if_idle(partition);
             }
             AppEvent::OffsetRead {
                 partition,
                 token,
                 committed,
             } => {
-                let state = self.partition(partition);
+                let state = entry(&mut self.partitions, &self.labels, partition);
                 if let (true, Some(offset)) = (state.holds(*token), committed) {
                     state.committed = Some(*offset);
-                    state.update_lag();
+                    state.update_lag(&self.labels, partition);
                 }
             }
             AppEvent::Committing {
@@ -435,7 +486,7 @@ impl Telemetry {
                 token,
                 offset,
             } => {
-                self.partition(partition).commit = Some(tracing::info_span!(
+                self.partition(partition).spans().commit = Some(tracing::info_span!(
                     "commit",
                     topic = &*partition.topic,
                     partition = partition.partition,
@@ -449,42 +500,47 @@ impl Telemetry {
                 token,
                 offset,
             } => {
-                let state = self.partition(partition);
-                if let Some(span) = state.commit.take() {
+                let state = entry(&mut self.partitions, &self.labels, partition);
+                if let Some(span) = state.take(|s| s.commit.take()) {
                     span.record("outcome", "committed");
                 }
                 if state.holds(*token) {
                     state.committed = Some(*offset);
-                    state.set_committed_gauge(*offset);
-                    state.update_lag();
+                    state.set_committed_gauge(&self.labels, partition, *offset);
+                    state.update_lag(&self.labels, partition);
                 }
+                self.forget_if_idle(partition);
             }
             AppEvent::CommitFenced { partition, .. } => {
-                if let Some(span) = self.partition(partition).commit.take() {
+                if let Some(span) = self.partition(partition).take(|s| s.commit.take()) {
                     span.record("outcome", "fenced");
                 }
+                self.forget_if_idle(partition);
                 self.commits_fenced.increment(1);
             }
             AppEvent::CommitFailed { partition, .. } => {
-                if let Some(span) = self.partition(partition).commit.take() {
+                if let Some(span) = self.partition(partition).take(|s| s.commit.take()) {
                     span.record("outcome", "failed");
                 }
+                self.forget_if_idle(partition);
                 self.commit_failures.increment(1);
             }
             AppEvent::Releasing { partition, token } => {
-                let state = self.partition(partition);
-                if state.release.is_none() {
+                let spans = self.partition(partition).spans();
+                if spans.release.is_none() {
                     let span = partition_span!("release", partition, token.0);
-                    state.release = Some(Timed::start(now, span));
+                    spans.release = Some(Timed::start(now, span));
                 }
             }
             AppEvent::Released { partition, .. } => {
                 let state = entry(&mut self.partitions, &self.labels, partition);
                 end_claim(state, partition, now, true, &self.handoffs);
+                self.forget_if_idle(partition);
             }
             AppEvent::Lost { partition, .. } => {
                 let state = entry(&mut self.partitions, &self.labels, partition);
                 end_claim(state, partition, now, false, &self.handoffs);
+                self.forget_if_idle(partition);
             }
             AppEvent::Problem(Error::DrainTimeout { partition, .. }) => {
                 self.end_drain(partition, None, now, "timed out");
@@ -503,12 +559,14 @@ impl Telemetry {
         let Some(state) = self.partitions.get_mut(partition) else {
             return;
         };
-        if token.is_some_and(|t| state.drain.as_ref().is_some_and(|(d, _)| *d != t)) {
+        let draining = state.spans.as_ref().and_then(|s| s.drain.as_ref());
+        if token.is_some_and(|t| draining.is_some_and(|(d, _)| *d != t)) {
             return;
         }
-        if let Some((_, timed)) = state.drain.take() {
+        if let Some((_, timed)) = state.take(|s| s.drain.take()) {
             self.drain.record(timed.end(now, outcome));
         }
+        self.forget_if_idle(partition);
     }
 
     /// The log-end offset a fetch of `partition` under `token` returned.
@@ -521,7 +579,7 @@ impl Telemetry {
         if let Some(state) = self.partitions.get_mut(partition) {
             if state.holds(token) {
                 state.high_watermark = Some(high_watermark);
-                state.update_lag();
+                state.update_lag(&self.labels, partition);
             }
         }
     }
@@ -582,7 +640,7 @@ fn start_claim(
     state.owned_gauge.set(1.0);
     claims.increment(1);
     claim_wait.record(waited.as_secs_f64());
-    if let Some(span) = state.claim.take() {
+    if let Some(span) = state.take(|s| s.claim.take()) {
         span.record("token", token.0);
         span.record("outcome", "claimed");
     }
@@ -612,13 +670,13 @@ fn end_claim(
     state.owned_gauge.set(0.0);
     // Lag is the owner's to report: a stale value here would count the
     // partition twice in a sum over the group.
-    if state.lag_gauge.is_some() {
-        state.set_lag(0);
+    if let Some(lag) = &state.lag_gauge {
+        lag.set(0.0);
     }
-    if let Some(timed) = state.release.take() {
+    if let Some(timed) = state.take(|s| s.release.take()) {
         timed.end(now, outcome);
     }
-    if let Some((_, timed)) = state.drain.take() {
+    if let Some((_, timed)) = state.take(|s| s.drain.take()) {
         timed.end(now, outcome);
     }
 }
@@ -679,9 +737,13 @@ mod tests {
             cell
         }
 
+        /// The value of the series registered last under `name` and
+        /// `partition` (a real recorder keeps one series per key and hands
+        /// a registration the same one again).
         fn get(&self, name: &str, partition: Option<&str>) -> Option<f64> {
             let all = self.0.lock().expect("not poisoned");
             all.iter()
+                .rev()
                 .find(|(n, p, _)| n == name && p.as_deref() == partition)
                 .map(|(_, _, c)| f64::from_bits(c.0.load(Ordering::Relaxed)))
         }
@@ -785,5 +847,77 @@ mod tests {
             Some(0.0),
             "lost, not handed over"
         );
+    }
+
+    #[test]
+    fn a_partition_no_longer_held_is_forgotten() {
+        let values = Values::default();
+        let p = TopicPartition::new("t", 3);
+        let now = Instant::now();
+        let claim = |telemetry: &mut Telemetry, token| {
+            telemetry.on_app_event(
+                &AppEvent::Claiming {
+                    partition: p.clone(),
+                },
+                now,
+            );
+            telemetry.on_app_event(
+                &AppEvent::Claimed {
+                    partition: p.clone(),
+                    token,
+                    waited: Duration::ZERO,
+                },
+                now,
+            );
+        };
+        metrics::with_local_recorder(&values, || {
+            let mut telemetry = Telemetry::new("g", &MemberId::new("m").expect("valid id"));
+            claim(&mut telemetry, FencingToken(1));
+            telemetry.on_fetch(
+                &FetchCommand::Stop {
+                    partition: p.clone(),
+                    token: FencingToken(1),
+                },
+                now,
+            );
+            telemetry.on_app_event(
+                &AppEvent::Releasing {
+                    partition: p.clone(),
+                    token: FencingToken(1),
+                },
+                now,
+            );
+            assert_eq!(telemetry.partitions.len(), 1, "a release under way");
+            telemetry.on_app_event(
+                &AppEvent::Released {
+                    partition: p.clone(),
+                    token: FencingToken(1),
+                },
+                now,
+            );
+            assert!(telemetry.partitions.is_empty(), "released: nothing kept");
+            assert_eq!(values.get(PARTITION_OWNED, Some("3")), Some(0.0));
+            assert_eq!(values.get(HANDOFFS_TOTAL, None), Some(1.0));
+
+            claim(&mut telemetry, FencingToken(2));
+            assert_eq!(values.get(PARTITION_OWNED, Some("3")), Some(1.0));
+            telemetry.on_app_event(
+                &AppEvent::Claiming {
+                    partition: TopicPartition::new("t", 4),
+                },
+                now,
+            );
+            telemetry.on_app_event(
+                &AppEvent::ClaimAbandoned {
+                    partition: TopicPartition::new("t", 4),
+                },
+                now,
+            );
+            assert_eq!(
+                telemetry.partitions.keys().collect::<Vec<_>>(),
+                [&p],
+                "an abandoned claim is forgotten, a held one kept"
+            );
+        });
     }
 }
