@@ -16,7 +16,9 @@
 //! the cold start, the sessions lost on the way (each starts a member's
 //! work over) and the process's resident memory: in all, and what it grew
 //! by per partition held (every member's cost included, and the bench's
-//! own views); after the restarts, the resident memory again.
+//! own views), and the heap the members keep per partition held (counted
+//! by the allocator, less what the bench's own views take); after the
+//! restarts, both again.
 //!
 //! (`--restarts false` leaves the restarts out, and ends the line with
 //! the resident memory once the extra member has left.)
@@ -41,13 +43,15 @@
 //! The last line:
 //!
 //! ```text
-//! rtt_ms=N members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… rss_after_restarts_mib=… cold_start_goal_ms=… cold_start_within_goal=…
+//! rtt_ms=N members=M partitions=P cold_start_ms=… cold_start_sessions_lost=… join_settle_ms=… leave_settle_ms=… rolling_restart_moves=… rolling_restart_max_unowned_ms=… requests_per_move=… static_rolling_restart_moves=… static_rolling_restart_max_unowned_ms=… rss_cold_start_mib=… rss_per_partition_bytes=… heap_per_partition_bytes=… rss_after_restarts_mib=… heap_per_partition_after_restarts_bytes=… cold_start_goal_ms=… cold_start_within_goal=…
 //! ```
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,6 +61,60 @@ use tenure::core::{Config, MemberId, TopicPartition};
 use tenure::tokio::store::{RequestCounts, RequestKind, RequestTally};
 use tenure::tokio::{Backend, GroupMember, MemberHandle, StaticMembership, View};
 use tokio::sync::mpsc;
+
+/// The system allocator, counting the bytes allocated and not yet freed,
+/// so that the heap the members keep can be told apart from the bench's
+/// own records (resident memory counts both, and the allocator's slack).
+struct CountingAllocator;
+
+/// Bytes allocated through [`CountingAllocator`] and not yet freed.
+static HEAP_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is passed on to the system allocator unchanged; the
+// count beside it does not touch the memory.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller keeps `alloc`'s contract; it is passed on.
+        let block = unsafe { System.alloc(layout) };
+        if !block.is_null() {
+            HEAP_LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        block
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as for `alloc`.
+        let block = unsafe { System.alloc_zeroed(layout) };
+        if !block.is_null() {
+            HEAP_LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        block
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        // SAFETY: `block` came from this allocator with `layout`.
+        unsafe { System.dealloc(block, layout) };
+        HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller keeps `realloc`'s contract; it is passed on.
+        let moved = unsafe { System.realloc(block, layout, new_size) };
+        if !moved.is_null() {
+            HEAP_LIVE.fetch_add(new_size, Ordering::Relaxed);
+            HEAP_LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The heap in use, in bytes.
+fn heap_live() -> usize {
+    HEAP_LIVE.load(Ordering::Relaxed)
+}
 
 /// How coordination scales: members (tasks of this process) over
 /// partitions, on the real ZooKeeper or etcd of `scripts/services`.
@@ -173,6 +231,7 @@ struct Watcher {
 }
 
 /// When a claim was first shown, and first shown dropped.
+#[derive(Clone)]
 struct Claim {
     shown: Instant,
     dropped: Option<Instant>,
@@ -308,6 +367,22 @@ impl Watcher {
                 },
             );
         }
+    }
+
+    /// The heap the watcher's own records take: what dropping them frees,
+    /// measured with a copy of them taken first and put in their place.
+    fn heap_held(&mut self) -> usize {
+        let copy = (
+            self.latest.clone(),
+            self.holders.clone(),
+            self.claims.clone(),
+        );
+        let before = heap_live();
+        let latest = std::mem::replace(&mut self.latest, copy.0);
+        let holders = std::mem::replace(&mut self.holders, copy.1);
+        let claims = std::mem::replace(&mut self.claims, copy.2);
+        drop((latest, holders, claims));
+        before.saturating_sub(heap_live())
     }
 
     /// Partitions in the latest views: (listed in all, distinct).
@@ -538,6 +613,7 @@ async fn run(args: Args) -> Result<(), String> {
     // Cold start: everyone at once.
     let names: Vec<String> = (0..m).map(|i| format!("m{i:03}")).collect();
     let rss_base = resident_bytes();
+    let heap_base = heap_live();
     let started = Instant::now();
     let joins = join_all(&mut bench, &names).await?;
     let mut members: BTreeMap<String, MemberHandle> = names.iter().cloned().zip(joins).collect();
@@ -549,13 +625,24 @@ async fn run(args: Args) -> Result<(), String> {
     // the process held before the first joined (the bench's own views of
     // every member included: an upper bound).
     let grown = rss_cold.saturating_sub(rss_base);
+    // The heap the members keep: what the heap grew by, less the bench's
+    // own views of them.
+    let heap_views = bench.watcher.heap_held();
+    let heap_members = heap_live()
+        .saturating_sub(heap_base)
+        .saturating_sub(heap_views);
+    let heap_per_partition = heap_members / p.max(1) as usize;
     println!(
         "  cold start: {cold_start:?}, {} requests, {cold_start_sessions_lost} sessions lost, \
-         resident {} MiB ({} KiB per member, {} bytes per partition held)",
+         resident {} MiB ({} KiB per member, {} bytes per partition held); \
+         members' heap {} KiB ({heap_per_partition} bytes per partition held), \
+         the bench's views {} KiB",
         bench.requests(),
         rss_cold >> 20,
         (grown / m.max(1) as u64) >> 10,
         grown / u64::from(p.max(1)),
+        heap_members >> 10,
+        heap_views >> 10,
     );
     println!("    requests/commands by kind: {}", bench.tally());
 
@@ -601,7 +688,7 @@ async fn run(args: Args) -> Result<(), String> {
         println!(
             "rtt_ms={rtt_ms} members={m} partitions={p} cold_start_ms={} cold_start_sessions_lost={cold_start_sessions_lost} \
              join_settle_ms={} leave_settle_ms={} rss_cold_start_mib={} rss_per_partition_bytes={} \
-             rss_after_leave_mib={} {}",
+             heap_per_partition_bytes={heap_per_partition} rss_after_leave_mib={} {}",
             cold_start.as_millis(),
             join_settle.as_millis(),
             leave_settle.as_millis(),
@@ -635,6 +722,10 @@ async fn run(args: Args) -> Result<(), String> {
     );
     print_breakdown(&static_by_kind, static_moves);
     let rss_restarted = resident_bytes();
+    let heap_restarted_per_partition = heap_live()
+        .saturating_sub(heap_base)
+        .saturating_sub(bench.watcher.heap_held())
+        / p.max(1) as usize;
     for (_, member) in members {
         let _ = member.close().await;
     }
@@ -644,7 +735,8 @@ async fn run(args: Args) -> Result<(), String> {
          join_settle_ms={} leave_settle_ms={} \
          rolling_restart_moves={moves} rolling_restart_max_unowned_ms={} requests_per_move={per_move:.2} \
          static_rolling_restart_moves={static_moves} static_rolling_restart_max_unowned_ms={} \
-         rss_cold_start_mib={} rss_per_partition_bytes={} rss_after_restarts_mib={} {}",
+         rss_cold_start_mib={} rss_per_partition_bytes={} heap_per_partition_bytes={heap_per_partition} \
+         rss_after_restarts_mib={} heap_per_partition_after_restarts_bytes={heap_restarted_per_partition} {}",
         cold_start.as_millis(),
         join_settle.as_millis(),
         leave_settle.as_millis(),
