@@ -543,6 +543,7 @@ mod tests {
                 generation: 0,
                 ledger: ledger.clone(),
                 records,
+                _budget: None,
             }),
             passed: None,
             tally: None,
