@@ -233,24 +233,6 @@ async fn a_revoked_lease_expires_the_session_and_a_new_one_is_granted() {
 /// a request in flight fails with ConnectionLoss, `last_heard` follows the
 /// keep-alives, the same lease resumes, a member watch survives the broken
 /// connection, and after an expiry a new lease is granted.
-/// A proxy in front of the sandbox's server, and a backend that reaches
-/// the server through it with `request_timeout`.
-async fn proxied(
-    sandbox: &Sandbox,
-    request_timeout: Duration,
-) -> (common::proxy::Proxy, EtcdBackend) {
-    let upstream = sandbox
-        .address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = common::proxy::Proxy::start(&upstream).await;
-    let backend = sandbox
-        .backend(&format!("http://{}", proxy.address))
-        .request_timeout(request_timeout);
-    (proxy, backend)
-}
-
 /// A server that answers keep-alives later than the keeper waits for them
 /// (a loaded one) keeps the session: the late answer proves the lease was
 /// renewed after the keep-alive went out, and resumes it. A keeper that
@@ -260,7 +242,15 @@ async fn proxied(
 #[tokio::test]
 async fn late_keep_alive_answers_keep_the_session() {
     let sandbox = Sandbox::new("late-answers").await;
-    let (proxy, backend) = proxied(&sandbox, Duration::from_secs(5)).await;
+    let upstream = sandbox
+        .address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&upstream).await;
+    let backend = sandbox
+        .backend(&format!("http://{}", proxy.address))
+        .request_timeout(Duration::from_secs(5));
     // Keep-alives every 2 s, each awaited 1 s before the session is
     // suspended.
     let session_timeout = Duration::from_secs(6);
@@ -295,7 +285,15 @@ async fn late_keep_alive_answers_keep_the_session() {
 #[tokio::test]
 async fn session_suspends_resumes_and_expires() {
     let sandbox = Sandbox::new("session").await;
-    let (proxy, backend) = proxied(&sandbox, Duration::from_secs(1)).await;
+    let upstream = sandbox
+        .address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&upstream).await;
+    let backend = sandbox
+        .backend(&format!("http://{}", proxy.address))
+        .request_timeout(Duration::from_secs(1));
     let session_timeout = Duration::from_secs(8);
     let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
     let first = a.session;
