@@ -233,55 +233,6 @@ async fn a_revoked_lease_expires_the_session_and_a_new_one_is_granted() {
 /// a request in flight fails with ConnectionLoss, `last_heard` follows the
 /// keep-alives, the same lease resumes, a member watch survives the broken
 /// connection, and after an expiry a new lease is granted.
-/// A server that answers keep-alives later than the keeper waits for them
-/// (a loaded one) keeps the session: the late answer proves the lease was
-/// renewed after the keep-alive went out, and resumes it. A keeper that
-/// gave the stream up at the first delay threw those answers away, and
-/// every new stream's first answer came as late: the member declared its
-/// session lost while the server kept renewing it.
-#[tokio::test]
-async fn late_keep_alive_answers_keep_the_session() {
-    let sandbox = Sandbox::new("late-answers").await;
-    let upstream = sandbox
-        .address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = common::proxy::Proxy::start(&upstream).await;
-    let backend = sandbox
-        .backend(&format!("http://{}", proxy.address))
-        .request_timeout(Duration::from_secs(5));
-    // Keep-alives every 2 s, each awaited 1 s before the session is
-    // suspended.
-    let session_timeout = Duration::from_secs(6);
-    let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
-    let first = a.session;
-    registered(a.register().await);
-
-    // From now on every answer takes 1.6 s: later than the keeper waits.
-    proxy.delay(Duration::from_millis(800));
-    a.wait_for("SessionSuspended", |e| {
-        matches!(e, Event::SessionSuspended { .. }).then_some(())
-    })
-    .await;
-    let resumed = a
-        .wait_for("SessionResumed or SessionExpired", |e| match e {
-            Event::SessionResumed => Some(true),
-            Event::SessionExpired => Some(false),
-            _ => None,
-        })
-        .await;
-    assert!(
-        resumed,
-        "the late answers were not taken: the session expired"
-    );
-    assert_eq!(a.session, first);
-    assert!(
-        sandbox.get(&sandbox.member_key("a")).await.is_some(),
-        "the lease and its registration live on"
-    );
-}
-
 #[tokio::test]
 async fn session_suspends_resumes_and_expires() {
     let sandbox = Sandbox::new("session").await;
