@@ -543,7 +543,6 @@ mod tests {
                 generation: 0,
                 ledger: ledger.clone(),
                 records,
-                _budget: None,
             }),
             passed: None,
             tally: None,

@@ -9,7 +9,6 @@ use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition
 use tokio::sync::mpsc;
 
 use crate::batch::{Fetched, Passed};
-use crate::budget::BufferBudget;
 use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
@@ -36,8 +35,6 @@ pub(crate) fn unreadable_codec(error: &(dyn std::error::Error + 'static)) -> Opt
 pub(crate) struct Fetcher {
     pub(crate) client: Arc<Client>,
     pub(crate) config: KafkaConfig,
-    /// The member's budget for buffered messages, shared by every fetcher.
-    pub(crate) budget: BufferBudget,
     pub(crate) initial: InitialOffset,
     pub(crate) partition: TopicPartition,
     pub(crate) token: FencingToken,
@@ -120,16 +117,11 @@ impl Fetcher {
         // Where the application's position is, until it has been handed a
         // message of this claim.
         let mut start = next;
-        let fetch_max_bytes = usize::try_from(self.config.fetch_max_bytes.max(2)).unwrap_or(2);
-        let _sharing = self.budget.join();
         loop {
-            // The fetch's size is reserved before it is sent, so that what
-            // every partition's fetches may bring stays within the budget.
-            let ask = self.budget.ask(fetch_max_bytes);
-            let mut held = self.budget.reserve(ask).await;
             let sent = Instant::now();
-            let max_bytes = i32::try_from(ask).unwrap_or(i32::MAX).max(2);
-            let result = client.fetch(next, 1..max_bytes, max_wait).await;
+            let result = client
+                .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
+                .await;
             self.metrics.fetched(sent.elapsed());
             match result {
                 Ok(fetched) => {
@@ -198,9 +190,6 @@ impl Fetcher {
                     }
                     if !records.is_empty() || passed.is_some() {
                         let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
-                        // What the batch keeps of the budget: its messages'
-                        // bytes and their bookkeeping.
-                        held.settle(bytes + records.len() * std::mem::size_of::<Record>());
                         // One reference per batch for its messages to count:
                         // counted by this task while it builds the batch and
                         // by the application's while it takes it, never by
@@ -212,7 +201,6 @@ impl Fetcher {
                             generation: self.generation,
                             ledger: self.ledger.clone(),
                             records,
-                            _budget: Some(held),
                         });
                         let fetched = Fetched {
                             batch,

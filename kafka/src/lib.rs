@@ -33,7 +33,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
-mod budget;
 mod clock;
 mod config;
 mod delivery;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
-use crate::budget::Held;
 use crate::ledger::LedgerCell;
 
 /// One message, handed to the application. Acknowledge it with
@@ -55,10 +54,6 @@ pub(crate) struct Batch {
     pub(crate) ledger: Arc<LedgerCell>,
     /// The records, in offset order.
     pub(crate) records: Vec<Record>,
-    /// The part of the member's buffer budget the records take, held only
-    /// to be given back when the batch is dropped (`None` for a batch not
-    /// fetched under a budget).
-    pub(crate) _budget: Option<Held>,
 }
 
 /// One record of a [`Batch`].

@@ -10,7 +10,6 @@ use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::budget::BufferBudget;
 use crate::config::KafkaConfig;
 use crate::delivery::{Batches, GroupQueues, Lease, Outlet, PartitionStream};
 use crate::event::DataEvent;
@@ -109,8 +108,6 @@ pub struct DataPlane {
     client: Arc<Client>,
     config: KafkaConfig,
     initial: InitialOffset,
-    /// What the fetchers of every partition may buffer, together.
-    budget: BufferBudget,
     pub(crate) ledgers: Ledgers,
     claims: BTreeMap<TopicPartition, Claim>,
     /// The application's start offsets, asked at each claim's first fetch.
@@ -169,7 +166,6 @@ impl DataPlane {
         ));
         DataPlane {
             client,
-            budget: BufferBudget::new(config.max_buffered_bytes),
             config,
             initial,
             ledgers: Ledgers::default(),
@@ -263,7 +259,6 @@ impl DataPlane {
             metrics,
             client: self.client.clone(),
             config: self.config.clone(),
-            budget: self.budget.clone(),
             initial: self.initial,
             partition: partition.clone(),
             token: claim.token,
