@@ -62,7 +62,12 @@ impl World {
     }
 
     pub(super) fn final_checks(&mut self) {
-        self.judge_operator();
+        if let Some(detail) = self.operator.judge(&self.config, self.start) {
+            self.violation(
+                "the operator's tooling sees every commit applied before it asked",
+                detail,
+            );
+        }
         let bound = self.config.convergence_bound();
         match self.report.converged_after {
             Some(after) if after <= bound => {}

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tenure_core::rng::SplitMix64;
 use tenure_core::types::{Offset, TopicPartition};
 
-use super::parts::World;
+use super::SimConfig;
 
 /// Mixed into the seed for the operator's own generator.
 const OPERATOR_SEED: u64 = 0x6f70_6572_6174_6f72;
@@ -37,31 +37,38 @@ pub(super) struct Operator {
     /// The elections: the leader lost, another elected.
     pub(super) elections: Vec<(Instant, Instant)>,
     /// Every commit the leader applied, when, per partition.
-    pub(super) commits: std::collections::BTreeMap<TopicPartition, Vec<(Instant, Offset)>>,
+    commits: std::collections::BTreeMap<TopicPartition, Vec<(Instant, Offset)>>,
 }
 
-impl World {
-    /// On an ensemble: the moments the operator looks, for the whole run,
-    /// and the cuts of its follower, during the chaos phase.
-    pub(super) fn schedule_operator(&mut self) {
-        if self.config.ensemble.is_none() {
+impl Operator {
+    /// On an ensemble: the moments the operator looks, for the whole run
+    /// (from `start` to `end_at`), and the cuts of its follower, during the
+    /// chaos phase (until `quiet_at`).
+    pub(super) fn schedule(
+        &mut self,
+        config: &SimConfig,
+        start: Instant,
+        quiet_at: Instant,
+        end_at: Instant,
+    ) {
+        if config.ensemble.is_none() {
             return;
         }
-        let mut rng = SplitMix64::new(self.config.seed ^ OPERATOR_SEED);
-        let session = self.config.session_timeout.as_millis() as u64;
-        let delivery = self.config.max_delay.as_micros() as u64;
-        let mut t = self.start;
-        while t < self.end_at {
+        let mut rng = SplitMix64::new(config.seed ^ OPERATOR_SEED);
+        let session = config.session_timeout.as_millis() as u64;
+        let delivery = config.max_delay.as_micros() as u64;
+        let mut t = start;
+        while t < end_at {
             t += Duration::from_millis(200 + rng.below(1000));
             let lag = Duration::from_micros(rng.below(delivery.max(1)));
-            self.operator.looks.push((t, lag));
+            self.looks.push((t, lag));
         }
-        let mut t = self.start;
-        while self.config.faults && t < self.quiet_at {
+        let mut t = start;
+        while config.faults && t < quiet_at {
             t += Duration::from_millis(500 + rng.below(4000));
             let length = Duration::from_millis(rng.below(session * 4));
-            let until = (t + length).min(self.quiet_at);
-            self.operator.cuts.push((t, until));
+            let until = (t + length).min(quiet_at);
+            self.cuts.push((t, until));
             t = until;
         }
     }
@@ -69,16 +76,14 @@ impl World {
     /// The operator asked at each of its moments and was shown the group's
     /// offsets: with a sync, as the leader had them when the sync went
     /// through; without one, as its follower had applied them. Each look
-    /// must show every commit the leader applied before it asked.
-    pub(super) fn judge_operator(&mut self) {
-        let Some(ensemble) = self.config.ensemble.clone() else {
-            return;
-        };
+    /// must show every commit the leader applied before it asked: the
+    /// first that did not is described, with its moment counted from
+    /// `start`.
+    pub(super) fn judge(&self, config: &SimConfig, start: Instant) -> Option<String> {
+        let ensemble = config.ensemble.as_ref()?;
         let patience = ensemble.tick * ensemble.sync_limit;
-        let operator = &self.operator;
-        let mut missed = None;
-        for &(asked, lag) in &operator.looks {
-            let cut = operator
+        for &(asked, lag) in &self.looks {
+            let cut = self
                 .cuts
                 .iter()
                 .find(|(since, until)| *since <= asked && asked < *until);
@@ -90,8 +95,7 @@ impl World {
                 let synced = cut.map_or(asked, |(since, until)| {
                     (*until).min(*since + patience).max(asked)
                 });
-                operator
-                    .elections
+                self.elections
                     .iter()
                     .find(|(lost, elected)| *lost <= synced && synced < *elected)
                     .map_or(synced, |(_, elected)| *elected)
@@ -101,33 +105,33 @@ impl World {
                     _ => asked - lag,
                 }
             };
-            missed = operator.commits.iter().find_map(|(partition, history)| {
+            let missed = self.commits.iter().find_map(|(partition, history)| {
                 let before = as_of(history, asked)?;
                 let shown = as_of(history, applied);
-                (shown < Some(before)).then(|| (asked, partition.clone(), before, shown))
+                (shown < Some(before)).then_some((partition, before, shown))
             });
-            if missed.is_some() {
-                break;
+            if let Some((partition, committed, shown)) = missed {
+                return Some(format!(
+                    "the operator, asking at {:?}, was shown {partition} at {shown:?}, behind the commit of {committed} the leader applied before",
+                    asked - start
+                ));
             }
         }
-        if let Some((asked, partition, committed, shown)) = missed {
-            let detail = format!(
-                "the operator, asking at {:?}, was shown {partition} at {shown:?}, behind the commit of {committed} the leader applied before",
-                asked - self.start
-            );
-            self.violation(
-                "the operator's tooling sees every commit applied before it asked",
-                detail,
-            );
-        }
+        None
     }
 
     /// On an ensemble: the leader applied a commit of `offset` on
-    /// `partition` now.
-    pub(super) fn applied_commit(&mut self, partition: &TopicPartition, offset: Offset) {
-        if self.config.ensemble.is_some() {
-            let history = self.operator.commits.entry(partition.clone()).or_default();
-            history.push((self.now, offset));
+    /// `partition` at `now`.
+    pub(super) fn applied_commit(
+        &mut self,
+        config: &SimConfig,
+        now: Instant,
+        partition: &TopicPartition,
+        offset: Offset,
+    ) {
+        if config.ensemble.is_some() {
+            let history = self.commits.entry(partition.clone()).or_default();
+            history.push((now, offset));
         }
     }
 }

@@ -85,7 +85,10 @@ impl World {
         if world.config.faults || world.config.churn {
             world.schedule_chaos();
         }
-        world.schedule_operator();
+        let (start, quiet_at, end_at) = (world.start, world.quiet_at, world.end_at);
+        world
+            .operator
+            .schedule(&world.config, start, quiet_at, end_at);
         if let Some(ensemble) = &world.config.ensemble {
             let first = world.start + ensemble.tick / 2;
             world.at(first, Action::Report);

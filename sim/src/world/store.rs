@@ -223,7 +223,8 @@ impl World {
         token: FencingToken,
         legit: bool,
     ) {
-        self.applied_commit(partition, offset);
+        self.operator
+            .applied_commit(&self.config, self.now, partition, offset);
         let who = self.nodes[index].id.clone();
         let processed = self
             .processed
