@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use tenure_tokio::store::{SessionChange, SessionKeeper, Wire};
 
-use crate::errors::lease_not_found;
+use crate::errors::{answered, lease_not_found};
 use crate::session::Current;
 
 /// The pause between two attempts to reach the server while suspended.
@@ -25,8 +25,26 @@ enum Renewal {
     Alive,
     /// The server says the lease does not exist.
     Gone,
-    /// No answer (timeout, broken stream, no connection).
+    /// No answer (timeout, broken stream, no connection, or a node without
+    /// a leader): the lease may well live on.
     Unanswered(String),
+    /// A server refused the keep-alive for another reason than a missing
+    /// lease (a permission, a bad request): keeping on asking mends nothing.
+    Refused(String),
+}
+
+/// What a failed keep-alive says, from its error. Only a status the
+/// server sent is a refusal; the client's own errors about the stream (a
+/// closed channel, a stream that ended before its first answer) are a
+/// connection's trouble.
+fn failed(error: etcd_client::Error) -> Renewal {
+    if lease_not_found(&error) {
+        Renewal::Gone
+    } else if matches!(error, etcd_client::Error::GRpcStatus(_)) && answered(&error) {
+        Renewal::Refused(error.to_string())
+    } else {
+        Renewal::Unanswered(error.to_string())
+    }
 }
 
 /// One keep-alive: on the open stream, or on a new one.
@@ -41,20 +59,18 @@ async fn renew(client: &Client, lease: i64, stream: &mut Option<Stream>) -> Rene
                     *stream = Some(Stream { keeper, answers });
                     Renewal::Alive
                 }
-                Err(e) if lease_not_found(&e) => Renewal::Gone,
-                Err(e) => Renewal::Unanswered(e.to_string()),
+                Err(e) => failed(e),
             }
         }
         Some(open) => {
             if let Err(e) = open.keeper.keep_alive().await {
-                return Renewal::Unanswered(e.to_string());
+                return failed(e);
             }
             match open.answers.message().await {
                 Ok(Some(answer)) if answer.ttl() > 0 => Renewal::Alive,
                 Ok(Some(_)) => Renewal::Gone,
                 Ok(None) => Renewal::Unanswered("keep-alive stream closed".to_owned()),
-                Err(e) if lease_not_found(&e) => Renewal::Gone,
-                Err(e) => Renewal::Unanswered(e.to_string()),
+                Err(e) => failed(e),
             }
         }
     }
@@ -62,13 +78,25 @@ async fn renew(client: &Client, lease: i64, stream: &mut Option<Stream>) -> Rene
 
 /// Keeps one lease alive, every TTL/3, and says when that changes
 /// anything: suspended when a keep-alive goes unanswered, alive again when
-/// one is answered, expired when the server says the lease is gone (or it
-/// must be by now).
+/// one is answered, expired when the server says the lease is gone.
+///
+/// Unanswered for a whole TTL, the lease is not taken for gone: only the
+/// cluster's leader ends a lease, and a new leader extends every lease it
+/// takes over, so a member that waited out an election (or any outage the
+/// leases outlived) resumes with its session and its partitions, where
+/// giving up by its own clock would have revoked a live lease and moved
+/// every partition it held. The member stops handing out by its own count
+/// of the lease all the same. Only a server's refusal other than "no
+/// leader" (a permission, say) ends the session after a TTL unheard, so
+/// that a new one is asked for and the refusal reaches the member.
 pub(crate) struct Keeper {
     client: Client,
     current: Current,
     stream: Option<Stream>,
     suspended: bool,
+    /// Whether the last keep-alive was refused by a server (rather than
+    /// unanswered).
+    refused: bool,
     /// When the next keep-alive is due; `None`: now.
     next: Option<Instant>,
 }
@@ -80,6 +108,7 @@ impl Keeper {
             current,
             stream: None,
             suspended: false,
+            refused: false,
             next: None,
         }
     }
@@ -118,10 +147,10 @@ impl SessionKeeper for Keeper {
                     return SessionChange::Expired;
                 }
             }
-            // Unheard of for a whole TTL: the server has dropped the
-            // lease, or is about to (a new lease revokes it first to make
-            // sure).
-            if self.suspended && wire.last_heard() + self.current.ttl <= Instant::now() {
+            // Refused for a whole TTL: no keep-alive got through, and asking
+            // again will not change that; a new lease (which revokes this
+            // one first) will say why to the member.
+            if self.refused && wire.last_heard() + self.current.ttl <= Instant::now() {
                 return SessionChange::Expired;
             }
             let sent = Instant::now();
@@ -131,22 +160,28 @@ impl SessionKeeper for Keeper {
             )
             .await
             .unwrap_or_else(|_| Renewal::Unanswered(format!("no answer within {patience:?}")));
+            let refused = matches!(renewal, Renewal::Refused(_));
             match renewal {
                 Renewal::Alive => {
                     // The server renewed the lease after we sent the
                     // keep-alive.
                     self.suspended = false;
+                    self.refused = false;
                     self.next = Some(sent + interval);
                     return SessionChange::Alive { heard: sent };
                 }
                 Renewal::Gone => return SessionChange::Expired,
-                Renewal::Unanswered(why) => {
+                Renewal::Unanswered(why) | Renewal::Refused(why) => {
+                    self.refused = refused;
                     self.stream = None;
                     self.next = Some((sent + RETRY_WHILE_SUSPENDED).max(Instant::now()));
                     if !self.suspended {
                         self.suspended = true;
                         return SessionChange::Suspended {
-                            why: format!("etcd lease keep-alive unanswered: {why}"),
+                            why: format!(
+                                "etcd lease keep-alive {}: {why}",
+                                if refused { "refused" } else { "unanswered" }
+                            ),
                         };
                     }
                 }

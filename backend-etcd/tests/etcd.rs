@@ -229,6 +229,134 @@ async fn a_revoked_lease_expires_the_session_and_a_new_one_is_granted() {
     a.backend.shutdown().await;
 }
 
+/// Waits until the server has ended the lease of member `member`'s
+/// registration (its TTL run out unrenewed): the registration's deletion,
+/// watched from the revision at which it was read.
+async fn lease_ended(sandbox: &Sandbox, member: &str) {
+    let key = sandbox.member_key(member);
+    let mut raw = sandbox.raw.clone();
+    let read = raw
+        .get(key.as_str(), None)
+        .await
+        .expect("read the registration");
+    if read.kvs().is_empty() {
+        return;
+    }
+    let revision = read.header().map_or(0, |h| h.revision());
+    let mut watch = raw
+        .watch(
+            key.as_str(),
+            Some(WatchOptions::new().with_start_revision(revision + 1)),
+        )
+        .await
+        .expect("watch the registration");
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let response = watch.message().await.expect("watch").expect("open");
+            if response
+                .events()
+                .iter()
+                .any(|e| e.event_type() == EventType::Delete)
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        deleted.is_ok(),
+        "{member}'s lease still lives after a minute unrenewed"
+    );
+}
+
+/// A lease the cluster keeps alive while the member cannot reach it — as a
+/// new leader does, which extends every lease it takes over after an
+/// election — outlives an outage longer than its TTL: the member suspends
+/// (and stops handing out, by its own count), but does not give the
+/// session up by its clock, and resumes it, its registration and claims
+/// intact, once a server answers again. A member that gave up after a TTL
+/// unheard revoked a live lease and moved every partition it held.
+#[tokio::test]
+async fn a_lease_the_cluster_keeps_outlives_an_outage_longer_than_its_ttl() {
+    let sandbox = Sandbox::new("outlived").await;
+    let upstream = sandbox
+        .address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&upstream).await;
+    let backend = sandbox
+        .backend(&format!("http://{}", proxy.address))
+        .request_timeout(Duration::from_secs(1));
+    let session_timeout = Duration::from_secs(3);
+    let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
+    let first = a.session;
+    registered(a.register().await);
+    assert!(matches!(
+        a.claim(0).await,
+        Event::ClaimResult {
+            result: Ok(ClaimOutcome::Created { .. }),
+            ..
+        }
+    ));
+
+    // The cluster's side: the lease renewed while the member is away.
+    let mut raw = sandbox.raw.clone();
+    let (mut renewer, mut renewed) = raw
+        .lease_keep_alive(common::lease(first))
+        .await
+        .expect("keep the member's lease alive");
+    proxy.down();
+    a.wait_for("SessionSuspended", |e| {
+        matches!(e, Event::SessionSuspended { .. }).then_some(())
+    })
+    .await;
+    // Away for three TTLs, each a chance for the member to give up.
+    for _ in 0..9 {
+        renewer.keep_alive().await.expect("send a keep-alive");
+        let answer = renewed
+            .message()
+            .await
+            .expect("a keep-alive answer")
+            .expect("the stream is open");
+        assert!(
+            answer.ttl() > 0,
+            "the server ended the lease it was asked to keep"
+        );
+        let expired = a
+            .wait_within(Duration::from_secs(1), |e| {
+                matches!(e, Event::SessionExpired).then_some(())
+            })
+            .await;
+        assert!(
+            expired.is_none(),
+            "the member gave up a session whose lease the cluster kept"
+        );
+    }
+    drop((renewer, renewed));
+
+    proxy.up();
+    let resumed = a
+        .wait_for("SessionResumed or SessionExpired", |e| match e {
+            Event::SessionResumed => Some(true),
+            Event::SessionExpired => Some(false),
+            _ => None,
+        })
+        .await;
+    assert!(resumed, "the session ended although its lease lived");
+    assert_eq!(a.session, first);
+    assert!(matches!(
+        a.heartbeat().await,
+        Event::HeartbeatResult { result: Ok(()), .. }
+    ));
+    assert!(sandbox.get(&sandbox.member_key("a")).await.is_some());
+    assert!(
+        sandbox.get(&sandbox.owner_key(0)).await.is_some(),
+        "the claim lives on with its lease"
+    );
+    a.backend.shutdown().await;
+}
+
 /// Suspension, resumption and expiry, with the connection cut by a proxy:
 /// a request in flight fails with ConnectionLoss, `last_heard` follows the
 /// keep-alives, the same lease resumes, a member watch survives the broken
@@ -300,18 +428,25 @@ async fn session_suspends_resumes_and_expires() {
         Event::HeartbeatResult { result: Ok(()), .. }
     ));
 
-    // Down for longer than the TTL: the session expires (concluded here from
-    // the silence) and a new lease is granted once etcd is reachable again.
+    // Down until the server has dropped the lease: the member does not
+    // conclude that from the silence (only the cluster ends a lease), but
+    // learns it from the server once it is reachable again, and is granted
+    // a new lease.
     proxy.down();
     a.wait_for("SessionSuspended", |e| {
         matches!(e, Event::SessionSuspended { .. }).then_some(())
     })
     .await;
+    lease_ended(&sandbox, "a").await;
+    assert!(
+        !a.has(|e| matches!(e, Event::SessionExpired)),
+        "the session was given up by the member's clock"
+    );
+    proxy.up();
     a.wait_for("SessionExpired", |e| {
         matches!(e, Event::SessionExpired).then_some(())
     })
     .await;
-    proxy.up();
     let second = a
         .wait_for("SessionEstablished", |e| match e {
             Event::SessionEstablished { session } => Some(*session),
