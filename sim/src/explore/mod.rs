@@ -95,7 +95,9 @@
 //!
 //! Time cannot pass a moment by which something must happen: a session past
 //! its deadline is expired, and a disconnected client past its session
-//! timeout gives up or reconnects (and one that gave up reconnects), and
+//! timeout gives up or reconnects (and one that gave up reconnects; on
+//! etcd it only reconnects, as the backend gives a session up only when a
+//! server says its lease is gone), and
 //! a follower cut off for `syncLimit` ticks heals or drops its clients,
 //! before the next advance. Letting time advance while a message could be
 //! delivered also spends a reorder, and a message crosses at most

@@ -202,7 +202,12 @@ impl State {
         let timeout = model.config.session_timeout;
         for (node, n) in self.nodes.iter().enumerate() {
             if !n.connected {
-                if n.session.is_some() && self.now >= n.last_contact + timeout {
+                // ZooKeeper's client gives its session up by its own clock;
+                // etcd's backend waits for a server to say the lease is gone.
+                if n.session.is_some()
+                    && self.now >= n.last_contact + timeout
+                    && model.lease_ttl.is_none()
+                {
                     moves.push(Move::GiveUp(node));
                 }
                 moves.push(Move::Reconnect(node));

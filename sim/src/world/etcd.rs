@@ -202,8 +202,9 @@ impl World {
 
     /// Node `index`'s client leaves its server: its connection is lost
     /// (what was in flight fails), and it tries the next server soon. It
-    /// gives up on its session by its own clock if no server answers in
-    /// time.
+    /// never gives its session up by its own clock: only the cluster ends
+    /// a lease (and a new leader extends every lease), so the client learns
+    /// of an expiry from the server it reaches next.
     pub(super) fn leave_server(&mut self, index: usize, why: &'static str) {
         if !self.nodes[index].connected {
             return;
@@ -219,11 +220,6 @@ impl World {
         self.at(
             now + RETRY_WHILE_SUSPENDED,
             Action::Fault(Fault::Reconnect { node: index, epoch }),
-        );
-        let expiry = self.nodes[index].last_contact + self.config.session_timeout;
-        self.at(
-            expiry.max(now),
-            Action::Fault(Fault::ClientExpiry { node: index, epoch }),
         );
     }
 
