@@ -138,10 +138,18 @@ impl Keeper {
 impl SessionKeeper for Keeper {
     async fn next_change(&mut self, wire: &Wire) -> SessionChange {
         let interval = (self.current.ttl / 3).max(Duration::from_millis(100));
-        // Keep-alives are answered by the leader at once (no consensus
-        // round): half the interval unanswered is a connection in trouble.
-        let patience = interval / 2;
         loop {
+            // Keep-alives are answered by the leader at once (no consensus
+            // round): half the interval unanswered is a connection in
+            // trouble. Once suspended, a keep-alive waits the whole
+            // interval: a late answer still proves the lease was renewed
+            // after it was sent, and a loaded server that answers every
+            // keep-alive late must not keep the member suspended for good.
+            let patience = if self.suspended {
+                interval
+            } else {
+                interval / 2
+            };
             if let Some(next) = self.next.take() {
                 if self.wait(next).await {
                     return SessionChange::Expired;

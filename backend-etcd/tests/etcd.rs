@@ -357,6 +357,56 @@ async fn a_lease_the_cluster_keeps_outlives_an_outage_longer_than_its_ttl() {
     a.backend.shutdown().await;
 }
 
+/// A server that answers keep-alives later than the keeper first waits for
+/// them (a loaded one) suspends the session, but its late answers, each
+/// proving the lease was renewed after its keep-alive was sent, resume it:
+/// the member neither gives the lease up nor stays suspended while the
+/// server keeps renewing it.
+#[tokio::test]
+async fn late_keep_alive_answers_resume_the_session() {
+    let sandbox = Sandbox::new("late-answers").await;
+    let upstream = sandbox
+        .address
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = common::proxy::Proxy::start(&upstream).await;
+    let backend = sandbox
+        .backend(&format!("http://{}", proxy.address))
+        .request_timeout(Duration::from_secs(5));
+    // Keep-alives every 2 s, each awaited 1 s before the session is
+    // suspended.
+    let session_timeout = Duration::from_secs(6);
+    let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
+    let first = a.session;
+    registered(a.register().await);
+
+    // From now on every answer takes 1.6 s: later than the keeper first
+    // waits.
+    proxy.delay(Duration::from_millis(800));
+    a.wait_for("SessionSuspended", |e| {
+        matches!(e, Event::SessionSuspended { .. }).then_some(())
+    })
+    .await;
+    let resumed = a
+        .wait_for("SessionResumed or SessionExpired", |e| match e {
+            Event::SessionResumed => Some(true),
+            Event::SessionExpired => Some(false),
+            _ => None,
+        })
+        .await;
+    assert!(
+        resumed,
+        "the late answers were not taken: the session expired"
+    );
+    assert_eq!(a.session, first);
+    assert!(
+        sandbox.get(&sandbox.member_key("a")).await.is_some(),
+        "the lease and its registration live on"
+    );
+    a.backend.shutdown().await;
+}
+
 /// Suspension, resumption and expiry, with the connection cut by a proxy:
 /// a request in flight fails with ConnectionLoss, `last_heard` follows the
 /// keep-alives, the same lease resumes, a member watch survives the broken
