@@ -279,15 +279,7 @@ async fn lease_ended(sandbox: &Sandbox, member: &str) {
 #[tokio::test]
 async fn a_lease_the_cluster_keeps_outlives_an_outage_longer_than_its_ttl() {
     let sandbox = Sandbox::new("outlived").await;
-    let upstream = sandbox
-        .address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = common::proxy::Proxy::start(&upstream).await;
-    let backend = sandbox
-        .backend(&format!("http://{}", proxy.address))
-        .request_timeout(Duration::from_secs(1));
+    let (proxy, backend) = sandbox.behind_proxy(Duration::from_secs(1)).await;
     let session_timeout = Duration::from_secs(3);
     let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
     let first = a.session;
@@ -365,15 +357,7 @@ async fn a_lease_the_cluster_keeps_outlives_an_outage_longer_than_its_ttl() {
 #[tokio::test]
 async fn late_keep_alive_answers_resume_the_session() {
     let sandbox = Sandbox::new("late-answers").await;
-    let upstream = sandbox
-        .address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = common::proxy::Proxy::start(&upstream).await;
-    let backend = sandbox
-        .backend(&format!("http://{}", proxy.address))
-        .request_timeout(Duration::from_secs(5));
+    let (proxy, backend) = sandbox.behind_proxy(Duration::from_secs(5)).await;
     // Keep-alives every 2 s, each awaited 1 s before the session is
     // suspended.
     let session_timeout = Duration::from_secs(6);
@@ -414,15 +398,7 @@ async fn late_keep_alive_answers_resume_the_session() {
 #[tokio::test]
 async fn session_suspends_resumes_and_expires() {
     let sandbox = Sandbox::new("session").await;
-    let upstream = sandbox
-        .address
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let proxy = common::proxy::Proxy::start(&upstream).await;
-    let backend = sandbox
-        .backend(&format!("http://{}", proxy.address))
-        .request_timeout(Duration::from_secs(1));
+    let (proxy, backend) = sandbox.behind_proxy(Duration::from_secs(1)).await;
     let session_timeout = Duration::from_secs(8);
     let mut a = common::Driver::start("etcd", backend, common::info("a"), session_timeout).await;
     let first = a.session;

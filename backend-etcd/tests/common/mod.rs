@@ -72,6 +72,21 @@ impl Sandbox {
         EtcdBackend::new(address).prefix(self.prefix.clone())
     }
 
+    /// A proxy in front of the server, and a backend in this sandbox (not
+    /// started) that reaches the server through it.
+    pub async fn behind_proxy(&self, request_timeout: Duration) -> (proxy::Proxy, EtcdBackend) {
+        let upstream = self
+            .address
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let proxy = proxy::Proxy::start(&upstream).await;
+        let backend = self
+            .backend(&format!("http://{}", proxy.address))
+            .request_timeout(request_timeout);
+        (proxy, backend)
+    }
+
     /// Starts a backend for `member` in this sandbox.
     pub async fn member(&self, member: &str) -> Driver {
         self.member_with(member, Hooks::default()).await
