@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tenure_core::{FencingToken, Offset};
 
+use crate::budget::Held;
 use crate::ledger::LedgerCell;
 use crate::message::Batch;
 use crate::telemetry::Tally;
@@ -23,6 +24,10 @@ pub(crate) struct Fetched {
     pub(crate) passed: Option<Passed>,
     /// The batch's metrics, recorded as it is handed out.
     pub(crate) tally: Option<Tally>,
+    /// The part of the member's buffer budget the messages take, given
+    /// back when the batch is done with (`None` for a batch not fetched
+    /// under a budget).
+    pub(crate) held: Option<Held>,
 }
 
 /// Offsets a fetch went past without a message, up to `last`.

@@ -25,6 +25,27 @@ pub struct KafkaConfig {
     /// so that one partition's backlog never sits in front of another's
     /// messages. 0 counts as 1. Default: 2.
     pub buffered_batches: usize,
+    /// Most bytes of fetched messages the member buffers before handing
+    /// them out, over all its partitions (librdkafka's
+    /// `queued.max.messages.kbytes`): a member over 10,000 partitions
+    /// buffers no more than one over 10. Each fetch reserves its size from
+    /// this budget before it is sent; with many partitions a fetch asks for
+    /// its share (this budget over the partitions being fetched, at least
+    /// 16 KiB, at most `fetch_max_bytes`), so that with more partitions
+    /// than the budget holds 16 KiB shares, fetches take turns. A fetched
+    /// batch keeps what its messages take (keys, values, headers) until its
+    /// last message is handed out or it is dropped; an answer larger than
+    /// its fetch reserved (Kafka returns a partition's next batch whole
+    /// when it is larger than asked for) waits for room for all of it.
+    /// Once the budget is spent, fetchers wait, in the order they asked,
+    /// until the application takes messages. The budget is never passed,
+    /// but by a single batch larger than all of it. Messages handed out
+    /// and still held by the application are not counted (they keep their
+    /// batch's memory until dropped). With per-partition streams, a stream
+    /// left unread keeps what its buffer holds (`buffered_batches` batches
+    /// at most) and the others share the rest. Values under 16 KiB count
+    /// as 16 KiB. Default: 64 MiB.
+    pub max_buffered_bytes: usize,
     /// On the member's one message stream (`tenure_tokio::GroupMember::messages`):
     /// at most this many messages of one partition are handed out in a row
     /// while another partition has messages waiting. The partitions with
@@ -86,6 +107,7 @@ impl KafkaConfig {
             fetch_max_bytes: 1 << 20,
             fetch_max_wait: Duration::from_millis(250),
             buffered_batches: 2,
+            max_buffered_bytes: 64 << 20,
             max_messages_in_a_row: 64,
             metadata_refresh: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),

@@ -26,6 +26,7 @@ use tenure_core::{FencingToken, TopicPartition};
 use tokio::sync::watch;
 
 use crate::batch::{Fetched, Passed};
+use crate::budget::Held;
 use crate::clock::CoarseDeadline;
 use crate::message::{Batch, Message};
 use crate::telemetry::Tally;
@@ -167,6 +168,9 @@ struct Queue {
     passed: Option<Passed>,
     /// The current batch's metrics, recorded when it is done with.
     tally: Option<Tally>,
+    /// The current batch's part of the buffer budget, given back when it
+    /// is done with.
+    held: Option<Held>,
 }
 
 impl Queue {
@@ -176,6 +180,7 @@ impl Queue {
             current: None,
             passed: None,
             tally: None,
+            held: None,
         }
     }
 
@@ -184,6 +189,7 @@ impl Queue {
         self.current = Some((fetched.batch, 0));
         self.passed = fetched.passed;
         self.tally = fetched.tally;
+        self.held = fetched.held;
     }
 
     /// The next message that may still be handed out, without waiting.
@@ -256,6 +262,7 @@ impl Queue {
             }
         }
         self.tally = None;
+        self.held = None;
     }
 }
 
@@ -546,6 +553,7 @@ mod tests {
             }),
             passed: None,
             tally: None,
+            held: None,
         }
     }
 

@@ -9,6 +9,7 @@ use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, TopicPartition
 use tokio::sync::mpsc;
 
 use crate::batch::{Fetched, Passed};
+use crate::budget::BufferBudget;
 use crate::config::{IsolationLevel, KafkaConfig};
 use crate::delivery::Outlet;
 use crate::error::KafkaError;
@@ -35,6 +36,8 @@ pub(crate) fn unreadable_codec(error: &(dyn std::error::Error + 'static)) -> Opt
 pub(crate) struct Fetcher {
     pub(crate) client: Arc<Client>,
     pub(crate) config: KafkaConfig,
+    /// The member's budget for buffered messages, shared by every fetcher.
+    pub(crate) budget: BufferBudget,
     pub(crate) initial: InitialOffset,
     pub(crate) partition: TopicPartition,
     pub(crate) token: FencingToken,
@@ -117,11 +120,16 @@ impl Fetcher {
         // Where the application's position is, until it has been handed a
         // message of this claim.
         let mut start = next;
+        let fetch_max_bytes = usize::try_from(self.config.fetch_max_bytes.max(2)).unwrap_or(2);
+        let _sharing = self.budget.join();
         loop {
+            // The fetch's size is reserved before it is sent, so that what
+            // every partition's fetches bring stays within the budget.
+            let ask = self.budget.ask(fetch_max_bytes);
+            let mut held = self.budget.reserve(ask).await;
             let sent = Instant::now();
-            let result = client
-                .fetch(next, 1..self.config.fetch_max_bytes.max(2), max_wait)
-                .await;
+            let max_bytes = i32::try_from(ask).unwrap_or(i32::MAX).max(2);
+            let result = client.fetch(next, 1..max_bytes, max_wait).await;
             self.metrics.fetched(sent.elapsed());
             match result {
                 Ok(fetched) => {
@@ -188,6 +196,10 @@ impl Fetcher {
                         // stall check reads it).
                         self.ledger.fetched(last.offset, self.generation);
                     }
+                    // What the batch keeps of the budget while it is
+                    // buffered: what its messages take, for which an
+                    // answer larger than asked for waits.
+                    self.budget.fit(&mut held, bytes).await;
                     if !records.is_empty() || passed.is_some() {
                         let tally = Some(self.metrics.buffer(bytes as u64, high_watermark));
                         // One reference per batch for its messages to count:
@@ -206,6 +218,7 @@ impl Fetcher {
                             batch,
                             passed,
                             tally,
+                            held: Some(held),
                         };
                         if !sender.send(fetched).await {
                             return;
@@ -216,6 +229,7 @@ impl Fetcher {
                     protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
                     ..
                 }) => {
+                    drop(held);
                     let Some(reset) = self.policy_offset(&client).await else {
                         // No policy to guess with: a seek starts a new fetch.
                         self.report(KafkaError::OutOfRange {
@@ -233,6 +247,7 @@ impl Fetcher {
                     start = reset;
                 }
                 Err(e) => {
+                    drop(held);
                     if let Some(codec) = unreadable_codec(&e) {
                         // Retrying cannot help: say so once and fetch no more.
                         let _ = self.events.send(DataEvent::Problem(KafkaError::Codec {

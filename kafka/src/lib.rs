@@ -33,6 +33,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
+mod budget;
 mod clock;
 mod config;
 mod delivery;

@@ -10,6 +10,7 @@ use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::budget::BufferBudget;
 use crate::config::KafkaConfig;
 use crate::delivery::{Batches, GroupQueues, Lease, Outlet, PartitionStream};
 use crate::event::DataEvent;
@@ -108,6 +109,8 @@ pub struct DataPlane {
     client: Arc<Client>,
     config: KafkaConfig,
     initial: InitialOffset,
+    /// What the fetchers of every partition may buffer, together.
+    budget: BufferBudget,
     pub(crate) ledgers: Ledgers,
     claims: BTreeMap<TopicPartition, Claim>,
     /// The application's start offsets, asked at each claim's first fetch.
@@ -165,6 +168,7 @@ impl DataPlane {
             events_tx.clone(),
         ));
         DataPlane {
+            budget: BufferBudget::new(config.max_buffered_bytes),
             client,
             config,
             initial,
@@ -259,6 +263,7 @@ impl DataPlane {
             metrics,
             client: self.client.clone(),
             config: self.config.clone(),
+            budget: self.budget.clone(),
             initial: self.initial,
             partition: partition.clone(),
             token: claim.token,

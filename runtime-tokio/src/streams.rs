@@ -36,7 +36,8 @@ pub const ERRORS_CAPACITY: usize = 64;
 /// waiting, so a backlogged partition does not hold the others up.
 ///
 /// Memory: the member fetches at most `KafkaConfig::buffered_batches`
-/// batches per partition ahead of what the application takes; a message
+/// batches per partition, and `KafkaConfig::max_buffered_bytes` over all
+/// partitions, ahead of what the application takes; a message
 /// never taken is never acknowledged, so its partition's commits stop there
 /// (the offset stays at it, and the partition is committed up to it when it
 /// moves).

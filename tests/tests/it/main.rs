@@ -18,6 +18,7 @@ mod etcd_cut_off;
 mod etcd_group;
 mod etcd_tls;
 mod exactly_once;
+mod kafka_budget;
 mod kafka_codecs;
 mod kafka_e2e;
 mod kafka_fairness;
