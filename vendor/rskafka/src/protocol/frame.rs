@@ -69,8 +69,15 @@ where
             });
         }
 
-        let mut buf = vec![0u8; len];
-        self.read_exact(&mut buf).await?;
+        // Read into spare capacity: a zeroed buffer of a fetch's size costs
+        // a pass over its bytes before the socket overwrites them.
+        let mut buf = Vec::with_capacity(len);
+        while buf.len() < len {
+            let remaining = (len - buf.len()) as u64;
+            if (&mut *self).take(remaining).read_buf(&mut buf).await? == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+        }
         Ok(buf)
     }
 }
