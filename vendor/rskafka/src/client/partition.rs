@@ -24,7 +24,7 @@ use crate::{
     throttle::maybe_throttle,
     validation::ExactlyOne,
 };
-use chrono::{DateTime, LocalResult, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use std::{
     ops::{ControlFlow, Deref, Range},
     sync::Arc,
@@ -931,6 +931,37 @@ fn process_fetch_response(
     Ok(response_partition)
 }
 
+/// Record timestamps, the calendar date computed once per day met rather than once per record: the date is most of
+/// the conversion's cost, and a fetch's records nearly always share it.
+#[derive(Default)]
+struct Timestamps {
+    day: Option<(i64, NaiveDate)>,
+}
+
+impl Timestamps {
+    const DAY_MILLIS: i64 = 86_400_000;
+
+    /// The instant `millis` after the epoch, as [`DateTime::from_timestamp_millis`] gives it.
+    fn at(&mut self, millis: i64) -> Option<DateTime<Utc>> {
+        let day = millis.div_euclid(Self::DAY_MILLIS);
+        let date = match self.day {
+            Some((cached, date)) if cached == day => date,
+            _ => {
+                let date = DateTime::from_timestamp_millis(millis)?.date_naive();
+                self.day = Some((day, date));
+                date
+            }
+        };
+        // Below a day's milliseconds: fits, and is a valid time of day.
+        let of_day = millis.rem_euclid(Self::DAY_MILLIS) as u32;
+        let time = NaiveTime::from_num_seconds_from_midnight_opt(
+            of_day / 1000,
+            (of_day % 1000) * 1_000_000,
+        )?;
+        Some(date.and_time(time).and_utc())
+    }
+}
+
 fn extract_records(
     partition_records: Vec<RecordBatch>,
     aborted_transactions: &[FetchResponseAbortedTransaction],
@@ -948,6 +979,7 @@ fn extract_records(
     aborted_starts.sort_unstable();
     let mut aborted_starts = aborted_starts.into_iter().peekable();
     let mut aborted_producers = std::collections::HashSet::new();
+    let mut timestamps = Timestamps::default();
 
     for batch in partition_records {
         let last_offset = batch.base_offset + i64::from(batch.last_offset_delta);
@@ -995,18 +1027,10 @@ fn extract_records(
                             )));
                         }
                     };
-                    let timestamp = match Utc.timestamp_millis_opt(timestamp_millis) {
-                        LocalResult::None => {
-                            return Err(Error::InvalidResponse(format!(
-                                "Not a valid timestamp ({timestamp_millis})"
-                            )));
-                        }
-                        LocalResult::Single(ts) => ts,
-                        LocalResult::Ambiguous(a, b) => {
-                            return Err(Error::InvalidResponse(format!(
-                                "Ambiguous timestamp ({timestamp_millis}): {a} or {b}"
-                            )));
-                        }
+                    let Some(timestamp) = timestamps.at(timestamp_millis) else {
+                        return Err(Error::InvalidResponse(format!(
+                            "Not a valid timestamp ({timestamp_millis})"
+                        )));
                     };
 
                     records.push(RecordAndOffset {
