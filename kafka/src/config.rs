@@ -1,5 +1,7 @@
 //! How to reach Kafka and how to fetch.
 
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use crate::security::KafkaSecurity;
@@ -76,6 +78,95 @@ pub struct KafkaConfig {
     /// streams, one stream left unread is enough. `None` turns it off.
     /// Default: 5 minutes.
     pub max_processing_stall: Option<Duration>,
+    /// In what order a partition's messages are handed out, for every
+    /// topic not named in [`KafkaConfig::topic_order`]. Default:
+    /// [`ProcessingOrder::Partition`].
+    pub order: ProcessingOrder,
+    /// The order of the topics that differ from [`KafkaConfig::order`],
+    /// by topic name. Default: none.
+    pub topic_order: BTreeMap<String, ProcessingOrder>,
+}
+
+/// In what order the messages of one partition are handed out, and how
+/// many of them the application may hold at once.
+///
+/// Whatever the order, the offset a member commits never passes a message
+/// handed out and not acknowledged, in whatever order the application
+/// acknowledges, and nothing is handed out past the member's lease.
+///
+/// ```
+/// use tenure_kafka::{KafkaConfig, ProcessingOrder};
+///
+/// let mut config = KafkaConfig::new("127.0.0.1:9092");
+/// // Orders by key, 32 messages of a partition in flight at most.
+/// config.order = ProcessingOrder::key(32);
+/// // Except one topic, whose messages may be processed in any order.
+/// config
+///     .topic_order
+///     .insert("audit".to_owned(), ProcessingOrder::unordered(100));
+/// assert_eq!(config.order_of("audit").max_in_flight(), Some(100));
+/// assert_eq!(config.order_of("orders").max_in_flight(), Some(32));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProcessingOrder {
+    /// Messages are handed out in offset order, as fast as the application
+    /// takes them; how many it holds at once, and so the order it
+    /// processes them in, is the application's: one that takes the next
+    /// message of a partition only once it is done with the last processes
+    /// in partition order. The default.
+    #[default]
+    Partition,
+    /// Messages with the same key go through one lane: a message is handed
+    /// out only once every earlier message of its partition with the same
+    /// key is acknowledged, so that each key's messages are processed in
+    /// offset order, one at a time, while different keys are processed
+    /// concurrently. Messages without a key are each a lane of their own.
+    /// At most `max_in_flight` messages of a partition are handed out and
+    /// not acknowledged at once. Keys are told apart by a 64-bit hash: two
+    /// keys with the same hash share a lane (their order is kept, their
+    /// concurrency lost).
+    Key {
+        /// Most messages of one partition handed out and not yet
+        /// acknowledged.
+        max_in_flight: NonZeroUsize,
+    },
+    /// Messages are handed out in offset order, at most `max_in_flight` of
+    /// a partition held by the application at once, to be processed in any
+    /// order.
+    Unordered {
+        /// Most messages of one partition handed out and not yet
+        /// acknowledged.
+        max_in_flight: NonZeroUsize,
+    },
+}
+
+impl ProcessingOrder {
+    /// [`ProcessingOrder::Key`] with `max_in_flight` messages per partition
+    /// (0 counts as 1).
+    pub fn key(max_in_flight: usize) -> ProcessingOrder {
+        ProcessingOrder::Key {
+            max_in_flight: NonZeroUsize::new(max_in_flight).unwrap_or(NonZeroUsize::MIN),
+        }
+    }
+
+    /// [`ProcessingOrder::Unordered`] with `max_in_flight` messages per
+    /// partition (0 counts as 1).
+    pub fn unordered(max_in_flight: usize) -> ProcessingOrder {
+        ProcessingOrder::Unordered {
+            max_in_flight: NonZeroUsize::new(max_in_flight).unwrap_or(NonZeroUsize::MIN),
+        }
+    }
+
+    /// How many messages of a partition the application may hold at once;
+    /// `None` for [`ProcessingOrder::Partition`], which does not count.
+    pub fn max_in_flight(&self) -> Option<usize> {
+        match self {
+            ProcessingOrder::Partition => None,
+            ProcessingOrder::Key { max_in_flight }
+            | ProcessingOrder::Unordered { max_in_flight } => Some(max_in_flight.get()),
+        }
+    }
 }
 
 /// Which records of transactional producers a member hands out (the Java
@@ -115,6 +206,14 @@ impl KafkaConfig {
             security: KafkaSecurity::new(),
             isolation_level: IsolationLevel::ReadCommitted,
             max_processing_stall: Some(Duration::from_secs(300)),
+            order: ProcessingOrder::Partition,
+            topic_order: BTreeMap::new(),
         }
+    }
+
+    /// The order `topic`'s messages are handed out in: its entry in
+    /// [`KafkaConfig::topic_order`], else [`KafkaConfig::order`].
+    pub fn order_of(&self, topic: &str) -> ProcessingOrder {
+        self.topic_order.get(topic).copied().unwrap_or(self.order)
     }
 }

@@ -28,6 +28,8 @@ use tokio::sync::watch;
 use crate::batch::{Fetched, Passed};
 use crate::budget::Held;
 use crate::clock::CoarseDeadline;
+use crate::config::ProcessingOrder;
+use crate::ledger::{lane_of, HandOut, LaneWake, LedgerCell};
 use crate::message::{Batch, Message};
 use crate::telemetry::Tally;
 
@@ -171,21 +173,143 @@ struct Queue {
     /// The current batch's part of the buffer budget, given back when it
     /// is done with.
     held: Option<Held>,
+    /// The claim's lanes, in [`ProcessingOrder::Key`] and
+    /// [`ProcessingOrder::Unordered`]; `None` in partition order.
+    lanes: Option<Lanes>,
+}
+
+/// How many messages may wait in the lanes of a partition, per message it
+/// may have in flight: past that, the partition's next message waits for
+/// a lane to move, so that one busy key cannot pull its whole partition
+/// into memory.
+const WAITING_PER_IN_FLIGHT: usize = 4;
+
+/// A claim's lanes: which keys have a message handed out, and the messages
+/// waiting behind each, in offset order.
+#[derive(Debug)]
+struct Lanes {
+    /// Lanes by key: [`ProcessingOrder::Key`]; else in flight only.
+    by_key: bool,
+    max_in_flight: usize,
+    /// Most messages waiting in all lanes at once.
+    max_waiting: usize,
+    /// The claim's ledger (from its first batch), which tells of
+    /// acknowledgements.
+    ledger: Option<Arc<LedgerCell>>,
+    /// The ledger's epoch the lanes hold messages of.
+    epoch: u64,
+    /// Lanes with a message handed out or ready to be, each with the
+    /// messages waiting behind it.
+    busy: HashMap<u64, VecDeque<Message>>,
+    /// Messages whose turn came (the one before them in their lane was
+    /// acknowledged), in the order their turns came.
+    ready: VecDeque<Message>,
+    /// Messages in `busy`'s queues.
+    waiting: usize,
+    /// Messages handed out and not acknowledged, as last heard (never
+    /// fewer than there are: only acknowledgements lower it).
+    in_flight: usize,
+    /// Lanes freed, as the ledger told them.
+    freed: Vec<u64>,
+}
+
+/// Whether a claim's lanes may hand out now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LaneState {
+    /// They may.
+    Open,
+    /// Not until the claim is resumed.
+    Paused,
+    /// Never again: what its batches hold is dropped.
+    Stopping,
+}
+
+impl Lanes {
+    fn new(order: ProcessingOrder) -> Option<Lanes> {
+        let max_in_flight = order.max_in_flight()?;
+        Some(Lanes {
+            by_key: matches!(order, ProcessingOrder::Key { .. }),
+            max_in_flight,
+            max_waiting: max_in_flight.saturating_mul(WAITING_PER_IN_FLIGHT),
+            ledger: None,
+            epoch: 0,
+            busy: HashMap::new(),
+            ready: VecDeque::new(),
+            waiting: 0,
+            in_flight: 0,
+            freed: Vec::new(),
+        })
+    }
+
+    /// Hears what acknowledgements did: freed lanes hand their next
+    /// waiting message on to `ready`; a seek or a stop lets go of
+    /// everything waiting.
+    fn hear(&mut self) -> LaneState {
+        let Some(ledger) = &self.ledger else {
+            return LaneState::Open;
+        };
+        let news = ledger.lane_news(&mut self.freed);
+        self.in_flight = news.in_flight;
+        let state = if news.stopping {
+            LaneState::Stopping
+        } else if news.paused {
+            LaneState::Paused
+        } else {
+            LaneState::Open
+        };
+        if news.epoch != self.epoch || news.stopping {
+            self.epoch = news.epoch;
+            self.busy.clear();
+            self.ready.clear();
+            self.freed.clear();
+            self.waiting = 0;
+            return state;
+        }
+        for lane in self.freed.drain(..) {
+            if let Some(behind) = self.busy.get_mut(&lane) {
+                match behind.pop_front() {
+                    Some(next) => {
+                        self.waiting -= 1;
+                        self.ready.push_back(next);
+                    }
+                    None => {
+                        self.busy.remove(&lane);
+                    }
+                }
+            }
+        }
+        state
+    }
+
+    /// Nothing to hand out: asks the ledger to wake the stream at the next
+    /// acknowledgement; `true` if one came meanwhile (look again).
+    fn wait(&self, for_room: bool) -> bool {
+        let Some(ledger) = &self.ledger else {
+            return false;
+        };
+        ledger.wait_for_lanes(for_room.then_some(self.max_in_flight))
+    }
 }
 
 impl Queue {
-    fn new(receiver: mpsc::Receiver<Fetched>) -> Queue {
+    fn new(receiver: mpsc::Receiver<Fetched>, order: ProcessingOrder) -> Queue {
         Queue {
             receiver,
             current: None,
             passed: None,
             tally: None,
             held: None,
+            lanes: Lanes::new(order),
         }
     }
 
     fn load(&mut self, fetched: Fetched) {
         self.pass();
+        if let Some(lanes) = &mut self.lanes {
+            if lanes.ledger.is_none() {
+                lanes.ledger = Some(fetched.batch.ledger.clone());
+            }
+        }
         self.current = Some((fetched.batch, 0));
         self.passed = fetched.passed;
         self.tally = fetched.tally;
@@ -204,6 +328,9 @@ impl Queue {
     /// hand out a message under a claim that may have passed to another
     /// member meanwhile.
     fn take(&mut self, lease: &mut Deadline) -> Take {
+        if self.lanes.is_some() {
+            return self.take_in_lanes(lease);
+        }
         loop {
             let Some((batch, next)) = self
                 .current
@@ -250,6 +377,124 @@ impl Queue {
         }
     }
 
+    /// [`Queue::take`] for a claim with lanes: the next message whose lane
+    /// is free (one that waited first), while fewer than `max_in_flight`
+    /// are in flight. A message whose lane is busy (an earlier message of
+    /// its key is handed out and not acknowledged) is taken from the batch
+    /// into its lane's queue, and handed out when its turn comes, so that
+    /// other keys' messages behind it go on.
+    fn take_in_lanes(&mut self, lease: &mut Deadline) -> Take {
+        loop {
+            let Some(lanes) = self.lanes.as_mut() else {
+                return Take::Empty;
+            };
+            let state = lanes.hear();
+            let stopping = state == LaneState::Stopping;
+            if !stopping && lanes.in_flight >= lanes.max_in_flight {
+                if lanes.wait(true) {
+                    continue;
+                }
+                return Take::Empty;
+            }
+            if state == LaneState::Open && !lanes.ready.is_empty() {
+                if !lease.holds() {
+                    return Take::Expired;
+                }
+                let Some(message) = lanes.ready.pop_front() else {
+                    continue;
+                };
+                match message.ledger().hand_out(message.offset(), lanes.epoch) {
+                    HandOut::Handed => {
+                        lanes.in_flight += 1;
+                        return Take::Message(message);
+                    }
+                    HandOut::NotNow => {
+                        // Paused: it waits for the resume, which wakes
+                        // the stream.
+                        lanes.ready.push_front(message);
+                        if lanes.wait(false) {
+                            continue;
+                        }
+                        return Take::Empty;
+                    }
+                    HandOut::Gone => continue,
+                }
+            }
+            let Some((batch, next)) = self
+                .current
+                .as_mut()
+                .filter(|(batch, next)| *next < batch.records.len())
+            else {
+                self.current = None;
+                self.pass();
+                match self.receiver.try_recv() {
+                    Ok(fetched) => {
+                        self.load(fetched);
+                        continue;
+                    }
+                    Err(TryRecvError::Empty) => {
+                        // Wait for a fetch or, with lanes busy, an
+                        // acknowledgement.
+                        let lanes = self.lanes.as_ref();
+                        let busy = lanes.is_some_and(|lanes| lanes.in_flight > 0);
+                        if !stopping && busy && lanes.is_some_and(|lanes| lanes.wait(false)) {
+                            continue;
+                        }
+                        return Take::Empty;
+                    }
+                    Err(TryRecvError::Disconnected) => return Take::Closed,
+                }
+            };
+            if !lease.holds() {
+                return Take::Expired;
+            }
+            let index = *next;
+            let record = &batch.records[index];
+            let lane = if lanes.by_key {
+                lane_of(record.key.as_deref())
+            } else {
+                0
+            };
+            let busy = lane != 0 && lanes.busy.contains_key(&lane);
+            if !stopping && busy && lanes.waiting >= lanes.max_waiting {
+                // The lanes are full: this message waits in its batch.
+                if lanes.wait(false) {
+                    continue;
+                }
+                return Take::Empty;
+            }
+            *next += 1;
+            let last = *next == batch.records.len();
+            let taken =
+                batch
+                    .ledger
+                    .take(record.offset, lane, !busy, batch.token, batch.generation);
+            if taken {
+                if let Some(tally) = &mut self.tally {
+                    tally.handed(record);
+                }
+            }
+            let message = taken.then(|| Message::new(batch.clone(), index));
+            if last {
+                self.current = None;
+                self.pass();
+            }
+            let (Some(message), Some(lanes)) = (message, self.lanes.as_mut()) else {
+                continue;
+            };
+            if busy {
+                lanes.waiting += 1;
+                lanes.busy.entry(lane).or_default().push_back(message);
+                continue;
+            }
+            if lane != 0 {
+                lanes.busy.insert(lane, VecDeque::new());
+            }
+            lanes.in_flight += 1;
+            return Take::Message(message);
+        }
+    }
+
     /// Counts what the current batch passed after its messages as handed
     /// out, and records the batch's metrics: it is done with.
     fn pass(&mut self) {
@@ -271,14 +516,48 @@ impl Queue {
 pub(crate) struct Batches {
     queue: Queue,
     lease: Deadline,
+    /// With lanes: what an acknowledgement or a resume notifies, and the
+    /// wait for it while nothing can be handed out.
+    lanes_moved: Option<LanesMoved>,
+}
+
+/// How an acknowledgement wakes a partition stream whose lanes wait.
+struct LanesMoved {
+    notify: Arc<tokio::sync::Notify>,
+    waiting: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl std::fmt::Debug for LanesMoved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LanesMoved")
+            .field("waiting", &self.waiting.is_some())
+            .finish()
+    }
 }
 
 impl Batches {
-    pub(crate) fn new(receiver: mpsc::Receiver<Fetched>, lease: Lease) -> Batches {
+    pub(crate) fn new(
+        receiver: mpsc::Receiver<Fetched>,
+        lease: Lease,
+        order: ProcessingOrder,
+    ) -> Batches {
+        let queue = Queue::new(receiver, order);
+        let lanes_moved = queue.lanes.is_some().then(|| LanesMoved {
+            notify: Arc::new(tokio::sync::Notify::new()),
+            waiting: None,
+        });
         Batches {
-            queue: Queue::new(receiver),
+            queue,
             lease: Deadline::new(lease),
+            lanes_moved,
         }
+    }
+
+    /// How the claim's ledger wakes this stream when an acknowledgement
+    /// frees a lane (`None`: no lanes).
+    pub(crate) fn lane_wake(&self) -> Option<LaneWake> {
+        let notify = self.lanes_moved.as_ref()?.notify.clone();
+        Some(Arc::new(move || notify.notify_one()))
     }
 
     /// The next message that may still be handed out (see [`Queue::take`]);
@@ -287,10 +566,25 @@ impl Batches {
         loop {
             match self.queue.take(&mut self.lease) {
                 Take::Message(message) => return Poll::Ready(Some(message)),
-                Take::Empty => match std::task::ready!(self.queue.receiver.poll_recv(cx)) {
-                    Some(fetched) => self.queue.load(fetched),
-                    None => return Poll::Ready(None),
-                },
+                Take::Empty => {
+                    if let Poll::Ready(fetched) = self.queue.receiver.poll_recv(cx) {
+                        match fetched {
+                            Some(fetched) => self.queue.load(fetched),
+                            None => return Poll::Ready(None),
+                        }
+                        continue;
+                    }
+                    let Some(moved) = self.lanes_moved.as_mut() else {
+                        return Poll::Pending;
+                    };
+                    let notify = &moved.notify;
+                    let waiting = moved.waiting.get_or_insert_with(|| {
+                        let notify = notify.clone();
+                        Box::pin(async move { notify.notified().await })
+                    });
+                    std::task::ready!(waiting.as_mut().poll(cx));
+                    moved.waiting = None;
+                }
                 Take::Closed => return Poll::Ready(None),
                 // `None`: the member's task is gone, nothing more to hand out.
                 Take::Expired => {
@@ -306,8 +600,9 @@ impl Batches {
 /// What the data plane and the fetchers tell the group stream.
 #[derive(Debug)]
 pub(crate) enum Signal {
-    /// A claim's queue, opened when its partition starts.
-    Opened(u64, mpsc::Receiver<Fetched>),
+    /// A claim's queue, opened when its partition starts, with the order
+    /// its topic's messages are handed out in.
+    Opened(u64, mpsc::Receiver<Fetched>, ProcessingOrder),
     /// A fetcher put a batch in the queue `id` (sent after the batch).
     Filled(u64),
     /// The claim of the queue `id` ended: what it still holds may not be
@@ -374,6 +669,16 @@ impl QueueSender {
     pub(crate) fn end(&self) {
         let _ = self.signals.send(Signal::Ended(self.id));
     }
+
+    /// How the claim's ledger wakes the group stream when an
+    /// acknowledgement frees one of the claim's lanes: it puts the claim's
+    /// queue back in line.
+    pub(crate) fn lane_wake(&self) -> LaneWake {
+        let (id, signals) = (self.id, self.signals.clone());
+        Arc::new(move || {
+            let _ = signals.send(Signal::Filled(id));
+        })
+    }
 }
 
 impl GroupQueues {
@@ -398,12 +703,12 @@ impl GroupQueues {
         )
     }
 
-    /// A new claim's queue.
-    pub(crate) fn open(&mut self) -> QueueSender {
+    /// A new claim's queue, whose messages are handed out in `order`.
+    pub(crate) fn open(&mut self, order: ProcessingOrder) -> QueueSender {
         let (batches, receiver) = mpsc::channel(self.capacity);
         let id = self.next_id;
         self.next_id += 1;
-        let _ = self.signals.send(Signal::Opened(id, receiver));
+        let _ = self.signals.send(Signal::Opened(id, receiver, order));
         QueueSender {
             id,
             batches,
@@ -440,8 +745,8 @@ pub struct Interleaved {
 impl Interleaved {
     fn apply(&mut self, signal: Signal) {
         match signal {
-            Signal::Opened(id, receiver) => {
-                self.idle.insert(id, Queue::new(receiver));
+            Signal::Opened(id, receiver, order) => {
+                self.idle.insert(id, Queue::new(receiver, order));
             }
             // In line already if not idle.
             Signal::Filled(id) => {
@@ -588,7 +893,9 @@ mod tests {
                 )
             })
             .collect();
-        let senders: Vec<QueueSender> = (0..3).map(|_| queues.open()).collect();
+        let senders: Vec<QueueSender> = (0..3)
+            .map(|_| queues.open(ProcessingOrder::Partition))
+            .collect();
 
         // Partition 0 is backlogged: two batches of 100 before the others'.
         assert!(senders[0].send(batch(0, 0..100, &cells[0])).await);
@@ -639,7 +946,10 @@ mod tests {
         let (p0, p1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
         let cell0 = ledgers.open(&p0, FencingToken(1));
         let cell1 = ledgers.open(&p1, FencingToken(2));
-        let (q0, q1) = (queues.open(), queues.open());
+        let (q0, q1) = (
+            queues.open(ProcessingOrder::Partition),
+            queues.open(ProcessingOrder::Partition),
+        );
         assert!(q0.send(batch(0, 0..10, &cell0)).await);
         assert!(q1.send(batch(1, 0..10, &cell1)).await);
         assert_eq!(take(&mut stream, 3).await, [(0, 0), (0, 1), (1, 0)]);
@@ -663,7 +973,7 @@ mod tests {
         let (lease_tx, lease) = live_lease();
         let (mut queues, mut stream) = GroupQueues::new(4, 8, lease);
         let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
-        let q = queues.open();
+        let q = queues.open(ProcessingOrder::Partition);
         assert!(q.send(batch(0, 0..4, &cell)).await);
         assert_eq!(take(&mut stream, 1).await, [(0, 0)]);
 
@@ -677,5 +987,407 @@ mod tests {
         assert_eq!(take(&mut stream, 1).await, [(0, 1)]);
         drop(lease_tx);
         let _ = q;
+    }
+
+    /// A batch of `partition` from `first` on, one message per key in
+    /// `keys` (`None`: no key).
+    fn keyed(
+        partition: u32,
+        first: i64,
+        keys: &[Option<&str>],
+        ledger: &Arc<LedgerCell>,
+    ) -> Fetched {
+        let records = keys
+            .iter()
+            .zip(first..)
+            .map(|(key, offset)| Record {
+                offset,
+                key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+                value: None,
+                headers: Default::default(),
+                timestamp: crate::Timestamp::CreateTime(0),
+            })
+            .collect();
+        Fetched {
+            batch: Arc::new(Batch {
+                topic: "t".into(),
+                partition,
+                token: ledger.token,
+                generation: 0,
+                ledger: ledger.clone(),
+                records,
+            }),
+            passed: None,
+            tally: None,
+            held: None,
+        }
+    }
+
+    /// A claim's queue on its own, fed through its channel, with its
+    /// ledger: what a partition stream hands out, without a task.
+    struct Claimed {
+        ledgers: Ledgers,
+        partition: TopicPartition,
+        cell: Arc<LedgerCell>,
+        sender: mpsc::Sender<Fetched>,
+        queue: Queue,
+        lease: Deadline,
+        _lease_tx: tokio::sync::watch::Sender<Option<std::time::Instant>>,
+    }
+
+    impl Claimed {
+        fn new(order: ProcessingOrder) -> Claimed {
+            let ledgers = Ledgers::default();
+            let partition = TopicPartition::new("t", 0);
+            let cell = ledgers.open(&partition, FencingToken(3));
+            let (sender, receiver) = mpsc::channel(64);
+            let (lease_tx, lease) = live_lease();
+            Claimed {
+                ledgers,
+                partition,
+                cell,
+                sender,
+                queue: Queue::new(receiver, order),
+                lease: Deadline::new(lease),
+                _lease_tx: lease_tx,
+            }
+        }
+
+        fn feed(&self, first: i64, keys: &[Option<&str>]) {
+            self.sender
+                .try_send(keyed(0, first, keys, &self.cell))
+                .expect("room in the queue");
+        }
+
+        /// Every message that may be handed out now.
+        fn take_all(&mut self) -> Vec<Message> {
+            let mut out = Vec::new();
+            while let Take::Message(message) = self.queue.take(&mut self.lease) {
+                out.push(message);
+            }
+            out
+        }
+
+        /// The last offset processed as the member would read it (the
+        /// last one reported), if it moved past anything (-1: everything
+        /// below 0, nothing).
+        fn processed(&self) -> Option<Offset> {
+            processed_of(&self.ledgers)
+                .last()
+                .copied()
+                .filter(|o| *o >= 0)
+        }
+    }
+
+    fn processed_of(ledgers: &Ledgers) -> Vec<Offset> {
+        let mut out = VecDeque::new();
+        ledgers.changes(&mut out);
+        out.into_iter()
+            .filter_map(|event| match event {
+                crate::DataEvent::Processed(_, _, offset) => Some(offset),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn offsets(messages: &[Message]) -> Vec<i64> {
+        messages.iter().map(Message::offset).collect()
+    }
+
+    use bytes::Bytes;
+    use tenure_core::Offset;
+
+    #[test]
+    fn a_key_waits_for_its_last_message_while_other_keys_go_on() {
+        let mut claim = Claimed::new(ProcessingOrder::key(8));
+        let (a, b, c) = (Some("a"), Some("b"), Some("c"));
+        claim.feed(0, &[a, b, a, c, a, b, None, None]);
+
+        // One of each key, and every keyless one: 2, 4 and 5 wait.
+        let first = claim.take_all();
+        assert_eq!(offsets(&first), [0, 1, 3, 6, 7]);
+
+        // Out of order: 3 (c), then 1 (b) frees 5; nothing is committed
+        // while 0 is held.
+        first[2].ack();
+        first[1].ack();
+        let next = claim.take_all();
+        assert_eq!(offsets(&next), [5]);
+        assert_eq!(claim.processed(), None);
+
+        // 0 (a) frees 2; 0's acknowledgement commits up to 1 only.
+        first[0].ack();
+        assert_eq!(claim.processed(), Some(1));
+        let then = claim.take_all();
+        assert_eq!(offsets(&then), [2]);
+        then[0].ack();
+        assert_eq!(offsets(&claim.take_all()), [4]);
+        assert_eq!(claim.processed(), Some(3), "4 is held");
+    }
+
+    #[test]
+    fn no_more_than_max_in_flight_are_held_at_once() {
+        let mut claim = Claimed::new(ProcessingOrder::unordered(3));
+        claim.feed(0, &[Some("a"); 10]);
+        let held = claim.take_all();
+        assert_eq!(
+            offsets(&held),
+            [0, 1, 2],
+            "unordered: one key, three in flight"
+        );
+        held[1].ack();
+        let more = claim.take_all();
+        assert_eq!(offsets(&more), [3]);
+        assert_eq!(claim.processed(), None);
+        held[0].ack();
+        assert_eq!(claim.processed(), Some(1));
+    }
+
+    #[test]
+    fn a_stop_drains_what_was_handed_out_and_commits_below_what_waited() {
+        let mut claim = Claimed::new(ProcessingOrder::key(4));
+        claim.feed(10, &[Some("a"), Some("a"), Some("b"), Some("a")]);
+        let held = claim.take_all();
+        assert_eq!(offsets(&held), [10, 12]);
+
+        claim.ledgers.stop(&claim.partition, FencingToken(3));
+        assert!(claim.take_all().is_empty(), "nothing once stopping");
+        held[1].ack();
+        assert_eq!(claim.processed(), Some(9), "10 is held");
+        held[0].ack();
+        let mut events = VecDeque::new();
+        claim.ledgers.changes(&mut events);
+        assert!(
+            matches!(
+                events.iter().collect::<Vec<_>>()[..],
+                [
+                    crate::DataEvent::Processed(_, _, 10),
+                    crate::DataEvent::Drained(..)
+                ]
+            ),
+            "drained with 11 and 13 never handed out, committed up to 10: {events:?}"
+        );
+    }
+
+    #[test]
+    fn a_seek_lets_go_of_what_waits_in_the_lanes() {
+        let mut claim = Claimed::new(ProcessingOrder::key(4));
+        claim.feed(0, &[Some("a"), Some("a"), Some("a")]);
+        let held = claim.take_all();
+        assert_eq!(offsets(&held), [0]);
+        assert_eq!(claim.cell.seek(100), Some(false));
+        // The old message's acknowledgement no longer counts, and what
+        // waited behind it is not handed out.
+        held[0].ack();
+        assert!(claim.take_all().is_empty());
+        // What the new fetch brings goes through fresh lanes.
+        let generation = claim.cell.generation();
+        let mut fetched = keyed(0, 100, &[Some("a"), Some("b")], &claim.cell);
+        Arc::get_mut(&mut fetched.batch).expect("alone").generation = generation;
+        claim.sender.try_send(fetched).expect("room");
+        assert_eq!(offsets(&claim.take_all()), [100, 101]);
+    }
+
+    #[test]
+    fn a_paused_claims_waiting_messages_go_out_on_resume() {
+        let mut claim = Claimed::new(ProcessingOrder::key(4));
+        let woken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = woken.clone();
+        claim.cell.set_lane_wake(Arc::new(move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        claim.feed(0, &[Some("a"), Some("a")]);
+        let held = claim.take_all();
+        assert_eq!(offsets(&held), [0]);
+        assert!(claim.cell.pause());
+        held[0].ack();
+        assert!(claim.take_all().is_empty(), "nothing while paused");
+        assert_eq!(claim.cell.resume(), Some(Some(1)));
+        assert!(woken.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+        assert_eq!(
+            offsets(&claim.take_all()),
+            [1],
+            "1 waited through the pause"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_wakes_the_group_stream_for_the_next_of_its_key() {
+        let ledgers = Ledgers::default();
+        let (_lease_tx, lease) = live_lease();
+        let (mut queues, mut stream) = GroupQueues::new(4, 64, lease);
+        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let q = queues.open(ProcessingOrder::key(4));
+        cell.set_lane_wake(q.lane_wake());
+        assert!(q.send(keyed(0, 0, &[Some("a"), Some("a")], &cell)).await);
+        let first = stream.next().await.expect("a message");
+        assert_eq!(first.offset(), 0);
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
+        assert!(waiting.is_err(), "1 handed out before 0 was acknowledged");
+        let acker = tokio::spawn(async move { first.ack() });
+        let second = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("woken by the acknowledgement")
+            .expect("a message");
+        assert_eq!(second.offset(), 1);
+        acker.await.expect("acked");
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_wakes_a_partition_stream() {
+        let ledgers = Ledgers::default();
+        let (_lease_tx, lease) = live_lease();
+        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let (sender, receiver) = mpsc::channel(4);
+        let batches = Batches::new(receiver, lease, ProcessingOrder::unordered(1));
+        cell.set_lane_wake(batches.lane_wake().expect("lanes"));
+        let mut stream = PartitionStream {
+            partition: TopicPartition::new("t", 0),
+            token: FencingToken(1),
+            batches,
+        };
+        sender
+            .send(keyed(0, 0, &[None, None], &cell))
+            .await
+            .expect("sent");
+        let first = stream.next().await.expect("a message");
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(50), stream.next()).await;
+        assert!(waiting.is_err(), "two in flight with a bound of one");
+        first.ack();
+        let second = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("woken by the acknowledgement")
+            .expect("a message");
+        assert_eq!(second.offset(), 1);
+    }
+
+    /// What the application does next, in the property below.
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// Takes every message it may.
+        Take,
+        /// Acknowledges the held message at this index (modulo how many).
+        Ack(usize),
+        /// The partition stops (at most once: the claim ends).
+        Stop,
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<Step>> {
+        use proptest::prelude::*;
+        proptest::collection::vec(
+            prop_oneof![
+                3 => Just(Step::Take),
+                6 => (0usize..64).prop_map(Step::Ack),
+                1 => Just(Step::Stop),
+            ],
+            1..120,
+        )
+    }
+
+    proptest::proptest! {
+        /// For any keys, bound and order of acknowledgements: a message is
+        /// handed out only once every earlier message of its key is
+        /// acknowledged, at most `max_in_flight` are held at once, each is
+        /// handed out once, the committed offset never passes a message
+        /// taken and not acknowledged, and every message goes out once the
+        /// application acknowledges what it holds.
+        #[test]
+        fn lanes_keep_key_order_and_commits_never_pass_a_held_message(
+            keys in proptest::collection::vec(proptest::option::weighted(0.9, 0u8..6), 1..80),
+            max_in_flight in 1usize..8,
+            by_key in proptest::bool::ANY,
+            steps in steps(),
+        ) {
+            let order = if by_key {
+                ProcessingOrder::key(max_in_flight)
+            } else {
+                ProcessingOrder::unordered(max_in_flight)
+            };
+            let mut claim = Claimed::new(order);
+            let names: Vec<Option<String>> =
+                keys.iter().map(|k| k.map(|k| format!("k{k}"))).collect();
+            let refs: Vec<Option<&str>> = names.iter().map(|k| k.as_deref()).collect();
+            for (chunk, first) in refs.chunks(7).zip((0i64..).step_by(7)) {
+                claim.feed(first, chunk);
+            }
+            let key_of = |offset: i64| keys[offset as usize];
+            let mut held: Vec<Message> = Vec::new();
+            let mut acked = std::collections::BTreeSet::new();
+            let mut handed = std::collections::BTreeSet::new();
+            let mut committed: Option<Offset> = None;
+            let mut stopped = false;
+            let all = steps.iter().cloned().chain(std::iter::repeat_n(Step::Take, 1));
+            let check = |claim: &mut Claimed,
+                             held: &mut Vec<Message>,
+                             acked: &std::collections::BTreeSet<i64>,
+                             handed: &mut std::collections::BTreeSet<i64>,
+                             committed: &mut Option<Offset>| {
+                for message in claim.take_all() {
+                    let offset = message.offset();
+                    proptest::prop_assert!(handed.insert(offset), "{offset} handed out twice");
+                    if by_key {
+                        if let Some(key) = key_of(offset) {
+                            for earlier in 0..offset {
+                                if key_of(earlier) == Some(key) {
+                                    proptest::prop_assert!(
+                                        acked.contains(&earlier),
+                                        "{offset} handed out before {earlier} of its key was acknowledged"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    held.push(message);
+                }
+                proptest::prop_assert!(held.len() <= max_in_flight, "{} held", held.len());
+                if let Some(now) = claim.processed() {
+                    proptest::prop_assert!(Some(now) > *committed, "the commit moved back");
+                    *committed = Some(now);
+                }
+                if let Some(committed) = *committed {
+                    for offset in 0..=committed {
+                        proptest::prop_assert!(
+                            acked.contains(&offset),
+                            "committed {committed} past {offset}, not acknowledged"
+                        );
+                    }
+                }
+                Ok(())
+            };
+            for step in all {
+                match step {
+                    Step::Take => {}
+                    Step::Ack(at) => {
+                        if !held.is_empty() {
+                            let message = held.swap_remove(at % held.len());
+                            acked.insert(message.offset());
+                            message.ack();
+                        }
+                    }
+                    Step::Stop => {
+                        if !stopped {
+                            stopped = true;
+                            claim.ledgers.stop(&claim.partition, FencingToken(3));
+                        }
+                    }
+                }
+                check(&mut claim, &mut held, &acked, &mut handed, &mut committed)?;
+            }
+            // The application acknowledges what it holds, until nothing
+            // more comes: unless stopped, every message went out.
+            while !held.is_empty() {
+                for message in held.drain(..) {
+                    acked.insert(message.offset());
+                    message.ack();
+                }
+                check(&mut claim, &mut held, &acked, &mut handed, &mut committed)?;
+            }
+            if !stopped {
+                proptest::prop_assert_eq!(handed.len(), keys.len());
+                proptest::prop_assert_eq!(committed, Some(keys.len() as i64 - 1));
+            }
+        }
     }
 }

@@ -14,10 +14,14 @@ use crate::event::DataEvent;
 /// Which messages of a partition the application holds.
 #[derive(Debug)]
 struct Ledger {
-    /// Handed out, in the order handed out (offsets grow), each with
-    /// whether it is acknowledged; acknowledged ones leave from the front.
-    outstanding: VecDeque<(Offset, bool)>,
-    /// The last offset handed out.
+    /// Taken from the fetched batches, in offset order (offsets grow):
+    /// handed out, waiting in a lane, or acknowledged; acknowledged ones
+    /// leave from the front.
+    outstanding: VecDeque<Entry>,
+    /// How many of `outstanding` are handed out and not acknowledged.
+    in_flight: usize,
+    /// The last offset taken from the fetched batches (handed out, or
+    /// waiting in a lane behind an earlier message of its key).
     last_delivered: Option<Offset>,
     /// The highest offset below which everything handed out is acknowledged.
     watermark: Option<Offset>,
@@ -38,6 +42,99 @@ struct Ledger {
     /// The last message the current fetch brought for the application to
     /// take (in its buffer, or in the fetcher's hands).
     fetched_to: Option<Offset>,
+    /// What acknowledgements tell the claim's lanes (see
+    /// [`crate::ProcessingOrder`]); idle for a claim without them.
+    lanes: LaneMail,
+}
+
+/// One message taken from a fetched batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    offset: Offset,
+    /// Its key's lane ([`lane_of`]); 0: none.
+    lane: u64,
+    state: EntryState,
+}
+
+/// Where a taken message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EntryState {
+    /// In a lane, behind an earlier message of its key: not handed out yet.
+    Waiting,
+    /// Handed out, not acknowledged.
+    Held,
+    /// Acknowledged.
+    Done,
+}
+
+/// The lane of a message with `key`, in [`crate::ProcessingOrder::Key`]:
+/// the key's hash, never 0 (`None`, no key: a lane of its own, 0).
+pub(crate) fn lane_of(key: Option<&[u8]>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Some(key) = key else {
+        return 0;
+    };
+    // SipHash with fixed keys: the same lane in every process, which
+    // nothing relies on but a reader of a trace.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    hasher.finish() | 1
+}
+
+/// What acknowledgements tell a claim's lanes, kept under the ledger's
+/// lock so that the delivery side and the application's acknowledgements
+/// see one state.
+#[derive(Default)]
+struct LaneMail {
+    /// Lanes whose message handed out was acknowledged since the delivery
+    /// side last looked: the next message waiting in each may go.
+    freed: Vec<u64>,
+    /// The delivery side found nothing to hand out and waits to be woken
+    /// by an acknowledgement or a resume.
+    wanted: bool,
+    /// Changes when what the lanes hold is let go (a seek).
+    epoch: u64,
+    /// How to wake the delivery side.
+    wake: Option<LaneWake>,
+}
+
+impl std::fmt::Debug for LaneMail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneMail")
+            .field("freed", &self.freed)
+            .field("wanted", &self.wanted)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an acknowledgement wakes the stream that hands out a claim's
+/// lanes: the group stream is told which queue to look at again, a
+/// partition stream is notified.
+pub(crate) type LaneWake = Arc<dyn Fn() + Send + Sync>;
+
+/// What a claim's lanes learn from its ledger ([`LedgerCell::lane_news`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LaneNews {
+    /// Changes when what the lanes hold is let go.
+    pub(crate) epoch: u64,
+    /// Messages handed out and not acknowledged.
+    pub(crate) in_flight: usize,
+    /// Nothing may be handed out for now.
+    pub(crate) paused: bool,
+    /// Nothing more will be handed out.
+    pub(crate) stopping: bool,
+}
+
+/// Whether a message waiting in a lane was handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandOut {
+    /// Handed out: the application holds it.
+    Handed,
+    /// Not now: the claim is paused; it waits on.
+    NotNow,
+    /// Never: the claim is stopping, or the message was let go (a seek).
+    Gone,
 }
 
 /// One claim's ledger, shared by its messages (no lookup on the hot path).
@@ -106,7 +203,14 @@ impl LedgerCell {
         let mut ledger = self.lock();
         let resumed = ledger.paused && !ledger.stopping;
         ledger.paused = false;
-        resumed.then_some(ledger.last_delivered)
+        // Messages waiting in lanes may go again.
+        let wake = resumed.then(|| ledger.lanes.wake.clone()).flatten();
+        let last = ledger.last_delivered;
+        drop(ledger);
+        if let Some(wake) = wake {
+            wake();
+        }
+        resumed.then_some(last)
     }
 
     /// Hands out from `offset` on in a new generation: what was handed out
@@ -120,6 +224,9 @@ impl LedgerCell {
         }
         ledger.generation += 1;
         ledger.outstanding.clear();
+        ledger.in_flight = 0;
+        ledger.lanes.epoch += 1;
+        ledger.lanes.freed.clear();
         ledger.fetched_to = None;
         ledger.started_at = Some(offset);
         ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
@@ -162,7 +269,7 @@ impl LedgerCell {
             progress: (
                 ledger.generation,
                 ledger.last_delivered,
-                ledger.outstanding.len(),
+                ledger.in_flight,
                 ledger.watermark,
             ),
             waiting: untaken || !ledger.outstanding.is_empty(),
@@ -183,6 +290,20 @@ impl LedgerCell {
     /// be handed out: it is not of this cell's claim or current fetch, or
     /// the claim is stopping or paused.
     pub(crate) fn deliver(&self, offset: Offset, token: FencingToken, generation: u64) -> bool {
+        self.take(offset, 0, true, token, generation)
+    }
+
+    /// Records a message taken from a fetched batch, in lane `lane`:
+    /// handed to the application (`handed`) or waiting in its lane; `false`
+    /// if it may not be taken (see [`LedgerCell::deliver`]).
+    pub(crate) fn take(
+        &self,
+        offset: Offset,
+        lane: u64,
+        handed: bool,
+        token: FencingToken,
+        generation: u64,
+    ) -> bool {
         let mut ledger = self.lock();
         if token != self.token
             || ledger.stopping
@@ -191,9 +312,75 @@ impl LedgerCell {
         {
             return false;
         }
-        ledger.outstanding.push_back((offset, false));
+        let state = if handed {
+            ledger.in_flight += 1;
+            EntryState::Held
+        } else {
+            EntryState::Waiting
+        };
+        ledger.outstanding.push_back(Entry {
+            offset,
+            lane,
+            state,
+        });
         ledger.last_delivered = Some(offset);
         true
+    }
+
+    /// Hands out the message at `offset`, which waited in its lane.
+    pub(crate) fn hand_out(&self, offset: Offset, epoch: u64) -> HandOut {
+        let mut ledger = self.lock();
+        if ledger.stopping || ledger.lanes.epoch != epoch {
+            return HandOut::Gone;
+        }
+        if ledger.paused {
+            return HandOut::NotNow;
+        }
+        let Ok(at) = ledger
+            .outstanding
+            .binary_search_by_key(&offset, |entry| entry.offset)
+        else {
+            return HandOut::Gone;
+        };
+        if ledger.outstanding[at].state != EntryState::Waiting {
+            return HandOut::Gone;
+        }
+        ledger.outstanding[at].state = EntryState::Held;
+        ledger.in_flight += 1;
+        HandOut::Handed
+    }
+
+    /// Installs how an acknowledgement or a resume wakes the stream that
+    /// hands out this claim's lanes.
+    pub(crate) fn set_lane_wake(&self, wake: LaneWake) {
+        self.lock().lanes.wake = Some(wake);
+    }
+
+    /// What the claim's lanes need to know now: the lanes freed since the
+    /// last call (moved into `freed`), and the claim's state.
+    pub(crate) fn lane_news(&self, freed: &mut Vec<u64>) -> LaneNews {
+        let mut ledger = self.lock();
+        freed.append(&mut ledger.lanes.freed);
+        LaneNews {
+            epoch: ledger.lanes.epoch,
+            in_flight: ledger.in_flight,
+            paused: ledger.paused,
+            stopping: ledger.stopping,
+        }
+    }
+
+    /// The lanes' side has nothing to hand out until an acknowledgement
+    /// comes (or, with `in_flight_below`, until fewer than that many are in
+    /// flight): `true` if one came meanwhile (look again now); otherwise
+    /// the next acknowledgement or resume wakes it.
+    pub(crate) fn wait_for_lanes(&self, in_flight_below: Option<usize>) -> bool {
+        let mut ledger = self.lock();
+        let room = in_flight_below.is_some_and(|bound| ledger.in_flight < bound);
+        if !ledger.lanes.freed.is_empty() || room {
+            return true;
+        }
+        ledger.lanes.wanted = true;
+        false
     }
 
     pub(crate) fn ack(&self, offset: Offset) {
@@ -201,15 +388,36 @@ impl LedgerCell {
         // Acknowledgements mostly come in order: the front is found first.
         let Ok(at) = ledger
             .outstanding
-            .binary_search_by_key(&offset, |(o, _)| *o)
+            .binary_search_by_key(&offset, |entry| entry.offset)
         else {
             return;
         };
-        ledger.outstanding[at].1 = true;
-        while ledger.outstanding.front().is_some_and(|(_, acked)| *acked) {
+        let entry = &mut ledger.outstanding[at];
+        if entry.state != EntryState::Held {
+            return;
+        }
+        entry.state = EntryState::Done;
+        let lane = entry.lane;
+        ledger.in_flight -= 1;
+        if lane != 0 {
+            ledger.lanes.freed.push(lane);
+        }
+        let wake = if std::mem::take(&mut ledger.lanes.wanted) {
+            ledger.lanes.wake.clone()
+        } else {
+            None
+        };
+        while ledger
+            .outstanding
+            .front()
+            .is_some_and(|entry| entry.state == EntryState::Done)
+        {
             ledger.outstanding.pop_front();
         }
         self.advance(ledger);
+        if let Some(wake) = wake {
+            wake();
+        }
     }
 
     /// Counts the offsets up to `last` that a fetch of the claim `token`
@@ -232,7 +440,7 @@ impl LedgerCell {
     /// member's task if it moved or a drain ended.
     fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
         let watermark = match ledger.outstanding.front() {
-            Some((first, _)) => first.checked_sub(1),
+            Some(first) => first.offset.checked_sub(1),
             None => ledger.last_delivered,
         };
         // Only the first move since the task read it: the task reads the
@@ -243,7 +451,7 @@ impl LedgerCell {
             ledger.watermark = watermark;
         }
         let mut drained = false;
-        if ledger.stopping && ledger.outstanding.is_empty() && !ledger.drained {
+        if ledger.stopping && ledger.in_flight == 0 && !ledger.drained {
             ledger.drained = true;
             drained = true;
         }
@@ -288,6 +496,7 @@ impl Ledgers {
             token,
             ledger: Mutex::new(Ledger {
                 outstanding: VecDeque::new(),
+                in_flight: 0,
                 last_delivered: None,
                 watermark: None,
                 reported: None,
@@ -297,6 +506,7 @@ impl Ledgers {
                 paused: false,
                 started_at: None,
                 fetched_to: None,
+                lanes: LaneMail::default(),
             }),
             wake: self.wake.clone(),
         });
@@ -310,7 +520,10 @@ impl Ledgers {
         if let Some(cell) = cells.get(partition).filter(|c| c.token == token) {
             let mut ledger = cell.lock();
             ledger.stopping = true;
-            ledger.drained = ledger.outstanding.is_empty();
+            // Messages waiting in lanes were never handed out: the drain
+            // waits for those handed out only (the committed offset stays
+            // below the first waiting one).
+            ledger.drained = ledger.in_flight == 0;
         }
     }
 

@@ -50,7 +50,7 @@ mod stall;
 mod telemetry;
 
 pub use bytes::Bytes;
-pub use config::{IsolationLevel, KafkaConfig};
+pub use config::{IsolationLevel, KafkaConfig, ProcessingOrder};
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
 pub use error::{ClientError, KafkaError};
 pub use event::DataEvent;

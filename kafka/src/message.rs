@@ -87,6 +87,11 @@ impl Message {
         Message { batch, index }
     }
 
+    /// The ledger of the claim the message was fetched under.
+    pub(crate) fn ledger(&self) -> &Arc<LedgerCell> {
+        &self.batch.ledger
+    }
+
     fn record(&self) -> &Record {
         &self.batch.records[self.index]
     }

@@ -208,17 +208,28 @@ impl DataPlane {
             old.abort();
         }
         let ledger = self.ledgers.open(&partition, token);
+        let order = self.config.order_of(&partition.topic);
         let sender = match &mut self.delivery {
             Delivery::PerPartition(streams) => {
                 let (sender, receiver) = mpsc::channel(self.config.buffered_batches.max(1));
+                let batches = Batches::new(receiver, self.lease.clone(), order);
+                if let Some(wake) = batches.lane_wake() {
+                    ledger.set_lane_wake(wake);
+                }
                 let _ = streams.send(PartitionStream {
                     partition: partition.clone(),
                     token,
-                    batches: Batches::new(receiver, self.lease.clone()),
+                    batches,
                 });
                 Outlet::Partition(sender)
             }
-            Delivery::Group(queues) => Outlet::Group(queues.open()),
+            Delivery::Group(queues) => {
+                let sender = queues.open(order);
+                if order.max_in_flight().is_some() {
+                    ledger.set_lane_wake(sender.lane_wake());
+                }
+                Outlet::Group(sender)
+            }
         };
         let mut claim = Claim {
             token,

@@ -39,7 +39,7 @@ pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, E
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
     Header, Headers, IsolationLevel, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, Message,
-    PartitionStream, SaslMechanism, StartOffsetError, StartOffsets, Timestamp,
+    PartitionStream, ProcessingOrder, SaslMechanism, StartOffsetError, StartOffsets, Timestamp,
 };
 pub use values::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, MemberEnd, PartitionError,
