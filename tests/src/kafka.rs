@@ -132,6 +132,42 @@ pub async fn produce(client: &Client, topic: &str, partition: u32, count: usize)
     }
 }
 
+/// Produces `count` messages to `partition` of `topic`, in batches, the
+/// key of message `i` `key{i % keys}` and its value naming its position.
+pub async fn produce_keyed(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    count: usize,
+    keys: usize,
+) {
+    let target = client
+        .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let timestamp = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).expect("a valid time");
+    let mut sent = 0;
+    while sent < count {
+        let batch: Vec<Record> = (sent..(sent + 500).min(count))
+            .map(|i| Record {
+                key: Some(format!("key{}", i % keys.max(1)).into_bytes().into()),
+                value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
+                headers: Default::default(),
+                timestamp,
+            })
+            .collect();
+        let n = batch.len();
+        target
+            .produce(batch, Compression::NoCompression)
+            .await
+            .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
+        sent += n;
+    }
+}
+
 /// The end offset (high watermark) of every partition of `topic`.
 pub async fn end_offsets(client: &Client, topic: &str, partitions: u32) -> Vec<i64> {
     let mut ends = Vec::new();

@@ -22,6 +22,7 @@ mod kafka_budget;
 mod kafka_codecs;
 mod kafka_e2e;
 mod kafka_fairness;
+mod kafka_lanes;
 mod kafka_outage;
 mod kafka_patterns;
 mod kafka_secured;

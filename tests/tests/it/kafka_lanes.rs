@@ -1,0 +1,189 @@
+//! Key-ordered lanes (`ProcessingOrder::Key`) on a real Kafka 4.x: an
+//! application that processes every message on a task of its own and
+//! acknowledges in whatever order they finish gets each key's messages one
+//! at a time, in offset order, across the whole group and through a
+//! handoff, many keys at once, and a committed offset that reaches the end
+//! of every partition without passing a message still being processed.
+
+use tenure_tests as common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::kafka;
+use tenure::core::{Config, TopicPartition};
+use tenure::tokio::{GroupMember, KafkaConfig, MemoryStore, ProcessingOrder};
+
+const PARTITIONS: u32 = 4;
+const PER_PARTITION: usize = 1_500;
+const KEYS: usize = 12;
+const MAX_IN_FLIGHT: usize = 8;
+
+/// What the group's application saw, for the checks at the end.
+#[derive(Default)]
+struct Seen {
+    /// Per partition and key: the member processing a message of it now,
+    /// and the last offset processed.
+    keys: HashMap<(u32, String), (Option<&'static str>, i64)>,
+    /// Per partition: messages being processed now, and the most at once.
+    in_flight: HashMap<u32, usize>,
+    most_in_flight: usize,
+    /// (partition, offset) of every message processed.
+    processed: BTreeSet<(u32, i64)>,
+    /// What broke the promise, in words.
+    violations: Vec<String>,
+}
+
+/// Consumes until `done`: every message on a task of its own,
+/// finishing in an order of its own (a few milliseconds that depend on
+/// the offset), then acknowledged.
+fn consume(
+    mut member: GroupMember,
+    name: &'static str,
+    seen: Arc<Mutex<Seen>>,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<GroupMember> {
+    tokio::spawn(async move {
+        loop {
+            if done.load(Ordering::SeqCst) {
+                return member;
+            }
+            let next = tokio::time::timeout(Duration::from_millis(100), member.next_message());
+            let message = match next.await {
+                Ok(Some(message)) => message,
+                Ok(None) => return member,
+                Err(_) => continue,
+            };
+            let (p, offset) = (message.partition(), message.offset());
+            let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+            {
+                let mut seen = seen.lock().expect("not poisoned");
+                let (busy, last) = *seen.keys.entry((p, key.clone())).or_insert((None, -1));
+                if let Some(other) = busy {
+                    seen.violations.push(format!(
+                        "{p}/{offset} ({key}) handed to {name} while {other} processes an earlier one"
+                    ));
+                }
+                seen.keys.insert((p, key.clone()), (Some(name), last));
+                let in_flight = seen.in_flight.entry(p).or_default();
+                *in_flight += 1;
+                let now = *in_flight;
+                seen.most_in_flight = seen.most_in_flight.max(now);
+                if now > MAX_IN_FLIGHT {
+                    seen.violations
+                        .push(format!("{now} of {p} in flight at {name}"));
+                }
+            }
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_micros(200 + (offset as u64 * 7919) % 3_000))
+                    .await;
+                {
+                    let mut seen = seen.lock().expect("not poisoned");
+                    let entry = seen.keys.entry((p, key.clone())).or_insert((None, -1));
+                    let last = entry.1;
+                    *entry = (None, offset.max(last));
+                    if offset < last {
+                        let repeat = seen.processed.contains(&(p, offset));
+                        if !repeat {
+                            seen.violations.push(format!(
+                                "{p}/{offset} ({key}) processed after {last} of its key"
+                            ));
+                        }
+                    }
+                    seen.processed.insert((p, offset));
+                    if let Some(in_flight) = seen.in_flight.get_mut(&p) {
+                        *in_flight -= 1;
+                    }
+                }
+                // Acknowledged once done with: the key's next message may
+                // be handed out from here on.
+                message.ack();
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_go_one_at_a_time_in_order_through_a_handoff() {
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("lanes");
+    kafka::create_topic(&client, &topic, PARTITIONS).await;
+    for partition in 0..PARTITIONS {
+        kafka::produce_keyed(&client, &topic, partition, PER_PARTITION, KEYS).await;
+    }
+    let group = common::group("lanes");
+    let store = MemoryStore::new();
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
+    // Small fetches, so that a handoff comes while much is still to read.
+    kafka_config.fetch_max_bytes = 16 << 10;
+    let join = |name: &str| {
+        let config = Config::new(&group, name, [&topic]).expect("valid config");
+        GroupMember::builder(config)
+            .kafka(kafka_config.clone())
+            .join(store.backend())
+    };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let done = Arc::new(AtomicBool::new(false));
+    let first = consume(
+        join("m1").await.expect("m1 joins"),
+        "m1",
+        seen.clone(),
+        done.clone(),
+    );
+
+    // The second member joins once the first is well under way.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.lock().expect("not poisoned").processed.len() < PER_PARTITION {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "m1 processed too little in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = consume(
+        join("m2").await.expect("m2 joins"),
+        "m2",
+        seen.clone(),
+        done.clone(),
+    );
+
+    // Everything processed and committed to the end.
+    let total = PARTITIONS as usize * PER_PARTITION;
+    let tp = |p| TopicPartition::new(&topic, p);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = seen.lock().expect("not poisoned").processed.len();
+        let committed: Vec<Option<i64>> = (0..PARTITIONS)
+            .map(|p| store.committed(&group, &tp(p)))
+            .collect();
+        if done == total && committed.iter().all(|c| *c == Some(PER_PARTITION as i64)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{done} of {total} processed, committed {committed:?} after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    done.store(true, Ordering::SeqCst);
+    let (first, second) = (
+        first.await.expect("m1's task"),
+        second.await.expect("m2's task"),
+    );
+    {
+        let seen = seen.lock().expect("not poisoned");
+        assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+        assert!(
+            seen.most_in_flight > 1,
+            "keys never processed concurrently (at most {} at once)",
+            seen.most_in_flight
+        );
+    }
+    let _ = first.close().await.expect("m1 closes");
+    let _ = second.close().await.expect("m2 closes");
+}
