@@ -332,21 +332,11 @@ impl Queue {
             return self.take_in_lanes(lease);
         }
         loop {
-            let Some((batch, next)) = self
-                .current
-                .as_mut()
-                .filter(|(batch, next)| *next < batch.records.len())
-            else {
-                self.current = None;
-                self.pass();
-                match self.receiver.try_recv() {
-                    Ok(fetched) => {
-                        self.load(fetched);
-                        continue;
-                    }
-                    Err(TryRecvError::Empty) => return Take::Empty,
-                    Err(TryRecvError::Disconnected) => return Take::Closed,
-                }
+            if let Err(end) = self.advance() {
+                return end;
+            }
+            let Some((batch, next)) = self.current.as_mut() else {
+                return Take::Empty;
             };
             // The deadline first: a message of a claim that has ended is
             // dropped by `deliver`, once the deadline holds again.
@@ -420,30 +410,23 @@ impl Queue {
                     HandOut::Gone => continue,
                 }
             }
-            let Some((batch, next)) = self
-                .current
-                .as_mut()
-                .filter(|(batch, next)| *next < batch.records.len())
-            else {
-                self.current = None;
-                self.pass();
-                match self.receiver.try_recv() {
-                    Ok(fetched) => {
-                        self.load(fetched);
+            match self.advance() {
+                Ok(()) => {}
+                Err(Take::Empty) => {
+                    // Wait for a fetch or, with lanes busy, an
+                    // acknowledgement.
+                    let lanes = self.lanes.as_ref();
+                    let busy = lanes.is_some_and(|lanes| lanes.in_flight > 0);
+                    if !stopping && busy && lanes.is_some_and(|lanes| lanes.wait(false)) {
                         continue;
                     }
-                    Err(TryRecvError::Empty) => {
-                        // Wait for a fetch or, with lanes busy, an
-                        // acknowledgement.
-                        let lanes = self.lanes.as_ref();
-                        let busy = lanes.is_some_and(|lanes| lanes.in_flight > 0);
-                        if !stopping && busy && lanes.is_some_and(|lanes| lanes.wait(false)) {
-                            continue;
-                        }
-                        return Take::Empty;
-                    }
-                    Err(TryRecvError::Disconnected) => return Take::Closed,
+                    return Take::Empty;
                 }
+                Err(end) => return end,
+            }
+            let (Some((batch, next)), Some(lanes)) = (self.current.as_mut(), self.lanes.as_mut())
+            else {
+                return Take::Empty;
             };
             if !lease.holds() {
                 return Take::Expired;
@@ -492,6 +475,27 @@ impl Queue {
             }
             lanes.in_flight += 1;
             return Take::Message(message);
+        }
+    }
+
+    /// Makes the current batch one with a record left to take, loading
+    /// fetched batches (and counting what each finished one passed) as
+    /// needed; otherwise why there is none: nothing fetched yet
+    /// ([`Take::Empty`]), or the fetcher gone ([`Take::Closed`]).
+    fn advance(&mut self) -> Result<(), Take> {
+        loop {
+            if let Some((batch, next)) = &self.current {
+                if *next < batch.records.len() {
+                    return Ok(());
+                }
+            }
+            self.current = None;
+            self.pass();
+            match self.receiver.try_recv() {
+                Ok(fetched) => self.load(fetched),
+                Err(TryRecvError::Empty) => return Err(Take::Empty),
+                Err(TryRecvError::Disconnected) => return Err(Take::Closed),
+            }
         }
     }
 
