@@ -34,6 +34,10 @@ struct Ledger {
     /// The current fetch of the claim; messages of an earlier one are not
     /// handed out.
     generation: u64,
+    /// The generation the last seek started: what was handed out before
+    /// it (from batches of an earlier generation) was let go, and its
+    /// acknowledgements count for nothing.
+    sought: u64,
     /// Paused by the application: nothing is handed out until resumed.
     paused: bool,
     /// Where the current fetch started (an offset its policy resolved, or
@@ -223,6 +227,7 @@ impl LedgerCell {
             return None;
         }
         ledger.generation += 1;
+        ledger.sought = ledger.generation;
         ledger.outstanding.clear();
         ledger.in_flight = 0;
         ledger.lanes.epoch += 1;
@@ -383,8 +388,16 @@ impl LedgerCell {
         false
     }
 
-    pub(crate) fn ack(&self, offset: Offset) {
+    /// The message at `offset`, from a batch of `generation`, is
+    /// processed: its lane is free, and the watermark moves past it once
+    /// everything before it is processed too.
+    pub(crate) fn ack(&self, offset: Offset, generation: u64) {
         let mut ledger = self.lock();
+        // A message handed out before a seek: the seek let it go, and the
+        // offset may be out again as another message.
+        if generation < ledger.sought {
+            return;
+        }
         // Acknowledgements mostly come in order: the front is found first.
         let Ok(at) = ledger
             .outstanding
@@ -503,6 +516,7 @@ impl Ledgers {
                 stopping: false,
                 drained: false,
                 generation: 0,
+                sought: 0,
                 paused: false,
                 started_at: None,
                 fetched_to: None,
@@ -589,9 +603,9 @@ mod tests {
         assert!(cell.deliver(10, token, 0));
         assert!(cell.deliver(11, token, 0));
         cell.pass(12, token, 0);
-        cell.ack(10);
+        cell.ack(10, 0);
         assert_eq!(processed(&ledgers), [10], "11 is not processed yet");
-        cell.ack(11);
+        cell.ack(11, 0);
         assert_eq!(processed(&ledgers), [12], "past the marker");
 
         // Only a marker, nothing outstanding: it counts at once.
@@ -608,5 +622,31 @@ mod tests {
         ledgers.stop(&partition, token);
         cell.pass(20, token, 0);
         assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+    }
+
+    #[test]
+    fn an_acknowledgement_from_before_a_seek_back_marks_nothing() {
+        let ledgers = Ledgers::default();
+        let partition = TopicPartition {
+            topic: "t".into(),
+            partition: 0,
+        };
+        let token = FencingToken(7);
+        let cell = ledgers.open(&partition, token);
+
+        assert!(cell.deliver(10, token, 0));
+        assert!(cell.deliver(11, token, 0));
+        cell.ack(10, 0);
+        assert_eq!(processed(&ledgers), [10]);
+
+        // Back to 11: the old 11 is let go, and the new one is handed out.
+        assert_eq!(cell.seek(11), Some(false));
+        let generation = cell.generation();
+        assert!(cell.deliver(11, token, generation));
+        // The old 11 finishes: that says nothing of the new one.
+        cell.ack(11, 0);
+        assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+        cell.ack(11, generation);
+        assert_eq!(processed(&ledgers), [11]);
     }
 }

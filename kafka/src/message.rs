@@ -129,7 +129,7 @@ impl Message {
     /// moved to another member does nothing: nothing is committed for a
     /// partition this member no longer owns.
     pub fn ack(&self) {
-        self.batch.ledger.ack(self.offset());
+        self.batch.ledger.ack(self.offset(), self.batch.generation);
     }
 
     /// The value, if any (`None`: a tombstone).
