@@ -131,7 +131,9 @@ pub struct DataPlane {
     metadata: Option<JoinHandle<()>>,
     /// The metric handles, with the member's labels.
     metrics: PlaneMetrics,
-    /// Each partition's handles, registered at its first claim.
+    /// The handles of each partition held, registered when its fetching
+    /// starts and dropped when it stops: a member that holds many
+    /// partitions in turn keeps those of the ones it holds.
     partition_metrics: BTreeMap<TopicPartition, Arc<PartitionMetrics>>,
     /// The application's progress on each claim, read at intervals
     /// (`None`: [`KafkaConfig::max_processing_stall`] is off), and when it
@@ -301,6 +303,7 @@ impl DataPlane {
             claim.abort();
         }
         self.ledgers.stop(partition, token);
+        self.partition_metrics.remove(partition);
     }
 
     /// Pauses or resumes `partition`: a paused claim hands nothing out and
