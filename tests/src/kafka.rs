@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rskafka::bytes::Bytes;
 use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
 use rskafka::client::{Client, ClientBuilder};
 use rskafka::record::Record;
@@ -100,36 +101,18 @@ pub async fn create_topic_with_configs<const N: usize>(
 }
 
 /// Produces `count` messages to `partition` of `topic`, in batches, the
-/// value of each naming its position.
+/// key of message `i` `k{i}` and its value naming its position.
 pub async fn produce(client: &Client, topic: &str, partition: u32, count: usize) {
-    let target = client
-        .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
-        .await
-        .expect("partition client");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let timestamp = rskafka::chrono::DateTime::from_timestamp_millis(now_ms).expect("a valid time");
-    let mut sent = 0;
-    while sent < count {
-        let batch: Vec<Record> = (sent..(sent + 500).min(count))
-            .map(|i| Record {
-                key: Some(format!("k{i}").into_bytes().into()),
-                value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
-                headers: vec![(
-                    "source".to_owned(),
-                    rskafka::bytes::Bytes::from_static(b"test"),
-                )],
-                timestamp,
-            })
-            .collect();
-        let n = batch.len();
-        target
-            .produce(batch, Compression::NoCompression)
-            .await
-            .unwrap_or_else(|e| panic!("produce to {topic}/{partition}: {e}"));
-        sent += n;
-    }
+    let source = ("source".to_owned(), Bytes::from_static(b"test"));
+    produce_with(
+        client,
+        topic,
+        partition,
+        count,
+        |i| format!("k{i}"),
+        Some(source),
+    )
+    .await;
 }
 
 /// Produces `count` messages to `partition` of `topic`, in batches, the
@@ -140,6 +123,21 @@ pub async fn produce_keyed(
     partition: u32,
     count: usize,
     keys: usize,
+) {
+    let key = |i: usize| format!("key{}", i % keys.max(1));
+    produce_with(client, topic, partition, count, key, None).await;
+}
+
+/// Produces `count` messages to `partition` of `topic`, in batches of 500,
+/// the key of message `i` `key(i)`, its value naming its position, with
+/// `header` if given.
+pub async fn produce_with(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    count: usize,
+    key: impl Fn(usize) -> String,
+    header: Option<(String, Bytes)>,
 ) {
     let target = client
         .partition_client(topic, partition as i32, UnknownTopicHandling::Retry)
@@ -153,9 +151,9 @@ pub async fn produce_keyed(
     while sent < count {
         let batch: Vec<Record> = (sent..(sent + 500).min(count))
             .map(|i| Record {
-                key: Some(format!("key{}", i % keys.max(1)).into_bytes().into()),
+                key: Some(key(i).into_bytes().into()),
                 value: Some(format!("{topic}/{partition}#{i}").into_bytes().into()),
-                headers: Default::default(),
+                headers: header.iter().cloned().collect(),
                 timestamp,
             })
             .collect();
