@@ -67,7 +67,7 @@ use tenure::postgres::{MessageTable, PostgresSink};
 use tenure::tokio::exactly_once::ExactlyOnce;
 use tenure::tokio::{GroupMember, GroupMemberBuilder, KafkaConfig};
 use tenure::zookeeper::ZooKeeperBackend;
-use tenure_tests::bench::{percentile, server, wall_ms};
+use tenure_tests::bench::{percentile, run_program, server, wall_ms};
 use tenure_tests::unique;
 use zookeeper_client as zk;
 
@@ -871,25 +871,6 @@ async fn build_franz_peer() -> Result<std::path::PathBuf, String> {
     );
     run_program(&what, build).await?;
     Ok(program)
-}
-
-/// Runs `command` off the runtime's threads and gives what it printed on
-/// stdout; `what` names it in the error when it cannot run or fails (with
-/// all it printed).
-async fn run_program(what: &str, mut command: std::process::Command) -> Result<String, String> {
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .map_err(|e| format!("{what}: its thread: {e}"))?
-        .map_err(|e| format!("cannot run {what}: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    if !output.status.success() {
-        return Err(format!(
-            "{what} failed ({}): {stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    Ok(stdout)
 }
 
 /// What one run of the franz-go peer measured of itself.

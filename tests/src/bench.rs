@@ -25,3 +25,22 @@ pub fn percentile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
     let rank = (last as f64 * q).round() as usize;
     sorted.get(rank.min(last)).copied()
 }
+
+/// Runs `command` off the runtime's threads and gives what it printed on
+/// stdout; `what` names it in the error when it cannot run or fails (with
+/// all it printed).
+pub async fn run_program(what: &str, mut command: std::process::Command) -> Result<String, String> {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .map_err(|e| format!("{what}: its thread: {e}"))?
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(stdout)
+}
