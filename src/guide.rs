@@ -4,21 +4,23 @@
 //!
 //! 1. [`consumers`]: a member and its streams, offsets and commits, topic
 //!    patterns, codecs and transactional topics, the configuration.
-//! 2. [`static_membership`]: deploys without rebalances.
-//! 3. [`exactly_once`]: output and offsets in one transaction, fenced by
+//! 2. [`parallel`]: more than one message of a partition in flight, by
+//!    key or in any order.
+//! 3. [`static_membership`]: deploys without rebalances.
+//! 4. [`exactly_once`]: output and offsets in one transaction, fenced by
 //!    the claim's token.
-//! 4. [`stores`]: ZooKeeper, etcd and the embedded store, and secured
+//! 5. [`stores`]: ZooKeeper, etcd and the embedded store, and secured
 //!    stores and brokers.
-//! 5. [`observability`]: tracing and metrics.
-//! 6. [`command`]: the `tenure` command, for operators.
-//! 7. [`operating`]: groups judged from outside, served as metrics, JSON
+//! 6. [`observability`]: tracing and metrics.
+//! 7. [`command`]: the `tenure` command, for operators.
+//! 8. [`operating`]: groups judged from outside, served as metrics, JSON
 //!    and a live page.
-//! 8. [`migrating`]: from wvanbergen/kafka and Kafka 0.8's consumer, and how
+//! 9. [`migrating`]: from wvanbergen/kafka and Kafka 0.8's consumer, and how
 //!    tenure compares.
-//! 9. [`examples`]: the examples, the real servers and the simulator.
-//! 10. [`driving_the_core`]: the state machine without tokio.
-//! 11. [`architecture`]: the crates and how a member runs.
-//! 12. [`benchmarks`]: every figure, and how to measure it again.
+//! 10. [`examples`]: the examples, the real servers and the simulator.
+//! 11. [`driving_the_core`]: the state machine without tokio.
+//! 12. [`architecture`]: the crates and how a member runs.
+//! 13. [`benchmarks`]: every figure, and how to measure it again.
 
 // The chapters link to each other by file name, as a reader of the
 // repository follows them (`[Stores and security][stores.md]`, with
@@ -28,6 +30,7 @@
 macro_rules! chapter_links {
     () => {
         "[consumers.md]: crate::guide::consumers\n\
+         [parallel.md]: crate::guide::parallel\n\
          [static-membership.md]: crate::guide::static_membership\n\
          [exactly-once.md]: crate::guide::exactly_once\n\
          [stores.md]: crate::guide::stores\n\
@@ -45,6 +48,10 @@ macro_rules! chapter_links {
 #[doc = chapter_links!()]
 #[doc = include_str!("../docs/consumers.md")]
 pub mod consumers {}
+
+#[doc = chapter_links!()]
+#[doc = include_str!("../docs/parallel.md")]
+pub mod parallel {}
 
 #[doc = chapter_links!()]
 #[doc = include_str!("../docs/static-membership.md")]
