@@ -211,6 +211,8 @@ struct Lanes {
     in_flight: usize,
     /// Lanes freed, as the ledger told them.
     freed: Vec<u64>,
+    /// Nacked messages back from their delay, as the ledger gave them.
+    retried: Vec<(u64, Message)>,
 }
 
 /// Whether a claim's lanes may hand out now.
@@ -238,17 +240,19 @@ impl Lanes {
             waiting: 0,
             in_flight: 0,
             freed: Vec::new(),
+            retried: Vec::new(),
         })
     }
 
     /// Hears what acknowledgements did: freed lanes hand their next
-    /// waiting message on to `ready`; a seek or a stop lets go of
-    /// everything waiting.
+    /// waiting message on to `ready`, and so do nacked messages whose
+    /// delay is over (each still holds its lane); a seek or a stop lets go
+    /// of everything waiting.
     fn hear(&mut self) -> LaneState {
         let Some(ledger) = &self.ledger else {
             return LaneState::Open;
         };
-        let news = ledger.lane_news(&mut self.freed);
+        let news = ledger.lane_news(&mut self.freed, &mut self.retried);
         self.in_flight = news.in_flight;
         let state = if news.stopping {
             LaneState::Stopping
@@ -262,8 +266,14 @@ impl Lanes {
             self.busy.clear();
             self.ready.clear();
             self.freed.clear();
+            self.retried.clear();
             self.waiting = 0;
             return state;
+        }
+        for (epoch, message) in self.retried.drain(..) {
+            if epoch == self.epoch {
+                self.ready.push_back(message);
+            }
         }
         for lane in self.freed.drain(..) {
             if let Some(behind) = self.busy.get_mut(&lane) {
@@ -1044,6 +1054,10 @@ mod tests {
             let ledgers = Ledgers::default();
             let partition = TopicPartition::new("t", 0);
             let cell = ledgers.open(&partition, FencingToken(3));
+            if order.max_in_flight().is_some() {
+                // Taken from by hand: nothing to wake.
+                cell.set_lane_wake(Arc::new(|| {}));
+            }
             let (sender, receiver) = mpsc::channel(64);
             let (lease_tx, lease) = live_lease();
             Claimed {
@@ -1238,6 +1252,60 @@ mod tests {
         acker.await.expect("acked");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_nacked_message_comes_back_after_its_delay_and_its_key_waits() {
+        let ledgers = Ledgers::default();
+        let (_lease_tx, lease) = live_lease();
+        let (mut queues, mut stream) = GroupQueues::new(4, 64, lease);
+        let partition = TopicPartition::new("t", 0);
+        let cell = ledgers.open(&partition, FencingToken(1));
+        let q = queues.open(ProcessingOrder::key(4));
+        cell.set_lane_wake(q.lane_wake());
+        assert!(
+            q.send(keyed(0, 0, &[Some("a"), Some("a"), Some("b")], &cell))
+                .await
+        );
+        let first = stream.next().await.expect("a message");
+        let other = stream.next().await.expect("a message");
+        assert_eq!((first.offset(), other.offset()), (0, 2));
+        let delay = std::time::Duration::from_secs(5);
+        let nacked_at = tokio::time::Instant::now();
+        assert!(first.nack(delay).is_ok(), "refused with lanes");
+        other.ack();
+        let again = tokio::time::timeout(std::time::Duration::from_secs(60), stream.next())
+            .await
+            .expect("handed out again")
+            .expect("a message");
+        assert_eq!(again.offset(), 0, "1 went out before 0 of its key");
+        assert!(nacked_at.elapsed() >= delay, "back before its delay");
+        let processed = processed_of(&ledgers);
+        assert!(
+            processed.iter().all(|o| *o < 0),
+            "committed past 0: {processed:?}"
+        );
+        again.ack();
+        let next = tokio::time::timeout(std::time::Duration::from_secs(60), stream.next())
+            .await
+            .expect("woken by the acknowledgement")
+            .expect("a message");
+        assert_eq!(next.offset(), 1);
+        next.ack();
+        assert_eq!(processed_of(&ledgers).last(), Some(&2));
+    }
+
+    #[test]
+    fn a_nack_in_partition_order_gives_the_message_back() {
+        let mut claim = Claimed::new(ProcessingOrder::Partition);
+        claim.feed(0, &[Some("a")]);
+        let mut messages = claim.take_all();
+        let message = messages.pop().expect("a message");
+        let back = message
+            .nack(std::time::Duration::ZERO)
+            .expect_err("no lanes to go back to");
+        back.ack();
+        assert_eq!(claim.processed(), Some(0));
+    }
+
     #[tokio::test]
     async fn an_acknowledgement_wakes_a_partition_stream() {
         let ledgers = Ledgers::default();
@@ -1274,6 +1342,8 @@ mod tests {
         Take,
         /// Acknowledges the held message at this index (modulo how many).
         Ack(usize),
+        /// Nacks it, to be handed out again at once.
+        Nack(usize),
         /// The partition stops (at most once: the claim ends).
         Stop,
     }
@@ -1284,6 +1354,7 @@ mod tests {
             prop_oneof![
                 3 => Just(Step::Take),
                 6 => (0usize..64).prop_map(Step::Ack),
+                2 => (0usize..64).prop_map(Step::Nack),
                 1 => Just(Step::Stop),
             ],
             1..120,
@@ -1291,12 +1362,13 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// For any keys, bound and order of acknowledgements: a message is
-        /// handed out only once every earlier message of its key is
-        /// acknowledged, at most `max_in_flight` are held at once, each is
-        /// handed out once, the committed offset never passes a message
-        /// taken and not acknowledged, and every message goes out once the
-        /// application acknowledges what it holds.
+        /// For any keys, bound and order of acknowledgements and nacks: a
+        /// message is handed out only once every earlier message of its
+        /// key is acknowledged, at most `max_in_flight` are held at once,
+        /// each is handed out once (again only after a nack), the
+        /// committed offset never passes a message taken and not
+        /// acknowledged, and every message goes out once the application
+        /// acknowledges what it holds.
         #[test]
         fn lanes_keep_key_order_and_commits_never_pass_a_held_message(
             keys in proptest::collection::vec(proptest::option::weighted(0.9, 0u8..6), 1..80),
@@ -1320,6 +1392,7 @@ mod tests {
             let mut held: Vec<Message> = Vec::new();
             let mut acked = std::collections::BTreeSet::new();
             let mut handed = std::collections::BTreeSet::new();
+            let mut nacked = std::collections::BTreeSet::new();
             let mut committed: Option<Offset> = None;
             let mut stopped = false;
             let all = steps.iter().cloned().chain(std::iter::repeat_n(Step::Take, 1));
@@ -1327,10 +1400,15 @@ mod tests {
                              held: &mut Vec<Message>,
                              acked: &std::collections::BTreeSet<i64>,
                              handed: &mut std::collections::BTreeSet<i64>,
+                             nacked: &mut std::collections::BTreeSet<i64>,
                              committed: &mut Option<Offset>| {
                 for message in claim.take_all() {
                     let offset = message.offset();
-                    proptest::prop_assert!(handed.insert(offset), "{offset} handed out twice");
+                    let again = nacked.remove(&offset);
+                    proptest::prop_assert!(
+                        handed.insert(offset) || again,
+                        "{offset} handed out twice"
+                    );
                     if by_key {
                         if let Some(key) = key_of(offset) {
                             for earlier in 0..offset {
@@ -1370,6 +1448,16 @@ mod tests {
                             message.ack();
                         }
                     }
+                    Step::Nack(at) => {
+                        if !held.is_empty() {
+                            let message = held.swap_remove(at % held.len());
+                            nacked.insert(message.offset());
+                            proptest::prop_assert!(
+                                message.nack(std::time::Duration::ZERO).is_ok(),
+                                "a nack refused with lanes"
+                            );
+                        }
+                    }
                     Step::Stop => {
                         if !stopped {
                             stopped = true;
@@ -1377,7 +1465,7 @@ mod tests {
                         }
                     }
                 }
-                check(&mut claim, &mut held, &acked, &mut handed, &mut committed)?;
+                check(&mut claim, &mut held, &acked, &mut handed, &mut nacked, &mut committed)?;
             }
             // The application acknowledges what it holds, until nothing
             // more comes: unless stopped, every message went out.
@@ -1386,7 +1474,7 @@ mod tests {
                     acked.insert(message.offset());
                     message.ack();
                 }
-                check(&mut claim, &mut held, &acked, &mut handed, &mut committed)?;
+                check(&mut claim, &mut held, &acked, &mut handed, &mut nacked, &mut committed)?;
             }
             if !stopped {
                 proptest::prop_assert_eq!(handed.len(), keys.len());

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
 use crate::event::DataEvent;
+use crate::message::Message;
 
 /// Which messages of a partition the application holds.
 #[derive(Debug)]
@@ -100,6 +101,12 @@ struct LaneMail {
     epoch: u64,
     /// How to wake the delivery side.
     wake: Option<LaneWake>,
+    /// Where a nacked message waits out its delay (the runtime the lanes
+    /// were set up on).
+    runtime: Option<tokio::runtime::Handle>,
+    /// Nacked messages whose delay is over, with the epoch they were
+    /// nacked in, for the delivery side to hand out again.
+    retried: Vec<(u64, Message)>,
 }
 
 impl std::fmt::Debug for LaneMail {
@@ -108,6 +115,7 @@ impl std::fmt::Debug for LaneMail {
             .field("freed", &self.freed)
             .field("wanted", &self.wanted)
             .field("epoch", &self.epoch)
+            .field("retried", &self.retried.len())
             .finish_non_exhaustive()
     }
 }
@@ -128,6 +136,24 @@ pub(crate) struct LaneNews {
     pub(crate) paused: bool,
     /// Nothing more will be handed out.
     pub(crate) stopping: bool,
+}
+
+/// What became of a nack ([`LedgerCell::nack`]).
+#[derive(Clone, Debug)]
+pub(crate) enum Nacked {
+    /// Back in its lane: hand it to [`LedgerCell::retry`] with `epoch`
+    /// once its delay is over, on `runtime` (`None`: the lanes were set
+    /// up outside one).
+    Retry {
+        epoch: u64,
+        runtime: Option<tokio::runtime::Handle>,
+    },
+    /// Let go: the claim is stopping, or a seek let the message go, or it
+    /// was not held. Nothing to do.
+    LetGo,
+    /// The claim has no lanes ([`crate::ProcessingOrder::Partition`]):
+    /// nothing changed, the application still holds the message.
+    NoLanes,
 }
 
 /// Whether a message waiting in a lane was handed out.
@@ -232,6 +258,7 @@ impl LedgerCell {
         ledger.in_flight = 0;
         ledger.lanes.epoch += 1;
         ledger.lanes.freed.clear();
+        let let_go = std::mem::take(&mut ledger.lanes.retried);
         ledger.fetched_to = None;
         ledger.started_at = Some(offset);
         ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
@@ -239,7 +266,11 @@ impl LedgerCell {
             ledger.watermark = ledger.last_delivered;
             self.wake.moved.notify_one();
         }
-        Some(ledger.paused)
+        let paused = ledger.paused;
+        // Dropped once unlocked: a message refers to its ledger.
+        drop(ledger);
+        drop(let_go);
+        Some(paused)
     }
 
     /// The fetch of `generation` starts at `offset` (its policy resolved
@@ -356,16 +387,89 @@ impl LedgerCell {
     }
 
     /// Installs how an acknowledgement or a resume wakes the stream that
-    /// hands out this claim's lanes.
+    /// hands out this claim's lanes; nacked messages wait out their delay
+    /// on the runtime this is called on.
     pub(crate) fn set_lane_wake(&self, wake: LaneWake) {
-        self.lock().lanes.wake = Some(wake);
+        let mut ledger = self.lock();
+        ledger.lanes.wake = Some(wake);
+        ledger.lanes.runtime = tokio::runtime::Handle::try_current().ok();
+    }
+
+    /// The message at `offset`, from a batch of `generation`, failed: it
+    /// goes back to its lane, not handed out, its key's later messages
+    /// still waiting behind it and the watermark still below it, until
+    /// [`LedgerCell::retry`] brings it back.
+    pub(crate) fn nack(&self, offset: Offset, generation: u64) -> Nacked {
+        let mut ledger = self.lock();
+        if ledger.lanes.wake.is_none() {
+            return Nacked::NoLanes;
+        }
+        if generation < ledger.sought {
+            return Nacked::LetGo;
+        }
+        let Ok(at) = ledger
+            .outstanding
+            .binary_search_by_key(&offset, |entry| entry.offset)
+        else {
+            return Nacked::LetGo;
+        };
+        if ledger.outstanding[at].state != EntryState::Held {
+            return Nacked::LetGo;
+        }
+        ledger.outstanding[at].state = EntryState::Waiting;
+        ledger.in_flight -= 1;
+        let wake = if std::mem::take(&mut ledger.lanes.wanted) {
+            ledger.lanes.wake.clone()
+        } else {
+            None
+        };
+        let stopping = ledger.stopping;
+        let epoch = ledger.lanes.epoch;
+        let ledger_runtime = ledger.lanes.runtime.clone();
+        // A drain waits for the messages handed out: this one is no
+        // longer, and it stays below the committed offset.
+        self.advance(ledger);
+        if let Some(wake) = wake {
+            wake();
+        }
+        if stopping {
+            Nacked::LetGo
+        } else {
+            Nacked::Retry {
+                epoch,
+                runtime: ledger_runtime,
+            }
+        }
+    }
+
+    /// A nacked message's delay is over: the delivery side hands it out
+    /// again, unless the claim stopped or a seek let it go meanwhile.
+    pub(crate) fn retry(&self, message: Message, epoch: u64) {
+        let mut ledger = self.lock();
+        if ledger.stopping || ledger.lanes.epoch != epoch {
+            drop(ledger);
+            return;
+        }
+        ledger.lanes.retried.push((epoch, message));
+        let wake = ledger.lanes.wake.clone();
+        ledger.lanes.wanted = false;
+        drop(ledger);
+        if let Some(wake) = wake {
+            wake();
+        }
     }
 
     /// What the claim's lanes need to know now: the lanes freed since the
-    /// last call (moved into `freed`), and the claim's state.
-    pub(crate) fn lane_news(&self, freed: &mut Vec<u64>) -> LaneNews {
+    /// last call (moved into `freed`), the nacked messages to hand out
+    /// again (moved into `retried`), and the claim's state.
+    pub(crate) fn lane_news(
+        &self,
+        freed: &mut Vec<u64>,
+        retried: &mut Vec<(u64, Message)>,
+    ) -> LaneNews {
         let mut ledger = self.lock();
         freed.append(&mut ledger.lanes.freed);
+        retried.append(&mut ledger.lanes.retried);
         LaneNews {
             epoch: ledger.lanes.epoch,
             in_flight: ledger.in_flight,
@@ -381,7 +485,7 @@ impl LedgerCell {
     pub(crate) fn wait_for_lanes(&self, in_flight_below: Option<usize>) -> bool {
         let mut ledger = self.lock();
         let room = in_flight_below.is_some_and(|bound| ledger.in_flight < bound);
-        if !ledger.lanes.freed.is_empty() || room {
+        if !ledger.lanes.freed.is_empty() || !ledger.lanes.retried.is_empty() || room {
             return true;
         }
         ledger.lanes.wanted = true;
@@ -538,6 +642,10 @@ impl Ledgers {
             // waits for those handed out only (the committed offset stays
             // below the first waiting one).
             ledger.drained = ledger.in_flight == 0;
+            // Dropped once unlocked: a message refers to its ledger.
+            let let_go = std::mem::take(&mut ledger.lanes.retried);
+            drop(ledger);
+            drop(let_go);
         }
     }
 

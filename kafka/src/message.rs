@@ -3,11 +3,12 @@
 
 use std::str::Utf8Error;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
-use crate::ledger::LedgerCell;
+use crate::ledger::{LedgerCell, Nacked};
 
 /// One message, handed to the application. Acknowledge it with
 /// [`Message::ack`] once processed; its offset is committed when every
@@ -130,6 +131,51 @@ impl Message {
     /// partition this member no longer owns.
     pub fn ack(&self) {
         self.batch.ledger.ack(self.offset(), self.batch.generation);
+    }
+
+    /// Reports that processing the message failed, to be tried again
+    /// after `retry_after`: in [`ProcessingOrder::Key`] and
+    /// [`ProcessingOrder::Unordered`], the message goes back to its lane
+    /// and is handed out again once the delay is over. Its key's later
+    /// messages wait behind it meanwhile, so per-key order holds, and the
+    /// committed offset stays below it. It no longer counts as in flight:
+    /// other messages take its place, and a drain does not wait for it
+    /// (the partition's next owner hands it out).
+    ///
+    /// A nack after the partition moved to another member, or after a
+    /// seek let the message go, does nothing more than an `ack` would.
+    ///
+    /// # Errors
+    ///
+    /// In [`ProcessingOrder::Partition`], where the application holds the
+    /// order itself (it takes the next message once it is done with this
+    /// one), the message comes back unchanged: retry it in place, then
+    /// acknowledge it.
+    ///
+    /// [`ProcessingOrder::Key`]: crate::ProcessingOrder::Key
+    /// [`ProcessingOrder::Unordered`]: crate::ProcessingOrder::Unordered
+    /// [`ProcessingOrder::Partition`]: crate::ProcessingOrder::Partition
+    pub fn nack(self, retry_after: Duration) -> Result<(), Message> {
+        let ledger = self.batch.ledger.clone();
+        match ledger.nack(self.offset(), self.batch.generation) {
+            Nacked::NoLanes => Err(self),
+            Nacked::LetGo => Ok(()),
+            Nacked::Retry { epoch, runtime } => {
+                let runtime = runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
+                match runtime {
+                    Some(runtime) if !retry_after.is_zero() => {
+                        runtime.spawn(async move {
+                            tokio::time::sleep(retry_after).await;
+                            ledger.retry(self, epoch);
+                        });
+                    }
+                    // No delay, or no runtime to wait on (the lanes are
+                    // set up on the member's): back in its lane at once.
+                    _ => ledger.retry(self, epoch),
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The value, if any (`None`: a tombstone).

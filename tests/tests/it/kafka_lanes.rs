@@ -4,6 +4,8 @@
 //! at a time, in offset order, across the whole group and through a
 //! handoff, many keys at once, and a committed offset that reaches the end
 //! of every partition without passing a message still being processed.
+//! A nacked message comes back after its delay, ahead of its key's later
+//! messages.
 
 use tenure_tests as common;
 
@@ -186,4 +188,82 @@ async fn keys_go_one_at_a_time_in_order_through_a_handoff() {
     }
     let _ = first.close().await.expect("m1 closes");
     let _ = second.close().await.expect("m2 closes");
+}
+
+/// A message nacked on its first hand-out comes back after its delay,
+/// its key's later messages wait for it, and the committed offsets still
+/// reach the end of every partition once everything is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nacked_message_comes_back_and_its_key_waits_for_it() {
+    const PER: usize = 400;
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("lanes-nack");
+    kafka::create_topic(&client, &topic, 2).await;
+    for partition in 0..2 {
+        kafka::produce_keyed(&client, &topic, partition, PER, KEYS).await;
+    }
+    let group = common::group("lanes-nack");
+    let store = MemoryStore::new();
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
+    let config = Config::new(&group, "m1", [&topic]).expect("valid config");
+    let mut member = GroupMember::builder(config)
+        .kafka(kafka_config)
+        .join(store.backend())
+        .await
+        .expect("m1 joins");
+
+    // Per (partition, offset): how often handed out. Per (partition,
+    // key): the last offset acknowledged.
+    let mut handed: HashMap<(u32, i64), u32> = HashMap::new();
+    let mut last_acked: HashMap<(u32, String), i64> = HashMap::new();
+    let mut violations = Vec::new();
+    let retry_after = Duration::from_millis(20);
+    let tp = |p| TopicPartition::new(&topic, p);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut acked = 0;
+    while acked < 2 * PER {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{acked} of {} acknowledged after 60 s",
+            2 * PER
+        );
+        let next = tokio::time::timeout(Duration::from_secs(10), member.next_message());
+        let message = next
+            .await
+            .expect("a message within 10 s")
+            .expect("the member goes on");
+        let (p, offset) = (message.partition(), message.offset());
+        let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+        let times = handed.entry((p, offset)).or_default();
+        *times += 1;
+        if let Some(last) = last_acked.get(&(p, key.clone())) {
+            if *last > offset {
+                violations.push(format!("{p}/{offset} ({key}) after {last} of its key"));
+            }
+        }
+        if offset % 7 == 0 && *times == 1 {
+            // Its key's next message must not come before it comes back.
+            assert!(
+                message.nack(retry_after).is_ok(),
+                "a nack refused with lanes"
+            );
+            continue;
+        }
+        last_acked.insert((p, key), offset);
+        message.ack();
+        acked += 1;
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    for ((p, offset), times) in &handed {
+        let expected = if offset % 7 == 0 { 2 } else { 1 };
+        assert_eq!(*times, expected, "{p}/{offset} handed out {times} times");
+    }
+    let report = member.commit().await.expect("the member runs");
+    assert!(report.all_written(), "{report:?}");
+    for p in 0..2 {
+        assert_eq!(store.committed(&group, &tp(p)), Some(PER as i64));
+    }
+    let _ = member.close().await.expect("m1 closes");
 }
