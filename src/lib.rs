@@ -67,10 +67,10 @@ pub use tenure_core::{
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdSecurity};
 pub use tenure_tokio::{
-    generate_member_id, AssignmentEvent, CloseError, CommitOutcome, CommitReport, GroupMember,
-    GroupMemberBuilder, JoinError, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, MemberEnd,
-    MemberHandle, MemberStreams, MemoryStore, Message, PartitionError, Problem, ProcessingOrder,
-    SaslMechanism, SeekTo, StaticMembership, View,
+    generate_member_id, AssignmentEvent, CloseError, CommitOutcome, CommitReport, DeadLetters,
+    GroupMember, GroupMemberBuilder, JoinError, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets,
+    MemberEnd, MemberHandle, MemberStreams, MemoryStore, Message, PartitionError, Problem,
+    ProcessingOrder, SaslMechanism, SeekTo, StaticMembership, View,
 };
 #[cfg(feature = "zookeeper")]
 pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperSecurity};

@@ -85,6 +85,44 @@ pub struct KafkaConfig {
     /// The order of the topics that differ from [`KafkaConfig::order`],
     /// by topic name. Default: none.
     pub topic_order: BTreeMap<String, ProcessingOrder>,
+    /// Where messages go that keep failing or that the application
+    /// rejects ([`crate::Message::nack`], [`crate::Message::reject`]).
+    /// Default: none (a nacked message comes back for as long as the
+    /// claim holds, and a rejection is refused).
+    pub dead_letters: Option<DeadLetters>,
+}
+
+/// A dead-letter topic ([`KafkaConfig::dead_letters`]): a message nacked
+/// `max_attempts` times, or rejected, is produced there with its key,
+/// value, headers and timestamp, plus headers naming its origin (see
+/// [`crate::dead_letter`]), and then counted as processed: the committed
+/// offset moves past it.
+///
+/// The topic must exist; the member creates none, and reports
+/// [`crate::KafkaError::DeadLetter`] while it cannot produce (and tries
+/// again, holding the message, while its claim holds). Produces are not
+/// fenced by the claim: a member that lost the partition while producing
+/// may leave a letter the next owner writes again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetters {
+    /// The topic.
+    pub topic: String,
+    /// A message handed out this many times and nacked each time is
+    /// produced to the topic instead of handed out again.
+    pub max_attempts: std::num::NonZeroU32,
+}
+
+impl DeadLetters {
+    /// Letters go to `topic` after `max_attempts` failed attempts (0
+    /// counts as 1).
+    pub fn new(topic: impl Into<String>, max_attempts: u32) -> DeadLetters {
+        DeadLetters {
+            topic: topic.into(),
+            max_attempts: std::num::NonZeroU32::new(max_attempts)
+                .unwrap_or(std::num::NonZeroU32::MIN),
+        }
+    }
 }
 
 /// In what order the messages of one partition are handed out, and how
@@ -208,6 +246,7 @@ impl KafkaConfig {
             max_processing_stall: Some(Duration::from_secs(300)),
             order: ProcessingOrder::Partition,
             topic_order: BTreeMap::new(),
+            dead_letters: None,
         }
     }
 

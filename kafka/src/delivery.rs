@@ -1294,7 +1294,7 @@ mod tests {
     }
 
     #[test]
-    fn a_nack_in_partition_order_gives_the_message_back() {
+    fn a_nack_in_partition_order_and_a_reject_without_dead_letters_give_it_back() {
         let mut claim = Claimed::new(ProcessingOrder::Partition);
         claim.feed(0, &[Some("a")]);
         let mut messages = claim.take_all();
@@ -1302,6 +1302,9 @@ mod tests {
         let back = message
             .nack(std::time::Duration::ZERO)
             .expect_err("no lanes to go back to");
+        let back = back
+            .reject("unreadable")
+            .expect_err("no dead-letter topic to go to");
         back.ack();
         assert_eq!(claim.processed(), Some(0));
     }

@@ -68,6 +68,20 @@ pub enum KafkaError {
         /// The bootstrap brokers.
         bootstrap: String,
     },
+    /// A message could not be produced to the dead-letter topic; it is
+    /// tried again, the message held, while its claim holds.
+    #[error("dead letter of {partition} at offset {offset} not produced to {topic:?}: {source}")]
+    DeadLetter {
+        /// The message's partition.
+        partition: TopicPartition,
+        /// The message's offset.
+        offset: Offset,
+        /// The dead-letter topic.
+        topic: String,
+        /// What the client said.
+        #[source]
+        source: ClientError,
+    },
     /// A fetch or offset lookup failed; the fetcher retries.
     #[error("fetching {partition} failed: {source}")]
     Fetch {
@@ -158,6 +172,7 @@ impl KafkaError {
             KafkaError::Unreachable { .. }
                 | KafkaError::Fetch { .. }
                 | KafkaError::UnknownTopic { .. }
+                | KafkaError::DeadLetter { .. }
         )
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
+use crate::dead_letter::DeadLetterProducer;
 use crate::event::DataEvent;
 use crate::message::Message;
 
@@ -59,6 +60,8 @@ struct Entry {
     /// Its key's lane ([`lane_of`]); 0: none.
     lane: u64,
     state: EntryState,
+    /// How often it was nacked.
+    failures: u32,
 }
 
 /// Where a taken message is.
@@ -101,9 +104,6 @@ struct LaneMail {
     epoch: u64,
     /// How to wake the delivery side.
     wake: Option<LaneWake>,
-    /// Where a nacked message waits out its delay (the runtime the lanes
-    /// were set up on).
-    runtime: Option<tokio::runtime::Handle>,
     /// Nacked messages whose delay is over, with the epoch they were
     /// nacked in, for the delivery side to hand out again.
     retried: Vec<(u64, Message)>,
@@ -138,21 +138,32 @@ pub(crate) struct LaneNews {
     pub(crate) stopping: bool,
 }
 
-/// What became of a nack ([`LedgerCell::nack`]).
+/// What became of a nack or a rejection ([`LedgerCell::nack`],
+/// [`LedgerCell::reject`]).
 #[derive(Clone, Debug)]
 pub(crate) enum Nacked {
     /// Back in its lane: hand it to [`LedgerCell::retry`] with `epoch`
-    /// once its delay is over, on `runtime` (`None`: the lanes were set
-    /// up outside one).
+    /// once its delay is over, on `runtime` (`None`: the ledger was made
+    /// outside one).
     Retry {
         epoch: u64,
         runtime: Option<tokio::runtime::Handle>,
     },
+    /// Given up after `attempts` hand-outs: still held, for `producer` to
+    /// produce to the dead-letter topic (on `runtime`) and then
+    /// acknowledge.
+    DeadLetter {
+        producer: Arc<DeadLetterProducer>,
+        runtime: Option<tokio::runtime::Handle>,
+        attempts: u32,
+    },
     /// Let go: the claim is stopping, or a seek let the message go, or it
     /// was not held. Nothing to do.
     LetGo,
-    /// The claim has no lanes ([`crate::ProcessingOrder::Partition`]):
-    /// nothing changed, the application still holds the message.
+    /// The claim has no lanes ([`crate::ProcessingOrder::Partition`]) to
+    /// hand a nacked message to again, or there is no dead-letter topic
+    /// for a rejected one: nothing changed, the application still holds
+    /// the message.
     NoLanes,
 }
 
@@ -172,6 +183,11 @@ pub(crate) enum HandOut {
 pub(crate) struct LedgerCell {
     pub(crate) token: FencingToken,
     ledger: Mutex<Ledger>,
+    /// The runtime the claim runs on, where a nacked message waits out
+    /// its delay and a dead letter is produced.
+    runtime: Option<tokio::runtime::Handle>,
+    /// The member's dead-letter topic, if it has one.
+    dead_letters: Option<Arc<DeadLetterProducer>>,
     /// Wake the member's task: `moved` when the watermark moved first since
     /// the task last read it, `drained` when a drain ended.
     wake: Wake,
@@ -191,6 +207,21 @@ pub(crate) struct Wake {
 /// application's acknowledgements moved (a commit, a seek and a stop read
 /// them at once).
 pub(crate) const WATERMARK_READ_INTERVAL: Duration = Duration::from_millis(5);
+
+impl Ledger {
+    /// Where the message at `offset`, from a batch of `generation`, is in
+    /// `outstanding`, if it is handed out and not let go by a seek.
+    fn held_at(&self, offset: Offset, generation: u64) -> Option<usize> {
+        if generation < self.sought {
+            return None;
+        }
+        let at = self
+            .outstanding
+            .binary_search_by_key(&offset, |entry| entry.offset)
+            .ok()?;
+        (self.outstanding[at].state == EntryState::Held).then_some(at)
+    }
+}
 
 impl LedgerCell {
     fn lock(&self) -> MutexGuard<'_, Ledger> {
@@ -358,6 +389,7 @@ impl LedgerCell {
             offset,
             lane,
             state,
+            failures: 0,
         });
         ledger.last_delivered = Some(offset);
         true
@@ -387,34 +419,36 @@ impl LedgerCell {
     }
 
     /// Installs how an acknowledgement or a resume wakes the stream that
-    /// hands out this claim's lanes; nacked messages wait out their delay
-    /// on the runtime this is called on.
+    /// hands out this claim's lanes.
     pub(crate) fn set_lane_wake(&self, wake: LaneWake) {
-        let mut ledger = self.lock();
-        ledger.lanes.wake = Some(wake);
-        ledger.lanes.runtime = tokio::runtime::Handle::try_current().ok();
+        self.lock().lanes.wake = Some(wake);
     }
 
     /// The message at `offset`, from a batch of `generation`, failed: it
     /// goes back to its lane, not handed out, its key's later messages
     /// still waiting behind it and the watermark still below it, until
     /// [`LedgerCell::retry`] brings it back.
+    ///
+    /// Once it was nacked as often as the dead-letter topic allows, it
+    /// stays held instead, for the dead-letter producer.
     pub(crate) fn nack(&self, offset: Offset, generation: u64) -> Nacked {
         let mut ledger = self.lock();
         if ledger.lanes.wake.is_none() {
             return Nacked::NoLanes;
         }
-        if generation < ledger.sought {
-            return Nacked::LetGo;
-        }
-        let Ok(at) = ledger
-            .outstanding
-            .binary_search_by_key(&offset, |entry| entry.offset)
-        else {
+        let Some(at) = ledger.held_at(offset, generation) else {
             return Nacked::LetGo;
         };
-        if ledger.outstanding[at].state != EntryState::Held {
-            return Nacked::LetGo;
+        let entry = &mut ledger.outstanding[at];
+        entry.failures = entry.failures.saturating_add(1);
+        if let Some(producer) = &self.dead_letters {
+            if entry.failures >= producer.max_attempts() {
+                return Nacked::DeadLetter {
+                    producer: producer.clone(),
+                    runtime: self.runtime.clone(),
+                    attempts: entry.failures,
+                };
+            }
         }
         ledger.outstanding[at].state = EntryState::Waiting;
         ledger.in_flight -= 1;
@@ -425,7 +459,6 @@ impl LedgerCell {
         };
         let stopping = ledger.stopping;
         let epoch = ledger.lanes.epoch;
-        let ledger_runtime = ledger.lanes.runtime.clone();
         // A drain waits for the messages handed out: this one is no
         // longer, and it stays below the committed offset.
         self.advance(ledger);
@@ -437,9 +470,48 @@ impl LedgerCell {
         } else {
             Nacked::Retry {
                 epoch,
-                runtime: ledger_runtime,
+                runtime: self.runtime.clone(),
             }
         }
+    }
+
+    /// The application gives up the message at `offset`, from a batch of
+    /// `generation`: it stays held, for the dead-letter producer, if there
+    /// is a dead-letter topic.
+    pub(crate) fn reject(&self, offset: Offset, generation: u64) -> Nacked {
+        let Some(producer) = &self.dead_letters else {
+            return Nacked::NoLanes;
+        };
+        let ledger = self.lock();
+        match ledger.held_at(offset, generation) {
+            Some(at) => Nacked::DeadLetter {
+                producer: producer.clone(),
+                runtime: self.runtime.clone(),
+                attempts: ledger.outstanding[at].failures.saturating_add(1),
+            },
+            None => Nacked::LetGo,
+        }
+    }
+
+    /// A dead letter of a claim that is stopping is not produced: the
+    /// message at `offset` no longer counts as in flight (the drain does
+    /// not wait for it) and stays below the committed offset, for the
+    /// next owner.
+    pub(crate) fn abandon(&self, offset: Offset, generation: u64) {
+        let mut ledger = self.lock();
+        let Some(at) = ledger.held_at(offset, generation) else {
+            return;
+        };
+        ledger.outstanding[at].state = EntryState::Waiting;
+        ledger.in_flight -= 1;
+        self.advance(ledger);
+    }
+
+    /// Whether a message of `generation` may still be acted on: the claim
+    /// is not stopping and no seek let it go.
+    pub(crate) fn holds(&self, generation: u64) -> bool {
+        let ledger = self.lock();
+        !ledger.stopping && generation >= ledger.sought
     }
 
     /// A nacked message's delay is over: the delivery side hands it out
@@ -598,9 +670,17 @@ pub(crate) struct Activity {
 pub(crate) struct Ledgers {
     cells: Arc<Mutex<BTreeMap<TopicPartition, Arc<LedgerCell>>>>,
     pub(crate) wake: Wake,
+    /// The member's dead-letter topic, given to every claim's ledger.
+    dead_letters: Option<Arc<DeadLetterProducer>>,
 }
 
 impl Ledgers {
+    /// Gives the claims opened from now on `producer` for their dead
+    /// letters.
+    pub(crate) fn set_dead_letters(&mut self, producer: Arc<DeadLetterProducer>) {
+        self.dead_letters = Some(producer);
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<TopicPartition, Arc<LedgerCell>>> {
         match self.cells.lock() {
             Ok(guard) => guard,
@@ -627,6 +707,8 @@ impl Ledgers {
                 lanes: LaneMail::default(),
             }),
             wake: self.wake.clone(),
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            dead_letters: self.dead_letters.clone(),
         });
         self.lock().insert(partition.clone(), cell.clone());
         cell
@@ -660,6 +742,11 @@ impl Ledgers {
     /// What changed since the last call: watermarks to report, then drains
     /// that ended (a drained partition's ledger goes).
     pub(crate) fn changes(&self, out: &mut VecDeque<DataEvent>) {
+        if let Some(producer) = &self.dead_letters {
+            let mut problems = VecDeque::new();
+            producer.problems(&mut problems);
+            out.extend(problems.into_iter().map(DataEvent::Problem));
+        }
         let mut cells = self.lock();
         let mut drained = Vec::new();
         for (partition, cell) in cells.iter() {

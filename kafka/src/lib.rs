@@ -36,6 +36,7 @@ mod batch;
 mod budget;
 mod clock;
 mod config;
+pub mod dead_letter;
 mod delivery;
 mod error;
 mod event;
@@ -50,7 +51,7 @@ mod stall;
 mod telemetry;
 
 pub use bytes::Bytes;
-pub use config::{IsolationLevel, KafkaConfig, ProcessingOrder};
+pub use config::{DeadLetters, IsolationLevel, KafkaConfig, ProcessingOrder};
 pub use delivery::{GroupQueues, Interleaved, Lease, PartitionStream};
 pub use error::{ClientError, KafkaError};
 pub use event::DataEvent;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tenure_core::{FencingToken, Offset, TopicPartition};
 
+use crate::dead_letter::DeadLetterProducer;
 use crate::ledger::{LedgerCell, Nacked};
 
 /// One message, handed to the application. Acknowledge it with
@@ -160,6 +161,15 @@ impl Message {
         match ledger.nack(self.offset(), self.batch.generation) {
             Nacked::NoLanes => Err(self),
             Nacked::LetGo => Ok(()),
+            Nacked::DeadLetter {
+                producer,
+                runtime,
+                attempts,
+            } => {
+                let reason = format!("nacked {attempts} times");
+                self.send_to_dead_letters(producer, runtime, attempts, reason);
+                Ok(())
+            }
             Nacked::Retry { epoch, runtime } => {
                 let runtime = runtime.or_else(|| tokio::runtime::Handle::try_current().ok());
                 match runtime {
@@ -176,6 +186,60 @@ impl Message {
                 Ok(())
             }
         }
+    }
+
+    /// Gives the message up: it is produced to the dead-letter topic
+    /// ([`KafkaConfig::dead_letters`]) with `reason` in its
+    /// `tenure-dead-letter-reason` header, and then counted as processed.
+    /// Until the letter is written it counts as in flight (a drain waits
+    /// for it) and the committed offset stays below it; its key's later
+    /// messages wait too. A rejection after the partition moved to
+    /// another member, or after a seek let the message go, does nothing.
+    ///
+    /// # Errors
+    ///
+    /// Without a dead-letter topic, the message comes back unchanged.
+    ///
+    /// [`KafkaConfig::dead_letters`]: crate::KafkaConfig::dead_letters
+    pub fn reject(self, reason: impl Into<String>) -> Result<(), Message> {
+        let ledger = self.batch.ledger.clone();
+        match ledger.reject(self.offset(), self.batch.generation) {
+            Nacked::NoLanes => Err(self),
+            Nacked::DeadLetter {
+                producer,
+                runtime,
+                attempts,
+            } => {
+                self.send_to_dead_letters(producer, runtime, attempts, reason.into());
+                Ok(())
+            }
+            Nacked::LetGo | Nacked::Retry { .. } => Ok(()),
+        }
+    }
+
+    /// Hands the message to the dead-letter producer, on the claim's
+    /// runtime (or the caller's).
+    fn send_to_dead_letters(
+        self,
+        producer: Arc<DeadLetterProducer>,
+        runtime: Option<tokio::runtime::Handle>,
+        attempts: u32,
+        reason: String,
+    ) {
+        let ledger = self.batch.ledger.clone();
+        let send = producer.send(ledger, self, attempts, reason);
+        match runtime.or_else(|| tokio::runtime::Handle::try_current().ok()) {
+            Some(runtime) => {
+                runtime.spawn(send);
+            }
+            // The member's claims are made on its runtime: not reached.
+            None => tracing::warn!("a dead letter outside a runtime is not produced"),
+        }
+    }
+
+    /// The fetch of its claim the message came from.
+    pub(crate) fn generation(&self) -> u64 {
+        self.batch.generation
     }
 
     /// The value, if any (`None`: a tombstone).

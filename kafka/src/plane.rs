@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rskafka::client::Client;
+
+use crate::dead_letter::DeadLetterProducer;
 use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -169,12 +171,20 @@ impl DataPlane {
             subscribed,
             events_tx.clone(),
         ));
+        let mut ledgers = Ledgers::default();
+        if let Some(settings) = &config.dead_letters {
+            ledgers.set_dead_letters(Arc::new(DeadLetterProducer::new(
+                client.clone(),
+                settings.clone(),
+                ledgers.wake.moved.clone(),
+            )));
+        }
         DataPlane {
             budget: BufferBudget::new(config.max_buffered_bytes),
             client,
             config,
             initial,
-            ledgers: Ledgers::default(),
+            ledgers,
             claims: BTreeMap::new(),
             start_offsets: None,
             paused: BTreeMap::new(),

@@ -38,8 +38,9 @@ pub use streams::{Errors, Events, Messages, PartitionStreams, ERRORS_CAPACITY, E
 /// The Kafka data plane the member drives (the `tenure-kafka` crate).
 pub use tenure_kafka as kafka;
 pub use tenure_kafka::{
-    Header, Headers, IsolationLevel, KafkaConfig, KafkaError, KafkaSecurity, LogOffsets, Message,
-    PartitionStream, ProcessingOrder, SaslMechanism, StartOffsetError, StartOffsets, Timestamp,
+    DeadLetters, Header, Headers, IsolationLevel, KafkaConfig, KafkaError, KafkaSecurity,
+    LogOffsets, Message, PartitionStream, ProcessingOrder, SaslMechanism, StartOffsetError,
+    StartOffsets, Timestamp,
 };
 pub use values::{
     AssignmentEvent, CloseError, CommitOutcome, CommitReport, JoinError, MemberEnd, PartitionError,

@@ -15,8 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::kafka;
+use rskafka::client::partition::UnknownTopicHandling;
 use tenure::core::{Config, TopicPartition};
-use tenure::tokio::{GroupMember, KafkaConfig, MemoryStore, ProcessingOrder};
+use tenure::tokio::kafka::dead_letter;
+use tenure::tokio::{DeadLetters, GroupMember, KafkaConfig, MemoryStore, ProcessingOrder};
 
 const PARTITIONS: u32 = 4;
 const PER_PARTITION: usize = 1_500;
@@ -264,6 +266,173 @@ async fn a_nacked_message_comes_back_and_its_key_waits_for_it() {
     assert!(report.all_written(), "{report:?}");
     for p in 0..2 {
         assert_eq!(store.committed(&group, &tp(p)), Some(PER as i64));
+    }
+    let _ = member.close().await.expect("m1 closes");
+}
+
+/// The dead letters of a topic with `partitions` partitions, once
+/// `expected` are there (60 s at most): (origin partition, origin offset)
+/// to its headers.
+async fn dead_letters(
+    client: &rskafka::client::Client,
+    topic: &str,
+    partitions: u32,
+    expected: usize,
+) -> HashMap<(u32, i64), HashMap<String, String>> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut letters = HashMap::new();
+        for p in 0..partitions {
+            let partition = client
+                .partition_client(topic, p as i32, UnknownTopicHandling::Retry)
+                .await
+                .expect("partition client");
+            let (records, _) = partition
+                .fetch_records(0, 1..(1 << 20), 100)
+                .await
+                .expect("the dead letters are read");
+            for record in records {
+                let headers: HashMap<String, String> = record
+                    .record
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect();
+                let number = |name: &str| -> i64 {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or_else(|| panic!("a dead letter without {name}: {headers:?}"))
+                };
+                let origin = (
+                    number(dead_letter::ORIGIN_PARTITION) as u32,
+                    number(dead_letter::ORIGIN_OFFSET),
+                );
+                letters.insert(origin, headers);
+            }
+        }
+        if letters.len() >= expected || tokio::time::Instant::now() > deadline {
+            return letters;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A message nacked `max_attempts` times, and one rejected, go to the
+/// dead-letter topic with headers naming their origin, attempts and
+/// reason, and count as processed: the commits reach the end, and each
+/// key's later messages wait until its letter is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_that_keep_failing_go_to_the_dead_letter_topic() {
+    const PER: usize = 300;
+    const MAX_ATTEMPTS: u32 = 3;
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("lanes-poison");
+    let letters_topic = kafka::topic("lanes-poison-dlt");
+    kafka::create_topic(&client, &topic, 2).await;
+    kafka::create_topic(&client, &letters_topic, 1).await;
+    for partition in 0..2 {
+        kafka::produce_keyed(&client, &topic, partition, PER, KEYS).await;
+    }
+    let poison = |offset: i64| offset % 50 == 7;
+    let rejected = |offset: i64| offset % 50 == 31;
+    let group = common::group("lanes-poison");
+    let store = MemoryStore::new();
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
+    kafka_config.dead_letters = Some(DeadLetters::new(&letters_topic, MAX_ATTEMPTS));
+    let config = Config::new(&group, "m1", [&topic]).expect("valid config");
+    let mut member = GroupMember::builder(config)
+        .kafka(kafka_config)
+        .join(store.backend())
+        .await
+        .expect("m1 joins");
+
+    let mut handed: HashMap<(u32, i64), u32> = HashMap::new();
+    // Per (partition, key): a message of it given up and not written yet.
+    let mut giving_up: HashMap<(u32, String), i64> = HashMap::new();
+    let mut violations = Vec::new();
+    let mut settled = 0;
+    let mut expected_letters = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let tp = |p| TopicPartition::new(&topic, p);
+    loop {
+        let committed: Vec<Option<i64>> = (0..2).map(|p| store.committed(&group, &tp(p))).collect();
+        if settled == 2 * PER && committed.iter().all(|c| *c == Some(PER as i64)) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{settled} of {} settled, committed {committed:?} after 60 s",
+            2 * PER
+        );
+        let next = tokio::time::timeout(Duration::from_millis(100), member.next_message());
+        let Ok(message) = next.await else {
+            // Nothing to hand out: commit what the letters let through.
+            let _ = member.commit().await.expect("the member runs");
+            continue;
+        };
+        let message = message.expect("the member goes on");
+        let (p, offset) = (message.partition(), message.offset());
+        let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+        if let Some(earlier) = giving_up.get(&(p, key.clone())) {
+            let written = dead_letters(&client, &letters_topic, 1, 0).await;
+            if !written.contains_key(&(p, *earlier)) {
+                violations.push(format!("{p}/{offset} ({key}) before {earlier}'s letter"));
+            }
+            giving_up.remove(&(p, key.clone()));
+        }
+        let times = handed.entry((p, offset)).or_default();
+        *times += 1;
+        if poison(offset) {
+            if *times == MAX_ATTEMPTS {
+                giving_up.insert((p, key), offset);
+                settled += 1;
+                expected_letters += 1;
+            }
+            assert!(
+                message.nack(Duration::from_millis(10)).is_ok(),
+                "nack refused"
+            );
+        } else if rejected(offset) {
+            giving_up.insert((p, key), offset);
+            settled += 1;
+            expected_letters += 1;
+            assert!(message.reject("unreadable").is_ok(), "reject refused");
+        } else {
+            message.ack();
+            settled += 1;
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+    let letters = dead_letters(&client, &letters_topic, 1, expected_letters).await;
+    assert_eq!(letters.len(), expected_letters, "{letters:?}");
+    for ((p, offset), headers) in &letters {
+        let (attempts, reason) = if poison(*offset) {
+            (
+                MAX_ATTEMPTS.to_string(),
+                format!("nacked {MAX_ATTEMPTS} times"),
+            )
+        } else {
+            assert!(rejected(*offset), "{p}/{offset} dead-lettered");
+            ("1".to_owned(), "unreadable".to_owned())
+        };
+        assert_eq!(headers.get(dead_letter::ORIGIN_TOPIC), Some(&topic));
+        assert_eq!(
+            headers.get(dead_letter::ATTEMPTS),
+            Some(&attempts),
+            "{p}/{offset}"
+        );
+        assert_eq!(
+            headers.get(dead_letter::REASON),
+            Some(&reason),
+            "{p}/{offset}"
+        );
+        assert_eq!(
+            handed.get(&(*p, *offset)),
+            Some(&attempts.parse().expect("a number"))
+        );
     }
     let _ = member.close().await.expect("m1 closes");
 }
