@@ -61,7 +61,22 @@ pub async fn finish(
         println!("  {line}");
     }
     let minority_held = crate::partition::audit(&log, &run.partitions, run.session_ms);
-    Ok(audit.lost == 0
+    let key_order_held = match run.ordering {
+        crate::Ordering::Partition => true,
+        crate::Ordering::Key => {
+            let keys = key_order(&log);
+            println!(
+                "key_order_violations={} most_in_flight={} (in one claim at once)",
+                keys.violations, keys.most_in_flight
+            );
+            for line in &keys.findings {
+                println!("  {line}");
+            }
+            keys.violations == 0 && keys.most_in_flight > 1
+        }
+    };
+    Ok(key_order_held
+        && audit.lost == 0
         && audit.stale == 0
         && audit.shared_tokens == 0
         && committed == ends
@@ -106,6 +121,70 @@ pub fn print_failover(failovers: &[Failover], what: &str, run: &Run) {
         slowest.past_session_ms,
         within.len()
     );
+}
+
+/// What the key-order audit found.
+#[derive(Default)]
+struct KeyOrder {
+    violations: usize,
+    /// The most messages of one claim in flight at once.
+    most_in_flight: usize,
+    findings: Vec<String>,
+}
+
+/// Per-key order within each claim (`--ordering key`): a message is
+/// handed out only after the claim's previous message of its key was
+/// acknowledged, and at a higher offset. Across claims the usual audit
+/// holds: a claim's hand-outs end before the next claim's begin. A message
+/// whose acknowledgement never came (its member was killed) is left out,
+/// and so is a second hand-out of an offset under the same claim.
+fn key_order(log: &Log) -> KeyOrder {
+    let mut found = KeyOrder::default();
+    let acks: BTreeMap<(u32, i64, u64), (u64, &str)> = log
+        .acks
+        .iter()
+        .map(|(at, p, o, t, key)| ((*p, *o, *t), (*at, key.as_str())))
+        .collect();
+    // Per claim (partition, token): per key, the last offset and when it
+    // was acknowledged; the claim's hand-outs and acknowledgements, for
+    // the most in flight.
+    let mut last: BTreeMap<(u32, u64, &str), (i64, u64)> = BTreeMap::new();
+    let mut seen: BTreeSet<(u32, i64, u64)> = BTreeSet::new();
+    let mut spans: BTreeMap<(u32, u64), Vec<(u64, i32)>> = BTreeMap::new();
+    for (member, at, p, o, t) in &log.messages {
+        let Some((acked_at, key)) = acks.get(&(*p, *o, *t)) else {
+            continue;
+        };
+        if !seen.insert((*p, *o, *t)) {
+            continue;
+        }
+        if let Some((before, before_acked)) = last.get(&(*p, *t, key)) {
+            if *o <= *before || *at < *before_acked {
+                found.violations += 1;
+                if found.findings.len() < 10 {
+                    found.findings.push(format!(
+                        "key order: {member} handed out {p}/{o} ({key}) at {at} under token {t}, \
+                         after {before} of its key acknowledged at {before_acked}"
+                    ));
+                }
+            }
+        }
+        last.insert((*p, *t, key), (*o, *acked_at));
+        let span = spans.entry((*p, *t)).or_default();
+        span.push((*at, 1));
+        span.push((*acked_at, -1));
+    }
+    for span in spans.values_mut() {
+        // At the same millisecond an acknowledgement comes first: the
+        // next message of its key may go out in that millisecond.
+        span.sort_unstable();
+        let mut now = 0i32;
+        for (_, change) in span.iter() {
+            now += change;
+            found.most_in_flight = found.most_in_flight.max(now.max(0) as usize);
+        }
+    }
+    found
 }
 
 /// One partition's failover after its member was killed.

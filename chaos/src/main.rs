@@ -209,10 +209,25 @@ struct RunArgs {
     /// upgrade); members that join run this one.
     #[arg(long, value_name = "PROGRAM")]
     previous: Option<std::path::PathBuf>,
+    /// How the members process: `partition`, a message at a time as it
+    /// comes; `key`, key-ordered lanes (8 in flight per partition), each
+    /// message on a task of its own that takes 0 to 19 ms, audited for
+    /// per-key order as well.
+    #[arg(long, value_enum, default_value = "partition")]
+    ordering: Ordering,
     /// Members m1 to mN are never killed, made to leave, paused or cut
     /// off: in a soak, processes that live the whole run.
     #[arg(long, default_value_t = 0, value_name = "N")]
     spare: usize,
+}
+
+/// How the members process (`--ordering`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Ordering {
+    /// `ProcessingOrder::Partition`.
+    Partition,
+    /// `ProcessingOrder::Key`.
+    Key,
 }
 
 /// Where `--sink` sends the messages.
@@ -275,6 +290,12 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
     if args.network_partitions && nodes != 3 {
         return Err(
             "--network-partitions needs --nodes 3: a single node has no links to cut".to_owned(),
+        );
+    }
+    if args.ordering == Ordering::Key && (sink.is_some() || args.previous.is_some()) {
+        return Err(
+            "--ordering key runs `chaos member`s of this release: not with --sink or --previous"
+                .to_owned(),
         );
     }
     if args.previous.is_some() && sink.is_some() {
@@ -359,6 +380,7 @@ async fn orchestrate(args: RunArgs) -> Result<bool, String> {
         previous: args.previous.clone(),
         upgrades_due: std::collections::BTreeSet::new(),
         sink,
+        ordering: args.ordering,
     };
     if run.previous.is_some() {
         run.upgrades_due = (1..=initial).map(|i| format!("m{i}")).collect();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tenure::core::Config;
 use tenure::etcd::EtcdBackend;
-use tenure::tokio::{Backend, GroupMember, KafkaConfig};
+use tenure::tokio::{Backend, GroupMember, KafkaConfig, ProcessingOrder};
 use tenure::zookeeper::ZooKeeperBackend;
 
 use crate::store::{StoreKind, CHAOS_PREFIX};
@@ -30,12 +30,20 @@ pub struct MemberArgs {
     member: String,
     #[arg(long, default_value_t = 4_000)]
     session_ms: u64,
+    /// `key`: key-ordered lanes, each message on a task of its own.
+    #[arg(long, value_enum, default_value = "partition")]
+    ordering: crate::Ordering,
 }
+
+/// Messages of a partition in flight at once in key order.
+const LANES: usize = 8;
 
 /// Joins; prints `ready`, then an `m <wall ms> <partition> <offset>
 /// <token>` line for each message it hands out and an `e` line for each
 /// assignment change; on SIGTERM closes, printing what the close hands
-/// over, and prints `closed`.
+/// over, and prints `closed`. In key order, each message is processed on
+/// a task of its own (0 to 19 ms, by its offset), which prints `a <wall
+/// ms> <partition> <offset> <token> <key>` and then acknowledges it.
 pub async fn run(args: MemberArgs) -> Result<bool, String> {
     let MemberArgs {
         store,
@@ -45,6 +53,7 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
         topic,
         member: id,
         session_ms,
+        ordering,
     } = args;
     let session = Duration::from_millis(session_ms);
     let backend: Box<dyn Backend> = match store {
@@ -54,8 +63,12 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
     let config = Config::new(&group, &id, [&topic])
         .map_err(|e| e.to_string())?
         .with_session_timeout(session);
+    let mut kafka_config = KafkaConfig::new(&kafka);
+    if ordering == crate::Ordering::Key {
+        kafka_config.order = ProcessingOrder::key(LANES);
+    }
     let (member, streams) = GroupMember::builder(config)
-        .kafka(KafkaConfig::new(&kafka))
+        .kafka(kafka_config)
         .join(backend)
         .await
         .map_err(|e| format!("member {id}: {e}"))?
@@ -78,7 +91,23 @@ pub async fn run(args: MemberArgs) -> Result<bool, String> {
                     message.offset(),
                     message.token().0
                 ));
-                message.ack();
+                if ordering == crate::Ordering::Key {
+                    tokio::spawn(async move {
+                        let work = (message.offset() as u64).wrapping_mul(7_919) % 20;
+                        tokio::time::sleep(Duration::from_millis(work)).await;
+                        let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
+                        say(format_args!(
+                            "a {} {} {} {} {key}",
+                            wall_ms(),
+                            message.partition(),
+                            message.offset(),
+                            message.token().0
+                        ));
+                        message.ack();
+                    });
+                } else {
+                    message.ack();
+                }
             }
             Some(event) = events.next() => print_event(&event),
             _ = terminate.recv() => break,

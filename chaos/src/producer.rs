@@ -78,8 +78,11 @@ async fn partition(client: &Client, topic: &str, p: u32) -> Result<PartitionClie
         .map_err(|e| format!("{topic}/{p}: {e}"))
 }
 
+/// How many keys the messages of a partition take turns with.
+const KEYS: u64 = 16;
+
 /// `per_batch` messages to every partition every 50 ms while `producing`,
-/// their values counting up from 1.
+/// their values counting up from 1, keyed `k<value % KEYS>`.
 async fn produce(targets: Vec<PartitionClient>, per_batch: u64, producing: Arc<AtomicBool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     let mut written = 0u64;
@@ -92,7 +95,8 @@ async fn produce(targets: Vec<PartitionClient>, per_batch: u64, producing: Arc<A
             written += per_batch;
             let batch = values
                 .map(|value| Record {
-                    key: None,
+                    // A few keys, for the key-ordered runs.
+                    key: Some(format!("k{}", value % KEYS).into_bytes().into()),
                     value: Some(value.to_string().into_bytes().into()),
                     headers: Vec::new(),
                     timestamp,

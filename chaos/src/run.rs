@@ -117,6 +117,8 @@ pub struct Run {
     pub upgrades_due: std::collections::BTreeSet<String>,
     /// `--sink postgres`.
     pub sink: Option<SinkSetup>,
+    /// `--ordering`.
+    pub ordering: crate::Ordering,
 }
 
 impl Run {
@@ -186,6 +188,9 @@ impl Run {
                 };
                 let mut command = Command::new(program);
                 command.arg("member");
+                if self.ordering == crate::Ordering::Key {
+                    command.args(["--ordering", "key"]);
+                }
                 command
             }
             Some(sink) => {

@@ -12,6 +12,9 @@ pub struct Log {
     pub messages: Vec<(String, u64, u32, i64, u64)>,
     /// (member, wall ms, kind, partition, token)
     pub events: Vec<(String, u64, String, u32, u64)>,
+    /// Acknowledgements in key order (`--ordering key`): (wall ms,
+    /// partition, offset, token, key).
+    pub acks: Vec<(u64, u32, i64, u64, String)>,
     /// Writes the sink refused as stale (`--sink postgres`): (member, wall
     /// ms, partition, token, stored token, messages dropped).
     pub fenced: Vec<(String, u64, u32, u64, u64, u64)>,
@@ -52,6 +55,13 @@ pub fn read_member(
                     (at.parse(), partition.parse(), offset.parse(), token.parse())
                 {
                     lock(&log).messages.push((member.clone(), at, p, o, t));
+                }
+            }
+            ["a", at, partition, offset, token, key] => {
+                if let (Ok(at), Ok(p), Ok(o), Ok(t)) =
+                    (at.parse(), partition.parse(), offset.parse(), token.parse())
+                {
+                    lock(&log).acks.push((at, p, o, t, (*key).to_owned()));
                 }
             }
             ["e", at, kind, partition, token] => {
