@@ -100,7 +100,9 @@ pub struct KafkaConfig {
 ///
 /// The topic must exist; the member creates none, and reports
 /// [`crate::KafkaError::DeadLetter`] while it cannot produce (and tries
-/// again, holding the message, while its claim holds). Produces are not
+/// again, holding the message, while its claim holds). A letter that
+/// cannot be written for [`KafkaConfig::max_processing_stall`] holds its
+/// partition's commits that long and counts as a stall. Produces are not
 /// fenced by the claim: a member that lost the partition while producing
 /// may leave a letter the next owner writes again.
 #[derive(Clone, Debug, PartialEq, Eq)]

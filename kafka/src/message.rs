@@ -144,7 +144,11 @@ impl Message {
     /// (the partition's next owner hands it out).
     ///
     /// A nack after the partition moved to another member, or after a
-    /// seek let the message go, does nothing more than an `ack` would.
+    /// seek let the message go, does nothing more than an `ack` would. A
+    /// delay longer than [`KafkaConfig::max_processing_stall`], while
+    /// nothing else of the partition moves, counts as a stall.
+    ///
+    /// [`KafkaConfig::max_processing_stall`]: crate::KafkaConfig::max_processing_stall
     ///
     /// # Errors
     ///
