@@ -1011,6 +1011,17 @@ mod tests {
         keys: &[Option<&str>],
         ledger: &Arc<LedgerCell>,
     ) -> Fetched {
+        keyed_in(partition, first, keys, ledger, 0)
+    }
+
+    /// [`keyed`], fetched in `generation` of its claim.
+    fn keyed_in(
+        partition: u32,
+        first: i64,
+        keys: &[Option<&str>],
+        ledger: &Arc<LedgerCell>,
+        generation: u64,
+    ) -> Fetched {
         let records = keys
             .iter()
             .zip(first..)
@@ -1027,7 +1038,7 @@ mod tests {
                 topic: "t".into(),
                 partition,
                 token: ledger.token,
-                generation: 0,
+                generation,
                 ledger: ledger.clone(),
                 records,
             }),
@@ -1075,6 +1086,27 @@ mod tests {
             self.sender
                 .try_send(keyed(0, first, keys, &self.cell))
                 .expect("room in the queue");
+        }
+
+        /// What a fetch that starts again after a resume brings: the
+        /// records from `first` on, in the claim's current generation.
+        fn feed_again(&self, first: i64, keys: &[Option<&str>]) {
+            let generation = self.cell.generation();
+            self.sender
+                .try_send(keyed_in(0, first, keys, &self.cell, generation))
+                .expect("room in the queue");
+        }
+
+        /// Resumes the claim if it is paused, and feeds what its fetch
+        /// would bring again: the records of `keys` after the last one
+        /// taken.
+        fn resume(&self, keys: &[Option<&str>]) {
+            if let Some(last) = self.cell.resume() {
+                let from = last.map_or(0, |last| last + 1);
+                if let Some(rest) = keys.get(from as usize..).filter(|r| !r.is_empty()) {
+                    self.feed_again(from, rest);
+                }
+            }
         }
 
         /// Every message that may be handed out now.
@@ -1347,6 +1379,11 @@ mod tests {
         Ack(usize),
         /// Nacks it, to be handed out again at once.
         Nack(usize),
+        /// The application pauses the partition: what its fetch brought
+        /// is not handed out, and is fetched again on resume.
+        Pause,
+        /// It resumes it.
+        Resume,
         /// The partition stops (at most once: the claim ends).
         Stop,
     }
@@ -1358,6 +1395,8 @@ mod tests {
                 3 => Just(Step::Take),
                 6 => (0usize..64).prop_map(Step::Ack),
                 2 => (0usize..64).prop_map(Step::Nack),
+                1 => Just(Step::Pause),
+                1 => Just(Step::Resume),
                 1 => Just(Step::Stop),
             ],
             1..120,
@@ -1365,7 +1404,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// For any keys, bound and order of acknowledgements and nacks: a
+        /// For any keys, bound and order of acknowledgements, nacks, pauses
+        /// and resumes (a new generation of the claim's fetch): a
         /// message is handed out only once every earlier message of its
         /// key is acknowledged, at most `max_in_flight` are held at once,
         /// each is handed out once (again only after a nack), the
@@ -1461,6 +1501,10 @@ mod tests {
                             );
                         }
                     }
+                    Step::Pause => {
+                        claim.cell.pause();
+                    }
+                    Step::Resume => claim.resume(&refs),
                     Step::Stop => {
                         if !stopped {
                             stopped = true;
@@ -1470,8 +1514,11 @@ mod tests {
                 }
                 check(&mut claim, &mut held, &acked, &mut handed, &mut nacked, &mut committed)?;
             }
-            // The application acknowledges what it holds, until nothing
-            // more comes: unless stopped, every message went out.
+            // The application resumes, and acknowledges what it holds,
+            // until nothing more comes: unless stopped, every message went
+            // out.
+            claim.resume(&refs);
+            check(&mut claim, &mut held, &acked, &mut handed, &mut nacked, &mut committed)?;
             while !held.is_empty() {
                 for message in held.drain(..) {
                     acked.insert(message.offset());
