@@ -784,15 +784,18 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
+    /// The ledgers with one claim, of partition t/0 under token 7.
+    fn one_claim() -> (Ledgers, TopicPartition, FencingToken, Arc<LedgerCell>) {
         let ledgers = Ledgers::default();
-        let partition = TopicPartition {
-            topic: "t".into(),
-            partition: 0,
-        };
+        let partition = TopicPartition::new("t", 0);
         let token = FencingToken(7);
         let cell = ledgers.open(&partition, token);
+        (ledgers, partition, token, cell)
+    }
+
+    #[test]
+    fn offsets_a_fetch_passed_count_once_the_messages_before_them_are_processed() {
+        let (ledgers, partition, token, cell) = one_claim();
 
         // Records 10 and 11, then a commit marker at 12.
         assert!(cell.deliver(10, token, 0));
@@ -821,13 +824,7 @@ mod tests {
 
     #[test]
     fn an_acknowledgement_from_before_a_seek_back_marks_nothing() {
-        let ledgers = Ledgers::default();
-        let partition = TopicPartition {
-            topic: "t".into(),
-            partition: 0,
-        };
-        let token = FencingToken(7);
-        let cell = ledgers.open(&partition, token);
+        let (ledgers, _, token, cell) = one_claim();
 
         assert!(cell.deliver(10, token, 0));
         assert!(cell.deliver(11, token, 0));

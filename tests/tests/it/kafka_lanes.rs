@@ -192,6 +192,25 @@ async fn keys_go_one_at_a_time_in_order_through_a_handoff() {
     let _ = second.close().await.expect("m2 closes");
 }
 
+/// Member m1 of `group` on `store`, consuming `topic` in key order with
+/// `dead_letters`.
+async fn one_member(
+    store: &MemoryStore,
+    group: &str,
+    topic: &str,
+    dead_letters: Option<DeadLetters>,
+) -> GroupMember {
+    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
+    kafka_config.dead_letters = dead_letters;
+    let config = Config::new(group, "m1", [topic]).expect("valid config");
+    GroupMember::builder(config)
+        .kafka(kafka_config)
+        .join(store.backend())
+        .await
+        .expect("m1 joins")
+}
+
 /// A message nacked on its first hand-out comes back after its delay,
 /// its key's later messages wait for it, and the committed offsets still
 /// reach the end of every partition once everything is acknowledged.
@@ -207,14 +226,7 @@ async fn a_nacked_message_comes_back_and_its_key_waits_for_it() {
     }
     let group = common::group("lanes-nack");
     let store = MemoryStore::new();
-    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
-    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
-    let config = Config::new(&group, "m1", [&topic]).expect("valid config");
-    let mut member = GroupMember::builder(config)
-        .kafka(kafka_config)
-        .join(store.backend())
-        .await
-        .expect("m1 joins");
+    let mut member = one_member(&store, &group, &topic, None).await;
 
     // Per (partition, offset): how often handed out. Per (partition,
     // key): the last offset acknowledged.
@@ -273,7 +285,7 @@ async fn a_nacked_message_comes_back_and_its_key_waits_for_it() {
 /// The dead letters of a topic with `partitions` partitions, once
 /// `expected` are there (60 s at most): (origin partition, origin offset)
 /// to its headers.
-async fn dead_letters(
+async fn letters_in(
     client: &rskafka::client::Client,
     topic: &str,
     partitions: u32,
@@ -339,15 +351,8 @@ async fn messages_that_keep_failing_go_to_the_dead_letter_topic() {
     let rejected = |offset: i64| offset % 50 == 31;
     let group = common::group("lanes-poison");
     let store = MemoryStore::new();
-    let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
-    kafka_config.order = ProcessingOrder::key(MAX_IN_FLIGHT);
-    kafka_config.dead_letters = Some(DeadLetters::new(&letters_topic, MAX_ATTEMPTS));
-    let config = Config::new(&group, "m1", [&topic]).expect("valid config");
-    let mut member = GroupMember::builder(config)
-        .kafka(kafka_config)
-        .join(store.backend())
-        .await
-        .expect("m1 joins");
+    let dead_letters = DeadLetters::new(&letters_topic, MAX_ATTEMPTS);
+    let mut member = one_member(&store, &group, &topic, Some(dead_letters)).await;
 
     let mut handed: HashMap<(u32, i64), u32> = HashMap::new();
     // Per (partition, key): a message of it given up and not written yet.
@@ -377,7 +382,7 @@ async fn messages_that_keep_failing_go_to_the_dead_letter_topic() {
         let (p, offset) = (message.partition(), message.offset());
         let key = String::from_utf8_lossy(message.key().unwrap_or_default()).into_owned();
         if let Some(earlier) = giving_up.get(&(p, key.clone())) {
-            let written = dead_letters(&client, &letters_topic, 1, 0).await;
+            let written = letters_in(&client, &letters_topic, 1, 0).await;
             if !written.contains_key(&(p, *earlier)) {
                 violations.push(format!("{p}/{offset} ({key}) before {earlier}'s letter"));
             }
@@ -406,7 +411,7 @@ async fn messages_that_keep_failing_go_to_the_dead_letter_topic() {
         }
     }
     assert!(violations.is_empty(), "{violations:#?}");
-    let letters = dead_letters(&client, &letters_topic, 1, expected_letters).await;
+    let letters = letters_in(&client, &letters_topic, 1, expected_letters).await;
     assert_eq!(letters.len(), expected_letters, "{letters:?}");
     for ((p, offset), headers) in &letters {
         let (attempts, reason) = if poison(*offset) {
