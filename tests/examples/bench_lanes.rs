@@ -17,12 +17,16 @@
 //! - **`Key` order** with `--lanes` (32) in flight per partition: the
 //!   messages of a key one at a time in offset order, different keys at
 //!   once, over the whole topic; per-key order checked at every hand-out;
-//! - **a restart after `kill -9`**: the same `Key` order in a process of
-//!   its own (this example, run again as a worker) that reports each
-//!   message as it is handed out and once it is processed, killed with
-//!   SIGKILL when half the topic is processed, then started again to
-//!   finish it. Completed records processed again are those the first
-//!   process had processed and the second processed too.
+//! - **a restart after `kill -9`**: the same `Key` order over a topic of
+//!   its own (`--restart-per-partition`, 40,000, messages per partition),
+//!   in a process of its own (this example, run again as a worker) that
+//!   reports each message as it is handed out and once it is processed,
+//!   and its committed offsets as they move; killed with SIGKILL once half
+//!   the topic is processed and an offset was committed (every 5 s by
+//!   default), then started again to finish it. Completed records
+//!   processed again are those the first process had processed and the
+//!   second processed too; of them, those below the offset committed at
+//!   the kill would break the commit's promise.
 //!
 //! With `--peer parallel-consumer`, the same `Key` order workload also
 //! runs through Confluent's Parallel Consumer (`tests/peers/parallel-consumer`,
@@ -35,8 +39,9 @@
 //! Each rate counts from the first message handed out to the last one
 //! processed. The last line is `ordering=key lanes=L msgs_per_s=…
 //! speedup=… order_violations=… reprocessed_after_restart=…
-//! in_flight_at_kill=… commit_interval_ms=…`, `speedup` the ratio of the
-//! `Key` rate to the `Partition` rate of the same run.
+//! reprocessed_below_commit=… in_flight_at_kill=… commit_interval_ms=…`,
+//! `speedup` the ratio of the `Key` rate to the `Partition` rate of the
+//! same run.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
@@ -71,6 +76,9 @@ struct Args {
     /// Messages in flight per partition in `Key` order.
     #[arg(long, default_value_t = 32)]
     lanes: usize,
+    /// Messages per partition of the restart's topic.
+    #[arg(long, default_value_t = 40_000)]
+    restart_per_partition: usize,
     /// Messages the `Partition` order baseline processes.
     #[arg(long, default_value_t = 6_000)]
     baseline_messages: usize,
@@ -108,15 +116,16 @@ impl Args {
 
 /// Per-key order as the application sees it: a message handed out while
 /// an earlier one of its key is still processed, or after a later one of
-/// its key was, breaks it. A repeat of a message already processed (a
-/// redelivery after a restart) is counted apart.
+/// its key was, breaks it; a repeat of a message already processed (a
+/// redelivery after a restart) does not.
 #[derive(Default)]
 struct KeyOrder {
     /// Per (partition, key): busy now, and the last offset processed.
     keys: HashMap<(u32, String), (bool, i64)>,
     processed: HashSet<(u32, i64)>,
     violations: usize,
-    repeats: usize,
+    /// When set, every message processed from now on.
+    log: Option<Vec<(u32, i64)>>,
 }
 
 impl KeyOrder {
@@ -133,9 +142,10 @@ impl KeyOrder {
         let (busy, last) = self.keys.entry((partition, key)).or_insert((false, -1));
         *busy = false;
         *last = (*last).max(offset);
-        if !self.processed.insert((partition, offset)) {
-            self.repeats += 1;
+        if let Some(log) = &mut self.log {
+            log.push((partition, offset));
         }
+        self.processed.insert((partition, offset));
     }
 
     /// A new process: nothing of the old one is in flight any more.
@@ -280,7 +290,11 @@ async fn key_order(args: &Args, topic: &str) -> Result<Run, String> {
 /// processed (written before it is acknowledged, so a kill between the
 /// two counts it as completed: a repeat then counts against tenure).
 async fn worker(args: &Args, group: &str, topic: &str) -> Result<(), String> {
-    let mut member = join(group, topic, ProcessingOrder::key(args.lanes), false).await?;
+    let member = join(group, topic, ProcessingOrder::key(args.lanes), false).await?;
+    let (handle, streams) = member.split();
+    let mut messages = streams
+        .messages
+        .ok_or("a member with Kafka hands out messages")?;
     let sleep = Duration::from_millis(args.sleep_ms);
     let say = |line: std::fmt::Arguments<'_>| -> Result<(), String> {
         let mut out = std::io::stdout().lock();
@@ -288,15 +302,33 @@ async fn worker(args: &Args, group: &str, topic: &str) -> Result<(), String> {
             .and_then(|()| out.flush())
             .map_err(|e| format!("stdout: {e}"))
     };
-    while let Some(message) = member.next_message().await {
-        let (p, offset) = (message.partition(), message.offset());
-        say(format_args!("s {p} {offset}"))?;
-        tokio::spawn(async move {
-            tokio::time::sleep(sleep).await;
-            if say(format_args!("d {p} {offset}")).is_ok() {
-                message.ack();
+    let mut committed: HashMap<u32, i64> = HashMap::new();
+    let mut look = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            message = messages.next() => {
+                let Some(message) = message else { break };
+                let (p, offset) = (message.partition(), message.offset());
+                say(format_args!("s {p} {offset}"))?;
+                tokio::spawn(async move {
+                    tokio::time::sleep(sleep).await;
+                    if say(format_args!("d {p} {offset}")).is_ok() {
+                        message.ack();
+                    }
+                });
             }
-        });
+            _ = look.tick() => {
+                // The committed offsets as they move: `c <p> <next offset>`.
+                for p in 0..args.partitions {
+                    let tp = tenure::core::TopicPartition::new(topic, p);
+                    if let Ok((_, Some(offset))) = handle.committed(&tp).await {
+                        if committed.insert(p, offset) != Some(offset) {
+                            say(format_args!("c {p} {offset}"))?;
+                        }
+                    }
+                }
+            }
+        }
     }
     Err("the member ended".into())
 }
@@ -308,6 +340,7 @@ fn follow(
     args: &Args,
     child: &mut std::process::Child,
     seen: &mut KeyOrder,
+    committed: &mut HashMap<u32, i64>,
     stop_at: usize,
 ) -> Result<usize, String> {
     let stdout = child.stdout.take().ok_or("the worker's stdout")?;
@@ -324,6 +357,10 @@ fn follow(
         };
         let key = args.key(p, offset as usize);
         match kind {
+            "c" => {
+                committed.insert(p, offset);
+                continue;
+            }
             "s" => {
                 in_flight.insert((p, offset));
                 seen.handed(p, key, offset);
@@ -334,7 +371,7 @@ fn follow(
             }
             _ => return Err(format!("the worker printed {line:?}")),
         }
-        if seen.processed.len() >= stop_at {
+        if seen.processed.len() >= stop_at && !committed.is_empty() {
             return Ok(in_flight.len());
         }
         if Instant::now() > deadline {
@@ -354,6 +391,8 @@ fn follow(
 /// What the restart measured.
 struct Restart {
     reprocessed: usize,
+    /// Of them, those below the offset committed at the kill.
+    below_commit: usize,
     in_flight_at_kill: usize,
     violations: usize,
 }
@@ -374,28 +413,34 @@ fn restart(args: &Args, topic: &str) -> Result<Restart, String> {
             .spawn()
             .map_err(|e| format!("starting the worker: {e}"))
     };
-    let total = args.total();
+    let total = args.partitions as usize * args.restart_per_partition;
     let mut seen = KeyOrder::default();
+    let mut committed = HashMap::new();
     let mut first = spawn()?;
-    let in_flight_at_kill = follow(args, &mut first, &mut seen, total / 2)?;
+    let in_flight_at_kill = follow(args, &mut first, &mut seen, &mut committed, total / 2)?;
     first
         .kill()
         .map_err(|e| format!("kill -9 of the worker: {e}"))?;
     let _ = first.wait();
     let completed: HashSet<(u32, i64)> = seen.processed.clone();
     seen.restarted();
-    let repeats_before = seen.repeats;
+    seen.log = Some(Vec::new());
     let mut second = spawn()?;
-    let finished = follow(args, &mut second, &mut seen, total);
+    let finished = follow(args, &mut second, &mut seen, &mut HashMap::new(), total);
     let _ = second.kill();
     let _ = second.wait();
     finished?;
-    // A repeat is a message processed by both: the second process's
-    // repeats of what the first completed.
-    let reprocessed = seen.repeats - repeats_before;
-    debug_assert!(reprocessed <= completed.len());
+    // Processed by both processes: completed before the kill and again.
+    let second_processed: HashSet<(u32, i64)> =
+        seen.log.take().unwrap_or_default().into_iter().collect();
+    let again: Vec<&(u32, i64)> = second_processed.intersection(&completed).collect();
+    let below_commit = again
+        .iter()
+        .filter(|(p, o)| committed.get(p).is_some_and(|c| o < c))
+        .count();
     Ok(Restart {
-        reprocessed,
+        reprocessed: again.len(),
+        below_commit,
         in_flight_at_kill,
         violations: seen.violations,
     })
@@ -447,17 +492,32 @@ async fn run(args: Args) -> Result<(), String> {
             lanes.msgs_per_s / peer.msgs_per_s.max(1e-9)
         );
     }
-    let restarted = restart(&args, &topic)?;
+    let restart_topic = unique("bench-lanes-restart");
+    kafka::create_topic(&client, &restart_topic, args.partitions).await;
+    for p in 0..args.partitions {
+        let key = |i| args.key(p, i);
+        kafka::produce_with(
+            &client,
+            &restart_topic,
+            p,
+            args.restart_per_partition,
+            key,
+            None,
+        )
+        .await;
+    }
+    let restarted = restart(&args, &restart_topic)?;
     let commit_interval = Config::new("g", "m", [&topic])
         .map_err(|e| e.to_string())?
         .commit_interval();
     println!(
-        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} in_flight_at_kill={} commit_interval_ms={}",
+        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} reprocessed_below_commit={} in_flight_at_kill={} commit_interval_ms={}",
         args.lanes,
         lanes.msgs_per_s,
         lanes.msgs_per_s / baseline.msgs_per_s.max(1e-9),
         lanes.violations + restarted.violations,
         restarted.reprocessed,
+        restarted.below_commit,
         restarted.in_flight_at_kill,
         commit_interval.as_millis()
     );
