@@ -36,13 +36,17 @@ struct Seen {
     most_in_flight: usize,
     /// (partition, offset) of every message processed.
     processed: BTreeSet<(u32, i64)>,
+    /// (partition, offset) of the messages nacked (each once).
+    nacked: BTreeSet<(u32, i64)>,
     /// What broke the promise, in words.
     violations: Vec<String>,
 }
 
 /// Consumes until `done`: every message on a task of its own,
 /// finishing in an order of its own (a few milliseconds that depend on
-/// the offset), then acknowledged.
+/// the offset), then acknowledged; every eleventh message fails once
+/// first and is nacked, to come back a few milliseconds later (or, once
+/// its partition moved, from the next owner).
 fn consume(
     mut member: GroupMember,
     name: &'static str,
@@ -86,6 +90,19 @@ fn consume(
                     .await;
                 {
                     let mut seen = seen.lock().expect("not poisoned");
+                    if offset % 11 == 0 && seen.nacked.insert((p, offset)) {
+                        // Not processed: its key stays with it.
+                        if let Some(entry) = seen.keys.get_mut(&(p, key.clone())) {
+                            entry.0 = None;
+                        }
+                        if let Some(in_flight) = seen.in_flight.get_mut(&p) {
+                            *in_flight -= 1;
+                        }
+                        drop(seen);
+                        let retry = message.nack(Duration::from_millis(3));
+                        assert!(retry.is_ok(), "a nack refused with lanes");
+                        return;
+                    }
                     let entry = seen.keys.entry((p, key.clone())).or_insert((None, -1));
                     let last = entry.1;
                     *entry = (None, offset.max(last));
@@ -182,6 +199,7 @@ async fn keys_go_one_at_a_time_in_order_through_a_handoff() {
     {
         let seen = seen.lock().expect("not poisoned");
         assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
+        assert!(!seen.nacked.is_empty(), "nothing nacked");
         assert!(
             seen.most_in_flight > 1,
             "keys never processed concurrently (at most {} at once)",
