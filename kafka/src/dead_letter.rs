@@ -129,8 +129,8 @@ impl DeadLetterProducer {
             .get_or_try_init(|| self.look_up())
             .await
             .map_err(Arc::new)?;
-        // The letters of one partition go to one partition, in the order
-        // they are sent.
+        // The letters of one partition go to one partition (each is sent
+        // on its own, so letters of different keys in any order).
         let Some(target) = partitions.get(message.partition() as usize % partitions.len().max(1))
         else {
             return Err(Arc::new(rskafka::client::error::Error::InvalidResponse(
