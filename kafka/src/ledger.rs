@@ -731,6 +731,21 @@ impl Ledgers {
         }
     }
 
+    /// Every claim is stopping, as the member's data plane shuts down:
+    /// nothing more is handed out, and the nacked messages waiting to be
+    /// handed out again are let go (each refers to its ledger, which
+    /// holds it until then).
+    pub(crate) fn stop_all(&self) {
+        let cells: Vec<Arc<LedgerCell>> = self.lock().values().cloned().collect();
+        for cell in cells {
+            let mut ledger = cell.lock();
+            ledger.stopping = true;
+            let let_go = std::mem::take(&mut ledger.lanes.retried);
+            drop(ledger);
+            drop(let_go);
+        }
+    }
+
     /// What the application is doing with each claim.
     pub(crate) fn activities(&self) -> Vec<(TopicPartition, FencingToken, Activity)> {
         self.lock()
@@ -820,6 +835,39 @@ mod tests {
         ledgers.stop(&partition, token);
         cell.pass(20, token, 0);
         assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+    }
+
+    #[test]
+    fn a_shutdown_lets_go_of_nacked_messages_and_their_batches() {
+        let (ledgers, _, token, cell) = one_claim();
+        cell.set_lane_wake(Arc::new(|| {}));
+        let batch = Arc::new(crate::message::Batch {
+            topic: "t".into(),
+            partition: 0,
+            token,
+            generation: 0,
+            ledger: cell.clone(),
+            records: vec![crate::message::Record {
+                offset: 0,
+                key: None,
+                value: None,
+                headers: Default::default(),
+                timestamp: crate::Timestamp::CreateTime(0),
+            }],
+        });
+        assert!(cell.deliver(0, token, 0));
+        let message = Message::new(batch.clone(), 0);
+        let weak = Arc::downgrade(&batch);
+        drop(batch);
+        // No runtime here: back in its lane at once, held by the ledger.
+        assert!(message.nack(Duration::ZERO).is_ok());
+        assert!(
+            weak.upgrade().is_some(),
+            "the nacked message holds its batch"
+        );
+        ledgers.stop_all();
+        assert!(weak.upgrade().is_none(), "the batch outlived the shutdown");
+        assert!(!cell.holds(0), "still handing out after the shutdown");
     }
 
     #[test]

@@ -476,6 +476,9 @@ impl DataPlane {
         if let Some(metadata) = self.metadata.take() {
             metadata.abort();
         }
+        // Nacked messages waiting out their delay refer to their ledgers:
+        // let them go now, and those still sleeping when they wake.
+        self.ledgers.stop_all();
     }
 }
 
