@@ -852,28 +852,8 @@ mod tests {
     use crate::message::Record;
 
     fn batch(partition: u32, offsets: std::ops::Range<i64>, ledger: &Arc<LedgerCell>) -> Fetched {
-        let records = offsets
-            .map(|offset| Record {
-                offset,
-                key: None,
-                value: None,
-                headers: Default::default(),
-                timestamp: crate::Timestamp::CreateTime(0),
-            })
-            .collect();
-        Fetched {
-            batch: Arc::new(Batch {
-                topic: "t".into(),
-                partition,
-                token: ledger.token,
-                generation: 0,
-                ledger: ledger.clone(),
-                records,
-            }),
-            passed: None,
-            tally: None,
-            held: None,
-        }
+        let keys = vec![None; offsets.clone().count()];
+        keyed_in(partition, offsets.start, &keys, ledger, 0)
     }
 
     fn live_lease() -> (

@@ -164,7 +164,7 @@ pub(crate) enum Nacked {
     /// hand a nacked message to again, or there is no dead-letter topic
     /// for a rejected one: nothing changed, the application still holds
     /// the message.
-    NoLanes,
+    Refused,
 }
 
 /// Whether a message waiting in a lane was handed out.
@@ -434,7 +434,7 @@ impl LedgerCell {
     pub(crate) fn nack(&self, offset: Offset, generation: u64) -> Nacked {
         let mut ledger = self.lock();
         if ledger.lanes.wake.is_none() {
-            return Nacked::NoLanes;
+            return Nacked::Refused;
         }
         let Some(at) = ledger.held_at(offset, generation) else {
             return Nacked::LetGo;
@@ -480,7 +480,7 @@ impl LedgerCell {
     /// is a dead-letter topic.
     pub(crate) fn reject(&self, offset: Offset, generation: u64) -> Nacked {
         let Some(producer) = &self.dead_letters else {
-            return Nacked::NoLanes;
+            return Nacked::Refused;
         };
         let ledger = self.lock();
         match ledger.held_at(offset, generation) {

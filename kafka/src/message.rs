@@ -163,7 +163,7 @@ impl Message {
     pub fn nack(self, retry_after: Duration) -> Result<(), Message> {
         let ledger = self.batch.ledger.clone();
         match ledger.nack(self.offset(), self.batch.generation) {
-            Nacked::NoLanes => Err(self),
+            Nacked::Refused => Err(self),
             Nacked::LetGo => Ok(()),
             Nacked::DeadLetter {
                 producer,
@@ -208,7 +208,7 @@ impl Message {
     pub fn reject(self, reason: impl Into<String>) -> Result<(), Message> {
         let ledger = self.batch.ledger.clone();
         match ledger.reject(self.offset(), self.batch.generation) {
-            Nacked::NoLanes => Err(self),
+            Nacked::Refused => Err(self),
             Nacked::DeadLetter {
                 producer,
                 runtime,
