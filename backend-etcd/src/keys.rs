@@ -50,6 +50,14 @@ impl Keys {
         )
     }
 
+    /// A partition's progress record, beside its committed offset.
+    pub(crate) fn progress(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/progress/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
     /// A partition's committed offset.
     pub(crate) fn offset(&self, partition: &TopicPartition) -> String {
         format!(

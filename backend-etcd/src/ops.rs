@@ -14,8 +14,8 @@ use etcd_client::{
 };
 use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
-    StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Committed, FencingToken, MemberInfo, Progress, RegisterOutcome,
+    SessionId, StoreError, TopicPartition,
 };
 use tenure_tokio::store::{each_failed, MemberList, Registrations, StoreOps, Watch, Wire};
 
@@ -43,6 +43,75 @@ fn got(response: &TxnResponse) -> Option<etcd_client::KeyValue> {
         TxnOpResponse::Get(get) => get.kvs().first().cloned(),
         _ => None,
     })
+}
+
+/// What the `get`s of a transaction read, in order (`None`: the key is
+/// absent); its puts and deletes are left out.
+fn gets(response: &TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reads of a partition's committed offset and, in the same
+/// transaction, its progress record.
+fn committed_reads(keys: &crate::keys::Keys, partition: &TopicPartition) -> [TxnOp; 2] {
+    [
+        TxnOp::get(keys.offset(partition), None),
+        TxnOp::get(keys.progress(partition), None),
+    ]
+}
+
+/// The committed offset of `partition` and its progress from what
+/// [`committed_reads`] read: a progress record written with another offset
+/// counts for nothing.
+fn committed(
+    keys: &crate::keys::Keys,
+    partition: &TopicPartition,
+    read: &[Option<etcd_client::KeyValue>],
+) -> Result<Option<Committed>, StoreError> {
+    let [offset, progress] = read else {
+        return Err(StoreError::Other(ClientError::message(format!(
+            "etcd answered {} reads of an offset and its progress, not 2",
+            read.len()
+        ))));
+    };
+    let Some(offset) = offset else {
+        return Ok(None);
+    };
+    let offset = parse_offset(&keys.offset(partition), offset.value())?;
+    let progress = match progress {
+        None => Progress::new(),
+        Some(kv) => {
+            Progress::decode(&keys.progress(partition), kv.value(), offset)?.unwrap_or_default()
+        }
+    };
+    Ok(Some(Committed { offset, progress }))
+}
+
+/// The writes of a commit: the offset, and its progress record (deleted
+/// when there is no progress above the offset, so that none outlives the
+/// commit it was written with).
+fn commit_writes(
+    keys: &crate::keys::Keys,
+    partition: &TopicPartition,
+    commit: &Committed,
+) -> [TxnOp; 2] {
+    let progress_key = keys.progress(partition);
+    let progress = if commit.progress.is_empty() {
+        TxnOp::delete(progress_key, None)
+    } else {
+        TxnOp::put(progress_key, commit.progress.encode(commit.offset), None)
+    };
+    [
+        TxnOp::put(keys.offset(partition), encode_offset(commit.offset), None),
+        progress,
+    ]
 }
 
 impl Ctx {
@@ -83,7 +152,8 @@ impl Ctx {
             Some(PutOptions::new().with_lease(self.lease())),
         );
         let made = if read_offset {
-            vec![put, TxnOp::get(self.group.keys.offset(partition), None)]
+            let [offset, progress] = committed_reads(&self.group.keys, partition);
+            vec![put, offset, progress]
         } else {
             vec![put]
         };
@@ -93,41 +163,43 @@ impl Ctx {
             .or_else([TxnOp::get(key.as_str(), None)])
     }
 
-    /// The transaction of one commit: the offset written only while the
-    /// owner key is the claim `token` and carries our lease.
-    fn commit_txn(&self, partition: &TopicPartition, offset: Offset, token: FencingToken) -> Txn {
+    /// The transaction of one commit: the offset and its progress record
+    /// written only while the owner key is the claim `token` and carries
+    /// our lease.
+    fn commit_txn(
+        &self,
+        partition: &TopicPartition,
+        commit: &Committed,
+        token: FencingToken,
+    ) -> Txn {
         let owner = self.group.keys.owner(partition);
-        let key = self.group.keys.offset(partition);
         Txn::new()
             .when([
                 Compare::create_revision(owner.clone(), CompareOp::Equal, revision(token)),
                 Compare::lease(owner, CompareOp::Equal, self.lease()),
             ])
-            .and_then([TxnOp::put(key, encode_offset(offset), None)])
+            .and_then(commit_writes(&self.group.keys, partition, commit))
     }
 
     /// The transaction of one release: the owner key deleted only while it
     /// carries our lease and, if `token` is given, is that claim; with
-    /// `commit`, the offset written in the same transaction, and the owner
-    /// key read when the compares fail, to tell a record gone from
-    /// another's. Gone or not ours, it writes nothing.
+    /// `commit`, the offset and its progress record written in the same
+    /// transaction, and the owner key read when the compares fail, to tell
+    /// a record gone from another's. Gone or not ours, it writes nothing.
     fn release_txn(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
-        commit: Option<Offset>,
+        commit: Option<&Committed>,
     ) -> Txn {
         let key = self.group.keys.owner(partition);
-        let Some(offset) = commit else {
+        let Some(commit) = commit else {
             return release_txn(self, key, token);
         };
-        let offset_key = self.group.keys.offset(partition);
+        let [offset, progress] = commit_writes(&self.group.keys, partition, commit);
         Txn::new()
             .when(release_compares(self, &key, token))
-            .and_then([
-                TxnOp::put(offset_key, encode_offset(offset), None),
-                TxnOp::delete(key.clone(), None),
-            ])
+            .and_then([offset, progress, TxnOp::delete(key.clone(), None)])
             .or_else([TxnOp::get(key, None)])
     }
 
@@ -303,85 +375,68 @@ impl StoreOps for Ctx {
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
-        commit: Option<Offset>,
+        commit: Option<&Committed>,
     ) -> Result<(), StoreError> {
         self.group.config.hooks.before_release().await;
         let response = self.txn(self.release_txn(partition, token, commit)).await?;
-        released(&response, commit)
+        released(&response, commit.is_some())
     }
 
     /// One transaction of one release per partition, nested.
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Committed>)],
     ) -> Vec<Result<(), StoreError>> {
         self.group.config.hooks.before_release().await;
         let txns = releases
             .iter()
-            .map(|(p, token, commit)| self.release_txn(p, *token, *commit))
+            .map(|(p, token, commit)| self.release_txn(p, *token, commit.as_ref()))
             .collect();
         match self.txn_of_txns(txns).await {
             Ok(response) => nested(&response, releases.len(), "releases")
                 .into_iter()
                 .zip(releases)
-                .map(|(answer, (_, _, commit))| released(&answer?, *commit))
+                .map(|(answer, (_, _, commit))| released(&answer?, commit.is_some()))
                 .collect(),
             Err(error) => each_failed(releases.len(), error),
         }
     }
 
-    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
-        let key = self.group.keys.offset(partition);
-        let response = self.get(&key, None).await?;
-        match response.kvs().first() {
-            None => Ok(None),
-            Some(kv) => parse_offset(&key, kv.value()).map(Some),
-        }
+    /// The offset and its progress record, in one transaction: the record
+    /// read is the one written with the offset read.
+    async fn read_offset(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<Option<Committed>, StoreError> {
+        let keys = &self.group.keys;
+        let txn = Txn::new().and_then(committed_reads(keys, partition));
+        let response = self.txn(txn).await?;
+        committed(keys, partition, &gets(&response))
     }
 
+    /// One transaction of one read of an offset and its progress record per
+    /// partition, nested (within `--max-txn-ops`): one consistent read of
+    /// them all.
     async fn read_offset_many(
         &self,
         partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
+    ) -> Vec<Result<Option<Committed>, StoreError>> {
         if partitions.len() < 2 {
             return self.read_offset_each(partitions).await;
         }
-        let keys: Vec<String> = partitions
+        let keys = &self.group.keys;
+        let txns = partitions
             .iter()
-            .map(|p| self.group.keys.offset(p))
+            .map(|p| Txn::new().and_then(committed_reads(keys, p)))
             .collect();
-        // Reads alone: the transaction is one consistent read of them all.
-        let txn = Txn::new().and_then(
-            keys.iter()
-                .map(|key| TxnOp::get(key.clone(), None))
-                .collect::<Vec<_>>(),
-        );
-        let response = match self.txn(txn).await {
-            Ok(response) => response,
-            Err(error) => return each_failed(partitions.len(), error),
-        };
-        let answers = response.op_responses();
-        if answers.len() != keys.len() {
-            let error = StoreError::Other(ClientError::message(format!(
-                "etcd answered {} of {} offset reads in one transaction",
-                answers.len(),
-                keys.len()
-            )));
-            return each_failed(partitions.len(), error);
+        match self.txn_of_txns(txns).await {
+            Ok(response) => nested(&response, partitions.len(), "offset reads")
+                .into_iter()
+                .zip(partitions)
+                .map(|(answer, p)| committed(keys, p, &gets(&answer?)))
+                .collect(),
+            Err(error) => each_failed(partitions.len(), error),
         }
-        answers
-            .into_iter()
-            .zip(&keys)
-            .map(|(answer, key)| match answer {
-                TxnOpResponse::Get(get) => match get.kvs().first() {
-                    None => Ok(None),
-                    Some(kv) => parse_offset(key, kv.value()).map(Some),
-                },
-                _ => Err(StoreError::Other(ClientError::message(
-                    "etcd answered an offset read with something else than a read",
-                ))),
-            })
-            .collect()
     }
 
     /// Writes the offset only while the owner key is the claim `token` and is
@@ -390,10 +445,10 @@ impl StoreOps for Ctx {
     async fn commit(
         &self,
         partition: &TopicPartition,
-        offset: Offset,
+        commit: &Committed,
         token: FencingToken,
     ) -> Result<(), StoreError> {
-        let txn = self.commit_txn(partition, offset, token);
+        let txn = self.commit_txn(partition, commit, token);
         if self.txn(txn).await?.succeeded() {
             Ok(())
         } else {
@@ -405,14 +460,14 @@ impl StoreOps for Ctx {
     /// no longer ours fails its own commit only.
     async fn commit_many(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        commits: &[(TopicPartition, Committed, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
         if commits.len() < 2 {
             return self.commit_each(commits).await;
         }
         let txns = commits
             .iter()
-            .map(|(p, offset, token)| self.commit_txn(p, *offset, *token))
+            .map(|(p, commit, token)| self.commit_txn(p, commit, *token))
             .collect();
         match self.txn_of_txns(txns).await {
             Ok(response) => nested(&response, commits.len(), "commits")
@@ -488,8 +543,8 @@ fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> Result<i64, Stor
 /// What a release's transaction `response` says: done; or, for one that
 /// carries a commit, why nothing was written (the owner key gone, or
 /// another's). A release alone finds nothing to do just as well.
-fn released(response: &TxnResponse, commit: Option<Offset>) -> Result<(), StoreError> {
-    if response.succeeded() || commit.is_none() {
+fn released(response: &TxnResponse, committing: bool) -> Result<(), StoreError> {
+    if response.succeeded() || !committing {
         return Ok(());
     }
     match got(response) {
@@ -539,14 +594,9 @@ fn claimed(
         let revision = revision.ok_or_else(|| {
             StoreError::Other(ClientError::message("etcd answered without a header"))
         })?;
-        // The get that follows the put: the offset at the claim's revision.
-        let committed = read_offset.then(|| {
-            let path = keys.offset(partition);
-            match got(response) {
-                None => Ok(None),
-                Some(kv) => parse_offset(&path, kv.value()).map(Some),
-            }
-        });
+        // The gets that follow the put: the offset and its progress at the
+        // claim's revision.
+        let committed = read_offset.then(|| committed(keys, partition, &gets(response)));
         return Ok(ClaimOutcome::Created {
             token: FencingToken(revision as u64),
             committed,

@@ -364,6 +364,7 @@ async fn release(member: &mut common::Driver, partitions: &BTreeSet<u32>) {
                     partition: partition(p),
                     token: None,
                     commit: None,
+                    progress: Default::default(),
                 },
             })
         })

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_core::records::{encode_offset, held_claim, parse_offset};
 use tenure_core::{
-    ClaimOutcome, ClientError, FencingToken, MemberInfo, Offset, RegisterOutcome, SessionId,
-    StoreError, TopicPartition,
+    ClaimOutcome, ClientError, Committed, FencingToken, MemberInfo, Progress, RegisterOutcome,
+    SessionId, StoreError, TopicPartition,
 };
 use tenure_tokio::store::{each_failed, MemberList, Registrations, StoreOps, Watch, Wire};
 use zookeeper_client as zk;
@@ -350,40 +350,129 @@ impl Ctx {
     }
 }
 
-/// How a commit writes its offset node: its data set at the version read,
-/// or the node created (none was there).
-#[derive(Clone, Copy, Debug)]
+/// How a commit writes one of its nodes: its data set at the version
+/// read, the node created (none was there), deleted at the version read
+/// (a progress record with nothing left to say), or left alone (none
+/// there, none to write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Write {
     Set(i32),
     Create,
+    Delete(i32),
+    Nothing,
+}
+
+/// The nodes of a partition's commit, and how they are written as read.
+struct CommitNodes {
+    offset_path: String,
+    offset: Write,
+    progress_path: String,
+    progress: Write,
+}
+
+impl CommitNodes {
+    /// How a commit of `commit` writes the offset node and the progress
+    /// record of `partition`, from the reads of those nodes.
+    fn read(
+        layout: &tenure_core::records::Layout,
+        partition: &TopicPartition,
+        commit: &Committed,
+        offset: Read,
+        progress: Read,
+    ) -> Result<CommitNodes, zk::Error> {
+        let offset = match offset {
+            Ok((_, stat)) => Write::Set(stat.version),
+            Err(zk::Error::NoNode) => Write::Create,
+            Err(error) => return Err(error),
+        };
+        let progress = match (progress, commit.progress.is_empty()) {
+            (Ok((_, stat)), false) => Write::Set(stat.version),
+            (Err(zk::Error::NoNode), false) => Write::Create,
+            // A progress record of an earlier commit must not outlive it.
+            (Ok((_, stat)), true) => Write::Delete(stat.version),
+            (Err(zk::Error::NoNode), true) => Write::Nothing,
+            (Err(error), _) => return Err(error),
+        };
+        Ok(CommitNodes {
+            offset_path: layout.offset(partition),
+            offset,
+            progress_path: layout.progress(partition),
+            progress,
+        })
+    }
+
+    /// The nodes a commit creates, whose parents must exist.
+    fn created(&self) -> impl Iterator<Item = &str> {
+        [
+            (self.offset == Write::Create).then_some(self.offset_path.as_str()),
+            (self.progress == Write::Create).then_some(self.progress_path.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+    }
 }
 
 impl Ctx {
+    /// Adds to `writer` the writes of `commit`: the offset, and its
+    /// progress record, as `nodes` says.
+    fn add_commit(
+        &self,
+        writer: &mut zk::MultiWriter<'_>,
+        nodes: &CommitNodes,
+        commit: &Committed,
+    ) -> Result<(), zk::Error> {
+        let options = zk::CreateMode::Persistent.with_acls(self.group.config.security.acls());
+        let offset = encode_offset(commit.offset);
+        let progress = (!commit.progress.is_empty()).then(|| commit.progress.encode(commit.offset));
+        let writes = [
+            (&nodes.offset_path, nodes.offset, Some(offset)),
+            (&nodes.progress_path, nodes.progress, progress),
+        ];
+        for (path, write, data) in writes {
+            let data = data.unwrap_or_default();
+            match write {
+                Write::Set(version) => writer.add_set_data(path, &data, Some(version))?,
+                Write::Create => writer.add_create(path, &data, &options)?,
+                Write::Delete(version) => writer.add_delete(path, Some(version))?,
+                Write::Nothing => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the missing parents of the nodes `nodes` creates.
+    async fn create_commit_parents(&self, nodes: &CommitNodes) -> Result<(), zk::Error> {
+        for path in nodes.created() {
+            self.create_parents(path).await?;
+        }
+        Ok(())
+    }
+
     /// Adds to `writer` a release that carries a commit: the owner record
     /// at `owner_path` checked at the version of `owner` (as read), the
-    /// offset written to `path` as `write` says, and the owner record
-    /// deleted, in this order; the check comes first so that a refusal at
-    /// index 0 says the record changed since it was read.
+    /// commit written as `nodes` says, and the owner record deleted, in
+    /// this order; the check comes first so that a refusal at index 0
+    /// says the record changed since it was read.
     fn add_release_committing(
         &self,
         writer: &mut zk::MultiWriter<'_>,
         owner_path: &str,
         owner: &zk::Stat,
-        path: &str,
-        offset: Offset,
-        write: Write,
+        nodes: &CommitNodes,
+        commit: &Committed,
     ) -> Result<(), zk::Error> {
-        let data = encode_offset(offset);
         writer.add_check_version(owner_path, owner.version)?;
-        match write {
-            Write::Set(version) => writer.add_set_data(path, &data, Some(version))?,
-            Write::Create => writer.add_create(
-                path,
-                &data,
-                &zk::CreateMode::Persistent.with_acls(self.group.config.security.acls()),
-            )?,
-        }
+        self.add_commit(writer, nodes, commit)?;
         writer.add_delete(owner_path, Some(owner.version))
+    }
+}
+
+/// Reads every path's data in multi-reads, or one by one on a server
+/// before multi-reads (3.6).
+async fn read_nodes(ctx: &Ctx, paths: &[String]) -> Result<Vec<Read>, zk::Error> {
+    match read_all(ctx, paths).await {
+        Err(zk::Error::Unimplemented) => read_each(ctx, paths).await,
+        other => other,
     }
 }
 
@@ -408,14 +497,46 @@ fn owned(
     }
 }
 
-/// The committed offset a read of its node at `path` found: none if there
-/// is no node.
-fn committed_from(path: &str, read: Read) -> Result<Option<Offset>, StoreError> {
-    match read {
-        Ok((data, _)) => parse_offset(path, &data).map(Some),
-        Err(zk::Error::NoNode) => Ok(None),
-        Err(e) => Err(store_error(e)),
-    }
+/// The committed offset of `partition` and its progress, from the reads
+/// of its offset node and its progress record: none if there is no offset
+/// node; a progress record written with another offset counts for nothing.
+fn committed_from(
+    layout: &tenure_core::records::Layout,
+    partition: &TopicPartition,
+    offset: Read,
+    progress: Read,
+) -> Result<Option<Committed>, StoreError> {
+    let offset = match offset {
+        Ok((data, _)) => parse_offset(&layout.offset(partition), &data)?,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(store_error(e)),
+    };
+    let progress = match progress {
+        Ok((data, _)) => {
+            Progress::decode(&layout.progress(partition), &data, offset)?.unwrap_or_default()
+        }
+        Err(zk::Error::NoNode) => Progress::new(),
+        Err(e) => return Err(store_error(e)),
+    };
+    Ok(Some(Committed { offset, progress }))
+}
+
+/// The two reads of each partition's commit nodes (offset, progress
+/// record), from reads of [`commit_paths`].
+fn pairs(reads: Vec<Read>) -> impl Iterator<Item = (Read, Read)> {
+    let mut reads = reads.into_iter();
+    std::iter::from_fn(move || Some((reads.next()?, reads.next()?)))
+}
+
+/// The paths of each partition's offset node and progress record, in
+/// turn.
+fn commit_paths<'a>(
+    layout: &'a tenure_core::records::Layout,
+    partitions: impl IntoIterator<Item = &'a TopicPartition> + 'a,
+) -> impl Iterator<Item = String> + 'a {
+    partitions
+        .into_iter()
+        .flat_map(move |p| [layout.offset(p), layout.progress(p)])
 }
 
 /// Turns a one-shot watcher into a watch that fires on a change of the
@@ -548,44 +669,39 @@ impl StoreOps for Ctx {
     }
 
     /// Without a commit, the owner record read and deleted at the version
-    /// read if it is ours. With one, the owner record and the offset read
-    /// in one multi-read, then one `multi` that checks the owner record is
-    /// the one read, writes the offset and deletes the record: two
-    /// requests where a commit (three) and a release (two) took five.
+    /// read if it is ours. With one, the owner record, the offset and its
+    /// progress record read in one multi-read, then one `multi` that
+    /// checks the owner record is the one read, writes the commit and
+    /// deletes the record: two requests where a commit (three) and a
+    /// release (two) took five.
     async fn release(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
-        commit: Option<Offset>,
+        commit: Option<&Committed>,
     ) -> Result<(), StoreError> {
         let owner_path = self.group.layout.owner(partition);
-        let Some(offset) = commit else {
+        let Some(commit) = commit else {
             return delete_if_ours(self, &owner_path, token, true).await;
         };
-        let path = self.group.layout.offset(partition);
-        let paths = [owner_path.clone(), path.clone()];
-        let reads = match read_all(self, &paths).await {
-            // A server before multi-reads (3.6): both at once.
-            Err(zk::Error::Unimplemented) => read_each(self, &paths).await,
-            other => other,
-        }
-        .map_err(store_error)?;
-        let [owner, existing]: [Read; 2] = reads.try_into().map_err(|_| {
+        let layout = &self.group.layout;
+        let paths: Vec<String> = std::iter::once(owner_path.clone())
+            .chain(commit_paths(layout, [partition]))
+            .collect();
+        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
+        let [owner, offset, progress]: [Read; 3] = reads.try_into().map_err(|_| {
             StoreError::Other(ClientError::message(
-                "a read of an owner record and an offset answered otherwise",
+                "a read of an owner record, an offset and its progress answered otherwise",
             ))
         })?;
         let owner = owned(owner, self.session, token)?;
-        let write = match existing {
-            Ok((_, stat)) => Write::Set(stat.version),
-            Err(zk::Error::NoNode) => {
-                self.create_parents(&path).await.map_err(store_error)?;
-                Write::Create
-            }
-            Err(error) => return Err(store_error(error)),
-        };
+        let nodes =
+            CommitNodes::read(layout, partition, commit, offset, progress).map_err(store_error)?;
+        self.create_commit_parents(&nodes)
+            .await
+            .map_err(store_error)?;
         let mut writer = self.client.new_multi_writer();
-        self.add_release_committing(&mut writer, &owner_path, &owner, &path, offset, write)
+        self.add_release_committing(&mut writer, &owner_path, &owner, &nodes, commit)
             .map_err(store_error)?;
         self.group.config.hooks.before_release().await;
         match self.multi(writer).await {
@@ -601,43 +717,45 @@ impl StoreOps for Ctx {
         }
     }
 
-    /// The owner records, and the offsets of the releases that carry a
-    /// commit, read in one multi-read; then those still ours deleted at
-    /// the version read, each with its commit written and its record
-    /// checked first, in one `multi`. Refused as a whole (a record changed
-    /// in between, an offsets parent missing), each is released on its own.
+    /// The owner records, and the offsets and progress records of the
+    /// releases that carry a commit, read in one multi-read; then those
+    /// still ours deleted at the version read, each with its commit
+    /// written and its record checked first, in one `multi`. Refused as a
+    /// whole (a record changed in between, a parent missing), each is
+    /// released on its own.
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Committed>)],
     ) -> Vec<Result<(), StoreError>> {
         if releases.len() < 2 {
             return self.release_each(releases).await;
         }
-        let owners: Vec<String> = releases
-            .iter()
-            .map(|(p, _, _)| self.group.layout.owner(p))
-            .collect();
-        let offsets: Vec<String> = releases
+        let layout = &self.group.layout;
+        let owners: Vec<String> = releases.iter().map(|(p, _, _)| layout.owner(p)).collect();
+        let committing = releases
             .iter()
             .filter(|(_, _, commit)| commit.is_some())
-            .map(|(p, _, _)| self.group.layout.offset(p))
+            .map(|(p, _, _)| p);
+        let paths: Vec<String> = owners
+            .iter()
+            .cloned()
+            .chain(commit_paths(layout, committing))
             .collect();
-        let paths: Vec<String> = owners.iter().chain(&offsets).cloned().collect();
         let mut owner_reads = match read_all(self, &paths).await {
             Err(zk::Error::Unimplemented) => return self.release_each(releases).await,
             Err(error) => return each_failed(releases.len(), store_error(error)),
             Ok(reads) => reads,
         };
-        let mut offset_reads = owner_reads.split_off(releases.len()).into_iter();
-        let mut offset_paths = offsets.iter();
+        let mut commit_reads = pairs(owner_reads.split_off(releases.len()));
         // Decided by the read (gone, not ours: nothing to do, or nothing
         // written where a commit rides; unreadable), or `None`: deleted by
         // the multi.
         let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(owners.len());
         let mut writer = self.client.new_multi_writer();
-        for ((owner_path, (_, token, commit)), read) in owners.iter().zip(releases).zip(owner_reads)
+        for ((owner_path, (partition, token, commit)), read) in
+            owners.iter().zip(releases).zip(owner_reads)
         {
-            let Some(offset) = commit else {
+            let Some(commit) = commit else {
                 match read {
                     Ok((_, stat))
                         if owner_session(&stat) == Some(self.session)
@@ -653,7 +771,7 @@ impl StoreOps for Ctx {
                 }
                 continue;
             };
-            let (Some(existing), Some(path)) = (offset_reads.next(), offset_paths.next()) else {
+            let Some((offset, progress)) = commit_reads.next() else {
                 return self.release_each(releases).await;
             };
             let owner = match owned(read, self.session, *token) {
@@ -663,18 +781,17 @@ impl StoreOps for Ctx {
                     continue;
                 }
             };
-            let write = match existing {
-                Ok((_, stat)) => Write::Set(stat.version),
-                // Its parent may be missing: then the multi is refused and
-                // the release goes on its own, which makes it.
-                Err(zk::Error::NoNode) => Write::Create,
+            // A parent may be missing: then the multi is refused and the
+            // release goes on its own, which makes it.
+            let nodes = match CommitNodes::read(layout, partition, commit, offset, progress) {
+                Ok(nodes) => nodes,
                 Err(error) => {
                     decided.push(Some(Err(store_error(error))));
                     continue;
                 }
             };
             let added =
-                self.add_release_committing(&mut writer, owner_path, &owner, path, *offset, write);
+                self.add_release_committing(&mut writer, owner_path, &owner, &nodes, commit);
             if added.is_err() {
                 return self.release_each(releases).await;
             }
@@ -687,78 +804,85 @@ impl StoreOps for Ctx {
             .await
     }
 
-    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError> {
-        let path = self.group.layout.offset(partition);
-        let read = self.call(|| self.client.get_data(&path)).await;
-        committed_from(&path, read)
+    /// The offset node and the progress record in one multi-read (one by
+    /// one on a server before 3.6): a record written with another offset
+    /// than the one read counts for nothing.
+    async fn read_offset(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<Option<Committed>, StoreError> {
+        let layout = &self.group.layout;
+        let paths: Vec<String> = commit_paths(layout, [partition]).collect();
+        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
+        match pairs(reads).next() {
+            Some((offset, progress)) => committed_from(layout, partition, offset, progress),
+            None => Err(StoreError::Other(ClientError::message(
+                "a read of an offset and its progress answered otherwise",
+            ))),
+        }
     }
 
     async fn read_offset_many(
         &self,
         partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
+    ) -> Vec<Result<Option<Committed>, StoreError>> {
         if partitions.len() < 2 {
             return self.read_offset_each(partitions).await;
         }
-        let paths: Vec<String> = partitions
-            .iter()
-            .map(|p| self.group.layout.offset(p))
-            .collect();
+        let layout = &self.group.layout;
+        let paths: Vec<String> = commit_paths(layout, partitions).collect();
         let reads = match read_all(self, &paths).await {
             // A server before multi-reads (3.6).
             Err(zk::Error::Unimplemented) => return self.read_offset_each(partitions).await,
             Err(error) => return each_failed(partitions.len(), store_error(error)),
             Ok(reads) => reads,
         };
-        reads
-            .into_iter()
-            .zip(&paths)
-            .map(|(read, path)| match read {
-                Ok((data, _)) => parse_offset(path, &data).map(Some),
-                Err(zk::Error::NoNode) => Ok(None),
-                Err(error) => Err(store_error(error)),
-            })
+        pairs(reads)
+            .zip(partitions)
+            .map(|((offset, progress), p)| committed_from(layout, p, offset, progress))
             .collect()
     }
 
+    /// The owner record, the offset node and the progress record read in
+    /// one multi-read, then the commit written in one `multi` tied to the
+    /// owner record as read.
     async fn commit(
         &self,
         partition: &TopicPartition,
-        offset: Offset,
+        commit: &Committed,
         token: FencingToken,
     ) -> Result<(), StoreError> {
-        let owner_path = self.group.layout.owner(partition);
-        let owner = match self.call(|| self.client.check_stat(&owner_path)).await {
-            Ok(Some(stat)) => stat,
-            Ok(None) => return Err(StoreError::NotOwner),
+        let layout = &self.group.layout;
+        let owner_path = layout.owner(partition);
+        let paths: Vec<String> = std::iter::once(owner_path.clone())
+            .chain(commit_paths(layout, [partition]))
+            .collect();
+        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
+        let [owner, offset, progress]: [Read; 3] = reads.try_into().map_err(|_| {
+            StoreError::Other(ClientError::message(
+                "a read of an owner record, an offset and its progress answered otherwise",
+            ))
+        })?;
+        let owner = match owner {
+            Ok((_, stat)) => stat,
+            Err(zk::Error::NoNode) => return Err(StoreError::NotOwner),
             Err(e) => return Err(store_error(e)),
         };
         if owner_session(&owner) != Some(self.session) || token_of(&owner) != token {
             return Err(StoreError::NotOwner);
         }
-        let path = self.group.layout.offset(partition);
-        let data = encode_offset(offset);
-        let existing = self
-            .call(|| self.client.check_stat(&path))
+        let nodes =
+            CommitNodes::read(layout, partition, commit, offset, progress).map_err(store_error)?;
+        self.create_commit_parents(&nodes)
             .await
             .map_err(store_error)?;
-        if existing.is_none() {
-            self.create_parents(&path).await.map_err(store_error)?;
-        }
         // The check ties the write to the owner record as read above: only our
         // own release or the end of our session can remove it, and either makes
         // this multi fail as a whole.
         let mut writer = self.client.new_multi_writer();
         let built = writer
             .add_check_version(&owner_path, owner.version)
-            .and_then(|()| match &existing {
-                Some(stat) => writer.add_set_data(&path, &data, Some(stat.version)),
-                None => writer.add_create(
-                    &path,
-                    &data,
-                    &zk::CreateMode::Persistent.with_acls(self.group.config.security.acls()),
-                ),
-            });
+            .and_then(|()| self.add_commit(&mut writer, &nodes, commit));
         built.map_err(store_error)?;
         match self.multi(writer).await {
             Ok(_) => Ok(()),
@@ -771,40 +895,39 @@ impl StoreOps for Ctx {
         }
     }
 
-    /// The owner records and offsets read in one multi-read, then every
-    /// offset still ours written in one `multi`, each write tied to its
-    /// owner record as read (as [`StoreOps::commit`] ties one); refused as
-    /// a whole (a record changed in between, an offsets parent missing),
-    /// each is committed on its own.
+    /// The owner records, offsets and progress records read in one
+    /// multi-read, then every commit still ours written in one `multi`,
+    /// each tied to its owner record as read (as [`StoreOps::commit`] ties
+    /// one); refused as a whole (a record changed in between, a parent
+    /// missing), each is committed on its own.
     async fn commit_many(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        commits: &[(TopicPartition, Committed, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
         if commits.len() < 2 {
             return self.commit_each(commits).await;
         }
-        let owners: Vec<String> = commits
+        let layout = &self.group.layout;
+        let owners: Vec<String> = commits.iter().map(|(p, _, _)| layout.owner(p)).collect();
+        let paths: Vec<String> = owners
             .iter()
-            .map(|(p, _, _)| self.group.layout.owner(p))
+            .cloned()
+            .chain(commit_paths(layout, commits.iter().map(|(p, _, _)| p)))
             .collect();
-        let offsets: Vec<String> = commits
-            .iter()
-            .map(|(p, _, _)| self.group.layout.offset(p))
-            .collect();
-        let paths: Vec<String> = owners.iter().chain(&offsets).cloned().collect();
         let mut owner_reads = match read_all(self, &paths).await {
             Err(zk::Error::Unimplemented) => return self.commit_each(commits).await,
             Err(error) => return each_failed(commits.len(), store_error(error)),
             Ok(reads) => reads,
         };
-        let offset_reads = owner_reads.split_off(commits.len());
+        let commit_reads = pairs(owner_reads.split_off(commits.len()));
         // Decided by the read (not ours, unreadable), or `None`: written
         // by the multi.
         let mut decided: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(commits.len());
         let mut writer = self.client.new_multi_writer();
-        let options = zk::CreateMode::Persistent.with_acls(self.group.config.security.acls());
-        let reads = owner_reads.into_iter().zip(offset_reads);
-        for (i, ((_, offset, token), (owner, existing))) in commits.iter().zip(reads).enumerate() {
+        let reads = owner_reads.into_iter().zip(commit_reads);
+        for (i, ((partition, commit, token), (owner, (offset, progress)))) in
+            commits.iter().zip(reads).enumerate()
+        {
             let owner = match owner {
                 Ok((_, stat))
                     if owner_session(&stat) == Some(self.session) && token_of(&stat) == *token =>
@@ -820,14 +943,16 @@ impl StoreOps for Ctx {
                     continue;
                 }
             };
-            let data = encode_offset(*offset);
+            let nodes = match CommitNodes::read(layout, partition, commit, offset, progress) {
+                Ok(nodes) => nodes,
+                Err(error) => {
+                    decided.push(Some(Err(store_error(error))));
+                    continue;
+                }
+            };
             let built = writer
                 .add_check_version(&owners[i], owner.version)
-                .and_then(|()| match existing {
-                    Ok((_, stat)) => writer.add_set_data(&offsets[i], &data, Some(stat.version)),
-                    Err(zk::Error::NoNode) => writer.add_create(&offsets[i], &data, &options),
-                    Err(error) => Err(error),
-                });
+                .and_then(|()| self.add_commit(&mut writer, &nodes, commit));
             if built.is_err() {
                 return self.commit_each(commits).await;
             }

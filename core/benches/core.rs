@@ -48,11 +48,11 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use tenure_core::assignment::{AssignmentStrategy, PartitionCounts, Range, RoundRobin, Sticky};
 use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
-use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Event, FencingToken, FetchCommand, Member, MemberId,
     MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest, TopicPartition,
 };
+use tenure_core::{Committed, Output};
 
 /// The group's size and partition count in the member benchmarks.
 const MEMBERS: usize = 100;
@@ -256,7 +256,7 @@ impl Harness {
             },
             (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                 id,
-                result: Ok(Some(0)),
+                result: Ok(Some(Committed::at(0))),
             },
             (id, StoreOp::CommitOffset { .. }) => Event::CommitResult { id, result: Ok(()) },
             (id, StoreOp::Heartbeat) => Event::HeartbeatResult { id, result: Ok(()) },

@@ -125,6 +125,7 @@ pub mod config;
 pub mod credentials;
 pub mod error;
 pub mod model;
+pub mod progress;
 pub mod protocol;
 pub mod records;
 pub mod rng;
@@ -133,6 +134,7 @@ pub mod types;
 
 pub use config::{Config, InitialOffset};
 pub use error::{ClientError, ConfigError, Error, NameError, Operation, StoreError};
+pub use progress::{Committed, Progress};
 pub use protocol::{
     AppEvent, ClaimOutcome, Event, FetchCommand, FetchFrom, Member, MemberStats, Output,
     RegisterOutcome, StoreOp, StoreRequest,

@@ -8,7 +8,9 @@
 //! - `ids/<member>`: ephemeral, the member's JSON registration;
 //! - `owners/<topic>/<partition>`: ephemeral, the owner's member id;
 //! - `offsets/<topic>/<partition>`: persistent, the next offset to consume
-//!   as ASCII decimal.
+//!   as ASCII decimal;
+//! - `progress/<topic>/<partition>`: persistent, what was done above the
+//!   committed offset (JSON, [`crate::progress`]), written with it.
 
 use crate::error::{ClientError, StoreError};
 use crate::protocol::ClaimOutcome;
@@ -95,6 +97,20 @@ impl Layout {
         )
     }
 
+    /// The parent of the progress records, one child per topic.
+    pub fn progresses(&self) -> String {
+        format!("{}/progress", self.base)
+    }
+
+    /// A partition's progress record ([`crate::Progress`]), beside its
+    /// committed offset.
+    pub fn progress(&self, partition: &TopicPartition) -> String {
+        format!(
+            "{}/progress/{}/{}",
+            self.base, partition.topic, partition.partition
+        )
+    }
+
     /// What `path` is, if it is a path this layout watches.
     pub fn classify(&self, path: &str) -> Option<Watched> {
         let rest = path.strip_prefix(&self.base)?;
@@ -166,7 +182,7 @@ impl RecordError {
     }
 
     /// `detail` is wrong with the record, as `source` said.
-    fn caused(
+    pub(crate) fn caused(
         detail: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> RecordError {

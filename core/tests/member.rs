@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
-use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, ConfigError, Error, Event, FencingToken, FetchCommand,
     FetchFrom, Member, MemberId, MemberInfo, Offset, Operation, RequestId, SessionId, StoreError,
     StoreOp, StoreRequest, TopicPartition,
 };
+use tenure_core::{Committed, Output, Progress};
 
 const STRATEGY: &str = "fixed";
 const OURS: &str = "m1";
@@ -180,6 +180,7 @@ impl Harness {
                     partition,
                     from,
                     token,
+                    ..
                 } => Some((partition.clone(), *from, *token)),
                 _ => None,
             })
@@ -423,7 +424,7 @@ impl Harness {
         assert_eq!(&read[0].1, partition);
         let commands = self.event(Event::OffsetResult {
             id: read[0].0,
-            result: Ok(committed),
+            result: Ok(committed.map(Committed::at)),
         });
         let starts = self.starts();
         assert_eq!(starts.len(), 1, "{commands:?}");
@@ -521,6 +522,7 @@ fn commits(commands: &[StoreRequest]) -> Vec<(RequestId, TopicPartition, Offset,
                     partition,
                     offset,
                     token,
+                    ..
                 },
             ) => Some((*id, partition.clone(), *offset, *token)),
             _ => None,
@@ -557,6 +559,7 @@ fn final_commits(
                     partition,
                     token,
                     commit: Some(offset),
+                    ..
                 },
             ) => Some((*id, partition.clone(), *offset, *token)),
             _ => None,
@@ -617,7 +620,7 @@ fn happy_path_claims_reads_the_offset_and_fetches_from_it_with_the_token() {
 
     h.event(Event::OffsetResult {
         id: reads[0].0,
-        result: Ok(Some(42)),
+        result: Ok(Some(Committed::at(42))),
     });
     assert_eq!(
         h.starts(),
@@ -660,7 +663,7 @@ fn a_claim_that_read_the_offset_with_it_fetches_without_another_request() {
         id: claims[0].0,
         result: Ok(ClaimOutcome::Created {
             token: FencingToken(9),
-            committed: Some(Ok(Some(42))),
+            committed: Some(Ok(Some(Committed::at(42)))),
         }),
     });
     assert!(commands.is_empty(), "nothing more to ask: {commands:?}");
@@ -1017,7 +1020,7 @@ fn unknown_claim_outcome_is_retried_and_our_own_record_is_recognised() {
     assert_eq!(reads.len(), 1, "{commands:?}");
     h.event(Event::OffsetResult {
         id: reads[0].0,
-        result: Ok(Some(4)),
+        result: Ok(Some(Committed::at(4))),
     });
     assert_eq!(
         h.starts(),
@@ -1087,7 +1090,7 @@ fn stale_and_repeated_results_change_nothing() {
         },
         Event::OffsetResult {
             id: unknown,
-            result: Ok(Some(3)),
+            result: Ok(Some(Committed::at(3))),
         },
         Event::CommitResult {
             id: unknown,
@@ -1148,12 +1151,12 @@ fn a_stale_offset_read_result_does_not_restart_fetching() {
     let read = read_offsets(&commands)[0].0;
     h.event(Event::OffsetResult {
         id: read,
-        result: Ok(Some(5)),
+        result: Ok(Some(Committed::at(5))),
     });
     assert_eq!(h.starts().len(), 1);
     let second = h.event(Event::OffsetResult {
         id: read,
-        result: Ok(Some(1)),
+        result: Ok(Some(Committed::at(1))),
     });
     assert!(second.is_empty(), "{second:?}");
     assert_eq!(h.member.committed(&tp(0)), Some(5));
@@ -1295,6 +1298,114 @@ fn a_release_that_never_drains_times_out_then_commits_and_releases() {
     assert_eq!(h.member.committed(&tp(0)), None, "the partition is gone");
     assert_eq!(h.member.stats().commits, 1);
     assert_eq!(h.member.stats().released, 1);
+}
+
+/// A progress record of the offsets `done`.
+fn done(offsets: &[Offset]) -> Progress {
+    let mut progress = Progress::new();
+    for &offset in offsets {
+        progress.mark_done(offset);
+    }
+    progress
+}
+
+/// The commits among `commands` with the progress each writes.
+fn progress_commits(commands: &[StoreRequest]) -> Vec<(TopicPartition, Offset, Progress)> {
+    commands
+        .iter()
+        .filter_map(|c| match &c.op {
+            StoreOp::CommitOffset {
+                partition,
+                offset,
+                progress,
+                ..
+            } => Some((partition.clone(), *offset, progress.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn progress_read_with_the_offset_reaches_the_fetch_and_goes_with_every_commit() {
+    let mut h = Harness::new(config_with(&[(0, "m0")]));
+    h.auto_heartbeat = Some(Ok(()));
+    let ours = h.member.info().clone();
+    h.join(&[ours]);
+    let claimed = claims(&h.set_counts(counts(1)));
+    let commands = h.event(Event::ClaimResult {
+        id: claimed[0].0,
+        result: Ok(ClaimOutcome::Created {
+            token: FencingToken(100),
+            committed: None,
+        }),
+    });
+    let read = read_offsets(&commands);
+    let stored = Committed {
+        offset: 10,
+        progress: done(&[12, 13]),
+    };
+    h.event(Event::OffsetResult {
+        id: read[0].0,
+        result: Ok(Some(stored.clone())),
+    });
+    assert_eq!(
+        h.fetches,
+        vec![FetchCommand::Start {
+            partition: tp(0),
+            from: FetchFrom::Offset(10),
+            token: FencingToken(100),
+            progress: stored.progress.clone(),
+        }],
+        "the fetch skips what the record says was done"
+    );
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "nothing new: {commands:?}");
+
+    // More done above the frontier, which stays: due all the same.
+    let token = FencingToken(100);
+    h.input(|member, now| member.progressed(now, &tp(0), token, 10, done(&[12, 13, 15])));
+    let commands = h.advance(secs(5));
+    let sent = progress_commits(&commands);
+    assert_eq!(sent, vec![(tp(0), 10, done(&[12, 13, 15]))], "{commands:?}");
+    h.event(Event::CommitResult {
+        id: commits(&commands)[0].0,
+        result: Ok(()),
+    });
+    let commands = h.advance(secs(5));
+    assert!(
+        commits(&commands).is_empty(),
+        "stored already: {commands:?}"
+    );
+
+    // A stale report (a lower frontier) changes nothing.
+    h.input(|member, now| member.progressed(now, &tp(0), token, 9, done(&[11])));
+    let commands = h.advance(secs(5));
+    assert!(commits(&commands).is_empty(), "{commands:?}");
+
+    // The frontier moves: the record keeps only what lies above it.
+    h.input(|member, now| member.progressed(now, &tp(0), token, 14, done(&[12, 13, 15])));
+    let commands = h.advance(secs(5));
+    assert_eq!(progress_commits(&commands), vec![(tp(0), 14, done(&[15]))]);
+    h.event(Event::CommitResult {
+        id: commits(&commands)[0].0,
+        result: Ok(()),
+    });
+    assert_eq!(h.member.committed(&tp(0)), Some(14));
+
+    // The release's final commit carries the progress too.
+    h.input(|member, now| member.progressed(now, &tp(0), token, 14, done(&[15, 16])));
+    h.members(&[info("m0"), info(OURS)]);
+    let commands = h.drained(0);
+    let carried: Vec<_> = commands
+        .iter()
+        .filter_map(|c| match &c.op {
+            StoreOp::Release {
+                commit, progress, ..
+            } => Some((*commit, progress.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(carried, vec![(Some(14), done(&[15, 16]))], "{commands:?}");
 }
 
 #[test]
@@ -2308,7 +2419,7 @@ fn scripted_run(seed: u64) -> ScriptedRun {
                 },
                 (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                     id,
-                    result: Ok(Some(0)),
+                    result: Ok(Some(Committed::at(0))),
                 },
                 (id, StoreOp::Heartbeat) => Event::HeartbeatResult { id, result: Ok(()) },
                 (id, StoreOp::CommitOffset { .. }) => Event::CommitResult { id, result: Ok(()) },

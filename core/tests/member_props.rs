@@ -11,11 +11,11 @@ use proptest::prelude::*;
 use tenure_core::assignment::{Assignment, AssignmentStrategy, PartitionCounts};
 use tenure_core::model::adapter;
 use tenure_core::protocol::RegisterOutcome;
-use tenure_core::Output;
 use tenure_core::{
     AppEvent, ClaimOutcome, Config, Error, Event, FencingToken, FetchCommand, Member, MemberId,
     MemberInfo, Offset, RequestId, SessionId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
+use tenure_core::{Committed, Output};
 
 const STRATEGY: &str = "fixed";
 const OURS: &str = "m1";
@@ -386,6 +386,7 @@ impl Sim {
                     partition,
                     offset,
                     token,
+                    ..
                 },
             ) => self.check_commit(partition, *offset, *token, false)?,
             (
@@ -405,6 +406,7 @@ impl Sim {
                     partition,
                     token: Some(token),
                     commit,
+                    ..
                 },
             ) => {
                 let key = (partition.clone(), *token);
@@ -513,7 +515,7 @@ impl Sim {
                 // or failed.
                 let committed = match (read_offset, extra % 4) {
                     (false, _) | (true, 0) => None,
-                    (true, 1) => Some(Ok(Some(i64::from(extra)))),
+                    (true, 1) => Some(Ok(Some(Committed::at(i64::from(extra))))),
                     (true, 2) => Some(Ok(None)),
                     (true, _) => Some(Err(StoreError::ConnectionLoss)),
                 };
@@ -564,7 +566,7 @@ impl Sim {
             (id, StoreOp::ReadOffset { .. }) => Event::OffsetResult {
                 id: *id,
                 result: match outcome % 5 {
-                    0 | 1 => Ok(Some(i64::from(extra))),
+                    0 | 1 => Ok(Some(Committed::at(i64::from(extra)))),
                     2 => Ok(None),
                     3 => Err(StoreError::ConnectionLoss),
                     _ => Err(StoreError::Corrupt {
@@ -580,6 +582,7 @@ impl Sim {
                     partition,
                     offset,
                     token,
+                    ..
                 },
             ) => {
                 let result = match outcome % 6 {
@@ -603,6 +606,7 @@ impl Sim {
                     partition,
                     token,
                     commit,
+                    ..
                 },
             ) => {
                 let result = match outcome % 5 {

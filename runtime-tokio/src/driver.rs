@@ -447,6 +447,9 @@ impl Driver {
                 partition,
                 from,
                 token,
+                // The data plane skips what the record names done once
+                // it reads the progress.
+                progress: _,
             } => {
                 if let Some(data) = self.data.as_mut() {
                     data.start(partition.clone(), from, token);

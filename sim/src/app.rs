@@ -77,6 +77,7 @@ impl Holdings {
                 partition,
                 from,
                 token,
+                ..
             } => {
                 let start = match from {
                     FetchFrom::Offset(o) => o,

@@ -39,11 +39,13 @@ pub(crate) fn arriving_commit(
             partition,
             offset,
             token,
+            ..
         }
         | StoreOp::Release {
             partition,
             commit: Some(offset),
             token: Some(token),
+            ..
         } => (partition, offset, token),
         _ => return None,
     };

@@ -10,8 +10,8 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use tenure_core::{
-    Event, FencingToken, MemberId, MemberInfo, Offset, RequestId, SessionId, StoreOp, StoreRequest,
-    TopicPartition,
+    Event, FencingToken, MemberId, MemberInfo, Offset, Progress, RequestId, SessionId, StoreOp,
+    StoreRequest, TopicPartition,
 };
 use tenure_tokio::{Backend, BackendError, Joining};
 use tokio::sync::mpsc;
@@ -333,6 +333,7 @@ impl<B: Backend> Driver<B> {
                 partition: partition(p),
                 offset,
                 token,
+                progress: Progress::new(),
             });
         self.together(ops).await
     }
@@ -349,6 +350,7 @@ impl<B: Backend> Driver<B> {
                 partition: partition(p),
                 token,
                 commit,
+                progress: Progress::new(),
             });
         self.together(ops).await
     }
@@ -364,6 +366,19 @@ impl<B: Backend> Driver<B> {
         token: Option<FencingToken>,
         commit: Option<Offset>,
     ) -> Event {
+        self.release_progressing(p, token, commit, Progress::new())
+            .await
+    }
+
+    /// Releases `p`, carrying `commit` as its final commit if given, with
+    /// `progress` as its progress record.
+    pub async fn release_progressing(
+        &mut self,
+        p: u32,
+        token: Option<FencingToken>,
+        commit: Option<Offset>,
+        progress: Progress,
+    ) -> Event {
         let partition = partition(p);
         self.request(|id, session| StoreRequest {
             id,
@@ -372,12 +387,26 @@ impl<B: Backend> Driver<B> {
                 partition,
                 token,
                 commit,
+                progress,
             },
         })
         .await
     }
 
     pub async fn commit(&mut self, p: u32, offset: Offset, token: FencingToken) -> Event {
+        self.commit_progress(p, offset, token, Progress::new())
+            .await
+    }
+
+    /// Commits `offset` of `p` under `token`, with `progress` as its
+    /// progress record.
+    pub async fn commit_progress(
+        &mut self,
+        p: u32,
+        offset: Offset,
+        token: FencingToken,
+        progress: Progress,
+    ) -> Event {
         let partition = partition(p);
         self.request(|id, session| StoreRequest {
             id,
@@ -386,6 +415,7 @@ impl<B: Backend> Driver<B> {
                 partition,
                 offset,
                 token,
+                progress,
             },
         })
         .await

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::store::{CreateMode, Op, OpError, OpResult, Stat, Store, WatchEvent};
 use crate::error::{ClientError, StoreError};
+use crate::progress::{Committed, Progress};
 use crate::protocol::{ClaimOutcome, Event, RegisterOutcome, StoreOp, StoreRequest};
 use crate::records::{
     decode_registration, encode_offset, encode_registration, held_claim, parse_offset, Layout,
@@ -130,6 +131,7 @@ pub fn execute(
             partition,
             token,
             commit: None,
+            ..
         } => {
             let result = delete_if_ours(store, session, &layout.owner(&partition), token, fired);
             Execution::Done(Event::ReleaseResult { id, result })
@@ -138,9 +140,11 @@ pub fn execute(
             partition,
             token,
             commit: Some(offset),
+            progress,
         } => {
+            let commit = Committed { offset, progress };
             let result =
-                release_committing(store, layout, session, &partition, token, offset, fired);
+                release_committing(store, layout, session, &partition, token, &commit, fired);
             Execution::Done(Event::ReleaseResult { id, result })
         }
         StoreOp::ReadOffset { partition } => {
@@ -151,8 +155,18 @@ pub fn execute(
             partition,
             offset,
             token,
+            progress,
         } => {
-            let result = commit(store, layout, session, &partition, offset, token, fired);
+            let commit_value = Committed { offset, progress };
+            let result = commit(
+                store,
+                layout,
+                session,
+                &partition,
+                &commit_value,
+                token,
+                fired,
+            );
             Execution::Done(Event::CommitResult { id, result })
         }
     }
@@ -217,14 +231,16 @@ pub fn execute_batch(
                 partition,
                 offset,
                 token,
+                progress,
             } => match ours(store, session, &layout.owner(partition), Some(*token)) {
                 Ok(Some(owner)) => {
                     ops.push(Op::Check {
                         path: layout.owner(partition),
                         version: owner.version,
                     });
-                    ops.push(offset_write(store, layout, partition, *offset));
-                    decided.push(Err(2));
+                    let writes = commit_writes(store, layout, partition, *offset, progress);
+                    decided.push(Err(1 + writes.len()));
+                    ops.extend(writes);
                 }
                 Ok(None) => decided.push(Ok(Event::CommitResult {
                     id,
@@ -239,6 +255,7 @@ pub fn execute_batch(
                 partition,
                 token,
                 commit,
+                progress,
             } => {
                 let path = layout.owner(partition);
                 match ours(store, session, &path, *token) {
@@ -251,8 +268,9 @@ pub fn execute_batch(
                                 path: path.clone(),
                                 version: owner.version,
                             });
-                            ops.push(offset_write(store, layout, partition, *offset));
-                            count += 2;
+                            let writes = commit_writes(store, layout, partition, *offset, progress);
+                            count += 1 + writes.len();
+                            ops.extend(writes);
                         }
                         ops.push(Op::Delete {
                             path,
@@ -350,13 +368,19 @@ fn not_ours(store: &Store, path: &str) -> StoreError {
     }
 }
 
-/// The write of `offset` as the committed offset of `partition`: its data
-/// set at the version it has, or created if there is none (its parent must
-/// exist, or the multi it goes in is refused).
-fn offset_write(store: &Store, layout: &Layout, partition: &TopicPartition, offset: Offset) -> Op {
-    let path = layout.offset(partition);
-    let data = encode_offset(offset);
-    match store.exists(&path) {
+/// The writes of `offset` as the committed offset of `partition` and of
+/// `progress` as its progress record: each record's data set at the
+/// version it has, or created if there is none (its parent must exist, or
+/// the multi they go in is refused); an empty progress deletes the record
+/// there is.
+fn commit_writes(
+    store: &Store,
+    layout: &Layout,
+    partition: &TopicPartition,
+    offset: Offset,
+    progress: &Progress,
+) -> Vec<Op> {
+    let write = |path: String, data: Vec<u8>| match store.exists(&path) {
         Some(stat) => Op::SetData {
             path,
             data,
@@ -367,21 +391,64 @@ fn offset_write(store: &Store, layout: &Layout, partition: &TopicPartition, offs
             data,
             mode: CreateMode::Persistent,
         },
+    };
+    let mut writes = vec![write(layout.offset(partition), encode_offset(offset))];
+    let path = layout.progress(partition);
+    if !progress.is_empty() {
+        writes.push(write(path, progress.encode(offset)));
+    } else if let Some(stat) = store.exists(&path) {
+        // A progress record of an earlier commit must not outlive it: an
+        // offset written again later would make it count anew.
+        writes.push(Op::Delete {
+            path,
+            version: Some(stat.version),
+        });
     }
+    writes
 }
 
-/// Reads the committed offset of `partition`.
+/// Creates the parents of the records a commit of `progress` writes
+/// that are missing, so that its `multi` can create the records.
+fn commit_parents(
+    store: &mut Store,
+    layout: &Layout,
+    session: SessionId,
+    partition: &TopicPartition,
+    progress: &Progress,
+    fired: &mut Vec<WatchEvent>,
+) -> Result<(), StoreError> {
+    let mut paths = vec![layout.offset(partition)];
+    if !progress.is_empty() {
+        paths.push(layout.progress(partition));
+    }
+    for path in paths {
+        if store.exists(&path).is_none() {
+            fired.extend(store.create_parents(session, &path).map_err(store_error)?);
+        }
+    }
+    Ok(())
+}
+
+/// Reads the committed offset of `partition`, with the progress record
+/// written beside it.
 fn read_offset(
     store: &Store,
     layout: &Layout,
     partition: &TopicPartition,
-) -> Result<Option<Offset>, StoreError> {
+) -> Result<Option<Committed>, StoreError> {
     let path = layout.offset(partition);
-    match store.get(&path) {
-        Ok((data, _)) => parse_offset(&path, &data).map(Some),
-        Err(OpError::NoNode) => Ok(None),
-        Err(error) => Err(store_error(error)),
-    }
+    let offset = match store.get(&path) {
+        Ok((data, _)) => parse_offset(&path, &data)?,
+        Err(OpError::NoNode) => return Ok(None),
+        Err(error) => return Err(store_error(error)),
+    };
+    let path = layout.progress(partition);
+    let progress = match store.get(&path) {
+        Ok((data, _)) => Progress::decode(&path, &data, offset)?.unwrap_or_default(),
+        Err(OpError::NoNode) => Progress::new(),
+        Err(error) => return Err(store_error(error)),
+    };
+    Ok(Some(Committed { offset, progress }))
 }
 
 /// The second round trip of a claim that met an existing record: who holds
@@ -538,31 +605,29 @@ fn release_committing(
     session: SessionId,
     partition: &TopicPartition,
     token: Option<FencingToken>,
-    offset: Offset,
+    commit: &Committed,
     fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
     let owner_path = layout.owner(partition);
     let Some(owner) = ours(store, session, &owner_path, token)? else {
         return Err(not_ours(store, &owner_path));
     };
-    if store.exists(&layout.offset(partition)).is_none() {
-        fired.extend(
-            store
-                .create_parents(session, &layout.offset(partition))
-                .map_err(store_error)?,
-        );
-    }
-    let ops = vec![
-        Op::Check {
-            path: owner_path.clone(),
-            version: owner.version,
-        },
-        offset_write(store, layout, partition, offset),
-        Op::Delete {
-            path: owner_path,
-            version: Some(owner.version),
-        },
-    ];
+    commit_parents(store, layout, session, partition, &commit.progress, fired)?;
+    let mut ops = vec![Op::Check {
+        path: owner_path.clone(),
+        version: owner.version,
+    }];
+    ops.extend(commit_writes(
+        store,
+        layout,
+        partition,
+        commit.offset,
+        &commit.progress,
+    ));
+    ops.push(Op::Delete {
+        path: owner_path,
+        version: Some(owner.version),
+    });
     match store.multi(session, ops) {
         Ok((_, events)) => {
             fired.extend(events);
@@ -578,7 +643,7 @@ fn commit(
     layout: &Layout,
     session: SessionId,
     partition: &TopicPartition,
-    offset: Offset,
+    commit: &Committed,
     token: FencingToken,
     fired: &mut Vec<WatchEvent>,
 ) -> Result<(), StoreError> {
@@ -586,33 +651,21 @@ fn commit(
     let Some(owner) = ours(store, session, &owner_path, Some(token))? else {
         return Err(StoreError::NotOwner);
     };
-    let path = layout.offset(partition);
-    let data = encode_offset(offset);
-    let write = match store.exists(&path) {
-        Some(stat) => Op::SetData {
-            path: path.clone(),
-            data,
-            version: Some(stat.version),
-        },
-        None => {
-            fired.extend(store.create_parents(session, &path).map_err(store_error)?);
-            Op::Create {
-                path: path.clone(),
-                data,
-                mode: CreateMode::Persistent,
-            }
-        }
-    };
-    // The check ties the write to the owner record as read above: only our
-    // own release or the end of our session can remove it, and either makes
-    // this multi fail.
-    let ops = vec![
-        Op::Check {
-            path: owner_path,
-            version: owner.version,
-        },
-        write,
-    ];
+    commit_parents(store, layout, session, partition, &commit.progress, fired)?;
+    // The check ties the writes to the owner record as read above: only
+    // our own release or the end of our session can remove it, and either
+    // makes this multi fail.
+    let mut ops = vec![Op::Check {
+        path: owner_path,
+        version: owner.version,
+    }];
+    ops.extend(commit_writes(
+        store,
+        layout,
+        partition,
+        commit.offset,
+        &commit.progress,
+    ));
     match store.multi(session, ops) {
         Ok((_, events)) => {
             fired.extend(events);

@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Operation, StoreError};
+use crate::progress::{Committed, Progress};
 use crate::subscription::MemberInfo;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
@@ -143,8 +144,9 @@ pub enum Event {
     OffsetResult {
         /// The request's id.
         id: RequestId,
-        /// The committed next offset, or `None` if nothing was committed.
-        result: Result<Option<Offset>, StoreError>,
+        /// The committed next offset and the progress written with it, or
+        /// `None` if nothing was committed.
+        result: Result<Option<Committed>, StoreError>,
     },
     /// The result of [`StoreOp::CommitOffset`].
     CommitResult {
@@ -227,7 +229,7 @@ pub enum ClaimOutcome {
         /// it did not, or when the store did not read it (the member then
         /// reads it on its own); otherwise what a
         /// [`StoreOp::ReadOffset`] would have answered.
-        committed: Option<Result<Option<Offset>, StoreError>>,
+        committed: Option<Result<Option<Committed>, StoreError>>,
     },
     /// An owner record exists already; the core compares its session with
     /// its own to tell a lost reply of its own claim from another owner.
@@ -352,6 +354,9 @@ pub enum StoreOp {
         token: Option<FencingToken>,
         /// The final commit the release carries, if any.
         commit: Option<Offset>,
+        /// What was done above the final commit: its progress record,
+        /// written with it (deleted when empty). Nothing without `commit`.
+        progress: Progress,
     },
     /// Read the committed offset of `partition` (answer with
     /// [`Event::OffsetResult`]).
@@ -369,6 +374,9 @@ pub enum StoreOp {
         offset: Offset,
         /// The claim that guards the write.
         token: FencingToken,
+        /// What was done above `offset`: the partition's progress record,
+        /// written in the same fenced write (deleted when empty).
+        progress: Progress,
     },
     /// Confirm the session is alive on the server, a cheap round trip
     /// (answer with [`Event::HeartbeatResult`]).
@@ -407,6 +415,10 @@ pub enum FetchCommand {
         from: FetchFrom,
         /// The claim's fencing token, carried by every message.
         token: FencingToken,
+        /// What an earlier claim did above `from`, as its progress record
+        /// says: offsets done, not to hand out again, and the failures
+        /// counted of those not done. Empty when none was kept.
+        progress: Progress,
     },
     /// Stop fetching `partition`; call [`crate::Member::drained`] when the
     /// application has finished the messages it has.

@@ -36,6 +36,7 @@ use crate::assignment::{AssignmentMemo, PartitionCounts};
 use crate::backoff;
 use crate::config::{Config, InitialOffset};
 use crate::error::{ConfigError, Error, Operation, StoreError};
+use crate::progress::{Committed, Progress};
 use crate::rng::SplitMix64;
 use crate::subscription::MemberInfo;
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
@@ -389,6 +390,41 @@ impl Member {
             // something new, or a deadline has come, the step is over. (The
             // commit interval's end joins the table once passed, whether
             // or not a partition is ready: it counts as come then.)
+            let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
+            if noted || due {
+                self.tick();
+            }
+        }
+    }
+
+    /// The application has processed every message of `partition` below
+    /// `next` and, above it, those `progress` names done (acknowledged out
+    /// of order, or dead-lettered), fetched under the claim `token`: the
+    /// commit that follows stores `next` and, in the same fenced write,
+    /// `progress` as the partition's progress record, from which a later
+    /// owner skips what was done. A change of `progress` alone makes a
+    /// commit due. Ignored as [`Member::processed`] is, and when an earlier
+    /// report under the claim said a higher `next`.
+    pub fn progressed(
+        &mut self,
+        now: Instant,
+        partition: &TopicPartition,
+        token: FencingToken,
+        next: Offset,
+        progress: Progress,
+    ) {
+        if self.input(now) {
+            let Some(state) = self.partitions.get_mut_unnoted(partition) else {
+                return;
+            };
+            let had = state.commit_due().is_some();
+            state.progressed(token, next, progress);
+            let noted = !had && state.commit_due().is_some();
+            if noted {
+                self.partitions.note(partition);
+            }
+            // As for `processed`: only a new commit due or a deadline
+            // come makes the step derive anything.
             let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
             if noted || due {
                 self.tick();
@@ -1029,10 +1065,16 @@ impl Member {
                     token,
                     offset,
                 });
+                let progress = self
+                    .partitions
+                    .get(partition)
+                    .map(|state| state.progress_for(offset))
+                    .unwrap_or_default();
                 StoreOp::CommitOffset {
                     partition: p,
                     offset,
                     token,
+                    progress,
                 }
             }
             PartitionRequest::Release { commit } => {
@@ -1043,10 +1085,15 @@ impl Member {
                         offset,
                     });
                 }
+                let progress = match (commit, self.partitions.get(partition)) {
+                    (Some(offset), Some(state)) => state.progress_for(offset),
+                    _ => Progress::new(),
+                };
                 StoreOp::Release {
                     partition: p,
                     token: held,
                     commit,
+                    progress,
                 }
             }
         };
@@ -1205,7 +1252,7 @@ impl Member {
         }
     }
 
-    fn on_offset_result(&mut self, id: RequestId, result: Result<Option<Offset>, StoreError>) {
+    fn on_offset_result(&mut self, id: RequestId, result: Result<Option<Committed>, StoreError>) {
         let Some(partition) = self.partition_request(id, &result) else {
             return;
         };

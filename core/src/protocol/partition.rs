@@ -8,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
+use crate::progress::{Committed, Progress};
 use crate::protocol::{AppEvent, ClaimOutcome, FetchCommand, FetchFrom};
 use crate::types::{FencingToken, MemberId, Offset, RequestId, SessionId, TopicPartition};
 
@@ -145,7 +146,7 @@ pub(crate) enum AfterClaim {
     /// The claim took effect under this token: tell the application, then
     /// take the committed offset read with the claim, if it was, or read
     /// it.
-    Owned(FencingToken, Option<Result<Option<Offset>, StoreError>>),
+    Owned(FencingToken, Option<Result<Option<Committed>, StoreError>>),
     /// Another member holds the partition: watch its record.
     Watch,
     /// The claim failed and waits out a backoff; report the error, if one
@@ -264,8 +265,20 @@ pub(crate) struct PartitionState {
     pub committed: Option<Offset>,
     /// The highest offset the application processed under this claim.
     pub processed: Option<Offset>,
+    /// The next offset the application last reported with its progress
+    /// ([`PartitionState::progressed`]): what a commit writes when nothing
+    /// below it was acknowledged under this claim.
+    pub frontier: Option<Offset>,
+    /// What the application acknowledged above where it has processed
+    /// everything: the progress record the next commit writes. It starts
+    /// as the one read with the committed offset.
+    pub progress: Progress,
+    /// The progress record last known stored beside `committed`.
+    pub committed_progress: Progress,
     /// An interval commit in flight, with the offset it writes.
     pub commit: Option<(RequestId, Offset)>,
+    /// The progress record the commit in flight writes.
+    pub commit_progress: Progress,
     /// When a release must stop waiting for the drain.
     pub drain_deadline: Option<Instant>,
     /// The partition was assigned to us again during its release: claim it
@@ -318,7 +331,11 @@ impl PartitionState {
             start: None,
             committed: None,
             processed: None,
+            frontier: None,
+            progress: Progress::new(),
+            committed_progress: Progress::new(),
             commit: None,
+            commit_progress: Progress::new(),
             drain_deadline: None,
             reclaim: false,
             corrupt_reported: false,
@@ -326,17 +343,31 @@ impl PartitionState {
     }
 
     /// The next offset a commit would write, if it is ahead of the last
-    /// committed one (commits never go backwards); never, when the
-    /// application keeps the offsets.
+    /// committed one (commits never go backwards) or the progress above
+    /// it changed; never, when the application keeps the offsets.
     pub fn commit_due(&self) -> Option<Offset> {
         if !self.store_offsets {
             return None;
         }
-        let next = self.processed?.checked_add(1)?;
+        let next = self
+            .processed
+            .and_then(|p| p.checked_add(1))
+            .max(self.frontier)?;
         match self.committed {
-            Some(done) if done >= next => None,
+            Some(done) if done > next => None,
+            Some(done) if done == next => {
+                (self.progress_for(done) != self.committed_progress).then_some(done)
+            }
             _ => Some(next),
         }
+    }
+
+    /// The progress record a commit of `offset` writes: what was
+    /// acknowledged above it.
+    pub fn progress_for(&self, offset: Offset) -> Progress {
+        let mut progress = self.progress.clone();
+        progress.forget_below(offset);
+        progress
     }
 
     /// Where a (re)started fetch begins: after the last processed message,
@@ -357,6 +388,7 @@ impl PartitionState {
             PartitionRequest::ReadOffset => Phase::Owned(OwnedStep::ReadingOffset),
             PartitionRequest::Commit { offset, .. } => {
                 self.commit = Some((id, offset));
+                self.commit_progress = self.progress_for(offset);
                 return;
             }
             PartitionRequest::Release { commit } => {
@@ -364,6 +396,7 @@ impl PartitionState {
                 // release's own.
                 if let Some(offset) = commit {
                     self.commit = Some((id, offset));
+                    self.commit_progress = self.progress_for(offset);
                 }
                 Phase::Releasing(ReleaseStep::Deleting)
             }
@@ -543,7 +576,7 @@ impl PartitionState {
     /// is where fetching starts when no offset is stored.
     pub fn offset_result(
         &mut self,
-        result: Result<Option<Offset>, StoreError>,
+        result: Result<Option<Committed>, StoreError>,
         initial: FetchFrom,
         backoff: impl FnOnce(u32) -> Instant,
     ) -> AfterOffset {
@@ -574,7 +607,7 @@ impl PartitionState {
     /// after a backoff.
     pub fn read_with_claim(
         &mut self,
-        result: Result<Option<Offset>, StoreError>,
+        result: Result<Option<Committed>, StoreError>,
         initial: FetchFrom,
         backoff: impl FnOnce(u32) -> Instant,
     ) -> AfterOffset {
@@ -593,8 +626,14 @@ impl PartitionState {
 
     /// The committed offset is known (`None`: nothing committed): the
     /// partition is ready to fetch from it, else from `initial`.
-    fn offset_known(&mut self, committed: Option<Offset>, initial: FetchFrom) -> AfterOffset {
+    fn offset_known(&mut self, committed: Option<Committed>, initial: FetchFrom) -> AfterOffset {
+        let (committed, progress) = match committed {
+            Some(Committed { offset, progress }) => (Some(offset), progress),
+            None => (None, Progress::new()),
+        };
         self.committed = committed;
+        self.committed_progress = progress.clone();
+        self.progress = progress;
         self.start = Some(committed.map_or(initial, FetchFrom::Offset));
         self.phase = Phase::Owned(OwnedStep::Ready);
         self.request = None;
@@ -622,6 +661,27 @@ impl PartitionState {
         {
             self.processed = Some(self.processed.map_or(offset, |p| p.max(offset)));
         }
+    }
+
+    /// The application processed every message below `next` and, above
+    /// it, those `progress` names, fetched under `token`; ignored as
+    /// [`PartitionState::processed`] ignores an acknowledgement, and when
+    /// an earlier report said more (a higher `next`).
+    pub fn progressed(&mut self, token: FencingToken, next: Offset, mut progress: Progress) {
+        let open = matches!(
+            self.phase,
+            Phase::Owned(_) | Phase::Releasing(ReleaseStep::Draining)
+        );
+        let fetching = matches!(
+            self.fetch,
+            Fetch::Fetching | Fetch::Suspended | Fetch::Stopping
+        );
+        if !open || !fetching || self.token != Some(token) || self.frontier > Some(next) {
+            return;
+        }
+        progress.forget_below(next);
+        self.frontier = Some(next);
+        self.progress = progress;
     }
 
     /// The application finished what it had after a stop under `token`;
@@ -690,6 +750,7 @@ impl PartitionState {
             partition: partition.clone(),
             from,
             token,
+            progress: self.progress.clone(),
         })
     }
 
@@ -721,7 +782,7 @@ impl PartitionState {
         let event = self.commit_outcome(partition, offset, &result);
         let next = match result {
             Ok(()) => {
-                self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
+                self.stored(offset);
                 self.attempt = 0;
                 let request = match self.phase {
                     Phase::Releasing(ReleaseStep::AwaitCommit) => {
@@ -819,6 +880,16 @@ impl PartitionState {
         Some(DrainEnd { timed_out, send })
     }
 
+    /// The commit of `offset` with [`PartitionState::commit_progress`] is
+    /// stored.
+    fn stored(&mut self, offset: Offset) {
+        let progress = std::mem::take(&mut self.commit_progress);
+        if self.committed.is_none_or(|c| c <= offset) {
+            self.committed = Some(offset);
+            self.committed_progress = progress;
+        }
+    }
+
     /// The release's next request once nothing is left to drain: the
     /// delete of the record, carrying the final commit if one is due. A
     /// member that may not consume (`may_consume` false) may have lost its
@@ -875,7 +946,7 @@ impl PartitionState {
         let event = carried.and_then(|offset| self.commit_outcome(partition, offset, &result));
         let next = match (result, carried) {
             (Ok(()), Some(offset)) => {
-                self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
+                self.stored(offset);
                 AfterRelease::Finished { released: true }
             }
             // NoNode: an earlier attempt whose reply was lost deleted it
@@ -940,6 +1011,12 @@ impl PartitionState {
             self.maybe_ours,
             self.committed,
             self.processed,
+            (
+                self.frontier,
+                &self.progress,
+                &self.committed_progress,
+                &self.commit_progress,
+            ),
             self.reclaim,
             self.corrupt_reported,
             self.store_offsets,

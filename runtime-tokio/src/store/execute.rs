@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use tenure_core::{
-    ClientError, Event, RequestId, StoreError, StoreOp, StoreRequest, TopicPartition,
+    ClientError, Committed, Event, RequestId, StoreError, StoreOp, StoreRequest, TopicPartition,
 };
 
 use super::shared::Shared;
@@ -83,8 +83,10 @@ pub(crate) async fn execute<C: StoreClient>(
             partition,
             token,
             commit,
+            progress,
         } => {
-            let result = ops.release(&partition, token, commit).await;
+            let commit = commit.map(|offset| Committed { offset, progress });
+            let result = ops.release(&partition, token, commit.as_ref()).await;
             (Event::ReleaseResult { id, result }, None)
         }
         StoreOp::ReadOffset { partition } => {
@@ -95,8 +97,11 @@ pub(crate) async fn execute<C: StoreClient>(
             partition,
             offset,
             token,
+            progress,
         } => {
-            let result = ops.commit(&partition, offset, token).await;
+            let result = ops
+                .commit(&partition, &Committed { offset, progress }, token)
+                .await;
             (Event::CommitResult { id, result }, None)
         }
     };
@@ -165,12 +170,17 @@ pub(crate) async fn execute_batch<C: StoreClient>(
                 partition,
                 offset,
                 token,
-            } => commits.push((id, (partition, offset, token))),
+                progress,
+            } => commits.push((id, (partition, Committed { offset, progress }, token))),
             StoreOp::Release {
                 partition,
                 token,
                 commit,
-            } => releases.push((id, (partition, token, commit))),
+                progress,
+            } => {
+                let commit = commit.map(|offset| Committed { offset, progress });
+                releases.push((id, (partition, token, commit)));
+            }
             op => {
                 let command = StoreRequest { op, ..command };
                 tracing::error!(?command, "a command that does not go in batches in a batch");

@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use tenure_core::{
-    ClaimOutcome, FencingToken, MemberInfo, Offset, Operation, RegisterOutcome, StoreError,
+    ClaimOutcome, Committed, FencingToken, MemberInfo, Operation, RegisterOutcome, StoreError,
     TopicPartition,
 };
 
@@ -110,7 +110,7 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     async fn read_offset_many(
         &self,
         partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
+    ) -> Vec<Result<Option<Committed>, StoreError>> {
         self.read_offset_each(partitions).await
     }
 
@@ -118,7 +118,7 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     async fn read_offset_each(
         &self,
         partitions: &[TopicPartition],
-    ) -> Vec<Result<Option<Offset>, StoreError>> {
+    ) -> Vec<Result<Option<Committed>, StoreError>> {
         futures_util::future::join_all(partitions.iter().map(|p| self.read_offset(p))).await
     }
 
@@ -130,7 +130,7 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// [`StoreOps::commit_each`].
     async fn commit_many(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        commits: &[(TopicPartition, Committed, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
         self.commit_each(commits).await
     }
@@ -138,9 +138,9 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Commits each of `commits` on its own, all at once.
     async fn commit_each(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        commits: &[(TopicPartition, Committed, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
-        let each = commits.iter().map(|(p, o, t)| self.commit(p, *o, *t));
+        let each = commits.iter().map(|(p, c, t)| self.commit(p, c, *t));
         futures_util::future::join_all(each).await
     }
 
@@ -151,7 +151,7 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// fails as a whole. By default, [`StoreOps::release_each`].
     async fn release_many(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Committed>)],
     ) -> Vec<Result<(), StoreError>> {
         self.release_each(releases).await
     }
@@ -159,9 +159,11 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
     /// Releases each of `releases` on its own, all at once.
     async fn release_each(
         &self,
-        releases: &[(TopicPartition, Option<FencingToken>, Option<Offset>)],
+        releases: &[(TopicPartition, Option<FencingToken>, Option<Committed>)],
     ) -> Vec<Result<(), StoreError>> {
-        let each = releases.iter().map(|(p, t, c)| self.release(p, *t, *c));
+        let each = releases
+            .iter()
+            .map(|(p, t, c)| self.release(p, *t, c.as_ref()));
         futures_util::future::join_all(each).await
     }
 
@@ -175,26 +177,35 @@ pub trait StoreOps: Send + Sync + Sized + 'static {
 
     /// Deletes the owner record of `partition` if it is this session's
     /// claim (with `token`, when given): `Ok` too when it is gone or not
-    /// ours. With `commit`, writes it as the committed offset in the same
-    /// atomic step, under the same condition, and says why nothing was
+    /// ours. With `commit`, writes it as [`StoreOps::commit`] does, in the
+    /// same atomic step, under the same condition, and says why nothing was
     /// written: [`StoreError::NoNode`] (the record is gone) or
     /// [`StoreError::NotOwner`] (it is another claim's).
     async fn release(
         &self,
         partition: &TopicPartition,
         token: Option<FencingToken>,
-        commit: Option<Offset>,
+        commit: Option<&Committed>,
     ) -> Result<(), StoreError>;
 
-    /// Reads the committed offset of `partition`.
-    async fn read_offset(&self, partition: &TopicPartition) -> Result<Option<Offset>, StoreError>;
+    /// Reads the committed offset of `partition` and, from the same
+    /// state, its progress record: the record's progress when it was
+    /// written beside this offset ([`tenure_core::Progress::decode`]),
+    /// else none.
+    async fn read_offset(
+        &self,
+        partition: &TopicPartition,
+    ) -> Result<Option<Committed>, StoreError>;
 
-    /// Writes `offset` as the committed offset of `partition`, only while
-    /// its owner record is the claim `token` of this session.
+    /// Writes `commit`'s offset as the committed offset of `partition`,
+    /// and in the same atomic write its progress record
+    /// ([`tenure_core::Progress::encode`]; deleted when the progress is
+    /// empty), only while its owner record is the claim `token` of this
+    /// session.
     async fn commit(
         &self,
         partition: &TopicPartition,
-        offset: Offset,
+        commit: &Committed,
         token: FencingToken,
     ) -> Result<(), StoreError>;
 }

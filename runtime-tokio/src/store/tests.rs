@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::FutureExt;
 use tenure_core::{
-    ClaimOutcome, Event, FencingToken, MemberId, MemberInfo, Offset, Operation, RegisterOutcome,
+    ClaimOutcome, Committed, Event, FencingToken, MemberId, MemberInfo, Operation, RegisterOutcome,
     RequestId, SessionId, StoreError, StoreOp, StoreRequest, Subscription, TopicPartition,
 };
 use tokio::sync::mpsc;
@@ -91,24 +91,24 @@ impl StoreOps for ScriptedOps {
         &self,
         _: &TopicPartition,
         _: Option<FencingToken>,
-        _: Option<Offset>,
+        _: Option<&Committed>,
     ) -> Result<(), StoreError> {
         Ok(())
     }
-    async fn read_offset(&self, _: &TopicPartition) -> Result<Option<Offset>, StoreError> {
+    async fn read_offset(&self, _: &TopicPartition) -> Result<Option<Committed>, StoreError> {
         Ok(None)
     }
     async fn commit(
         &self,
         _: &TopicPartition,
-        _: Offset,
+        _: &Committed,
         _: FencingToken,
     ) -> Result<(), StoreError> {
         Ok(())
     }
     async fn commit_many(
         &self,
-        commits: &[(TopicPartition, Offset, FencingToken)],
+        commits: &[(TopicPartition, Committed, FencingToken)],
     ) -> Vec<Result<(), StoreError>> {
         self.commit_batches
             .lock()
@@ -385,6 +385,7 @@ async fn a_steps_commits_go_to_the_store_in_one_batch() {
                 partition: TopicPartition::new("t", partition),
                 offset: 10,
                 token: FencingToken(1),
+                progress: Default::default(),
             },
         ));
     }

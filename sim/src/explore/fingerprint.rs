@@ -190,8 +190,9 @@ pub(super) fn write_op(canon: &mut Canon, op: &StoreOp) {
             partition,
             token,
             commit,
+            progress,
         } => {
-            canon.raw((15, partition, commit));
+            canon.raw((15, partition, commit, progress));
             match token {
                 Some(token) => canon.zxid(token.0),
                 None => canon.number(u64::MAX),
@@ -202,8 +203,9 @@ pub(super) fn write_op(canon: &mut Canon, op: &StoreOp) {
             partition,
             offset,
             token,
+            progress,
         } => {
-            canon.raw((17, partition, offset));
+            canon.raw((17, partition, offset, progress));
             canon.zxid(token.0);
         }
         StoreOp::Heartbeat => canon.number(18),

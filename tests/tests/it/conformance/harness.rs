@@ -6,7 +6,9 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
-use tenure::core::{ClaimOutcome, Event, FencingToken, Offset, RegisterOutcome, StoreError};
+use tenure::core::{
+    ClaimOutcome, Committed, Event, FencingToken, Offset, Progress, RegisterOutcome, StoreError,
+};
 use tenure::tokio::Backend;
 
 use super::driver;
@@ -142,6 +144,22 @@ impl Driver {
         answer!(self, "Release", event, ReleaseResult)
     }
 
+    /// Releases `p` under `token`, carrying the final commit `offset` and
+    /// `progress` beside it.
+    pub async fn release_progressing(
+        &mut self,
+        p: u32,
+        token: FencingToken,
+        offset: Offset,
+        progress: Progress,
+    ) -> Result<(), StoreError> {
+        let event = self
+            .driver
+            .release_progressing(p, Some(token), Some(offset), progress)
+            .await;
+        answer!(self, "Release", event, ReleaseResult)
+    }
+
     /// Releases `p` under `token`, carrying the final commit `offset`.
     pub async fn release_committing(
         &mut self,
@@ -166,9 +184,31 @@ impl Driver {
         answer!(self, "CommitOffset", event, CommitResult)
     }
 
+    /// The committed offset of `p` (its progress left out).
     pub async fn read_offset(&mut self, p: u32) -> Result<Option<Offset>, StoreError> {
+        let committed = self.read_committed(p).await;
+        committed.map(|c| c.map(|c| c.offset))
+    }
+
+    /// The committed offset of `p` and the progress read with it.
+    pub async fn read_committed(&mut self, p: u32) -> Result<Option<Committed>, StoreError> {
         let event = self.driver.read_offset(p).await;
         answer!(self, "ReadOffset", event, OffsetResult)
+    }
+
+    /// Commits `offset` of `p` under `token` with `progress` beside it.
+    pub async fn commit_progress(
+        &mut self,
+        p: u32,
+        offset: Offset,
+        token: FencingToken,
+        progress: Progress,
+    ) -> Result<(), StoreError> {
+        let event = self
+            .driver
+            .commit_progress(p, offset, token, progress)
+            .await;
+        answer!(self, "CommitOffset", event, CommitResult)
     }
 
     pub async fn heartbeat(&mut self) -> Result<(), StoreError> {

@@ -67,6 +67,7 @@ macro_rules! conformance {
 conformance!(registration: registration_on_memory, registration_on_zookeeper, registration_on_etcd);
 conformance!(claim_race: claim_race_on_memory, claim_race_on_zookeeper, claim_race_on_etcd);
 conformance!(fenced_commits: fenced_commits_on_memory, fenced_commits_on_zookeeper, fenced_commits_on_etcd);
+conformance!(progress_records: progress_records_on_memory, progress_records_on_zookeeper, progress_records_on_etcd);
 conformance!(expiry: expiry_on_memory, expiry_on_zookeeper, expiry_on_etcd);
 conformance!(watches: watches_on_memory, watches_on_zookeeper, watches_on_etcd);
 conformance!(corrupt_data: corrupt_data_on_memory, corrupt_data_on_zookeeper, corrupt_data_on_etcd);

@@ -8,8 +8,8 @@
 //! ids, etcd lease ids, the model's counter) are only compared for equality.
 
 use tenure::core::{
-    ClaimOutcome, Event, FencingToken, Offset, RegisterOutcome, SessionId, StoreError, StoreOp,
-    StoreRequest,
+    ClaimOutcome, Committed, Event, FencingToken, Offset, Progress, RegisterOutcome, SessionId,
+    StoreError, StoreOp, StoreRequest,
 };
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -212,6 +212,142 @@ pub async fn fenced_commits(store: &dyn Store) {
     b.shutdown().await;
 }
 
+/// A progress record (what is done above the committed offset) is written
+/// in the same fenced write as the offset, read back with it, by a commit
+/// and by a release's final commit, one partition or many; a commit with
+/// nothing done above it deletes the record, so that an earlier record
+/// never counts for a later commit of the same offset.
+pub async fn progress_records(store: &dyn Store) {
+    let name = store.name();
+    let mut a = store.member("a").await;
+    let mut b = store.member("b").await;
+    let progress = |done: &[i64], failed: &[i64]| {
+        let mut progress = Progress::new();
+        for &offset in done {
+            progress.mark_done(offset);
+        }
+        for &offset in failed {
+            progress.fail(offset);
+        }
+        progress
+    };
+    let committed = |offset, progress| Ok(Some(Committed { offset, progress }));
+
+    let token = a.claim_created(0).await;
+    let first = progress(&[12, 13, 15], &[11, 11, 14]);
+    assert_eq!(
+        a.commit_progress(0, 10, token, first.clone()).await,
+        Ok(()),
+        "{name}"
+    );
+    assert_eq!(
+        a.read_committed(0).await,
+        committed(10, first.clone()),
+        "{name}"
+    );
+    assert_eq!(
+        b.read_committed(0).await,
+        committed(10, first.clone()),
+        "{name}"
+    );
+
+    // Fenced as the offset is: another session writes neither.
+    assert_eq!(
+        b.commit_progress(0, 20, token, progress(&[22], &[])).await,
+        Err(StoreError::NotOwner),
+        "{name}"
+    );
+    assert_eq!(
+        b.read_committed(0).await,
+        committed(10, first.clone()),
+        "{name}"
+    );
+
+    // Nothing done above the next offset: the record goes, and the
+    // offset written again later finds none.
+    assert_eq!(a.commit(0, 16, token).await, Ok(()), "{name}");
+    assert_eq!(
+        a.read_committed(0).await,
+        committed(16, Progress::new()),
+        "{name}"
+    );
+    assert_eq!(a.commit(0, 10, token).await, Ok(()), "{name}");
+    assert_eq!(
+        b.read_committed(0).await,
+        committed(10, Progress::new()),
+        "{name}: the record of an earlier commit outlived it"
+    );
+
+    // A release's final commit carries one, and a claim that reads the
+    // offset reads it too.
+    let last = progress(&[30, 31], &[29]);
+    assert_eq!(
+        a.release_progressing(0, token, 28, last.clone()).await,
+        Ok(()),
+        "{name}"
+    );
+    match b.claim_reading(0).await {
+        Ok(ClaimOutcome::Created {
+            committed: None, ..
+        }) => {}
+        Ok(ClaimOutcome::Created {
+            committed: Some(read),
+            ..
+        }) => assert_eq!(
+            read,
+            committed(28, last.clone()),
+            "{name}: read with the claim"
+        ),
+        other => panic!("{name}: a claim of a free partition answered {other:?}"),
+    }
+    assert_eq!(
+        b.read_committed(0).await,
+        committed(28, last.clone()),
+        "{name}"
+    );
+
+    // Many partitions in one step: each its own record, or none.
+    let tokens: Vec<FencingToken> = {
+        let mut tokens = Vec::new();
+        for p in 1..=3 {
+            tokens.push(a.claim_created(p).await);
+        }
+        tokens
+    };
+    let done = |p: u32| match p {
+        2 => Progress::new(),
+        p => progress(&[i64::from(p) * 10 + 2], &[]),
+    };
+    let commits = (1..=3u32)
+        .zip(&tokens)
+        .map(|(p, token)| StoreOp::CommitOffset {
+            partition: partition(p),
+            offset: i64::from(p) * 10,
+            token: *token,
+            progress: done(p),
+        });
+    for (p, result) in (1..=3u32).zip(a.together(commits).await) {
+        assert!(
+            matches!(result, Event::CommitResult { result: Ok(()), .. }),
+            "{name}: partition {p}'s commit in a batch answered {result:?}"
+        );
+    }
+    let reads = b.read_offsets_together(1..=3).await;
+    for (p, read) in (1..=3u32).zip(reads) {
+        let Event::OffsetResult { result, .. } = read else {
+            panic!("{name}: partition {p}'s offset read answered {read:?}");
+        };
+        assert_eq!(
+            result,
+            committed(i64::from(p) * 10, done(p)),
+            "{name}: partition {p}"
+        );
+    }
+
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
 /// A member's session ends on the server while the member lives on: its
 /// records go (and the watchers hear it), its claim no longer guards a
 /// commit, and its backend learns the session expired.
@@ -256,6 +392,7 @@ pub async fn expiry(store: &dyn Store) {
             partition: partition(0),
             offset: 99,
             token,
+            progress: Progress::new(),
         },
     };
     let id = commit.id;
@@ -512,6 +649,7 @@ pub async fn stale_session(store: &dyn Store) {
                     partition: partition(1),
                     offset: 7,
                     token,
+                    progress: Progress::new(),
                 },
             },
             StoreRequest {
@@ -521,6 +659,7 @@ pub async fn stale_session(store: &dyn Store) {
                     partition: partition(1),
                     token: Some(token),
                     commit: None,
+                    progress: Progress::new(),
                 },
             },
             StoreRequest {
@@ -716,7 +855,8 @@ pub async fn batches(store: &dyn Store) {
             panic!("{name}: partition {p}'s offset read answered {read:?}");
         };
         match (p, result) {
-            (42, Ok(Some(42))) | (7, Err(StoreError::Corrupt { .. })) => {}
+            (42, Ok(Some(Committed { offset: 42, .. }))) | (7, Err(StoreError::Corrupt { .. })) => {
+            }
             (p, Ok(None)) if p != 42 && p != 7 => {}
             (p, other) => panic!("{name}: partition {p}'s offset read answered {other:?}"),
         }
@@ -1055,7 +1195,7 @@ fn read_with_claim(
         Ok(ClaimOutcome::Created {
             committed: Some(committed),
             ..
-        }) => committed,
+        }) => committed.map(|c| c.map(|c| c.offset)),
         other => panic!("{name}: partition {p}'s claim answered {other:?}"),
     }
 }
