@@ -449,8 +449,11 @@ impl Queue {
                 0
             };
             let busy = lane != 0 && lanes.busy.contains_key(&lane);
-            if !stopping && busy && lanes.waiting >= lanes.max_waiting {
-                // The lanes are full: this message waits in its batch.
+            // The lanes are full, or the progress record is: this message
+            // waits in its batch until an acknowledgement makes room.
+            if !stopping
+                && ((busy && lanes.waiting >= lanes.max_waiting) || batch.ledger.progress_full())
+            {
                 if lanes.wait(false) {
                     continue;
                 }
@@ -844,12 +847,15 @@ impl Interleaved {
 }
 
 #[cfg(test)]
+// Done ranges are compared as the ranges they are, one or many.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use tenure_core::{FencingToken, TopicPartition};
 
     use super::*;
     use crate::ledger::{LedgerCell, Ledgers};
     use crate::message::Record;
+    use tenure_core::Progress;
 
     fn batch(partition: u32, offsets: std::ops::Range<i64>, ledger: &Arc<LedgerCell>) -> Fetched {
         let keys = vec![None; offsets.clone().count()];
@@ -884,6 +890,7 @@ mod tests {
                 ledgers.open(
                     &TopicPartition::new("t", p),
                     FencingToken(10 + u64::from(p)),
+                    Progress::new(),
                 )
             })
             .collect();
@@ -938,8 +945,8 @@ mod tests {
         let (_lease_tx, lease) = live_lease();
         let (mut queues, mut stream) = GroupQueues::new(4, 2, lease);
         let (p0, p1) = (TopicPartition::new("t", 0), TopicPartition::new("t", 1));
-        let cell0 = ledgers.open(&p0, FencingToken(1));
-        let cell1 = ledgers.open(&p1, FencingToken(2));
+        let cell0 = ledgers.open(&p0, FencingToken(1), Progress::new());
+        let cell1 = ledgers.open(&p1, FencingToken(2), Progress::new());
         let (q0, q1) = (
             queues.open(ProcessingOrder::Partition),
             queues.open(ProcessingOrder::Partition),
@@ -966,7 +973,11 @@ mod tests {
         let ledgers = Ledgers::default();
         let (lease_tx, lease) = live_lease();
         let (mut queues, mut stream) = GroupQueues::new(4, 8, lease);
-        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let cell = ledgers.open(
+            &TopicPartition::new("t", 0),
+            FencingToken(1),
+            Progress::new(),
+        );
         let q = queues.open(ProcessingOrder::Partition);
         assert!(q.send(batch(0, 0..4, &cell)).await);
         assert_eq!(take(&mut stream, 1).await, [(0, 0)]);
@@ -1044,7 +1055,7 @@ mod tests {
         fn new(order: ProcessingOrder) -> Claimed {
             let ledgers = Ledgers::default();
             let partition = TopicPartition::new("t", 0);
-            let cell = ledgers.open(&partition, FencingToken(3));
+            let cell = ledgers.open(&partition, FencingToken(3), Progress::new());
             if order.max_in_flight().is_some() {
                 // Taken from by hand: nothing to wake.
                 cell.set_lane_wake(Arc::new(|| {}));
@@ -1102,22 +1113,42 @@ mod tests {
         /// last one reported), if it moved past anything (-1: everything
         /// below 0, nothing).
         fn processed(&self) -> Option<Offset> {
-            processed_of(&self.ledgers)
-                .last()
-                .copied()
-                .filter(|o| *o >= 0)
+            self.reported().0
+        }
+
+        /// The last watermark reported since the last call, and the last
+        /// progress.
+        fn reported(&self) -> (Option<Offset>, Option<Progress>) {
+            let (processed, progress) = reports_of(&self.ledgers);
+            (
+                processed.last().copied().filter(|o| *o >= 0),
+                progress.last().cloned(),
+            )
         }
     }
 
     fn processed_of(ledgers: &Ledgers) -> Vec<Offset> {
+        reports_of(ledgers).0
+    }
+
+    /// The watermarks (the last offset processed) the ledgers report, and
+    /// the progress they report with them.
+    fn reports_of(ledgers: &Ledgers) -> (Vec<Offset>, Vec<Progress>) {
         let mut out = VecDeque::new();
         ledgers.changes(&mut out);
-        out.into_iter()
-            .filter_map(|event| match event {
-                crate::DataEvent::Processed(_, _, offset) => Some(offset),
-                _ => None,
-            })
-            .collect()
+        let mut processed = Vec::new();
+        let mut progress = Vec::new();
+        for event in out {
+            match event {
+                crate::DataEvent::Processed(_, _, offset) => processed.push(offset),
+                crate::DataEvent::Progressed(_, _, next, reported) => {
+                    processed.push(next - 1);
+                    progress.push(reported);
+                }
+                _ => {}
+            }
+        }
+        (processed, progress)
     }
 
     fn offsets(messages: &[Message]) -> Vec<i64> {
@@ -1191,11 +1222,11 @@ mod tests {
             matches!(
                 events.iter().collect::<Vec<_>>()[..],
                 [
-                    crate::DataEvent::Processed(_, _, 10),
+                    crate::DataEvent::Progressed(_, _, 11, progress),
                     crate::DataEvent::Drained(..)
-                ]
+                ] if progress.done() == [12..13]
             ),
-            "drained with 11 and 13 never handed out, committed up to 10: {events:?}"
+            "drained with 11 and 13 never handed out, committed up to 10 with 12 done: {events:?}"
         );
     }
 
@@ -1246,7 +1277,11 @@ mod tests {
         let ledgers = Ledgers::default();
         let (_lease_tx, lease) = live_lease();
         let (mut queues, mut stream) = GroupQueues::new(4, 64, lease);
-        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let cell = ledgers.open(
+            &TopicPartition::new("t", 0),
+            FencingToken(1),
+            Progress::new(),
+        );
         let q = queues.open(ProcessingOrder::key(4));
         cell.set_lane_wake(q.lane_wake());
         assert!(q.send(keyed(0, 0, &[Some("a"), Some("a")], &cell)).await);
@@ -1270,7 +1305,7 @@ mod tests {
         let (_lease_tx, lease) = live_lease();
         let (mut queues, mut stream) = GroupQueues::new(4, 64, lease);
         let partition = TopicPartition::new("t", 0);
-        let cell = ledgers.open(&partition, FencingToken(1));
+        let cell = ledgers.open(&partition, FencingToken(1), Progress::new());
         let q = queues.open(ProcessingOrder::key(4));
         cell.set_lane_wake(q.lane_wake());
         assert!(
@@ -1325,7 +1360,11 @@ mod tests {
     async fn an_acknowledgement_wakes_a_partition_stream() {
         let ledgers = Ledgers::default();
         let (_lease_tx, lease) = live_lease();
-        let cell = ledgers.open(&TopicPartition::new("t", 0), FencingToken(1));
+        let cell = ledgers.open(
+            &TopicPartition::new("t", 0),
+            FencingToken(1),
+            Progress::new(),
+        );
         let (sender, receiver) = mpsc::channel(4);
         let batches = Batches::new(receiver, lease, ProcessingOrder::unordered(1));
         cell.set_lane_wake(batches.lane_wake().expect("lanes"));
@@ -1447,9 +1486,20 @@ mod tests {
                     held.push(message);
                 }
                 proptest::prop_assert!(held.len() <= max_in_flight, "{} held", held.len());
-                if let Some(now) = claim.processed() {
-                    proptest::prop_assert!(Some(now) > *committed, "the commit moved back");
+                let (now, progress) = claim.reported();
+                if let Some(now) = now {
+                    proptest::prop_assert!(Some(now) >= *committed, "the commit moved back");
                     *committed = Some(now);
+                }
+                // The progress record names only acknowledged offsets,
+                // above the committed one.
+                for range in progress.iter().flat_map(|p| p.done().iter().cloned()) {
+                    for offset in range {
+                        proptest::prop_assert!(
+                            acked.contains(&offset) && Some(offset) > *committed,
+                            "the progress names {offset}, not acknowledged or not above {committed:?}"
+                        );
+                    }
                 }
                 if let Some(committed) = *committed {
                     for offset in 0..=committed {

@@ -1,7 +1,7 @@
 //! What the data plane tells the member's task.
 
 use tenure_core::assignment::PartitionCounts;
-use tenure_core::{FencingToken, Offset, TopicPartition};
+use tenure_core::{FencingToken, Offset, Progress, TopicPartition};
 
 use crate::error::KafkaError;
 
@@ -11,6 +11,11 @@ use crate::error::KafkaError;
 pub enum DataEvent {
     /// Everything up to `offset` is processed.
     Processed(TopicPartition, FencingToken, Offset),
+    /// Everything below the offset is processed and, above it, what the
+    /// progress names (for the partition's progress record, see
+    /// `tenure_core::Member::progressed`); sent when the progress changed,
+    /// in place of [`DataEvent::Processed`].
+    Progressed(TopicPartition, FencingToken, Offset, Progress),
     /// A stopping partition has nothing outstanding any more.
     Drained(TopicPartition, FencingToken),
     /// A problem worth reporting; the fetcher goes on.

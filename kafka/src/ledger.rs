@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tenure_core::{FencingToken, Offset, TopicPartition};
+use tenure_core::{FencingToken, Offset, Progress, TopicPartition};
 
 use crate::dead_letter::DeadLetterProducer;
 use crate::event::DataEvent;
@@ -51,6 +51,17 @@ struct Ledger {
     /// What acknowledgements tell the claim's lanes (see
     /// [`crate::ProcessingOrder`]); idle for a claim without them.
     lanes: LaneMail,
+    /// What is done above the watermark, and how often the messages there
+    /// failed: acknowledged out of order or dead-lettered under this
+    /// claim, or done under an earlier owner as the progress record read
+    /// with the committed offset says (those are not handed out again).
+    /// The member commits it beside the offset.
+    progress: Progress,
+    /// `progress` changed since the member's task last read it.
+    progress_moved: bool,
+    /// The progress holds as many ranges as its record may, and that was
+    /// said: no new message is taken until the watermark moves.
+    progress_full: bool,
 }
 
 /// One message taken from a fetched batch.
@@ -181,6 +192,8 @@ pub(crate) enum HandOut {
 /// One claim's ledger, shared by its messages (no lookup on the hot path).
 #[derive(Debug)]
 pub(crate) struct LedgerCell {
+    /// The claim's partition, for what the ledger says.
+    partition: TopicPartition,
     pub(crate) token: FencingToken,
     ledger: Mutex<Ledger>,
     /// The runtime the claim runs on, where a nacked message waits out
@@ -292,6 +305,12 @@ impl LedgerCell {
         let let_go = std::mem::take(&mut ledger.lanes.retried);
         ledger.fetched_to = None;
         ledger.started_at = Some(offset);
+        // The application asks for these offsets again: what an earlier
+        // owner or this claim did above the watermark is not skipped.
+        if !ledger.progress.is_empty() {
+            ledger.progress = Progress::new();
+            ledger.progress_moved = true;
+        }
         ledger.last_delivered = offset.checked_sub(1).filter(|o| *o >= 0);
         if ledger.last_delivered > ledger.watermark {
             ledger.watermark = ledger.last_delivered;
@@ -379,20 +398,69 @@ impl LedgerCell {
         {
             return false;
         }
+        if ledger.progress.is_done(offset) {
+            // Done under an earlier owner, as the progress record says:
+            // not handed out again, and processed once everything before
+            // it is.
+            if !ledger.outstanding.is_empty() {
+                ledger.outstanding.push_back(Entry {
+                    offset,
+                    lane,
+                    state: EntryState::Done,
+                    failures: 0,
+                });
+            }
+            ledger.last_delivered = Some(offset);
+            self.advance(ledger);
+            return false;
+        }
         let state = if handed {
             ledger.in_flight += 1;
             EntryState::Held
         } else {
             EntryState::Waiting
         };
+        let failures = ledger.progress.failures(offset);
         ledger.outstanding.push_back(Entry {
             offset,
             lane,
             state,
-            failures: 0,
+            failures,
         });
         ledger.last_delivered = Some(offset);
         true
+    }
+
+    /// Whether the claim's progress holds as many ranges as its record may
+    /// ([`Progress::is_full`]): its lanes then take no new message until
+    /// the watermark moves (the messages in flight and waiting in lanes go
+    /// on), and the first time it fills, a warning says so.
+    pub(crate) fn progress_full(&self) -> bool {
+        let mut ledger = self.lock();
+        if !ledger.progress.is_full() {
+            return false;
+        }
+        if !ledger.progress_full {
+            ledger.progress_full = true;
+            tracing::warn!(
+                partition = %self.partition,
+                token = self.token.0,
+                ranges = ledger.progress.done().len(),
+                "the progress record is full: no new message of the partition is handed out until the committed offset moves"
+            );
+        }
+        true
+    }
+
+    /// The application answered the claim's start offset itself: the
+    /// progress read with the member's committed offset says nothing of
+    /// it.
+    pub(crate) fn forget_progress(&self) {
+        let mut ledger = self.lock();
+        if !ledger.progress.is_empty() {
+            ledger.progress = Progress::new();
+            ledger.progress_moved = true;
+        }
     }
 
     /// Hands out the message at `offset`, which waited in its lane.
@@ -441,12 +509,17 @@ impl LedgerCell {
         };
         let entry = &mut ledger.outstanding[at];
         entry.failures = entry.failures.saturating_add(1);
+        let failures = entry.failures;
+        // Counted in the progress record too, so that the count survives
+        // a handoff.
+        while ledger.progress.fail(offset) < failures {}
+        self.progress_moved(&mut ledger);
         if let Some(producer) = &self.dead_letters {
-            if entry.failures >= producer.max_attempts() {
+            if failures >= producer.max_attempts() {
                 return Nacked::DeadLetter {
                     producer: producer.clone(),
                     runtime: self.runtime.clone(),
-                    attempts: entry.failures,
+                    attempts: failures,
                 };
             }
         }
@@ -588,6 +661,12 @@ impl LedgerCell {
         entry.state = EntryState::Done;
         let lane = entry.lane;
         ledger.in_flight -= 1;
+        if at > 0 {
+            // Above the watermark: the progress record keeps it, so that
+            // a next owner does not process it again.
+            ledger.progress.mark_done(offset);
+            self.progress_moved(&mut ledger);
+        }
         if lane != 0 {
             ledger.lanes.freed.push(lane);
         }
@@ -625,6 +704,15 @@ impl LedgerCell {
         self.advance(ledger);
     }
 
+    /// The progress changed without the watermark moving: the member's
+    /// task is woken to read it, as for the watermark's first move since
+    /// it read it.
+    fn progress_moved(&self, ledger: &mut Ledger) {
+        if !std::mem::replace(&mut ledger.progress_moved, true) {
+            self.wake.moved.notify_one();
+        }
+    }
+
     /// Moves the watermark up to what is acknowledged, and wakes the
     /// member's task if it moved or a drain ended.
     fn advance(&self, mut ledger: MutexGuard<'_, Ledger>) {
@@ -638,6 +726,13 @@ impl LedgerCell {
         if watermark > ledger.watermark {
             moved = ledger.watermark == ledger.reported;
             ledger.watermark = watermark;
+            if let Some(frontier) = watermark.and_then(|w| w.checked_add(1)) {
+                if !ledger.progress.is_empty() {
+                    ledger.progress.forget_below(frontier);
+                    ledger.progress_moved = true;
+                    ledger.progress_full = false;
+                }
+            }
         }
         let mut drained = false;
         if ledger.stopping && ledger.in_flight == 0 && !ledger.drained {
@@ -688,8 +783,17 @@ impl Ledgers {
         }
     }
 
-    pub(crate) fn open(&self, partition: &TopicPartition, token: FencingToken) -> Arc<LedgerCell> {
+    /// Opens the ledger of the claim `token` of `partition`, which starts
+    /// with `progress` (the progress record read with the committed
+    /// offset): what it names done is not handed out.
+    pub(crate) fn open(
+        &self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        progress: Progress,
+    ) -> Arc<LedgerCell> {
         let cell = Arc::new(LedgerCell {
+            partition: partition.clone(),
             token,
             ledger: Mutex::new(Ledger {
                 outstanding: VecDeque::new(),
@@ -705,6 +809,9 @@ impl Ledgers {
                 started_at: None,
                 fetched_to: None,
                 lanes: LaneMail::default(),
+                progress,
+                progress_moved: false,
+                progress_full: false,
             }),
             wake: self.wake.clone(),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -766,6 +873,23 @@ impl Ledgers {
         let mut drained = Vec::new();
         for (partition, cell) in cells.iter() {
             let mut ledger = cell.lock();
+            // What is done above the watermark changed: the member commits
+            // it with the offset after the watermark or, before the first
+            // message of the fetch is processed, with where it started
+            // (the committed offset, or where its policy put it).
+            if ledger.progress_moved {
+                let next = ledger.watermark.and_then(|w| w.checked_add(1));
+                if let Some(next) = next.or(ledger.started_at) {
+                    ledger.progress_moved = false;
+                    ledger.reported = ledger.watermark;
+                    out.push_back(DataEvent::Progressed(
+                        partition.clone(),
+                        cell.token,
+                        next,
+                        ledger.progress.clone(),
+                    ));
+                }
+            }
             if ledger.watermark > ledger.reported {
                 ledger.reported = ledger.watermark;
                 if let Some(offset) = ledger.watermark {
@@ -784,6 +908,8 @@ impl Ledgers {
 }
 
 #[cfg(test)]
+// Done ranges are compared as the ranges they are, one or many.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
@@ -804,7 +930,7 @@ mod tests {
         let ledgers = Ledgers::default();
         let partition = TopicPartition::new("t", 0);
         let token = FencingToken(7);
-        let cell = ledgers.open(&partition, token);
+        let cell = ledgers.open(&partition, token, Progress::new());
         (ledgers, partition, token, cell)
     }
 
@@ -835,6 +961,101 @@ mod tests {
         ledgers.stop(&partition, token);
         cell.pass(20, token, 0);
         assert_eq!(processed(&ledgers), Vec::<Offset>::new());
+    }
+
+    /// The progress the ledgers report, with the offset below which all
+    /// is processed.
+    fn progressed(ledgers: &Ledgers) -> Vec<(Offset, Progress)> {
+        let mut out = VecDeque::new();
+        ledgers.changes(&mut out);
+        out.into_iter()
+            .filter_map(|event| match event {
+                DataEvent::Progressed(_, _, next, progress) => Some((next, progress)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn what_the_progress_record_names_done_is_not_handed_out_again() {
+        let ledgers = Ledgers::default();
+        let token = FencingToken(7);
+        let mut read = Progress::new();
+        for offset in [11, 12, 14] {
+            read.mark_done(offset);
+        }
+        read.fail(13);
+        let cell = ledgers.open(&TopicPartition::new("t", 0), token, read);
+
+        // 10 is handed out; 11 and 12 were done by the last owner.
+        assert!(cell.take(10, 0, true, token, 0));
+        assert!(!cell.take(11, 0, true, token, 0), "11 handed out again");
+        assert!(!cell.take(12, 0, true, token, 0), "12 handed out again");
+        assert!(cell.take(13, 0, true, token, 0));
+        assert!(!cell.take(14, 0, true, token, 0), "14 handed out again");
+        assert!(cell.take(15, 0, true, token, 0));
+
+        // 10 done: past 11 and 12, up to 13, which is held; the record
+        // still names 14, and 13's failure.
+        cell.ack(10, 0);
+        let reported = progressed(&ledgers);
+        let Some((next, progress)) = reported.last() else {
+            panic!("no progress reported: {reported:?}");
+        };
+        assert_eq!(*next, 13);
+        assert_eq!(progress.done(), [14..15]);
+        assert_eq!(progress.failures(13), 1);
+
+        // 13 fails again: counted on from the record's count.
+        cell.set_lane_wake(Arc::new(|| {}));
+        assert!(matches!(cell.nack(13, 0), Nacked::Retry { .. }));
+        let reported = progressed(&ledgers);
+        assert_eq!(
+            reported.last().map(|(_, p)| p.failures(13)),
+            Some(2),
+            "{reported:?}"
+        );
+
+        // 15 done out of order, then 13: everything up to 15 is.
+        cell.ack(15, 0);
+        assert_eq!(cell.hand_out(13, 0), HandOut::Handed);
+        cell.ack(13, 0);
+        let reported = progressed(&ledgers);
+        assert_eq!(
+            reported.last(),
+            Some(&(16, Progress::new())),
+            "{reported:?}"
+        );
+    }
+
+    #[test]
+    fn a_full_progress_holds_new_messages_back_until_the_watermark_moves() {
+        let (ledgers, _, token, cell) = one_claim();
+        // 0 held; every second offset after it done: one range each.
+        assert!(cell.take(0, 0, true, token, 0));
+        let mut offset = 1;
+        while !cell.progress_full() {
+            assert!(cell.take(offset, 0, true, token, 0));
+            assert!(cell.take(offset + 1, 0, true, token, 0));
+            cell.ack(offset + 1, 0);
+            offset += 2;
+            assert!(offset < 4 * tenure_core::progress::MAX_DONE_RANGES as i64);
+        }
+        assert_eq!(
+            progressed(&ledgers).last().map(|(_, p)| p.done().len()),
+            Some(tenure_core::progress::MAX_DONE_RANGES)
+        );
+        // The first message done: the watermark moves past the first
+        // range, and there is room again.
+        cell.ack(0, 0);
+        cell.ack(1, 0);
+        assert!(!cell.progress_full());
+        let reported = progressed(&ledgers);
+        assert_eq!(
+            reported.last().map(|(next, _)| *next),
+            Some(3),
+            "{reported:?}"
+        );
     }
 
     #[test]

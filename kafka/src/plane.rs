@@ -8,7 +8,9 @@ use std::time::Instant;
 use rskafka::client::Client;
 
 use crate::dead_letter::DeadLetterProducer;
-use tenure_core::{FencingToken, FetchFrom, InitialOffset, Offset, Subscription, TopicPartition};
+use tenure_core::{
+    FencingToken, FetchFrom, InitialOffset, Offset, Progress, Subscription, TopicPartition,
+};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -59,18 +61,25 @@ const START_OFFSET_RETRY_MIN: std::time::Duration = std::time::Duration::from_mi
 const START_OFFSET_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Asks `ask` where the claim starts until it answers, reporting each
-/// failure; `from` where it says nothing.
+/// failure; `from` where it says nothing. Where it names an offset, the
+/// progress read with the member's committed offset says nothing of it:
+/// `ledger` forgets it.
 async fn ask_start(
     ask: &StartOffsets,
     partition: &TopicPartition,
     token: FencingToken,
     from: FetchFrom,
     events: &mpsc::UnboundedSender<DataEvent>,
+    ledger: &LedgerCell,
 ) -> FetchFrom {
     let mut pause = START_OFFSET_RETRY_MIN;
     loop {
         match ask(partition.clone(), token).await {
-            Ok(answer) => return answer.map_or(from, FetchFrom::Offset),
+            Ok(None) => return from,
+            Ok(Some(offset)) => {
+                ledger.forget_progress();
+                return FetchFrom::Offset(offset);
+            }
             Err(error) => {
                 let _ = events.send(DataEvent::StartOffsetFailed {
                     partition: partition.clone(),
@@ -214,12 +223,20 @@ impl DataPlane {
         self.partition_metrics.clear();
     }
 
-    /// Starts fetching `partition` from `from` under `token`.
-    pub fn start(&mut self, partition: TopicPartition, from: FetchFrom, token: FencingToken) {
+    /// Starts fetching `partition` from `from` under `token`, skipping
+    /// what `progress` (the progress record read with the committed
+    /// offset) names done: those messages are not handed out again.
+    pub fn start(
+        &mut self,
+        partition: TopicPartition,
+        from: FetchFrom,
+        token: FencingToken,
+        progress: Progress,
+    ) {
         if let Some(old) = self.claims.remove(&partition) {
             old.abort();
         }
-        let ledger = self.ledgers.open(&partition, token);
+        let ledger = self.ledgers.open(&partition, token, progress);
         let order = self.config.order_of(&partition.topic);
         let sender = match &mut self.delivery {
             Delivery::PerPartition(streams) => {
@@ -297,9 +314,10 @@ impl DataPlane {
         let sender = claim.sender.clone();
         let (partition, token) = (partition.clone(), claim.token);
         let events = self.events_tx.clone();
+        let ledger = claim.ledger.clone();
         claim.fetcher = Some(tokio::spawn(async move {
             let from = match ask {
-                Some(ask) => ask_start(&ask, &partition, token, from, &events).await,
+                Some(ask) => ask_start(&ask, &partition, token, from, &events, &ledger).await,
                 None => from,
             };
             fetcher.run(from, sender).await

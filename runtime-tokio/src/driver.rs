@@ -361,6 +361,10 @@ impl Driver {
             DataEvent::Processed(partition, token, offset) => {
                 self.processed(partition, token, offset);
             }
+            DataEvent::Progressed(partition, token, next, progress) => {
+                self.member
+                    .progressed(now(), &partition, token, next, progress);
+            }
             DataEvent::Drained(partition, token) => self.drained(partition, token),
             DataEvent::Counts(counts) => self.set_partition_counts(counts),
             DataEvent::HighWatermark(partition, token, end) => {
@@ -447,12 +451,10 @@ impl Driver {
                 partition,
                 from,
                 token,
-                // The data plane skips what the record names done once
-                // it reads the progress.
-                progress: _,
+                progress,
             } => {
                 if let Some(data) = self.data.as_mut() {
-                    data.start(partition.clone(), from, token);
+                    data.start(partition.clone(), from, token, progress);
                 }
                 self.claims.started(&partition, token);
                 self.tell(AssignmentEvent::Assigned {

@@ -459,3 +459,140 @@ async fn messages_that_keep_failing_go_to_the_dead_letter_topic() {
     }
     let _ = member.close().await.expect("m1 closes");
 }
+
+/// What a member acknowledged above its committed offset goes into the
+/// progress record beside it, in ZooKeeper, and the next owner skips it:
+/// the first member holds offset 0 back (nacked once, to come back in an
+/// hour) and acknowledges 1 to 100, then leaves; the next owner is handed
+/// 0 and everything from 101 on, never 1 to 100, and 0's failure counts
+/// on from the record's count: its next nack is its last attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_done_above_the_committed_offset_is_not_done_again_after_a_handoff() {
+    use common::zookeeper::ZooKeeper;
+    use common::Stores;
+    use tenure::core::records::Layout;
+    use tenure::core::Progress;
+
+    const TOTAL: usize = 200;
+    const DONE: i64 = 100;
+    let _turn = crate::turns::shared().await;
+    let client = kafka::client().await;
+    let topic = kafka::topic("lanes-progress");
+    let letters_topic = kafka::topic("lanes-progress-dlt");
+    kafka::create_topic(&client, &topic, 1).await;
+    kafka::create_topic(&client, &letters_topic, 1).await;
+    // A key each: nothing waits for another message of its key.
+    kafka::produce_keyed(&client, &topic, 0, TOTAL, TOTAL).await;
+    let zookeeper = ZooKeeper::new("lanes-progress").await;
+    let group = common::group("lanes-progress");
+    let join = |name: &str| {
+        let mut kafka_config = KafkaConfig::new(&kafka::bootstrap());
+        kafka_config.order = ProcessingOrder::key(32);
+        kafka_config.dead_letters = Some(DeadLetters::new(&letters_topic, 2));
+        let config = Config::new(&group, name, [&topic]).expect("valid config");
+        GroupMember::builder(config)
+            .kafka(kafka_config)
+            .join(zookeeper.backend())
+    };
+    let tp = TopicPartition::new(&topic, 0);
+
+    let mut first = join("m1").await.expect("m1 joins");
+    let mut acked = 0;
+    while acked < DONE {
+        let next = tokio::time::timeout(Duration::from_secs(30), first.next_message());
+        let message = next
+            .await
+            .expect("a message within 30 s")
+            .expect("m1 goes on");
+        if message.offset() == 0 {
+            assert!(
+                message.nack(Duration::from_secs(3600)).is_ok(),
+                "a nack refused with lanes"
+            );
+            continue;
+        }
+        assert!(message.offset() <= DONE, "{} handed out", message.offset());
+        message.ack();
+        acked += 1;
+    }
+    let report = first.commit().await.expect("m1 runs");
+    assert!(report.all_written(), "{report:?}");
+    let _ = first.close().await.expect("m1 closes");
+
+    // The record, as the store holds it: nothing below 0 is done, 1 to
+    // 100 are, and 0 failed once.
+    let layout = Layout::new("", &group);
+    let raw = zookeeper.raw().clone();
+    let read = |path: String| {
+        let raw = raw.clone();
+        async move {
+            let (data, _) = raw.get_data(&path).await.expect("the record");
+            data
+        }
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&read(layout.offset(&tp)).await),
+        "0",
+        "the offset record stays a plain number"
+    );
+    let path = layout.progress(&tp);
+    let progress = Progress::decode(&path, &read(path.clone()).await, 0)
+        .expect("a progress record")
+        .expect("written with offset 0");
+    assert_eq!(
+        progress.done().first(),
+        Some(&(1..DONE + 1)),
+        "{progress:?}"
+    );
+    assert_eq!(progress.done().len(), 1, "{progress:?}");
+    assert_eq!(progress.attempts(), [(0, 1)]);
+
+    // The next owner: 0, then 101 on; 0 fails a second time and goes to
+    // the dead-letter topic.
+    let mut second = join("m2").await.expect("m2 joins");
+    let mut handed = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while zookeeper.committed(&group, &tp).await != Some(TOTAL as i64) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "committed {:?} after 60 s, handed out {handed:?}",
+            zookeeper.committed(&group, &tp).await
+        );
+        let next = tokio::time::timeout(Duration::from_millis(200), second.next_message());
+        let Ok(message) = next.await else {
+            let _ = second.commit().await.expect("m2 runs");
+            continue;
+        };
+        let message = message.expect("m2 goes on");
+        let offset = message.offset();
+        assert!(
+            handed.insert(offset),
+            "{offset} handed out twice to the next owner"
+        );
+        assert!(
+            !(1..=DONE).contains(&offset),
+            "{offset}, done before the handoff, handed out again"
+        );
+        if offset == 0 {
+            assert!(message.nack(Duration::ZERO).is_ok(), "nack refused");
+        } else {
+            message.ack();
+        }
+    }
+    let expected: BTreeSet<i64> = std::iter::once(0).chain(DONE + 1..TOTAL as i64).collect();
+    assert_eq!(handed, expected);
+    let letters = letters_in(&client, &letters_topic, 1, 1).await;
+    assert_eq!(
+        letters
+            .get(&(0, 0))
+            .and_then(|h| h.get(dead_letter::ATTEMPTS)),
+        Some(&"2".to_owned()),
+        "0's attempts did not count on across the handoff: {letters:?}"
+    );
+    // Everything done: the record went with the last commit.
+    assert_eq!(
+        zookeeper.raw().get_data(&path).await.map(|_| ()),
+        Err(zookeeper_client::Error::NoNode)
+    );
+    let _ = second.close().await.expect("m2 closes");
+}
