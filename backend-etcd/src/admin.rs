@@ -454,9 +454,15 @@ impl GroupAdmin for EtcdAdmin {
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
         self.guarded_ops(group, guard, "deleting offsets", |keys| {
+            // A partition's progress record goes with its offset.
             partitions
                 .iter()
-                .map(|partition| TxnOp::delete(keys.offset(partition), None))
+                .flat_map(|partition| {
+                    [
+                        TxnOp::delete(keys.offset(partition), None),
+                        TxnOp::delete(keys.progress(partition), None),
+                    ]
+                })
                 .collect()
         })
         .await

@@ -562,7 +562,11 @@ impl GroupAdmin for ZooKeeperAdmin {
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
         let layout = self.guarded(group, guard).await?;
-        let paths: Vec<String> = partitions.iter().map(|p| layout.offset(p)).collect();
+        // A partition's progress record goes with its offset.
+        let paths: Vec<String> = partitions
+            .iter()
+            .flat_map(|p| [layout.offset(p), layout.progress(p)])
+            .collect();
         // All at once where it fits, so a reader sees old or new offsets;
         // one already gone is no longer asked for.
         for chunk in paths.chunks(MAX_MULTI_OPS) {

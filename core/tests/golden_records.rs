@@ -15,7 +15,8 @@ use tenure_core::records::{
     Layout, Registration,
 };
 use tenure_core::{
-    ClaimOutcome, FencingToken, MemberId, MemberInfo, SessionId, Subscription, TopicPartition,
+    ClaimOutcome, FencingToken, MemberId, MemberInfo, Progress, SessionId, Subscription,
+    TopicPartition,
 };
 
 fn path(name: &str) -> PathBuf {
@@ -189,6 +190,39 @@ fn offsets_are_ascii_decimal() {
     );
 }
 
+/// The progress record beside an offset: what is done above it, and how
+/// often the messages there failed. Read back as written; read beside
+/// another offset, or written by a later version, it counts for nothing;
+/// unknown fields are skipped.
+#[test]
+fn progress_records_name_the_offset_they_were_written_with() {
+    let mut progress = Progress::new();
+    for offset in [1_234_569, 1_234_570, 1_234_575] {
+        progress.mark_done(offset);
+    }
+    progress.fail(1_234_567);
+    progress.fail(1_234_567);
+    progress.fail(1_234_571);
+    pinned("progress-tenure.json", &progress.encode(1_234_567));
+    let golden = golden("progress-tenure.json");
+    let read = |committed| Progress::decode("progress-tenure.json", &golden, committed);
+    assert_eq!(read(1_234_567), Ok(Some(progress.clone())));
+    assert_eq!(read(1_234_568), Ok(None), "read beside another offset");
+
+    let later = br#"{"version":2,"committed":5,"done":"a bitmap"}"#;
+    assert_eq!(
+        Progress::decode("later", later, 5),
+        Ok(None),
+        "a later version"
+    );
+    let more = br#"{"version":1,"committed":5,"done":[[6,8]],"attempts":[],"by":"m1"}"#;
+    let read = Progress::decode("more", more, 5).expect("unknown fields skipped");
+    let mut expected = Progress::new();
+    expected.mark_done(6);
+    expected.mark_done(7);
+    assert_eq!(read, Some(expected));
+}
+
 #[test]
 fn record_paths_are_kafka_0_8s() {
     let layout = Layout::new("/kafka", "g");
@@ -201,6 +235,10 @@ fn record_paths_are_kafka_0_8s() {
     assert_eq!(
         layout.offset(&partition),
         "/kafka/consumers/g/offsets/orders/3"
+    );
+    assert_eq!(
+        layout.progress(&partition),
+        "/kafka/consumers/g/progress/orders/3"
     );
     assert_eq!(Layout::new("", "g").ids(), "/consumers/g/ids");
 }
