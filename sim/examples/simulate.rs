@@ -70,6 +70,12 @@ struct Args {
     /// Prints every event, command and fault mentioning TEXT (e.g. `a/1`).
     #[arg(long)]
     trace: Option<String>,
+    /// Applications process up to three batches of a partition at once,
+    /// finishing in any order, and commit what they finished above the
+    /// frontier in the progress record (checked: no recorded work is handed
+    /// out again).
+    #[arg(long = "out-of-order")]
+    out_of_order: bool,
     /// Runs every seed on a replicated ZooKeeper ensemble (followers that
     /// report late and are cut off from their leader) instead of one node.
     #[arg(long)]
@@ -156,6 +162,7 @@ fn config(args: &Args, seed: u64) -> SimConfig {
         config.chaos = chaos;
     }
     config.faults = args.faults;
+    config.out_of_order = args.out_of_order;
     config.trace = args.trace.clone();
     if args.ensemble {
         let mut ensemble = Ensemble::zookeeper(config.session_timeout);

@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use tenure_core::{FencingToken, FetchCommand, FetchFrom, Member, Offset, TopicPartition};
+use tenure_core::{
+    FencingToken, FetchCommand, FetchFrom, Member, Offset, Progress, TopicPartition,
+};
 
 /// What an application tells its member.
 #[derive(Clone, Debug)]
@@ -17,6 +19,14 @@ pub(crate) enum Told {
         partition: TopicPartition,
         token: FencingToken,
         offset: Offset,
+    },
+    /// Everything of `partition` below `next` is processed and, above
+    /// it, what `progress` names (batches finished out of order).
+    Progressed {
+        partition: TopicPartition,
+        token: FencingToken,
+        next: Offset,
+        progress: Progress,
     },
     /// A stopped partition has nothing outstanding any more.
     Drained {
@@ -34,6 +44,12 @@ impl Told {
                 token,
                 offset,
             } => member.processed(now, &partition, token, offset),
+            Told::Progressed {
+                partition,
+                token,
+                next,
+                progress,
+            } => member.progressed(now, &partition, token, next, progress),
             Told::Drained { partition, token } => member.drained(now, &partition, token),
         }
     }

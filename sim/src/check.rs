@@ -12,6 +12,7 @@ use tenure_core::model::store::Store;
 use tenure_core::protocol::{AppEvent, Member, StoreOp};
 use tenure_core::records::Layout;
 use tenure_core::types::{FencingToken, MemberId, Offset, SessionId, TopicPartition};
+use tenure_core::Progress;
 
 /// One running member as the checks see it: its state machine and the
 /// session its client holds.
@@ -33,24 +34,61 @@ pub(crate) fn arriving_commit(
     layout: &Layout,
     session: SessionId,
     op: &StoreOp,
-) -> Option<(TopicPartition, Offset, FencingToken, bool)> {
-    let (partition, offset, token) = match op {
+) -> Option<ArrivingCommit> {
+    let (partition, offset, token, progress) = match op {
         StoreOp::CommitOffset {
             partition,
             offset,
             token,
-            ..
+            progress,
         }
         | StoreOp::Release {
             partition,
             commit: Some(offset),
             token: Some(token),
-            ..
-        } => (partition, offset, token),
+            progress,
+        } => (partition, offset, token, progress),
         _ => return None,
     };
     let legit = owns(store, layout, session, partition, *token);
-    Some((partition.clone(), *offset, *token, legit))
+    Some(ArrivingCommit {
+        partition: partition.clone(),
+        offset: *offset,
+        progress: progress.clone(),
+        token: *token,
+        legit,
+    })
+}
+
+/// A commit on its way to the store ([`arriving_commit`]).
+pub(crate) struct ArrivingCommit {
+    pub(crate) partition: TopicPartition,
+    pub(crate) offset: Offset,
+    /// The progress record written with it.
+    pub(crate) progress: Progress,
+    pub(crate) token: FencingToken,
+    /// Whether the committer owns the partition under `token` as the
+    /// store has it.
+    pub(crate) legit: bool,
+}
+
+/// The progress record the store holds for `partition`, as a new owner
+/// reads it beside the committed offset: empty when there is none, or it
+/// names another offset.
+pub(crate) fn stored_progress(
+    store: &Store,
+    layout: &Layout,
+    partition: &TopicPartition,
+) -> Progress {
+    let read = |path: String| store.get(&path).ok().map(|(data, _)| (path, data));
+    let Some(offset) = read(layout.offset(partition))
+        .and_then(|(path, data)| tenure_core::records::parse_offset(&path, &data).ok())
+    else {
+        return Progress::new();
+    };
+    read(layout.progress(partition))
+        .and_then(|(path, data)| Progress::decode(&path, &data, offset).ok().flatten())
+        .unwrap_or_default()
 }
 
 /// Whether `event` says the store wrote the commit its request asked for:
@@ -200,21 +238,26 @@ pub(crate) fn converged(
     Ok(())
 }
 
-/// Checks a commit the store accepted: `offset` written for `partition`
-/// under `token` by `who`, `legit` when the committer's claim was the owner
-/// record as the commit arrived. `committed` is the ledger of the highest
-/// offset committed per partition (moved on here), `processed` how many
-/// times each offset of the partition was processed. Returns each broken
-/// property with what broke it.
+/// Checks a commit the store accepted: `commit`, written by `who` (its
+/// `legit` when the committer's claim was the owner record as the commit
+/// arrived). `committed` is the ledger of the highest offset committed per
+/// partition (moved on here), `processed` how many times each offset of
+/// the partition was processed. Returns each broken property with what
+/// broke it.
 pub(crate) fn commit(
     who: &MemberId,
-    partition: &TopicPartition,
-    offset: Offset,
-    token: FencingToken,
-    legit: bool,
+    commit: &ArrivingCommit,
     committed: &mut BTreeMap<TopicPartition, Offset>,
     processed: &[u32],
 ) -> Vec<(&'static str, String)> {
+    let ArrivingCommit {
+        partition,
+        offset,
+        progress,
+        token,
+        legit,
+    } = commit;
+    let (offset, legit) = (*offset, *legit);
     let mut problems = Vec::new();
     if !legit {
         problems.push((
@@ -237,6 +280,17 @@ pub(crate) fn commit(
             "no lost messages",
             format!(
                 "{who} committed {offset} for {partition} but offset {missing} was never processed"
+            ),
+        ));
+    }
+    // What the progress record names done above the offset, a next owner
+    // skips: it must have been processed.
+    let mut skipped = progress.done().iter().flat_map(Clone::clone);
+    if let Some(missing) = skipped.find(|&o| processed.get(o as usize).is_none_or(|&c| c == 0)) {
+        problems.push((
+            "no lost messages",
+            format!(
+                "{who} committed {offset} for {partition} with {missing} done above it, but it was never processed"
             ),
         ));
     }

@@ -12,7 +12,7 @@ use tenure_core::model::store::WatchEvent;
 use tenure_core::protocol::{Event, FetchCommand, Member, Output, StoreOp, StoreRequest};
 use tenure_core::records::{Layout, OPS_PER_BATCH};
 use tenure_core::subscription::MemberInfo;
-use tenure_core::types::{FencingToken, Offset, RequestId, SessionId, TopicPartition};
+use tenure_core::types::{Offset, RequestId, SessionId, TopicPartition};
 
 use super::model::{Flight, Input, Model, Move, Msg, Problem};
 use super::state::State;
@@ -270,9 +270,9 @@ impl State {
         self.fire(&model.layout, fired);
         match execution {
             Execution::Done(event) => {
-                if let Some((partition, offset, token, legit)) = commit {
+                if let Some(commit) = commit {
                     if check::stored_commit(&event) {
-                        self.check_commit(&info, &partition, offset, token, legit, problems);
+                        self.check_commit(&info, &commit, problems);
                     }
                 }
                 if current {
@@ -327,11 +327,11 @@ impl State {
             Batched::Done(events) => {
                 // The events answer the requests in their order.
                 for (event, commit) in events.iter().zip(commits) {
-                    let Some((partition, offset, token, legit)) = commit else {
+                    let Some(commit) = commit else {
                         continue;
                     };
                     if check::stored_commit(event) {
-                        self.check_commit(&info, &partition, offset, token, legit, problems);
+                        self.check_commit(&info, &commit, problems);
                     }
                 }
                 if current {
@@ -380,23 +380,17 @@ impl State {
     pub(super) fn check_commit(
         &mut self,
         info: &MemberInfo,
-        partition: &TopicPartition,
-        offset: Offset,
-        token: FencingToken,
-        legit: bool,
+        commit: &check::ArrivingCommit,
         problems: &mut Vec<Problem>,
     ) {
         let processed = self
             .processed
-            .get(partition)
+            .get(&commit.partition)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         problems.extend(check::commit(
             &info.id,
-            partition,
-            offset,
-            token,
-            legit,
+            commit,
             &mut self.committed,
             processed,
         ));

@@ -167,6 +167,7 @@ impl World {
                 n.in_flight.clear();
                 n.app = App {
                     batch_time: n.app.batch_time,
+                    lanes: n.app.lanes,
                     ..App::default()
                 };
                 self.at(now + restart_after, Action::Fault(Fault::Restart { node }));

@@ -2,16 +2,16 @@
 //! fetches, application events) carried out, and its application
 //! processing, draining and leaving.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crate::app::{Applied, Told};
 use crate::check;
 use tenure_core::error::{Error, StoreError};
 use tenure_core::protocol::{AppEvent, FetchCommand, Member, Output, StoreOp, StoreRequest};
 use tenure_core::records::OPS_PER_BATCH;
-use tenure_core::types::{FencingToken, SessionId, TopicPartition};
+use tenure_core::types::{FencingToken, Offset, SessionId, TopicPartition};
 
-use super::parts::{published, Action, Batch, Input, Pending, World, BATCH};
+use super::parts::{published, Action, Batch, Input, Ledger, Pending, World, BATCH};
 
 impl World {
     /// Carries out every command a member has for us, and checks what it
@@ -82,10 +82,37 @@ impl World {
     /// Starts or stops the fetching of the member's application.
     pub(super) fn fetch(&mut self, index: usize, command: FetchCommand) {
         self.trace(Some(index), &("->", &command));
+        let started = match &command {
+            FetchCommand::Start {
+                partition,
+                token,
+                progress,
+                ..
+            } => Some((partition.clone(), *token, progress.clone())),
+            _ => None,
+        };
         let hw = &self.hw;
         let newest = |partition: &TopicPartition| hw.get(partition).copied().unwrap_or(0);
-        if let Applied::Stopping(..) = self.nodes[index].app.holdings.apply(command, newest) {
-            self.finish_drains(index);
+        let app = &mut self.nodes[index].app;
+        match app.holdings.apply(command, newest) {
+            Applied::Stopping(..) => self.finish_drains(index),
+            Applied::Fetching(partition) if app.lanes > 1 => {
+                // A claim's start: its ledger begins where the fetch does,
+                // with what the progress record names done above it.
+                if let (Some((started, token, done)), Some((_, from))) =
+                    (started, app.holdings.fetching.get(&partition))
+                {
+                    if started == partition {
+                        let ledger = Ledger {
+                            token,
+                            frontier: *from,
+                            done,
+                        };
+                        app.ledgers.insert(partition, ledger);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -199,6 +226,7 @@ impl World {
                 true
             }
         });
+        let out_of_order = node.app.lanes > 1;
         for batch in done {
             let counts = self.processed.entry(batch.partition.clone()).or_default();
             for offset in batch.first..batch.end {
@@ -208,36 +236,94 @@ impl World {
                 }
                 counts[slot] += 1;
             }
-            let processed = Input::App(Told::Processed {
-                partition: batch.partition,
-                token: batch.token,
-                offset: batch.end - 1,
-            });
-            self.local(now, index, processed);
+            let told = if out_of_order {
+                let ledgers = &mut self.nodes[index].app.ledgers;
+                let Some(ledger) = ledgers
+                    .get_mut(&batch.partition)
+                    .filter(|l| l.token == batch.token)
+                else {
+                    continue;
+                };
+                for offset in batch.first..batch.end {
+                    ledger.done.mark_done(offset);
+                }
+                while ledger.done.is_done(ledger.frontier) {
+                    ledger.frontier += 1;
+                }
+                ledger.done.forget_below(ledger.frontier);
+                Told::Progressed {
+                    partition: batch.partition,
+                    token: batch.token,
+                    next: ledger.frontier,
+                    progress: ledger.done.clone(),
+                }
+            } else {
+                Told::Processed {
+                    partition: batch.partition,
+                    token: batch.token,
+                    offset: batch.end - 1,
+                }
+            };
+            self.local(now, index, Input::App(told));
         }
         let node = &mut self.nodes[index];
-        let busy: BTreeSet<TopicPartition> = node
-            .app
-            .batches
-            .iter()
-            .map(|b| b.partition.clone())
-            .collect();
-        let batch_time = node.app.batch_time;
+        let mut busy: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+        for batch in &node.app.batches {
+            *busy.entry(batch.partition.clone()).or_default() += 1;
+        }
+        let (batch_time, lanes) = (node.app.batch_time, node.app.lanes);
+        let mut handed = Vec::new();
         for (partition, (token, next)) in node.app.holdings.fetching.iter_mut() {
-            if busy.contains(partition) {
+            if busy.get(partition).copied().unwrap_or(0) >= lanes {
                 continue;
             }
             let hw = self.hw.get(partition).copied().unwrap_or(0);
+            // Out of order: what the claim's ledger has done is passed.
+            let done = node
+                .app
+                .ledgers
+                .get(partition)
+                .filter(|l| lanes > 1 && l.token == *token)
+                .map(|l| &l.done);
+            while done.is_some_and(|d| d.is_done(*next)) {
+                *next += 1;
+            }
             if *next < hw {
-                let end = (*next + BATCH).min(hw);
+                let first_done = done
+                    .and_then(|d| d.done().iter().find(|r| r.start > *next))
+                    .map_or(Offset::MAX, |r| r.start);
+                let end = (*next + BATCH).min(hw).min(first_done);
+                // Out of order, batches finish in any order.
+                let done_at = if lanes > 1 {
+                    now + batch_time.mul_f64(0.5 + self.rng.below(101) as f64 / 100.0)
+                } else {
+                    now + batch_time
+                };
                 node.app.batches.push(Batch {
                     partition: partition.clone(),
                     token: *token,
                     first: *next,
                     end,
-                    done_at: now + batch_time,
+                    done_at,
                 });
+                handed.push((partition.clone(), *next, end));
                 *next = end;
+            }
+        }
+        // No message that the store's progress record names done is
+        // handed out again: the claim's start carried the record.
+        if lanes > 1 {
+            for (partition, first, end) in handed {
+                let recorded = check::stored_progress(&self.store, &self.layout, &partition);
+                if let Some(again) = (first..end).find(|&o| recorded.is_done(o)) {
+                    let who = self.nodes[index].id.clone();
+                    self.violation(
+                        "recorded work not redone",
+                        format!(
+                            "{who} handed out {partition} offset {again}, which the store's progress record names done"
+                        ),
+                    );
+                }
             }
         }
         self.finish_drains(index);

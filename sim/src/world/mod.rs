@@ -82,6 +82,13 @@ pub struct SimConfig {
     /// A replicated etcd cluster in place of one store node (not with
     /// `ensemble`); `None`: one node, its own leader.
     pub etcd: Option<EtcdCluster>,
+    /// The members' applications process up to three batches of a
+    /// partition at once, finishing in any order (as key-ordered lanes
+    /// do), report what they finished above the frontier, and start a
+    /// claim past what its progress record names done; checked at every
+    /// hand-out: no message the store's progress record names done is
+    /// handed out again. Off: one batch at a time, in order.
+    pub out_of_order: bool,
 }
 
 impl SimConfig {
@@ -104,6 +111,7 @@ impl SimConfig {
             trace: None,
             ensemble: None,
             etcd: None,
+            out_of_order: false,
         }
     }
 
@@ -184,6 +192,9 @@ pub struct SimReport {
     pub duplicates: u64,
     /// Ownership changes (claims that succeeded).
     pub claims: u64,
+    /// Commits the store took that carried a progress record (work done
+    /// above the committed offset, with [`SimConfig::out_of_order`]).
+    pub progress_commits: u64,
     /// Of those, the claims that succeeded in a batch of a step's claims
     /// (one `multi`).
     pub batched_claims: u64,

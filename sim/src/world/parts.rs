@@ -47,6 +47,21 @@ pub(super) struct App {
     pub(super) batch_time: Duration,
     /// What the member's application events have told so far.
     pub(super) story: Story,
+    /// Batches of one partition processed at once: 1, in order; more,
+    /// finishing in any order ([`SimConfig::out_of_order`]).
+    pub(super) lanes: usize,
+    /// Out of order: per partition, what its claim finished.
+    pub(super) ledgers: BTreeMap<TopicPartition, Ledger>,
+}
+
+/// What an out-of-order application finished of one claim: everything
+/// below the frontier, and above it what the progress names (as read with
+/// the committed offset at the claim's start, and finished since).
+#[derive(Clone, Debug)]
+pub(super) struct Ledger {
+    pub(super) token: FencingToken,
+    pub(super) frontier: Offset,
+    pub(super) done: tenure_core::Progress,
 }
 
 /// One member process.

@@ -192,6 +192,7 @@ impl World {
             published: None,
             app: App {
                 batch_time: Duration::from_millis(30),
+                lanes: if self.config.out_of_order { 3 } else { 1 },
                 ..App::default()
             },
         };

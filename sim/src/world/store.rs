@@ -8,7 +8,7 @@ use crate::check;
 use tenure_core::model::adapter::{self, Batched, Execution};
 use tenure_core::model::store::WatchEvent;
 use tenure_core::protocol::{Event, StoreRequest};
-use tenure_core::types::{FencingToken, Offset, SessionId, TopicPartition};
+use tenure_core::types::SessionId;
 
 use super::parts::{Action, Fault, World};
 
@@ -79,9 +79,9 @@ impl World {
         self.deliver_watches(fired);
         match execution {
             Execution::Done(event) => {
-                if let Some((partition, offset, token, legit)) = commit {
+                if let Some(commit) = commit {
                     if check::stored_commit(&event) {
-                        self.check_commit(index, &partition, offset, token, legit);
+                        self.check_commit(index, &commit);
                     }
                 }
                 if matches!(
@@ -184,9 +184,9 @@ impl World {
                         self.report.claims += 1;
                         self.report.batched_claims += 1;
                     }
-                    if let Some((partition, offset, token, legit)) = commit {
+                    if let Some(commit) = commit {
                         if check::stored_commit(event) {
-                            self.check_commit(index, &partition, offset, token, legit);
+                            self.check_commit(index, &commit);
                         }
                     }
                 }
@@ -215,14 +215,11 @@ impl World {
         }
     }
 
-    pub(super) fn check_commit(
-        &mut self,
-        index: usize,
-        partition: &TopicPartition,
-        offset: Offset,
-        token: FencingToken,
-        legit: bool,
-    ) {
+    pub(super) fn check_commit(&mut self, index: usize, commit: &check::ArrivingCommit) {
+        let (partition, offset) = (&commit.partition, commit.offset);
+        if commit.legit && !commit.progress.is_empty() {
+            self.report.progress_commits += 1;
+        }
         self.operator
             .applied_commit(&self.config, self.now, partition, offset);
         let who = self.nodes[index].id.clone();
@@ -231,15 +228,7 @@ impl World {
             .get(partition)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let problems = check::commit(
-            &who,
-            partition,
-            offset,
-            token,
-            legit,
-            &mut self.committed,
-            processed,
-        );
+        let problems = check::commit(&who, commit, &mut self.committed, processed);
         for (property, detail) in problems {
             self.violation(property, detail);
         }
