@@ -437,10 +437,14 @@ impl GroupAdmin for EtcdAdmin {
         guard: WriteGuard,
     ) -> Result<(), AdminError> {
         self.guarded_ops(group, guard, "writing offsets", |keys| {
+            // The progress record speaks of the offset before: it goes.
             offsets
                 .iter()
-                .map(|(partition, offset)| {
-                    TxnOp::put(keys.offset(partition), encode_offset(*offset), None)
+                .flat_map(|(partition, offset)| {
+                    [
+                        TxnOp::put(keys.offset(partition), encode_offset(*offset), None),
+                        TxnOp::delete(keys.progress(partition), None),
+                    ]
                 })
                 .collect()
         })

@@ -528,6 +528,13 @@ impl GroupAdmin for ZooKeeperAdmin {
         }
         let options = zk::CreateMode::Persistent.with_acls(self.security.acls());
         for (partition, offset) in offsets {
+            // The progress record goes first: it speaks of the offset
+            // before, and the offset moved.
+            let progress = layout.progress(partition);
+            match self.client.delete(&progress, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(error) => return Err(self.refused(format!("deleting {progress}"), error)),
+            }
             let path = layout.offset(partition);
             let data = encode_offset(*offset);
             match self.client.set_data(&path, &data, None).await {

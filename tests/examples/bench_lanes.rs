@@ -25,8 +25,11 @@
 //!   the topic is processed and an offset was committed (every 5 s by
 //!   default), then started again to finish it. Completed records
 //!   processed again are those the first process had processed and the
-//!   second processed too; of them, those below the offset committed at
-//!   the kill would break the commit's promise.
+//!   second processed too; of them, those the store recorded as done at
+//!   the kill (below the committed offset, or named by the progress record
+//!   beside it, read from ZooKeeper once the first process is dead) would
+//!   break the record's promise, and those below the committed offset the
+//!   commit's. The others were acknowledged after the last commit.
 //!
 //! With `--peer parallel-consumer`, the same `Key` order workload also
 //! runs through Confluent's Parallel Consumer (`tests/peers/parallel-consumer`,
@@ -39,7 +42,8 @@
 //! Each rate counts from the first message handed out to the last one
 //! processed. The last line is `ordering=key lanes=L msgs_per_s=…
 //! speedup=… order_violations=… reprocessed_after_restart=…
-//! reprocessed_below_commit=… in_flight_at_kill=… commit_interval_ms=…`,
+//! reprocessed_recorded=… reprocessed_below_commit=… in_flight_at_kill=…
+//! commit_interval_ms=…`,
 //! `speedup` the ratio of the `Key` rate to the `Partition` rate of the
 //! same run.
 
@@ -51,7 +55,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tenure::core::Config;
+use tenure::core::records::{parse_offset, Layout};
+use tenure::core::{Committed, Config, Progress, TopicPartition};
 use tenure::tokio::{GroupMember, KafkaConfig, Message, ProcessingOrder};
 use tenure::zookeeper::ZooKeeperBackend;
 use tenure_tests::bench::{run_program, server};
@@ -320,7 +325,7 @@ async fn worker(args: &Args, group: &str, topic: &str) -> Result<(), String> {
             _ = look.tick() => {
                 // The committed offsets as they move: `c <p> <next offset>`.
                 for p in 0..args.partitions {
-                    let tp = tenure::core::TopicPartition::new(topic, p);
+                    let tp = TopicPartition::new(topic, p);
                     if let Ok((_, Some(offset))) = handle.committed(&tp).await {
                         if committed.insert(p, offset) != Some(offset) {
                             say(format_args!("c {p} {offset}"))?;
@@ -391,6 +396,9 @@ fn follow(
 /// What the restart measured.
 struct Restart {
     reprocessed: usize,
+    /// Of them, those the store recorded as done at the kill: below the
+    /// committed offset, or in the progress record beside it.
+    recorded: usize,
     /// Of them, those below the offset committed at the kill.
     below_commit: usize,
     in_flight_at_kill: usize,
@@ -422,6 +430,7 @@ fn restart(args: &Args, topic: &str) -> Result<Restart, String> {
         .kill()
         .map_err(|e| format!("kill -9 of the worker: {e}"))?;
     let _ = first.wait();
+    let recorded = recorded_at_kill(&group, topic, args.partitions)?;
     let completed: HashSet<(u32, i64)> = seen.processed.clone();
     seen.restarted();
     seen.log = Some(Vec::new());
@@ -438,12 +447,66 @@ fn restart(args: &Args, topic: &str) -> Result<Restart, String> {
         .iter()
         .filter(|(p, o)| committed.get(p).is_some_and(|c| o < c))
         .count();
+    let done_in_store = |(p, o): &(u32, i64)| {
+        recorded
+            .get(p)
+            .is_some_and(|c| *o < c.offset || c.progress.is_done(*o))
+    };
     Ok(Restart {
         reprocessed: again.len(),
+        recorded: again.iter().filter(|m| done_in_store(m)).count(),
         below_commit,
         in_flight_at_kill,
         violations: seen.violations,
     })
+}
+
+/// What the store recorded as done for each partition of `topic` in
+/// `group`: its committed offset and the progress record beside it, read
+/// from ZooKeeper (on a thread and runtime of its own: the caller blocks
+/// on the workers' output).
+fn recorded_at_kill(
+    group: &str,
+    topic: &str,
+    partitions: u32,
+) -> Result<HashMap<u32, Committed>, String> {
+    let connect = server("TENURE_ZOOKEEPER")?;
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    let read = async move {
+        let client = zookeeper_client::Client::connect(&connect)
+            .await
+            .map_err(|e| format!("ZooKeeper at {connect}: {e}"))?;
+        let layout = Layout::new("", &group);
+        let mut recorded = HashMap::new();
+        for p in 0..partitions {
+            let tp = TopicPartition::new(&topic, p);
+            let path = layout.offset(&tp);
+            let offset = match client.get_data(&path).await {
+                Ok((data, _)) => parse_offset(&path, &data).map_err(|e| e.to_string())?,
+                Err(zookeeper_client::Error::NoNode) => continue,
+                Err(e) => return Err(format!("{path}: {e}")),
+            };
+            let path = layout.progress(&tp);
+            let progress = match client.get_data(&path).await {
+                Ok((data, _)) => Progress::decode(&path, &data, offset)
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or_default(),
+                Err(zookeeper_client::Error::NoNode) => Progress::new(),
+                Err(e) => return Err(format!("{path}: {e}")),
+            };
+            recorded.insert(p, Committed { offset, progress });
+        }
+        Ok(recorded)
+    };
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("a runtime: {e}"))?
+            .block_on(read)
+    })
+    .join()
+    .map_err(|_| "the thread reading the records panicked".to_owned())?
 }
 
 async fn run(args: Args) -> Result<(), String> {
@@ -511,12 +574,13 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .commit_interval();
     println!(
-        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} reprocessed_below_commit={} in_flight_at_kill={} commit_interval_ms={}",
+        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} reprocessed_recorded={} reprocessed_below_commit={} in_flight_at_kill={} commit_interval_ms={}",
         args.lanes,
         lanes.msgs_per_s,
         lanes.msgs_per_s / baseline.msgs_per_s.max(1e-9),
         lanes.violations + restarted.violations,
         restarted.reprocessed,
+        restarted.recorded,
         restarted.below_commit,
         restarted.in_flight_at_kill,
         commit_interval.as_millis()

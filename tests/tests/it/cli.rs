@@ -629,6 +629,105 @@ async fn guarded_writes(admin: &dyn tenure::admin::GroupAdmin, backend: Box<dyn 
     }
 }
 
+/// An offset the operator writes or deletes takes the partition's progress
+/// record with it: even when it writes the offset the record was written
+/// with, what the record says of the work above it no longer counts.
+async fn offset_writes_take_the_progress_record(
+    admin: &dyn tenure::admin::GroupAdmin,
+    store: &'static str,
+    backend: Box<dyn Backend>,
+) {
+    use tenure::admin::WriteGuard;
+    use tenure::core::{ClaimOutcome, Committed, Event, MemberInfo, Progress, Subscription};
+    use tenure_testkit::driver::{self, Driver, GROUP};
+
+    let info = MemberInfo {
+        id: tenure::core::MemberId::new("p").expect("a valid id"),
+        subscription: Subscription::topics(&[driver::TOPIC]).expect("a valid topic"),
+        strategy: "range".to_owned(),
+    };
+    let mut member = Driver::start(store, backend, info, Duration::from_secs(10)).await;
+    let token = match member.claim(0).await {
+        Event::ClaimResult {
+            result: Ok(ClaimOutcome::Created { token, .. }),
+            ..
+        } => token,
+        other => panic!("{store}: a claim of a free partition answered {other:?}"),
+    };
+    let mut progress = Progress::new();
+    progress.mark_done(12);
+    let read = |event: Event| match event {
+        Event::OffsetResult { result, .. } => result,
+        other => panic!("{store}: an offset read answered {other:?}"),
+    };
+    for deleting in [false, true] {
+        let committed = member.commit_progress(0, 10, token, progress.clone()).await;
+        assert!(
+            matches!(committed, Event::CommitResult { result: Ok(()), .. }),
+            "{store}: {committed:?}"
+        );
+        assert_eq!(
+            read(member.read_offset(0).await),
+            Ok(Some(Committed {
+                offset: 10,
+                progress: progress.clone()
+            })),
+            "{store}"
+        );
+        let partition = driver::partition(0);
+        if deleting {
+            let partitions = [partition].into();
+            admin
+                .delete_offsets(GROUP, &partitions, WriteGuard::None)
+                .await
+                .expect("offsets deleted");
+            assert_eq!(read(member.read_offset(0).await), Ok(None), "{store}");
+            // Written again by the tool, the offset comes alone.
+            let offsets = [(driver::partition(0), 10)].into();
+            admin
+                .write_offsets(GROUP, &offsets, WriteGuard::None)
+                .await
+                .expect("offsets written");
+        } else {
+            let offsets = [(partition, 10)].into();
+            admin
+                .write_offsets(GROUP, &offsets, WriteGuard::None)
+                .await
+                .expect("offsets written");
+        }
+        assert_eq!(
+            read(member.read_offset(0).await),
+            Ok(Some(Committed::at(10))),
+            "{store}: the progress record outlived the tool's write"
+        );
+    }
+    member.backend.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_writes_take_the_progress_record_on_zookeeper() {
+    let _turn = crate::turns::shared().await;
+    let zookeeper = common::zookeeper::ZooKeeper::new("cli-progress").await;
+    let connect = zookeeper.connect_string().to_owned();
+    let admin = tenure::zookeeper::ZooKeeperAdmin::connect(&connect, Duration::from_secs(5))
+        .await
+        .expect("admin session");
+    let backend = tenure::zookeeper::ZooKeeperBackend::new(connect);
+    offset_writes_take_the_progress_record(&admin, "zookeeper", Box::new(backend)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_writes_take_the_progress_record_on_etcd() {
+    let _turn = crate::turns::shared().await;
+    let etcd = common::etcd::Etcd::new("cli-progress").await;
+    let admin =
+        tenure::etcd::EtcdAdmin::connect(etcd.endpoint(), etcd.prefix(), Duration::from_secs(5))
+            .await
+            .expect("admin connection");
+    let backend = tenure::etcd::EtcdBackend::new(etcd.endpoint()).prefix(etcd.prefix());
+    offset_writes_take_the_progress_record(&admin, "etcd", Box::new(backend)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guarded_writes_on_zookeeper() {
     let _turn = crate::turns::shared().await;
