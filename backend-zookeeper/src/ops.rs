@@ -440,6 +440,25 @@ impl Ctx {
         Ok(())
     }
 
+    /// The owner record at `owner_path`, the offset node and the progress
+    /// record of `partition`, read in one multi-read (one by one on a
+    /// server before 3.6).
+    async fn read_commit_nodes(
+        &self,
+        owner_path: &str,
+        partition: &TopicPartition,
+    ) -> Result<[Read; 3], StoreError> {
+        let paths: Vec<String> = std::iter::once(owner_path.to_owned())
+            .chain(commit_paths(&self.group.layout, [partition]))
+            .collect();
+        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
+        reads.try_into().map_err(|_| {
+            StoreError::Other(ClientError::message(
+                "a read of an owner record, an offset and its progress answered otherwise",
+            ))
+        })
+    }
+
     /// Creates the missing parents of the nodes `nodes` creates.
     async fn create_commit_parents(&self, nodes: &CommitNodes) -> Result<(), zk::Error> {
         for path in nodes.created() {
@@ -685,15 +704,7 @@ impl StoreOps for Ctx {
             return delete_if_ours(self, &owner_path, token, true).await;
         };
         let layout = &self.group.layout;
-        let paths: Vec<String> = std::iter::once(owner_path.clone())
-            .chain(commit_paths(layout, [partition]))
-            .collect();
-        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
-        let [owner, offset, progress]: [Read; 3] = reads.try_into().map_err(|_| {
-            StoreError::Other(ClientError::message(
-                "a read of an owner record, an offset and its progress answered otherwise",
-            ))
-        })?;
+        let [owner, offset, progress] = self.read_commit_nodes(&owner_path, partition).await?;
         let owner = owned(owner, self.session, token)?;
         let nodes =
             CommitNodes::read(layout, partition, commit, offset, progress).map_err(store_error)?;
@@ -854,15 +865,7 @@ impl StoreOps for Ctx {
     ) -> Result<(), StoreError> {
         let layout = &self.group.layout;
         let owner_path = layout.owner(partition);
-        let paths: Vec<String> = std::iter::once(owner_path.clone())
-            .chain(commit_paths(layout, [partition]))
-            .collect();
-        let reads = read_nodes(self, &paths).await.map_err(store_error)?;
-        let [owner, offset, progress]: [Read; 3] = reads.try_into().map_err(|_| {
-            StoreError::Other(ClientError::message(
-                "a read of an owner record, an offset and its progress answered otherwise",
-            ))
-        })?;
+        let [owner, offset, progress] = self.read_commit_nodes(&owner_path, partition).await?;
         let owner = match owner {
             Ok((_, stat)) => stat,
             Err(zk::Error::NoNode) => return Err(StoreError::NotOwner),

@@ -19,7 +19,9 @@
 //!   once, over the whole topic; per-key order checked at every hand-out;
 //! - **a restart after `kill -9`**: the same `Key` order over a topic of
 //!   its own (`--restart-per-partition`, 40,000, messages per partition),
-//!   in a process of its own (this example, run again as a worker) that
+//!   in a process of its own (this example, run again as a worker, whose
+//!   messages take from 0 to twice `--sleep-ms` each, so that they finish
+//!   out of offset order as calls to a real service do) that
 //!   reports each message as it is handed out and once it is processed,
 //!   and its committed offsets as they move; killed with SIGKILL once half
 //!   the topic is processed and an offset was committed (every 5 s by
@@ -30,6 +32,9 @@
 //!   beside it, read from ZooKeeper once the first process is dead) would
 //!   break the record's promise, and those below the committed offset the
 //!   commit's. The others were acknowledged after the last commit.
+//!   `skipped_by_record` counts the completed records the progress record
+//!   named done above the committed offset: a committed offset alone
+//!   would have had them processed again.
 //!
 //! With `--peer parallel-consumer`, the same `Key` order workload also
 //! runs through Confluent's Parallel Consumer (`tests/peers/parallel-consumer`,
@@ -42,8 +47,8 @@
 //! Each rate counts from the first message handed out to the last one
 //! processed. The last line is `ordering=key lanes=L msgs_per_s=…
 //! speedup=… order_violations=… reprocessed_after_restart=…
-//! reprocessed_recorded=… reprocessed_below_commit=… in_flight_at_kill=…
-//! commit_interval_ms=…`,
+//! reprocessed_recorded=… reprocessed_below_commit=… skipped_by_record=…
+//! in_flight_at_kill=… commit_interval_ms=…`,
 //! `speedup` the ratio of the `Key` rate to the `Partition` rate of the
 //! same run.
 
@@ -290,7 +295,9 @@ async fn key_order(args: &Args, topic: &str) -> Result<Run, String> {
     })
 }
 
-/// The restart's worker: `Key` order in this process, a line `s <p>
+/// The restart's worker: `Key` order in this process, each message taking
+/// from 0 to twice `--sleep-ms` (so that they finish out of offset order),
+/// a line `s <p>
 /// <offset>` when a message is handed out and `d <p> <offset>` once it is
 /// processed (written before it is acknowledged, so a kill between the
 /// two counts it as completed: a repeat then counts against tenure).
@@ -300,7 +307,17 @@ async fn worker(args: &Args, group: &str, topic: &str) -> Result<(), String> {
     let mut messages = streams
         .messages
         .ok_or("a member with Kafka hands out messages")?;
-    let sleep = Duration::from_millis(args.sleep_ms);
+    // From 0 to twice the sleep, the sleep on average, the same for a
+    // message in every run: messages finish out of offset order, as
+    // calls to a real service do.
+    let sleep_us = args.sleep_ms * 1_000;
+    let sleep_of = move |p: u32, offset: i64| {
+        let spread = (offset as u64)
+            .wrapping_mul(7_919)
+            .wrapping_add(u64::from(p) * 104_729)
+            % 1_001;
+        Duration::from_micros(sleep_us * 2 * spread / 1_000)
+    };
     let say = |line: std::fmt::Arguments<'_>| -> Result<(), String> {
         let mut out = std::io::stdout().lock();
         writeln!(out, "{line}")
@@ -315,6 +332,7 @@ async fn worker(args: &Args, group: &str, topic: &str) -> Result<(), String> {
                 let Some(message) = message else { break };
                 let (p, offset) = (message.partition(), message.offset());
                 say(format_args!("s {p} {offset}"))?;
+                let sleep = sleep_of(p, offset);
                 tokio::spawn(async move {
                     tokio::time::sleep(sleep).await;
                     if say(format_args!("d {p} {offset}")).is_ok() {
@@ -401,6 +419,10 @@ struct Restart {
     recorded: usize,
     /// Of them, those below the offset committed at the kill.
     below_commit: usize,
+    /// Completed before the kill and named done by the progress record
+    /// above the committed offset: skipped after the restart, where a
+    /// committed offset alone would have them processed again.
+    skipped_by_record: usize,
     in_flight_at_kill: usize,
     violations: usize,
 }
@@ -452,7 +474,16 @@ fn restart(args: &Args, topic: &str) -> Result<Restart, String> {
             .get(p)
             .is_some_and(|c| *o < c.offset || c.progress.is_done(*o))
     };
+    let skipped_by_record = completed
+        .iter()
+        .filter(|(p, o)| {
+            recorded
+                .get(p)
+                .is_some_and(|c| *o >= c.offset && c.progress.is_done(*o))
+        })
+        .count();
     Ok(Restart {
+        skipped_by_record,
         reprocessed: again.len(),
         recorded: again.iter().filter(|m| done_in_store(m)).count(),
         below_commit,
@@ -574,7 +605,7 @@ async fn run(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .commit_interval();
     println!(
-        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} reprocessed_recorded={} reprocessed_below_commit={} in_flight_at_kill={} commit_interval_ms={}",
+        "ordering=key lanes={} msgs_per_s={:.0} speedup={:.1} order_violations={} reprocessed_after_restart={} reprocessed_recorded={} reprocessed_below_commit={} skipped_by_record={} in_flight_at_kill={} commit_interval_ms={}",
         args.lanes,
         lanes.msgs_per_s,
         lanes.msgs_per_s / baseline.msgs_per_s.max(1e-9),
@@ -582,6 +613,7 @@ async fn run(args: Args) -> Result<(), String> {
         restarted.reprocessed,
         restarted.recorded,
         restarted.below_commit,
+        restarted.skipped_by_record,
         restarted.in_flight_at_kill,
         commit_interval.as_millis()
     );

@@ -643,7 +643,7 @@ async fn offset_writes_take_the_progress_record(
 
     let info = MemberInfo {
         id: tenure::core::MemberId::new("p").expect("a valid id"),
-        subscription: Subscription::topics(&[driver::TOPIC]).expect("a valid topic"),
+        subscription: Subscription::topics([driver::TOPIC]).expect("a valid topic"),
         strategy: "range".to_owned(),
     };
     let mut member = Driver::start(store, backend, info, Duration::from_secs(10)).await;
