@@ -414,17 +414,9 @@ impl Member {
         progress: Progress,
     ) {
         if self.input(now) {
-            let Some(state) = self.partitions.get_mut_unnoted(partition) else {
-                return;
-            };
-            let had = state.commit_due().is_some();
-            state.progressed(token, next, progress);
-            let noted = !had && state.commit_due().is_some();
-            if noted {
-                self.partitions.note(partition);
-            }
-            // As for `processed`: only a new commit due or a deadline
-            // come makes the step derive anything.
+            let noted = self.on_progressed(partition, token, next, progress);
+            // As for `processed`: only a change of what is due or a
+            // deadline come makes the step derive anything.
             let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
             if noted || due {
                 self.tick();
@@ -1315,6 +1307,29 @@ impl Member {
         let had = state.commit_due().is_some();
         state.processed(token, offset);
         let noted = !had && state.commit_due().is_some();
+        if noted {
+            self.partitions.note(partition);
+        }
+        noted
+    }
+
+    /// Takes a report of progress; `true` when it changed whether the
+    /// partition has a commit due (noted then). Unlike an acknowledgement,
+    /// a report of progress can also make a due commit not due (the
+    /// progress came back to what was committed with the same offset).
+    fn on_progressed(
+        &mut self,
+        partition: &TopicPartition,
+        token: FencingToken,
+        next: Offset,
+        progress: Progress,
+    ) -> bool {
+        let Some(state) = self.partitions.get_mut_unnoted(partition) else {
+            return false;
+        };
+        let had = state.commit_due().is_some();
+        state.progressed(token, next, progress);
+        let noted = had != state.commit_due().is_some();
         if noted {
             self.partitions.note(partition);
         }
