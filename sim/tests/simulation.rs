@@ -39,7 +39,10 @@ fn sticky_groups_keep_every_property_under_faults_and_churn() {
 #[test]
 fn out_of_order_applications_keep_every_property_and_redo_no_recorded_work() {
     let mut progress_commits = 0;
-    for seed in 300..312 {
+    // Two seeds that once failed: a report of progress for a partition no
+    // longer held skipped the member's due timers; a batch finishing moved
+    // the application's frontier past what the record named done.
+    for seed in (300..312).chain([2_569_927_496, 2_569_927_470]) {
         let mut config = SimConfig::new(seed);
         config.out_of_order = true;
         progress_commits += assert_clean(&config).progress_commits;

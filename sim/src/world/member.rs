@@ -278,13 +278,18 @@ impl World {
                 continue;
             }
             let hw = self.hw.get(partition).copied().unwrap_or(0);
-            // Out of order: what the claim's ledger has done is passed.
-            let done = node
+            // Out of order: what the claim's ledger has done is passed,
+            // below its frontier (which a batch finishing may move past
+            // what the record named done, forgetting it) and above.
+            let ledger = node
                 .app
                 .ledgers
                 .get(partition)
-                .filter(|l| lanes > 1 && l.token == *token)
-                .map(|l| &l.done);
+                .filter(|l| lanes > 1 && l.token == *token);
+            if let Some(ledger) = ledger {
+                *next = (*next).max(ledger.frontier);
+            }
+            let done = ledger.map(|l| &l.done);
             while done.is_some_and(|d| d.is_done(*next)) {
                 *next += 1;
             }
