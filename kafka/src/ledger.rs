@@ -71,8 +71,6 @@ struct Entry {
     /// Its key's lane ([`lane_of`]); 0: none.
     lane: u64,
     state: EntryState,
-    /// How often it was nacked.
-    failures: u32,
 }
 
 /// Where a taken message is.
@@ -407,7 +405,6 @@ impl LedgerCell {
                     offset,
                     lane,
                     state: EntryState::Done,
-                    failures: 0,
                 });
             }
             ledger.last_delivered = Some(offset);
@@ -420,12 +417,10 @@ impl LedgerCell {
         } else {
             EntryState::Waiting
         };
-        let failures = ledger.progress.failures(offset);
         ledger.outstanding.push_back(Entry {
             offset,
             lane,
             state,
-            failures,
         });
         ledger.last_delivered = Some(offset);
         true
@@ -507,12 +502,9 @@ impl LedgerCell {
         let Some(at) = ledger.held_at(offset, generation) else {
             return Nacked::LetGo;
         };
-        let entry = &mut ledger.outstanding[at];
-        entry.failures = entry.failures.saturating_add(1);
-        let failures = entry.failures;
-        // Counted in the progress record too, so that the count survives
+        // Counted in the progress, whose record carries the count across
         // a handoff.
-        while ledger.progress.fail(offset) < failures {}
+        let failures = ledger.progress.fail(offset);
         self.progress_moved(&mut ledger);
         if let Some(producer) = &self.dead_letters {
             if failures >= producer.max_attempts() {
@@ -557,10 +549,10 @@ impl LedgerCell {
         };
         let ledger = self.lock();
         match ledger.held_at(offset, generation) {
-            Some(at) => Nacked::DeadLetter {
+            Some(_) => Nacked::DeadLetter {
                 producer: producer.clone(),
                 runtime: self.runtime.clone(),
-                attempts: ledger.outstanding[at].failures.saturating_add(1),
+                attempts: ledger.progress.failures(offset).saturating_add(1),
             },
             None => Nacked::LetGo,
         }

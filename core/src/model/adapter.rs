@@ -234,12 +234,9 @@ pub fn execute_batch(
                 progress,
             } => match ours(store, session, &layout.owner(partition), Some(*token)) {
                 Ok(Some(owner)) => {
-                    ops.push(Op::Check {
-                        path: layout.owner(partition),
-                        version: owner.version,
-                    });
-                    let writes = commit_writes(store, layout, partition, *offset, progress);
-                    decided.push(Err(1 + writes.len()));
+                    let writes =
+                        checked_commit(store, layout, partition, &owner, *offset, progress);
+                    decided.push(Err(writes.len()));
                     ops.extend(writes);
                 }
                 Ok(None) => decided.push(Ok(Event::CommitResult {
@@ -264,12 +261,9 @@ pub fn execute_batch(
                         if let Some(offset) = commit {
                             // The final commit rides in the same multi,
                             // guarded as a commit is.
-                            ops.push(Op::Check {
-                                path: path.clone(),
-                                version: owner.version,
-                            });
-                            let writes = commit_writes(store, layout, partition, *offset, progress);
-                            count += 1 + writes.len();
+                            let writes =
+                                checked_commit(store, layout, partition, &owner, *offset, progress);
+                            count += writes.len();
                             ops.extend(writes);
                         }
                         ops.push(Op::Delete {
@@ -368,15 +362,19 @@ fn not_ours(store: &Store, path: &str) -> StoreError {
     }
 }
 
-/// The writes of `offset` as the committed offset of `partition` and of
-/// `progress` as its progress record: each record's data set at the
-/// version it has, or created if there is none (its parent must exist, or
-/// the multi they go in is refused); an empty progress deletes the record
-/// there is.
-fn commit_writes(
+/// The operations of a commit of `offset` of `partition` with `progress`,
+/// under the owner record as read (`owner`): that record checked at its
+/// version first, which ties the writes to it (only our own release or the
+/// end of our session can remove it, and either makes the multi fail at
+/// index 0); then the offset and the progress record, each record's data
+/// set at the version it has, or created if there is none (its parent
+/// must exist, or the multi they go in is refused); an empty progress
+/// deletes the record there is.
+fn checked_commit(
     store: &Store,
     layout: &Layout,
     partition: &TopicPartition,
+    owner: &Stat,
     offset: Offset,
     progress: &Progress,
 ) -> Vec<Op> {
@@ -392,7 +390,13 @@ fn commit_writes(
             mode: CreateMode::Persistent,
         },
     };
-    let mut writes = vec![write(layout.offset(partition), encode_offset(offset))];
+    let mut writes = vec![
+        Op::Check {
+            path: layout.owner(partition),
+            version: owner.version,
+        },
+        write(layout.offset(partition), encode_offset(offset)),
+    ];
     let path = layout.progress(partition);
     if !progress.is_empty() {
         writes.push(write(path, progress.encode(offset)));
@@ -613,17 +617,14 @@ fn release_committing(
         return Err(not_ours(store, &owner_path));
     };
     commit_parents(store, layout, session, partition, &commit.progress, fired)?;
-    let mut ops = vec![Op::Check {
-        path: owner_path.clone(),
-        version: owner.version,
-    }];
-    ops.extend(commit_writes(
+    let mut ops = checked_commit(
         store,
         layout,
         partition,
+        &owner,
         commit.offset,
         &commit.progress,
-    ));
+    );
     ops.push(Op::Delete {
         path: owner_path,
         version: Some(owner.version),
@@ -652,20 +653,14 @@ fn commit(
         return Err(StoreError::NotOwner);
     };
     commit_parents(store, layout, session, partition, &commit.progress, fired)?;
-    // The check ties the writes to the owner record as read above: only
-    // our own release or the end of our session can remove it, and either
-    // makes this multi fail.
-    let mut ops = vec![Op::Check {
-        path: owner_path,
-        version: owner.version,
-    }];
-    ops.extend(commit_writes(
+    let ops = checked_commit(
         store,
         layout,
         partition,
+        &owner,
         commit.offset,
         &commit.progress,
-    ));
+    );
     match store.multi(session, ops) {
         Ok((_, events)) => {
             fired.extend(events);

@@ -383,18 +383,7 @@ impl Member {
         token: FencingToken,
         offset: Offset,
     ) {
-        if self.input(now) {
-            let noted = self.on_processed(partition, token, offset);
-            // An acknowledgement moves no deadline and changes nothing the
-            // lease looks at: unless it made the partition's state derive
-            // something new, or a deadline has come, the step is over. (The
-            // commit interval's end joins the table once passed, whether
-            // or not a partition is ready: it counts as come then.)
-            let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
-            if noted || due {
-                self.tick();
-            }
-        }
+        self.reported(now, partition, |state| state.processed(token, offset));
     }
 
     /// The application has processed every message of `partition` below
@@ -413,15 +402,9 @@ impl Member {
         next: Offset,
         progress: Progress,
     ) {
-        if self.input(now) {
-            let noted = self.on_progressed(partition, token, next, progress);
-            // As for `processed`: only a change of what is due or a
-            // deadline come makes the step derive anything.
-            let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
-            if noted || due {
-                self.tick();
-            }
-        }
+        self.reported(now, partition, |state| {
+            state.progressed(token, next, progress)
+        });
     }
 
     /// The application has finished every message it had of `partition`
@@ -1290,50 +1273,39 @@ impl Member {
         }
     }
 
-    /// Notes what the application processed; `true` when the partition
-    /// now has something to commit and did not before.
-    fn on_processed(
+    /// What the application reported of `partition`, at `now`: `report`
+    /// applied to its state. A report moves no deadline and changes
+    /// nothing the lease looks at: unless it changed whether the partition
+    /// has a commit due (then noted: an acknowledgement can only make one
+    /// due, a report of progress also not due, when the progress came back
+    /// to what was committed with the same offset), or a deadline has
+    /// come, the step is over; the others cost one lookup. (The commit
+    /// interval's end joins the table once passed, whether or not a
+    /// partition is ready: it counts as come then.)
+    fn reported(
         &mut self,
+        now: Instant,
         partition: &TopicPartition,
-        token: FencingToken,
-        offset: Offset,
-    ) -> bool {
-        // Only the first acknowledgement past the committed offset changes
-        // what the member derives (the partition has something to
-        // commit); the others are not noted, so they cost one lookup.
-        let Some(state) = self.partitions.get_mut_unnoted(partition) else {
-            return false;
+        report: impl FnOnce(&mut PartitionState),
+    ) {
+        if !self.input(now) {
+            return;
+        }
+        let noted = match self.partitions.get_mut_unnoted(partition) {
+            Some(state) => {
+                let had = state.commit_due().is_some();
+                report(state);
+                had != state.commit_due().is_some()
+            }
+            None => false,
         };
-        let had = state.commit_due().is_some();
-        state.processed(token, offset);
-        let noted = !had && state.commit_due().is_some();
         if noted {
             self.partitions.note(partition);
         }
-        noted
-    }
-
-    /// Takes a report of progress; `true` when it changed whether the
-    /// partition has a commit due (noted then). Unlike an acknowledgement,
-    /// a report of progress can also make a due commit not due (the
-    /// progress came back to what was committed with the same offset).
-    fn on_progressed(
-        &mut self,
-        partition: &TopicPartition,
-        token: FencingToken,
-        next: Offset,
-        progress: Progress,
-    ) -> bool {
-        let Some(state) = self.partitions.get_mut_unnoted(partition) else {
-            return false;
-        };
-        let had = state.commit_due().is_some();
-        state.progressed(token, next, progress);
-        let noted = had != state.commit_due().is_some();
-        if noted {
-            self.partitions.note(partition);
+        let due = self.next_timeout.is_some_and(|at| at <= now) || self.next_commit <= now;
+        if noted || due {
+            self.tick();
         }
-        noted
     }
 
     fn on_drained(&mut self, partition: &TopicPartition, token: FencingToken) {
